@@ -1,0 +1,59 @@
+"""ferrymq: a fast, fault-tolerant messaging client for Python with a Rust core.
+
+Backends: Apache RocketMQ 5 (gRPC, protocol v2), JMQ4 (JoyQueue) and NATS JetStream, plus an
+embedded broker for development and tests (:mod:`ferrymq.testing`).
+"""
+
+from __future__ import annotations
+
+import logging as _logging
+
+from . import _native
+from ._native import Message
+from .exceptions import (
+    BrokerError,
+    ClientClosedError,
+    FerryConnectionError,
+    FerryError,
+    FerryTimeoutError,
+    FlowControlError,
+    InternalError,
+    InvalidArgumentError,
+    ProtocolError,
+)
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "BrokerError",
+    "ClientClosedError",
+    "FerryConnectionError",
+    "FerryError",
+    "FerryTimeoutError",
+    "FlowControlError",
+    "InternalError",
+    "InvalidArgumentError",
+    "Message",
+    "ProtocolError",
+    "__version__",
+    "features",
+    "sync_log_level",
+]
+
+
+def features() -> list[str]:
+    """The features compiled into this build of the native core."""
+    return list(_native.features())
+
+
+def sync_log_level() -> None:
+    """Re-read the effective level of the ``ferrymq`` logger and apply it to the Rust core.
+
+    Rust log events below that level are discarded without taking the GIL. ferrymq calls this
+    at import and whenever a client is created; call it yourself after changing the level of the
+    ``ferrymq`` logger while clients are running.
+    """
+    _native.set_log_level(_logging.getLogger("ferrymq").getEffectiveLevel())
+
+
+sync_log_level()

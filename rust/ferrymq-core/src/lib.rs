@@ -1,0 +1,18 @@
+//! ferrymq-core: the pure-Rust half of ferrymq.
+//!
+//! Everything that touches the network, a codec or a cache lives here and is tested with plain
+//! `cargo test`; the PyO3 binding crate (`ferrymq-python`) only converts values and releases the
+//! GIL. See `docs/architecture.md` for how the modules fit together.
+
+pub mod error;
+pub mod message;
+pub mod message_id;
+pub mod proto;
+pub mod selector;
+pub mod status;
+
+pub use error::{Error, ErrorKind, Result};
+pub use message::{Message, MessageBuilder, MessageKind};
+
+/// The version of the ferrymq core, reported to brokers in `x-mq-client-version` style headers.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,66 @@
+//! `ferrymq._native`: the private extension module behind the `ferrymq` package.
+//!
+//! A thin layer: it converts Python values into core types, releases the GIL through
+//! [`runtime::enter`] (blocking) or [`runtime::future_into_py`] (asyncio), and maps errors in
+//! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
+
+mod errors;
+mod logging;
+mod message;
+mod probe;
+mod runtime;
+
+use pyo3::prelude::*;
+
+/// Features compiled into this build, for `ferrymq.features()`.
+const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker"];
+
+#[pymodule]
+mod _native {
+    use super::*;
+
+    #[pymodule_export]
+    use crate::message::PyMessage;
+    #[pymodule_export]
+    use crate::probe::Probe;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", ferrymq_core::VERSION)?;
+        crate::logging::init();
+        Ok(())
+    }
+
+    /// The features compiled into this build.
+    #[pyfunction]
+    fn features() -> Vec<&'static str> {
+        FEATURES.to_vec()
+    }
+
+    /// Set the most verbose level forwarded from Rust to Python logging (a logging level number).
+    #[pyfunction]
+    fn set_log_level(level: i64) {
+        crate::logging::set_python_level(level);
+    }
+
+    /// Generate a message id in the Java v1 layout.
+    #[pyfunction]
+    fn new_message_id() -> String {
+        ferrymq_core::message_id::generate()
+    }
+
+    /// The Java-compatible SipHash of a message group, as a signed 64-bit integer.
+    #[pyfunction]
+    fn message_group_hash(group: &str) -> i64 {
+        ferrymq_core::selector::message_group_hash(group)
+    }
+
+    /// The FIFO queue index of `group` among `queues` writable leader queues.
+    #[pyfunction]
+    fn fifo_queue_index(group: &str, queues: usize) -> PyResult<usize> {
+        if queues == 0 {
+            return Err(crate::errors::invalid("queues", "must be at least 1"));
+        }
+        Ok(ferrymq_core::selector::fifo_queue_index(group, queues))
+    }
+}

@@ -1,0 +1,217 @@
+//! `ferrymq.Message`: the validated message shared by every backend.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use ferrymq_core::Message;
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString, PyTuple};
+
+use crate::errors::{invalid, to_pyerr};
+
+/// A message to publish. Immutable; validated when created.
+#[pyclass(name = "Message", module = "ferrymq", frozen, skip_from_py_object)]
+#[derive(Clone)]
+pub struct PyMessage {
+    pub inner: Message,
+}
+
+/// Read a body argument: `bytes`, `bytearray` or `memoryview`, never `str`.
+pub fn extract_body(body: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+    if let Ok(b) = body.cast::<PyBytes>() {
+        return Ok(Bytes::copy_from_slice(b.as_bytes()));
+    }
+    if let Ok(b) = body.cast::<PyByteArray>() {
+        return Ok(Bytes::from(b.to_vec()));
+    }
+    if body.is_instance_of::<PyString>() {
+        return Err(invalid(
+            "body",
+            "must be bytes, not str (encode it, e.g. body.encode())",
+        ));
+    }
+    if let Ok(v) = body.extract::<Vec<u8>>() {
+        if !body.hasattr("__len__")? || body.get_type().name()? == "memoryview" {
+            return Ok(Bytes::from(v));
+        }
+    }
+    Err(invalid(
+        "body",
+        format!(
+            "must be bytes, bytearray or memoryview, not {}",
+            body.get_type().name()?
+        ),
+    ))
+}
+
+/// Read a delivery time: an aware or naive `datetime`, a `timedelta` from now, or Unix seconds.
+fn extract_delivery_time(v: &Bound<'_, PyAny>) -> PyResult<SystemTime> {
+    let py = v.py();
+    let datetime = py.import("datetime")?;
+    let secs: f64 = if v.is_instance(&datetime.getattr("datetime")?)? {
+        v.call_method0("timestamp")?.extract()?
+    } else if v.is_instance(&datetime.getattr("timedelta")?)? {
+        let d: f64 = v.call_method0("total_seconds")?.extract()?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        now + d
+    } else if let Ok(f) = v.extract::<f64>() {
+        f
+    } else {
+        return Err(invalid(
+            "delivery_time",
+            "must be a datetime, a timedelta from now or Unix seconds (float)",
+        ));
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(invalid(
+            "delivery_time",
+            format!("{secs} is not a valid time"),
+        ));
+    }
+    Ok(UNIX_EPOCH + Duration::from_secs_f64(secs))
+}
+
+#[pymethods]
+impl PyMessage {
+    #[new]
+    #[pyo3(signature = (topic, body, *, keys=None, tag=None, properties=None, message_group=None, delivery_time=None, priority=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        topic: &Bound<'_, PyAny>,
+        body: &Bound<'_, PyAny>,
+        keys: Option<&Bound<'_, PyAny>>,
+        tag: Option<String>,
+        properties: Option<&Bound<'_, PyAny>>,
+        message_group: Option<String>,
+        delivery_time: Option<&Bound<'_, PyAny>>,
+        priority: Option<i32>,
+    ) -> PyResult<Self> {
+        let topic: String = topic
+            .extract()
+            .map_err(|_| invalid("topic", "must be a str"))?;
+        let mut b = Message::builder(topic, extract_body(body)?);
+        if let Some(keys) = keys {
+            let keys: Vec<String> = if keys.is_instance_of::<PyString>() {
+                vec![keys.extract()?]
+            } else {
+                keys.extract()
+                    .map_err(|_| invalid("keys", "must be a str or a sequence of str"))?
+            };
+            b = b.keys(keys);
+        }
+        if let Some(tag) = tag {
+            b = b.tag(tag);
+        }
+        if let Some(props) = properties {
+            let d = props
+                .cast::<PyDict>()
+                .map_err(|_| invalid("properties", "must be a dict of str to str"))?;
+            for (k, v) in d.iter() {
+                let k: String = k
+                    .extract()
+                    .map_err(|_| invalid("properties", "keys must be str"))?;
+                let v: String = v
+                    .extract()
+                    .map_err(|_| invalid("properties", format!("value of {k:?} must be str")))?;
+                b = b.property(k, v);
+            }
+        }
+        if let Some(g) = message_group {
+            b = b.message_group(g);
+        }
+        if let Some(t) = delivery_time {
+            b = b.delivery_time(extract_delivery_time(t)?);
+        }
+        if let Some(p) = priority {
+            b = b.priority(p);
+        }
+        Ok(Self {
+            inner: b.build().map_err(to_pyerr)?,
+        })
+    }
+
+    #[getter]
+    fn topic(&self) -> &str {
+        self.inner.topic()
+    }
+    #[getter]
+    fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.body())
+    }
+    #[getter]
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.keys())
+    }
+    #[getter]
+    fn tag(&self) -> Option<&str> {
+        self.inner.tag()
+    }
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in self.inner.properties() {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+    #[getter]
+    fn message_group(&self) -> Option<&str> {
+        self.inner.message_group()
+    }
+    /// Delivery time in Unix seconds, or None.
+    #[getter]
+    fn delivery_time(&self) -> Option<f64> {
+        self.inner.delivery_time().map(|t| {
+            t.duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64()
+        })
+    }
+    #[getter]
+    fn priority(&self) -> Option<i32> {
+        self.inner.priority()
+    }
+    /// "NORMAL", "FIFO", "DELAY" or "PRIORITY".
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.inner.kind().as_str()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.body().len()
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<PyMessage>()
+            .is_ok_and(|o| o.get().inner == self.inner)
+    }
+
+    fn __repr__(&self) -> String {
+        let m = &self.inner;
+        let mut s = format!(
+            "Message(topic={:?}, body=<{} bytes>",
+            m.topic(),
+            m.body().len()
+        );
+        if let Some(t) = m.tag() {
+            s += &format!(", tag={t:?}");
+        }
+        if !m.keys().is_empty() {
+            s += &format!(", keys={:?}", m.keys());
+        }
+        if let Some(g) = m.message_group() {
+            s += &format!(", message_group={g:?}");
+        }
+        if let Some(t) = m.delivery_time_millis() {
+            s += &format!(", delivery_time_ms={t}");
+        }
+        if let Some(p) = m.priority() {
+            s += &format!(", priority={p}");
+        }
+        s + ")"
+    }
+}

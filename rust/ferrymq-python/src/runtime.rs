@@ -1,0 +1,232 @@
+//! The one tokio runtime of ferrymq, owned on purpose and aware of `fork()`.
+//!
+//! * Created lazily on first use, multi-threaded, threads named `ferrymq-rt`
+//!   (`FERRYMQ_WORKER_THREADS` overrides the thread count).
+//! * Every client records the [`RuntimeRef`] it was created on. After `fork()` the child has no
+//!   runtime threads, so a client from the parent refuses to run (a clear `ClientClosedError`)
+//!   instead of hanging, and the first new client in the child builds a fresh runtime. The
+//!   parent's runtime is leaked in the child: dropping it would wait for threads that do not exist.
+//! * [`enter`] is the single place where blocking methods release the GIL; [`future_into_py`] is
+//!   the single shape of async methods.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ferrymq_core::Error;
+use futures::FutureExt;
+use pyo3::prelude::*;
+use pyo3_async_runtimes::generic::{ContextExt, Runtime as GenericRuntime};
+use pyo3_async_runtimes::TaskLocals;
+use tokio::runtime::Runtime;
+
+use crate::errors::to_pyerr;
+
+static CURRENT: Mutex<Option<RuntimeRef>> = Mutex::new(None);
+
+/// A handle on the runtime of one process.
+#[derive(Clone, Copy, Debug)]
+pub struct RuntimeRef {
+    rt: &'static Runtime,
+    pid: u32,
+}
+
+impl RuntimeRef {
+    /// The runtime of this process, created on first use (and again after `fork()`).
+    pub fn current() -> PyResult<RuntimeRef> {
+        let pid = std::process::id();
+        let mut slot = CURRENT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(r) = *slot {
+            if r.pid == pid {
+                return Ok(r);
+            }
+        }
+        let threads = std::env::var("FERRYMQ_WORKER_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get().max(2)));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("ferrymq-rt")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                to_pyerr(Error::internal(format!(
+                    "cannot start the tokio runtime: {e}"
+                )))
+            })?;
+        let r = RuntimeRef {
+            rt: Box::leak(Box::new(rt)),
+            pid,
+        };
+        *slot = Some(r);
+        Ok(r)
+    }
+
+    /// Fail if this handle belongs to the parent of a forked process.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.pid == std::process::id() {
+            Ok(())
+        } else {
+            Err(Error::closed(
+                "this ferrymq object was created before fork(); its connections live in the \
+                 parent process. Create a new client in the child process.",
+            ))
+        }
+    }
+
+    /// The tokio handle.
+    pub fn handle(&self) -> &'static tokio::runtime::Handle {
+        self.rt.handle()
+    }
+
+    /// Spawn a task on this runtime.
+    pub fn spawn<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.rt.spawn(fut)
+    }
+
+    /// Run `fut` to completion on this runtime with the GIL released (see [`enter`]).
+    pub fn block_on<T, F>(&self, py: Python<'_>, fut: F) -> PyResult<T>
+    where
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        enter(py, *self, fut)
+    }
+}
+
+/// How often a blocking call wakes up to check for Ctrl-C.
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+/// The one helper every blocking method goes through.
+///
+/// Releases the GIL, drives `fut` on the runtime, checks for pending signals (so Ctrl-C raises
+/// `KeyboardInterrupt` and cancels the operation), turns a panic into `ferrymq.InternalError`,
+/// and maps the core error to the exception tree after re-attaching.
+pub fn enter<T, F>(py: Python<'_>, rt: RuntimeRef, fut: F) -> PyResult<T>
+where
+    F: Future<Output = Result<T, Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    rt.check().map_err(to_pyerr)?;
+    let mut task = rt.spawn(AssertUnwindSafe(fut).catch_unwind());
+    loop {
+        let step = py.detach(|| {
+            rt.handle().block_on(async {
+                tokio::select! {
+                    r = &mut task => Some(r),
+                    () = tokio::time::sleep(SIGNAL_POLL) => None,
+                }
+            })
+        });
+        match step {
+            Some(Ok(Ok(v))) => return v.map_err(to_pyerr),
+            Some(Ok(Err(panic))) => return Err(to_pyerr(panic_error(&*panic))),
+            Some(Err(join)) => {
+                return Err(to_pyerr(Error::internal(format!(
+                    "ferrymq task failed: {join}"
+                ))))
+            }
+            None => {
+                if let Err(e) = py.check_signals() {
+                    task.abort();
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// Describe a caught panic payload as an internal error.
+pub fn panic_error(panic: &(dyn std::any::Any + Send)) -> Error {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".to_string());
+    Error::internal(format!(
+        "internal error (a Rust panic inside ferrymq): {what}"
+    ))
+}
+
+/// The single shape of async methods: run `fut` on the ferrymq runtime and return an asyncio
+/// awaitable. The output is converted to Python objects only at the end, on the event loop's
+/// thread; cancelling the awaitable drops the Rust future; a panic becomes `InternalError`.
+pub fn future_into_py<'py, F, T>(
+    py: Python<'py>,
+    rt: RuntimeRef,
+    fut: F,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Result<T, Error>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    rt.check().map_err(to_pyerr)?;
+    pyo3_async_runtimes::generic::future_into_py::<FerryRuntime, _, T>(py, async move {
+        match AssertUnwindSafe(fut).catch_unwind().await {
+            Ok(r) => r.map_err(to_pyerr),
+            Err(panic) => Err(to_pyerr(panic_error(&*panic))),
+        }
+    })
+}
+
+tokio::task_local! {
+    static TASK_LOCALS: std::cell::OnceCell<TaskLocals>;
+}
+
+/// Adapter that lets `pyo3_async_runtimes::generic` spawn on ferrymq's own runtime rather than
+/// on a second, global one.
+pub struct FerryRuntime;
+
+impl GenericRuntime for FerryRuntime {
+    type JoinError = tokio::task::JoinError;
+    type JoinHandle = tokio::task::JoinHandle<()>;
+
+    fn spawn<F>(fut: F) -> Self::JoinHandle
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match RuntimeRef::current() {
+            Ok(rt) => rt.spawn(fut),
+            // Only reachable if the runtime cannot be built at all, which `future_into_py`
+            // already checked; fall back to the ambient runtime.
+            Err(_) => tokio::spawn(fut),
+        }
+    }
+
+    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        match RuntimeRef::current() {
+            Ok(rt) => rt.handle().spawn_blocking(f),
+            Err(_) => tokio::task::spawn_blocking(f),
+        }
+    }
+}
+
+impl ContextExt for FerryRuntime {
+    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
+    where
+        F: Future<Output = R> + Send + 'static,
+    {
+        let cell = std::cell::OnceCell::new();
+        let _ = cell.set(locals);
+        Box::pin(TASK_LOCALS.scope(cell, fut))
+    }
+
+    fn get_task_locals() -> Option<TaskLocals> {
+        TASK_LOCALS
+            .try_with(|c| c.get().cloned())
+            .unwrap_or_default()
+    }
+}
