@@ -82,7 +82,7 @@ impl MessageView {
         Self {
             message_id: sp.message_id,
             topic: m.topic.map(|t| t.name).unwrap_or_default(),
-            body: Bytes::from(m.body),
+            body: m.body,
             tag: sp.tag,
             keys: sp.keys,
             properties: m.user_properties.into_iter().collect(),
@@ -129,7 +129,7 @@ mod tests {
                 born_timestamp: Some(timestamp_from_ms(5000)),
                 ..Default::default()
             }),
-            body: b"hi".to_vec(),
+            body: bytes::Bytes::from_static(b"hi"),
         };
         let v = MessageView::from_proto(m);
         assert_eq!(v.topic, "t");
