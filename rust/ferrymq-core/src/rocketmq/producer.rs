@@ -661,6 +661,11 @@ impl Transaction {
         Ok(receipt)
     }
 
+    /// How the transaction ended, if it did.
+    pub fn ended(&self) -> Option<TransactionResolution> {
+        self.state.lock().ended
+    }
+
     /// The receipts of the half messages sent so far.
     pub fn receipts(&self) -> Vec<SendReceipt> {
         self.state.lock().receipts.clone()
