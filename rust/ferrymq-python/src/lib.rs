@@ -4,6 +4,7 @@
 //! [`runtime::enter`] (blocking) or [`runtime::future_into_py`] (asyncio), and maps errors in
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
+mod broker;
 mod client_options;
 mod errors;
 mod logging;
@@ -22,6 +23,8 @@ const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker", "rocketmq-producer
 mod _native {
     use super::*;
 
+    #[pymodule_export]
+    use crate::broker::EmbeddedBroker;
     #[pymodule_export]
     use crate::client_options::{PyCredentials, PyTlsConfig};
     #[pymodule_export]
