@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::proto;
+use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
-use crate::rocketmq::message_view::{MessageSource, MessageView};
-use crate::rocketmq::retry_policy::RetryPolicy;
+use crate::rocketmq::received::{MessageSource, ReceivedMessage};
+use crate::rocketmq::settings::{Backoff, RetryPolicy};
 
 /// Consumer settings: what the client asked for, overwritten by what the broker issued on the
 /// telemetry stream (`Settings.subscription` and `Settings.backoff_policy`).
@@ -34,8 +35,27 @@ impl Default for ConsumerSettings {
             fifo: false,
             receive_batch_size: 32,
             long_polling_timeout: Duration::from_secs(20),
-            retry_policy: RetryPolicy::default(),
+            retry_policy: default_retry_policy(),
         }
+    }
+}
+
+/// The delays the stock proxy issues to a consumer group by default (`messageDelayLevel` 3 and up).
+const DEFAULT_DELAYS_SECS: [u64; 18] = [
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+];
+
+/// The stock proxy's default consumer retry policy: 17 attempts, customized delays. Used only
+/// until the broker's settings arrive.
+pub fn default_retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 17,
+        backoff: Backoff::Customized(
+            DEFAULT_DELAYS_SECS
+                .iter()
+                .map(|s| Duration::from_secs(*s))
+                .collect(),
+        ),
     }
 }
 
@@ -62,6 +82,9 @@ pub trait ConsumerRpc: Send + Sync + 'static {
     /// The current consumer settings (after the broker's telemetry echo).
     fn settings(&self) -> ConsumerSettings;
 
+    /// The access point, which settles messages of queues whose route names no broker.
+    fn access_endpoints(&self) -> Endpoints;
+
     /// `QueryAssignment`: the queues of `topic` this consumer group should read.
     fn query_assignment(
         &self,
@@ -79,20 +102,20 @@ pub trait ConsumerRpc: Send + Sync + 'static {
     fn ack(
         &self,
         source: &MessageSource,
-        messages: &[&MessageView],
+        messages: &[&ReceivedMessage],
     ) -> impl Future<Output = Result<Vec<Result<()>>>> + Send;
 
     /// `ChangeInvisibleDuration`: returns the new receipt handle (the caller stores it).
     fn change_invisible_duration(
         &self,
-        message: &MessageView,
+        message: &ReceivedMessage,
         duration: Duration,
     ) -> impl Future<Output = Result<String>> + Send;
 
     /// `ForwardMessageToDeadLetterQueue`.
     fn forward_to_dead_letter_queue(
         &self,
-        message: &MessageView,
+        message: &ReceivedMessage,
         max_delivery_attempts: u32,
     ) -> impl Future<Output = Result<()>> + Send;
 }
@@ -179,7 +202,7 @@ pub(crate) mod fake {
         }
 
         fn requeue(&self, mut s: Stored) {
-            let max = self.settings.lock().retry_policy.max_attempts();
+            let max = self.settings.lock().retry_policy.max_attempts;
             s.attempt += 1;
             if u32::try_from(s.attempt).unwrap_or(0) > max {
                 self.dlq.lock().push((s.id, max));
@@ -251,7 +274,7 @@ pub(crate) mod fake {
                         message_group: s.group.clone(),
                         ..Default::default()
                     }),
-                    body: s.body.clone(),
+                    body: bytes::Bytes::from(s.body.clone()),
                 });
                 st.inflight.insert(handle, s);
             }
@@ -263,6 +286,10 @@ pub(crate) mod fake {
     impl ConsumerRpc for FakeBroker {
         fn settings(&self) -> ConsumerSettings {
             self.settings.lock().clone()
+        }
+
+        fn access_endpoints(&self) -> Endpoints {
+            crate::rocketmq::received::tests::endpoints()
         }
 
         async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
@@ -315,7 +342,7 @@ pub(crate) mod fake {
         async fn ack(
             &self,
             _source: &MessageSource,
-            messages: &[&MessageView],
+            messages: &[&ReceivedMessage],
         ) -> Result<Vec<Result<()>>> {
             self.ack_rpcs.fetch_add(1, Ordering::Relaxed);
             if take_one(&self.fail_acks) {
@@ -353,7 +380,7 @@ pub(crate) mod fake {
 
         async fn change_invisible_duration(
             &self,
-            message: &MessageView,
+            message: &ReceivedMessage,
             duration: Duration,
         ) -> Result<String> {
             let s = {
@@ -380,7 +407,7 @@ pub(crate) mod fake {
 
         async fn forward_to_dead_letter_queue(
             &self,
-            message: &MessageView,
+            message: &ReceivedMessage,
             max_delivery_attempts: u32,
         ) -> Result<()> {
             let mut st = self.state.lock();

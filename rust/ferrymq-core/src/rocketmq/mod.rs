@@ -1,11 +1,36 @@
-//! Apache RocketMQ 5 over gRPC (protocol v2).
+//! RocketMQ 5 over gRPC (protocol `apache.rocketmq.v2`): the shared client layer, the producer
+//! and the consumers.
+//!
+//! * [`client::Client`] — the cheap `Clone` handle every role shares: channels, headers and
+//!   signing, telemetry, routes, isolation, heartbeats, shutdown.
+//! * [`producer::Producer`] — the publishing workflow of the seed specification.
+//! * [`simple_consumer::SimpleConsumer`] and [`push_consumer::PushConsumer`] — the consumers
+//!   (process queues, consume services, settle path).
+
+pub mod client;
+pub mod connection;
+pub mod endpoints;
+pub mod isolation;
+pub mod message_view;
+pub mod metadata;
+pub mod route;
+pub mod settings;
+pub mod telemetry;
 
 pub mod consume_service;
 pub mod consumer_rpc;
 pub mod filter;
 pub mod listener;
-pub mod message_view;
 pub mod process_queue;
 pub mod push_consumer;
-pub mod retry_policy;
+pub mod received;
 pub mod settle;
+
+pub use client::{check_status, deadline, Client, ClientOptions};
+pub use connection::TlsOptions;
+pub use endpoints::Endpoints;
+pub use message_view::MessageView;
+pub use metadata::Credentials;
+pub use route::TopicRoute;
+pub use settings::{EffectiveSettings, RetryPolicy};
+pub use telemetry::{CommandHandler, NoCommands};

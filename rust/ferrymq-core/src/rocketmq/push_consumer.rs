@@ -591,6 +591,7 @@ fn apply_assignment<R: ConsumerRpc>(
             filter.clone(),
             ctx.closing.child_token(),
             ctx.stats.clone(),
+            &ctx.rpc.access_endpoints(),
         ));
         let task = tokio::spawn(receive_loop(ctx.clone(), pq.clone()));
         map.insert(key, Assigned { pq, task });
@@ -607,16 +608,20 @@ mod tests {
     use crate::rocketmq::consumer_rpc::fake::FakeBroker;
     use crate::rocketmq::consumer_rpc::ConsumerSettings;
     use crate::rocketmq::listener::{BatchListener, WorkerPool};
-    use crate::rocketmq::message_view::MessageView;
-    use crate::rocketmq::retry_policy::{Backoff, RetryPolicy};
+    use crate::rocketmq::received::ReceivedMessage;
+    use crate::rocketmq::settings::{Backoff, RetryPolicy};
 
     struct FnListener<F>(F);
 
     impl<F> BatchListener for FnListener<F>
     where
-        F: Fn(&MessageView) -> ConsumeResult + Send + Sync + 'static,
+        F: Fn(&ReceivedMessage) -> ConsumeResult + Send + Sync + 'static,
     {
-        fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
+        fn consume_batch(
+            &self,
+            messages: &[Arc<ReceivedMessage>],
+            results: &mut Vec<ConsumeResult>,
+        ) {
             results.extend(messages.iter().map(|m| (self.0)(m)));
         }
     }
@@ -626,14 +631,14 @@ mod tests {
             fifo,
             receive_batch_size: 8,
             long_polling_timeout: Duration::from_secs(20),
-            retry_policy: RetryPolicy::new(
+            retry_policy: RetryPolicy {
                 max_attempts,
-                Backoff::Exponential {
+                backoff: Backoff::Exponential {
                     initial: Duration::from_millis(10),
                     max: Duration::from_millis(40),
                     multiplier: 2.0,
                 },
-            ),
+            },
         }
     }
 
@@ -653,7 +658,7 @@ mod tests {
         f: F,
     ) -> PushConsumer<FakeBroker>
     where
-        F: Fn(&MessageView) -> ConsumeResult + Send + Sync + 'static,
+        F: Fn(&ReceivedMessage) -> ConsumeResult + Send + Sync + 'static,
     {
         let pool = WorkerPool::start(Arc::new(FnListener(f)), threads, 64).unwrap();
         PushConsumer::start(broker.clone(), config, Arc::new(pool)).unwrap()
