@@ -25,6 +25,7 @@ pub mod process_queue;
 pub mod push_consumer;
 pub mod received;
 pub mod settle;
+pub mod simple_consumer;
 
 pub use client::{check_status, deadline, Client, ClientOptions};
 pub use connection::TlsOptions;

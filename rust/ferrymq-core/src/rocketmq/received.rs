@@ -84,7 +84,15 @@ impl ReceivedMessage {
                 Err(_) => corrupted = true,
             }
         }
-        let view = MessageView::from_proto(msg);
+        Ok(Self::from_view(
+            MessageView::from_proto(msg),
+            corrupted,
+            source,
+        ))
+    }
+
+    /// A received message from an already decoded view (telemetry commands carry those).
+    pub fn from_view(view: MessageView, corrupted: bool, source: Arc<MessageSource>) -> Self {
         let receipt_handle: Arc<str> = Arc::from(view.receipt_handle.as_deref().unwrap_or(""));
         let size = view.body.len()
             + view.topic.len()
@@ -98,14 +106,14 @@ impl ReceivedMessage {
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>()
             + view.message_group.as_ref().map_or(0, String::len);
-        Ok(Self {
+        Self {
             delivery_attempt: AtomicI32::new(view.delivery_attempt.unwrap_or(1).max(1)),
             view,
             receipt_handle: Mutex::new(receipt_handle),
             corrupted,
             source,
             size,
-        })
+        }
     }
 
     /// The decoded message (its `receipt_handle` and `delivery_attempt` are those of the
