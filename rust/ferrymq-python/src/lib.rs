@@ -4,6 +4,7 @@
 //! [`runtime::enter`] (blocking) or [`runtime::future_into_py`] (asyncio), and maps errors in
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
+mod consumer;
 mod errors;
 mod logging;
 mod message;
@@ -19,6 +20,11 @@ const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker"];
 mod _native {
     use super::*;
 
+    #[pymodule_export]
+    use crate::consumer::{
+        PyCompletion, PyConsumeResult, PyFilterExpression, PyMessageView, PyPushConsumer,
+        PySimpleConsumer,
+    };
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
