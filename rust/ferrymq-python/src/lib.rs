@@ -4,6 +4,7 @@
 //! [`runtime::enter`] (blocking) or [`runtime::future_into_py`] (asyncio), and maps errors in
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
+mod broker;
 mod consumer;
 mod errors;
 mod logging;
@@ -20,6 +21,8 @@ const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker"];
 mod _native {
     use super::*;
 
+    #[pymodule_export]
+    use crate::broker::EmbeddedBroker;
     #[pymodule_export]
     use crate::consumer::{
         PyCompletion, PyConsumeResult, PyFilterExpression, PyMessageView, PyPushConsumer,
