@@ -23,43 +23,22 @@ use ferrymq_core::rocketmq::filter::{FilterExpression, FilterType};
 use ferrymq_core::rocketmq::listener::{
     BatchListener, ConsumeResult, Delivery, Listener, WorkerPool,
 };
-use ferrymq_core::rocketmq::metadata::Credentials;
+use ferrymq_core::rocketmq::message_view::MessageView;
 use ferrymq_core::rocketmq::push_consumer::{PushConsumer, PushConsumerConfig, StatsSnapshot};
-use ferrymq_core::rocketmq::received::ReceivedMessage;
 use ferrymq_core::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
-use ferrymq_core::rocketmq::TlsOptions;
 use ferrymq_core::Error;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
+use crate::client_options::{client_options, extract_duration};
 use crate::errors::{invalid, to_pyerr};
+use crate::message_view::PyMessageView;
 use crate::runtime::{future_into_py, RuntimeRef};
 
 // ---------------------------------------------------------------------------------------------
 // Argument helpers
-
-/// Seconds (int or float) or a `datetime.timedelta`, positive and finite.
-fn extract_duration(v: &Bound<'_, PyAny>, field: &str) -> PyResult<Duration> {
-    let secs: f64 = if let Ok(f) = v.extract::<f64>() {
-        f
-    } else if v.hasattr("total_seconds")? {
-        v.call_method0("total_seconds")?.extract()?
-    } else {
-        return Err(invalid(
-            field,
-            "must be a number of seconds or a datetime.timedelta",
-        ));
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
-        return Err(invalid(
-            field,
-            format!("{secs} is not a positive number of seconds"),
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
 
 fn extract_filter(v: Option<&Bound<'_, PyAny>>, topic: &str) -> PyResult<FilterExpression> {
     let Some(v) = v.filter(|v| !v.is_none()) else {
@@ -81,7 +60,9 @@ fn extract_filter(v: Option<&Bound<'_, PyAny>>, topic: &str) -> PyResult<FilterE
 }
 
 /// `{topic: filter}`, a single topic, or a sequence of topics (filter `*`).
-fn extract_subscriptions(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, FilterExpression)>> {
+fn extract_subscriptions(
+    v: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<(String, FilterExpression)>> {
     let Some(v) = v.filter(|v| !v.is_none()) else {
         return Ok(Vec::new());
     };
@@ -111,47 +92,16 @@ fn extract_subscriptions(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, 
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn client_options(
-    endpoints: &str,
-    namespace: Option<String>,
-    access_key: Option<String>,
-    secret_key: Option<String>,
-    security_token: Option<String>,
-    tls: bool,
-    request_timeout: Option<&Bound<'_, PyAny>>,
-) -> PyResult<ClientOptions> {
-    let mut o = ClientOptions::new(endpoints);
-    o.namespace = namespace.unwrap_or_default();
-    o.credentials = match (access_key, secret_key) {
-        (None, None) => None,
-        (Some(ak), Some(sk)) => Some(Credentials::new(ak, sk, security_token).map_err(to_pyerr)?),
-        _ => {
-            return Err(invalid(
-                "access_key",
-                "access_key and secret_key go together",
-            ))
-        }
-    };
-    if tls {
-        o.tls = Some(TlsOptions::default());
-    }
-    if let Some(t) = request_timeout.filter(|t| !t.is_none()) {
-        o.request_timeout = Some(extract_duration(t, "request_timeout")?);
-    }
-    Ok(o)
-}
-
-fn ms_to_secs(ms: Option<i64>) -> Option<f64> {
-    #[allow(clippy::cast_precision_loss)]
-    ms.map(|m| m as f64 / 1000.0)
-}
-
 // ---------------------------------------------------------------------------------------------
 // FilterExpression, ConsumeResult, MessageView
 
 /// A subscription filter: a TAG expression (`"TagA || TagB"`, `"*"`) or an SQL92 expression.
-#[pyclass(name = "FilterExpression", module = "ferrymq", frozen, skip_from_py_object)]
+#[pyclass(
+    name = "FilterExpression",
+    module = "ferrymq",
+    frozen,
+    skip_from_py_object
+)]
 #[derive(Clone)]
 pub struct PyFilterExpression {
     inner: FilterExpression,
@@ -219,7 +169,14 @@ impl PyFilterExpression {
 
 /// What a push consumer listener returns. Returning `None` counts as `SUCCESS`; raising counts
 /// as `FAILURE`.
-#[pyclass(name = "ConsumeResult", module = "ferrymq", frozen, eq, eq_int, skip_from_py_object)]
+#[pyclass(
+    name = "ConsumeResult",
+    module = "ferrymq",
+    frozen,
+    eq,
+    eq_int,
+    skip_from_py_object
+)]
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum PyConsumeResult {
     /// Consumed: the message is acknowledged.
@@ -230,122 +187,26 @@ pub enum PyConsumeResult {
     Failure,
 }
 
-/// A received message (read-only).
-#[pyclass(name = "MessageView", module = "ferrymq", frozen, skip_from_py_object)]
-pub struct PyMessageView {
-    inner: Arc<ReceivedMessage>,
-}
-
-#[pymethods]
-impl PyMessageView {
-    #[getter]
-    fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.body())
-    }
-    #[getter]
-    fn topic(&self) -> &str {
-        self.inner.topic()
-    }
-    #[getter]
-    fn message_id(&self) -> &str {
-        self.inner.message_id()
-    }
-    #[getter]
-    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, &self.inner.view().keys)
-    }
-    #[getter]
-    fn tag(&self) -> Option<&str> {
-        self.inner.view().tag.as_deref()
-    }
-    #[getter]
-    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in &self.inner.view().properties {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
-    }
-    #[getter]
-    fn message_group(&self) -> Option<&str> {
-        self.inner.message_group()
-    }
-    /// Which delivery this is, starting at 1.
-    #[getter]
-    fn delivery_attempt(&self) -> i32 {
-        self.inner.delivery_attempt()
-    }
-    #[getter]
-    fn queue_id(&self) -> i32 {
-        self.inner.view().queue_id
-    }
-    /// The offset in the queue, or None when the broker did not say.
-    #[getter]
-    fn offset(&self) -> Option<i64> {
-        self.inner.view().queue_offset
-    }
-    /// When the producer created the message, in Unix seconds.
-    #[getter]
-    fn born_timestamp(&self) -> Option<f64> {
-        ms_to_secs(self.inner.view().born_timestamp_ms)
-    }
-    /// When the broker stored the message, in Unix seconds.
-    #[getter]
-    fn store_timestamp(&self) -> Option<f64> {
-        ms_to_secs(self.inner.view().store_timestamp_ms)
-    }
-    /// When a delayed message became deliverable, in Unix seconds.
-    #[getter]
-    fn delivery_timestamp(&self) -> Option<f64> {
-        ms_to_secs(self.inner.view().delivery_timestamp_ms)
-    }
-    #[getter]
-    fn born_host(&self) -> &str {
-        &self.inner.view().born_host
-    }
-    /// Whether the body failed its digest check.
-    #[getter]
-    fn corrupted(&self) -> bool {
-        self.inner.is_corrupted()
-    }
-
-    fn __len__(&self) -> usize {
-        self.inner.body().len()
-    }
-
-    fn __repr__(&self) -> String {
-        let mut s = format!(
-            "MessageView(topic={:?}, message_id={:?}, body=<{} bytes>, delivery_attempt={}",
-            self.inner.topic(),
-            self.inner.message_id(),
-            self.inner.body().len(),
-            self.inner.delivery_attempt()
-        );
-        if let Some(t) = &self.inner.view().tag {
-            s += &format!(", tag={t:?}");
-        }
-        if let Some(g) = self.inner.message_group() {
-            s += &format!(", message_group={g:?}");
-        }
-        s + ")"
-    }
-}
-
 /// The default invisible duration of `SimpleConsumer.receive`.
 const DEFAULT_INVISIBLE_DURATION: Duration = Duration::from_secs(30);
 
 fn invisible_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
     match v.filter(|v| !v.is_none()) {
-        Some(v) => extract_duration(v, "invisible_duration"),
+        Some(v) => extract_duration("invisible_duration", v),
         None => Ok(DEFAULT_INVISIBLE_DURATION),
     }
 }
 
-fn message_arg(message: &Bound<'_, PyAny>) -> PyResult<Arc<ReceivedMessage>> {
+fn message_arg(message: &Bound<'_, PyAny>) -> PyResult<Arc<MessageView>> {
     message
         .cast::<PyMessageView>()
         .map(|m| m.get().inner.clone())
-        .map_err(|_| invalid("message", "must be a ferrymq.MessageView received by a consumer"))
+        .map_err(|_| {
+            invalid(
+                "message",
+                "must be a ferrymq.MessageView received by a consumer",
+            )
+        })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -364,7 +225,7 @@ fn logger(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 }
 
 /// Log an exception raised by the listener, with its traceback.
-fn log_listener_error(py: Python<'_>, err: &Bound<'_, PyAny>, message: &ReceivedMessage) {
+fn log_listener_error(py: Python<'_>, err: &Bound<'_, PyAny>, message: &MessageView) {
     let result = logger(py).and_then(|log| {
         let kwargs = PyDict::new(py);
         kwargs.set_item("exc_info", err)?;
@@ -386,7 +247,7 @@ fn log_listener_error(py: Python<'_>, err: &Bound<'_, PyAny>, message: &Received
 }
 
 /// `None` or `SUCCESS` → success, `FAILURE` → failure; anything else is a failure and logged.
-fn interpret(py: Python<'_>, r: &Bound<'_, PyAny>, message: &ReceivedMessage) -> ConsumeResult {
+fn interpret(py: Python<'_>, r: &Bound<'_, PyAny>, message: &MessageView) -> ConsumeResult {
     if r.is_none() {
         return ConsumeResult::Success;
     }
@@ -420,11 +281,17 @@ struct PySyncListener {
 }
 
 impl BatchListener for PySyncListener {
-    fn consume_batch(&self, messages: &[Arc<ReceivedMessage>], results: &mut Vec<ConsumeResult>) {
+    fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
         Python::attach(|py| {
             let f = self.callback.bind(py);
             for m in messages {
-                let r = match Bound::new(py, PyMessageView { inner: m.clone() }) {
+                let r = match Bound::new(
+                    py,
+                    PyMessageView {
+                        inner: m.clone(),
+                        transaction_id: None,
+                    },
+                ) {
                     Ok(view) => match f.call1((view,)) {
                         Ok(r) => interpret(py, &r, m),
                         Err(e) => {
@@ -571,6 +438,7 @@ impl Feeder {
                         py,
                         PyMessageView {
                             inner: d.message().clone(),
+                            transaction_id: None,
                         },
                     )
                 })
@@ -598,7 +466,12 @@ impl Feeder {
             let call = PyList::new(py, views).and_then(|views| {
                 self.event_loop.bind(py).call_method1(
                     "call_soon_threadsafe",
-                    (&self.runner, &self.callback, views, completion.clone_ref(py)),
+                    (
+                        &self.runner,
+                        &self.callback,
+                        views,
+                        completion.clone_ref(py),
+                    ),
                 )
             });
             match call {
@@ -694,7 +567,11 @@ impl PyCompletion {
     }
 
     fn take_all(&self) -> Vec<Delivery> {
-        self.deliveries.lock().iter_mut().filter_map(Option::take).collect()
+        self.deliveries
+            .lock()
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect()
     }
 }
 
@@ -831,28 +708,27 @@ impl PySimpleConsumer {
 #[pymethods]
 impl PySimpleConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions=None, await_duration=None, namespace=None, access_key=None, secret_key=None, security_token=None, tls=false, request_timeout=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions=None, await_duration=None, credentials=None, namespace=None, tls=None, request_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        endpoints: &str,
+        endpoints: &Bound<'_, PyAny>,
         group: String,
         subscriptions: Option<&Bound<'_, PyAny>>,
         await_duration: Option<&Bound<'_, PyAny>>,
+        credentials: Option<&Bound<'_, PyAny>>,
         namespace: Option<String>,
-        access_key: Option<String>,
-        secret_key: Option<String>,
-        security_token: Option<String>,
-        tls: bool,
+        tls: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let options = client_options(
             endpoints,
+            credentials,
             namespace,
-            access_key,
-            secret_key,
-            security_token,
             tls,
             request_timeout,
+            None,
+            None,
+            None,
         )?;
         if group.trim().is_empty() {
             return Err(invalid("group", "must not be blank"));
@@ -860,7 +736,7 @@ impl PySimpleConsumer {
         let mut config = SimpleConsumerConfig::new(group);
         config.subscriptions = extract_subscriptions(subscriptions)?;
         if let Some(a) = await_duration.filter(|a| !a.is_none()) {
-            config.await_duration = extract_duration(a, "await_duration")?;
+            config.await_duration = extract_duration("await_duration", a)?;
         }
         Ok(Self {
             rt: RuntimeRef::current()?,
@@ -911,7 +787,13 @@ impl PySimpleConsumer {
         let msgs = self
             .rt
             .block_on(py, async move { c.receive(max_messages, d).await })?;
-        Ok(msgs.into_iter().map(|inner| PyMessageView { inner }).collect())
+        Ok(msgs
+            .into_iter()
+            .map(|inner| PyMessageView {
+                inner,
+                transaction_id: None,
+            })
+            .collect())
     }
 
     /// Async form of `receive`.
@@ -928,7 +810,10 @@ impl PySimpleConsumer {
             let msgs = c.receive(max_messages, d).await?;
             Ok(msgs
                 .into_iter()
-                .map(|inner| PyMessageView { inner })
+                .map(|inner| PyMessageView {
+                    inner,
+                    transaction_id: None,
+                })
                 .collect::<Vec<_>>())
         })
     }
@@ -960,7 +845,7 @@ impl PySimpleConsumer {
         duration: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let m = message_arg(message)?;
-        let d = extract_duration(duration, "duration")?;
+        let d = extract_duration("duration", duration)?;
         let c = self.running()?;
         self.rt
             .block_on(py, async move { c.change_invisible_duration(&m, d).await })
@@ -974,7 +859,7 @@ impl PySimpleConsumer {
         duration: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let m = message_arg(message)?;
-        let d = extract_duration(duration, "duration")?;
+        let d = extract_duration("duration", duration)?;
         let c = self.running()?;
         future_into_py(py, self.rt, async move {
             c.change_invisible_duration(&m, d).await
@@ -1261,11 +1146,11 @@ fn is_coroutine_function(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<bool>
 #[pymethods]
 impl PyPushConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, receive_batch_size=None, shutdown_timeout=None, namespace=None, access_key=None, secret_key=None, security_token=None, tls=false, request_timeout=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, receive_batch_size=None, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        endpoints: &str,
+        endpoints: &Bound<'_, PyAny>,
         group: String,
         subscriptions: &Bound<'_, PyAny>,
         listener: Bound<'_, PyAny>,
@@ -1275,21 +1160,20 @@ impl PyPushConsumer {
         fifo_accelerator: bool,
         receive_batch_size: Option<u32>,
         shutdown_timeout: Option<&Bound<'_, PyAny>>,
+        credentials: Option<&Bound<'_, PyAny>>,
         namespace: Option<String>,
-        access_key: Option<String>,
-        secret_key: Option<String>,
-        security_token: Option<String>,
-        tls: bool,
+        tls: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let options = client_options(
             endpoints,
+            credentials,
             namespace,
-            access_key,
-            secret_key,
-            security_token,
             tls,
             request_timeout,
+            None,
+            None,
+            None,
         )?;
         if !listener.is_callable() {
             return Err(invalid(
@@ -1318,7 +1202,7 @@ impl PyPushConsumer {
             listener: listener.unbind(),
             consumption_threads,
             shutdown_timeout: match shutdown_timeout.filter(|t| !t.is_none()) {
-                Some(t) => extract_duration(t, "shutdown_timeout")?,
+                Some(t) => extract_duration("shutdown_timeout", t)?,
                 None => DEFAULT_SHUTDOWN_TIMEOUT,
             },
             state: Mutex::new(PushState::Created),
@@ -1420,7 +1304,7 @@ impl PyPushConsumer {
     #[pyo3(signature = (timeout=None))]
     fn close(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let t = match timeout.filter(|t| !t.is_none()) {
-            Some(t) => extract_duration(t, "timeout")?,
+            Some(t) => extract_duration("timeout", t)?,
             None => self.shutdown_timeout,
         };
         let Some((c, private)) = self.take_for_close() else {
@@ -1447,7 +1331,7 @@ impl PyPushConsumer {
     ) -> PyResult<Bound<'py, PyAny>> {
         let me = slf.get();
         let t = match timeout.filter(|t| !t.is_none()) {
-            Some(t) => extract_duration(t, "timeout")?,
+            Some(t) => extract_duration("timeout", t)?,
             None => me.shutdown_timeout,
         };
         let taken = me.take_for_close();

@@ -20,16 +20,16 @@ use tokio::sync::oneshot;
 
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::listener::{ConsumeResult, Delivery};
+use crate::rocketmq::message_view::MessageView;
 use crate::rocketmq::process_queue::ProcessQueue;
 use crate::rocketmq::push_consumer::Context;
-use crate::rocketmq::received::ReceivedMessage;
 use crate::rocketmq::settle;
 
 /// Hand freshly cached messages of `pq` to consumption.
 pub(crate) fn dispatch<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
     pq: &Arc<ProcessQueue>,
-    views: Vec<Arc<ReceivedMessage>>,
+    views: Vec<Arc<MessageView>>,
 ) {
     if ctx.fifo {
         dispatch_fifo(ctx, pq, views);
@@ -41,7 +41,7 @@ pub(crate) fn dispatch<R: ConsumerRpc>(
 fn dispatch_standard<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
     pq: &Arc<ProcessQueue>,
-    views: Vec<Arc<ReceivedMessage>>,
+    views: Vec<Arc<MessageView>>,
 ) {
     let mut batch = Vec::with_capacity(views.len());
     for view in views {
@@ -76,7 +76,7 @@ fn dispatch_standard<R: ConsumerRpc>(
 fn dispatch_fifo<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
     pq: &Arc<ProcessQueue>,
-    views: Vec<Arc<ReceivedMessage>>,
+    views: Vec<Arc<MessageView>>,
 ) {
     let mut start = Vec::new();
     {
@@ -124,7 +124,7 @@ async fn fifo_lane<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>, 
 async fn consume_fifo_message<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
     pq: &Arc<ProcessQueue>,
-    view: &Arc<ReceivedMessage>,
+    view: &Arc<MessageView>,
 ) {
     let policy = ctx.rpc.settings().retry_policy;
     let max_attempts = policy.max_attempts;

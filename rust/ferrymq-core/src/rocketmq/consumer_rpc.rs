@@ -15,7 +15,7 @@ use crate::proto;
 use crate::rocketmq::client::{check_status, deadline, Client};
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
-use crate::rocketmq::received::{MessageSource, ReceivedMessage};
+use crate::rocketmq::message_view::{MessageSource, MessageView};
 use crate::rocketmq::settings;
 use crate::rocketmq::settings::{Backoff, RetryPolicy};
 use crate::status;
@@ -107,20 +107,20 @@ pub trait ConsumerRpc: Send + Sync + 'static {
     fn ack(
         &self,
         source: &MessageSource,
-        messages: &[&ReceivedMessage],
+        messages: &[&MessageView],
     ) -> impl Future<Output = Result<Vec<Result<()>>>> + Send;
 
     /// `ChangeInvisibleDuration`: returns the new receipt handle (the caller stores it).
     fn change_invisible_duration(
         &self,
-        message: &ReceivedMessage,
+        message: &MessageView,
         duration: Duration,
     ) -> impl Future<Output = Result<String>> + Send;
 
     /// `ForwardMessageToDeadLetterQueue`.
     fn forward_to_dead_letter_queue(
         &self,
-        message: &ReceivedMessage,
+        message: &MessageView,
         max_delivery_attempts: u32,
     ) -> impl Future<Output = Result<()>> + Send;
 }
@@ -323,7 +323,7 @@ impl ConsumerRpc for ClientRpc {
     async fn ack(
         &self,
         source: &MessageSource,
-        messages: &[&ReceivedMessage],
+        messages: &[&MessageView],
     ) -> Result<Vec<Result<()>>> {
         let timeout = self.timeout();
         let entries: Vec<proto::AckMessageEntry> = messages
@@ -331,7 +331,7 @@ impl ConsumerRpc for ClientRpc {
             .map(|m| proto::AckMessageEntry {
                 message_id: m.message_id().to_string(),
                 receipt_handle: m.receipt_handle().to_string(),
-                lite_topic: None,
+                lite_topic: m.lite_topic().map(str::to_string),
             })
             .collect();
         let handles: Vec<String> = entries.iter().map(|e| e.receipt_handle.clone()).collect();
@@ -376,7 +376,7 @@ impl ConsumerRpc for ClientRpc {
 
     async fn change_invisible_duration(
         &self,
-        message: &ReceivedMessage,
+        message: &MessageView,
         duration: Duration,
     ) -> Result<String> {
         let source = message.source();
@@ -388,7 +388,7 @@ impl ConsumerRpc for ClientRpc {
                 receipt_handle: message.receipt_handle().to_string(),
                 invisible_duration: Some(settings::to_duration(duration)),
                 message_id: message.message_id().to_string(),
-                lite_topic: None,
+                lite_topic: message.lite_topic().map(str::to_string),
                 suspend: None,
             },
             timeout,
@@ -410,7 +410,7 @@ impl ConsumerRpc for ClientRpc {
 
     async fn forward_to_dead_letter_queue(
         &self,
-        message: &ReceivedMessage,
+        message: &MessageView,
         max_delivery_attempts: u32,
     ) -> Result<()> {
         let source = message.source();
@@ -423,7 +423,7 @@ impl ConsumerRpc for ClientRpc {
                 message_id: message.message_id().to_string(),
                 delivery_attempt: message.delivery_attempt(),
                 max_delivery_attempts: i32::try_from(max_delivery_attempts).unwrap_or(i32::MAX),
-                lite_topic: None,
+                lite_topic: message.lite_topic().map(str::to_string),
             },
             timeout,
         );
@@ -611,7 +611,7 @@ pub(crate) mod fake {
         }
 
         fn access_endpoints(&self) -> Endpoints {
-            crate::rocketmq::received::tests::endpoints()
+            crate::rocketmq::message_view::tests::endpoints()
         }
 
         async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
@@ -664,7 +664,7 @@ pub(crate) mod fake {
         async fn ack(
             &self,
             _source: &MessageSource,
-            messages: &[&ReceivedMessage],
+            messages: &[&MessageView],
         ) -> Result<Vec<Result<()>>> {
             self.ack_rpcs.fetch_add(1, Ordering::Relaxed);
             if take_one(&self.fail_acks) {
@@ -702,7 +702,7 @@ pub(crate) mod fake {
 
         async fn change_invisible_duration(
             &self,
-            message: &ReceivedMessage,
+            message: &MessageView,
             duration: Duration,
         ) -> Result<String> {
             let s = {
@@ -729,7 +729,7 @@ pub(crate) mod fake {
 
         async fn forward_to_dead_letter_queue(
             &self,
-            message: &ReceivedMessage,
+            message: &MessageView,
             max_delivery_attempts: u32,
         ) -> Result<()> {
             let mut st = self.state.lock();

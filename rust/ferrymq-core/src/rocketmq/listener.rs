@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::rocketmq::received::ReceivedMessage;
+use crate::rocketmq::message_view::MessageView;
 
 /// The outcome of consuming one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,7 +33,7 @@ type Completion = Box<dyn FnOnce(Option<ConsumeResult>) + Send>;
 
 /// A message handed to a listener, with the means to report its result.
 pub struct Delivery {
-    message: Arc<ReceivedMessage>,
+    message: Arc<MessageView>,
     done: Option<Completion>,
 }
 
@@ -41,7 +41,7 @@ impl Delivery {
     /// A delivery whose result goes to `done`: `Some(result)` when consumed, `None` when it
     /// was abandoned before its callback started.
     pub fn new(
-        message: Arc<ReceivedMessage>,
+        message: Arc<MessageView>,
         done: impl FnOnce(Option<ConsumeResult>) + Send + 'static,
     ) -> Self {
         Self {
@@ -51,7 +51,7 @@ impl Delivery {
     }
 
     /// The message.
-    pub fn message(&self) -> &Arc<ReceivedMessage> {
+    pub fn message(&self) -> &Arc<MessageView> {
         &self.message
     }
 
@@ -109,7 +109,7 @@ pub trait Listener: Send + Sync + 'static {
 pub trait BatchListener: Send + Sync + 'static {
     /// Consume `messages` in order, pushing one result per message onto `results`. A result
     /// missing at the end counts as a failure.
-    fn consume_batch(&self, messages: &[Arc<ReceivedMessage>], results: &mut Vec<ConsumeResult>);
+    fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>);
 
     /// Wraps the whole life of a consumption thread: `run` is the thread's loop. The Python
     /// binding keeps a thread state alive across batches here, so taking the GIL per batch is
@@ -209,7 +209,7 @@ fn batch_size(shared: &PoolShared, queued: usize, idle: usize) -> usize {
 
 fn worker(shared: &PoolShared, listener: &dyn BatchListener) {
     let mut batch: Vec<Delivery> = Vec::new();
-    let mut views: Vec<Arc<ReceivedMessage>> = Vec::new();
+    let mut views: Vec<Arc<MessageView>> = Vec::new();
     let mut results: Vec<ConsumeResult> = Vec::new();
     loop {
         {

@@ -35,8 +35,8 @@ use crate::rocketmq::consume_service;
 use crate::rocketmq::consumer_rpc::{ConsumerRpc, ReceiveRequest};
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
+use crate::rocketmq::message_view::{MessageSource, MessageView};
 use crate::rocketmq::push_consumer::{ConsumerStats, Context};
-use crate::rocketmq::received::{MessageSource, ReceivedMessage};
 
 /// Back-off after a throttled receive (`TOO_MANY_REQUESTS`).
 pub const FLOW_CONTROL_BACKOFF: Duration = Duration::from_millis(20);
@@ -49,7 +49,7 @@ pub const CACHE_FULL_RECHECK: Duration = Duration::from_secs(1);
 /// waiting to be consumed, oldest first.
 #[derive(Default)]
 pub(crate) struct FifoLane {
-    pub(crate) pending: VecDeque<Arc<ReceivedMessage>>,
+    pub(crate) pending: VecDeque<Arc<MessageView>>,
 }
 
 /// The cache and receive state of one assigned message queue.
@@ -119,7 +119,7 @@ impl ProcessQueue {
 
     /// Put received messages in the cache; `reserved` slots taken before the receive are
     /// released at the same time.
-    fn cache(&self, views: &[Arc<ReceivedMessage>], reserved: usize) {
+    fn cache(&self, views: &[Arc<MessageView>], reserved: usize) {
         let bytes: usize = views.iter().map(|v| v.size()).sum();
         self.cached_messages
             .fetch_add(views.len(), Ordering::AcqRel);
@@ -129,7 +129,7 @@ impl ProcessQueue {
 
     /// End the lifecycle of `view`: it leaves the cache, and receive loops waiting for room are
     /// woken.
-    pub(crate) fn evict(&self, view: &ReceivedMessage) {
+    pub(crate) fn evict(&self, view: &MessageView) {
         self.cached_messages.fetch_sub(1, Ordering::AcqRel);
         self.cached_bytes.fetch_sub(view.size(), Ordering::AcqRel);
         self.stats.on_evicted(view.size());
@@ -212,7 +212,7 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<P
                 }
                 let mut views = Vec::with_capacity(messages.len());
                 for m in messages {
-                    match ReceivedMessage::from_proto(m, pq.source.clone()) {
+                    match MessageView::from_proto(m, pq.source.clone()) {
                         Ok(v) => views.push(Arc::new(v)),
                         Err(e) => tracing::warn!(
                             target: "ferrymq::consumer",

@@ -29,7 +29,6 @@ use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::listener::{ConsumeResult, Delivery, Listener};
 use crate::rocketmq::message_view::MessageView;
 use crate::rocketmq::process_queue::{receive_loop, ProcessQueue};
-use crate::rocketmq::received::{MessageSource, ReceivedMessage};
 use crate::rocketmq::settle::{self, SettleHandle};
 use crate::rocketmq::simple_consumer::subscription_settings;
 use crate::rocketmq::telemetry::CommandHandler;
@@ -472,10 +471,9 @@ impl<R: ConsumerRpc> PushConsumer<R> {
         let listener = ctx.listener.clone();
         let remaining = deadline.saturating_duration_since(Instant::now());
         let (abandoned, callbacks_finished) =
-            match tokio::task::spawn_blocking(move || listener.shutdown(remaining)).await {
-                Ok(r) => r,
-                Err(_) => (Vec::new(), false),
-            };
+            tokio::task::spawn_blocking(move || listener.shutdown(remaining))
+                .await
+                .unwrap_or_default();
         let abandoned_count = abandoned.len();
         for d in abandoned {
             d.abandon();
@@ -551,12 +549,8 @@ impl CommandHandler for ConsumerCommands {
                     "the consumer is not running".into(),
                 );
             };
-            let source = Arc::new(MessageSource {
-                topic: client.resource(&message.topic),
-                endpoints: client.access_endpoints().clone(),
-                queue_id: message.queue_id,
-            });
-            let view = Arc::new(ReceivedMessage::from_view(message, false, source));
+            let _ = client;
+            let view = Arc::new(message);
             let (tx, rx) = tokio::sync::oneshot::channel();
             listener.submit(vec![Delivery::new(view, move |r| {
                 let _ = tx.send(r);
@@ -717,20 +711,16 @@ mod tests {
     use crate::rocketmq::consumer_rpc::fake::FakeBroker;
     use crate::rocketmq::consumer_rpc::ConsumerSettings;
     use crate::rocketmq::listener::{BatchListener, WorkerPool};
-    use crate::rocketmq::received::ReceivedMessage;
+    use crate::rocketmq::message_view::MessageView;
     use crate::rocketmq::settings::{Backoff, RetryPolicy};
 
     struct FnListener<F>(F);
 
     impl<F> BatchListener for FnListener<F>
     where
-        F: Fn(&ReceivedMessage) -> ConsumeResult + Send + Sync + 'static,
+        F: Fn(&MessageView) -> ConsumeResult + Send + Sync + 'static,
     {
-        fn consume_batch(
-            &self,
-            messages: &[Arc<ReceivedMessage>],
-            results: &mut Vec<ConsumeResult>,
-        ) {
+        fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
             results.extend(messages.iter().map(|m| (self.0)(m)));
         }
     }
@@ -767,7 +757,7 @@ mod tests {
         f: F,
     ) -> PushConsumer<FakeBroker>
     where
-        F: Fn(&ReceivedMessage) -> ConsumeResult + Send + Sync + 'static,
+        F: Fn(&MessageView) -> ConsumeResult + Send + Sync + 'static,
     {
         let pool = WorkerPool::start(Arc::new(FnListener(f)), threads, 64).unwrap();
         PushConsumer::start(broker.clone(), config, Arc::new(pool)).unwrap()

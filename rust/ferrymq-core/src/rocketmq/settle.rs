@@ -18,9 +18,9 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::error::Error;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
+use crate::rocketmq::message_view::{MessageSource, MessageView};
 use crate::rocketmq::process_queue::ProcessQueue;
 use crate::rocketmq::push_consumer::Context;
-use crate::rocketmq::received::{MessageSource, ReceivedMessage};
 use crate::status;
 
 /// Interval between two attempts of a failed ack, nack or DLQ forward.
@@ -42,26 +42,26 @@ enum Kind {
 /// A message to settle.
 pub(crate) struct Job {
     pq: Arc<ProcessQueue>,
-    view: Arc<ReceivedMessage>,
+    view: Arc<MessageView>,
     kind: Kind,
 }
 
 impl Job {
-    pub(crate) fn ack(pq: Arc<ProcessQueue>, view: Arc<ReceivedMessage>) -> Self {
+    pub(crate) fn ack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
         Self {
             pq,
             view,
             kind: Kind::Ack(None),
         }
     }
-    pub(crate) fn nack(pq: Arc<ProcessQueue>, view: Arc<ReceivedMessage>) -> Self {
+    pub(crate) fn nack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
         Self {
             pq,
             view,
             kind: Kind::Nack,
         }
     }
-    pub(crate) fn release(pq: Arc<ProcessQueue>, view: Arc<ReceivedMessage>) -> Self {
+    pub(crate) fn release(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
         Self {
             pq,
             view,
@@ -182,7 +182,7 @@ pub(crate) async fn run<R: ConsumerRpc>(
 
 async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
     let source = jobs[0].view.source().clone();
-    let views: Vec<&ReceivedMessage> = jobs.iter().map(|j| &*j.view).collect();
+    let views: Vec<&MessageView> = jobs.iter().map(|j| &*j.view).collect();
     let result = ctx.rpc.ack(&source, &views).await;
     drop(views);
     let mut retry = Vec::new();
@@ -256,7 +256,7 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
 pub(crate) async fn ack_until_done<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
     pq: &Arc<ProcessQueue>,
-    view: &Arc<ReceivedMessage>,
+    view: &Arc<MessageView>,
 ) {
     let (tx, rx) = oneshot::channel();
     ctx.settle.submit(Job {
@@ -314,7 +314,7 @@ async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
 /// consumer gives up). The caller evicts the message afterwards.
 pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
-    view: &Arc<ReceivedMessage>,
+    view: &Arc<MessageView>,
     max_attempts: u32,
 ) {
     loop {

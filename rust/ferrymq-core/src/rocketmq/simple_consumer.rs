@@ -16,7 +16,7 @@ use crate::proto;
 use crate::rocketmq::client::{Client, ClientOptions};
 use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc, ReceiveRequest};
 use crate::rocketmq::filter::FilterExpression;
-use crate::rocketmq::received::{MessageSource, ReceivedMessage};
+use crate::rocketmq::message_view::{MessageSource, MessageView};
 use crate::rocketmq::telemetry::NoCommands;
 
 /// The longest long-polling time the broker honours (the proxy clamps to [5 s, 20 s]).
@@ -184,7 +184,7 @@ impl SimpleConsumer {
         &self,
         max_messages: u32,
         invisible_duration: Duration,
-    ) -> Result<Vec<Arc<ReceivedMessage>>> {
+    ) -> Result<Vec<Arc<MessageView>>> {
         self.client().check_running()?;
         if max_messages == 0 {
             return Err(Error::invalid("max_messages", "must be at least 1"));
@@ -222,7 +222,7 @@ impl SimpleConsumer {
             .await?;
         let mut out = Vec::with_capacity(messages.len());
         for m in messages {
-            match ReceivedMessage::from_proto(m, source.clone()) {
+            match MessageView::from_proto(m, source.clone()) {
                 Ok(v) => out.push(Arc::new(v)),
                 Err(e) => tracing::warn!(
                     target: "ferrymq::consumer",
@@ -234,7 +234,7 @@ impl SimpleConsumer {
     }
 
     /// Acknowledge `message`: it will not be delivered again.
-    pub async fn ack(&self, message: &ReceivedMessage) -> Result<()> {
+    pub async fn ack(&self, message: &MessageView) -> Result<()> {
         self.client().check_running()?;
         let mut results = self.rpc.ack(message.source(), &[message]).await?;
         match results.pop() {
@@ -247,7 +247,7 @@ impl SimpleConsumer {
     /// Make `message` invisible for `duration` from now; later acks use the new receipt handle.
     pub async fn change_invisible_duration(
         &self,
-        message: &ReceivedMessage,
+        message: &MessageView,
         duration: Duration,
     ) -> Result<()> {
         self.client().check_running()?;
