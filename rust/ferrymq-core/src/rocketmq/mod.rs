@@ -12,6 +12,7 @@ pub mod isolation;
 pub mod message_view;
 pub mod metadata;
 pub mod producer;
+pub mod pull;
 pub mod route;
 pub mod settings;
 pub mod telemetry;
