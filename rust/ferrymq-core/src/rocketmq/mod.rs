@@ -1,5 +1,5 @@
-//! RocketMQ 5 over gRPC (protocol `apache.rocketmq.v2`): the shared client layer and the
-//! producer.
+//! Apache RocketMQ 5 over gRPC (protocol `apache.rocketmq.v2`): the shared client layer, the
+//! producer and the consumers.
 //!
 //! * [`client::Client`] — the cheap `Clone` handle every role shares: channels, headers and
 //!   signing, telemetry, routes, isolation, heartbeats, shutdown.
@@ -7,14 +7,22 @@
 
 pub mod client;
 pub mod connection;
+pub mod consume_service;
+pub mod consumer_rpc;
 pub mod endpoints;
+pub mod filter;
 pub mod isolation;
+pub mod listener;
 pub mod message_view;
 pub mod metadata;
+pub mod process_queue;
 pub mod producer;
 pub mod pull;
+pub mod push_consumer;
+pub mod retry_policy;
 pub mod route;
 pub mod settings;
+pub mod settle;
 pub mod telemetry;
 
 pub use client::{check_status, deadline, Client, ClientOptions};

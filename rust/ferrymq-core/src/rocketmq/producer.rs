@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 
 use super::client::{check_status, deadline, Client, ClientOptions};
 use super::endpoints::Endpoints;
-use super::message_view::{timestamp_from_ms, MessageView};
+use super::message_view::MessageView;
 use super::telemetry::CommandHandler;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Message, MessageKind};
@@ -42,8 +42,12 @@ pub enum TransactionResolution {
 
 /// Answers the broker's orphaned-transaction checks.
 pub trait TransactionChecker: Send + Sync + 'static {
-    /// How did the transaction of `message` (with `transaction_id` set) end?
-    fn check(&self, message: MessageView) -> BoxFuture<'static, TransactionResolution>;
+    /// How did transaction `transaction_id`, which sent `message`, end?
+    fn check(
+        &self,
+        message: MessageView,
+        transaction_id: String,
+    ) -> BoxFuture<'static, TransactionResolution>;
 }
 
 /// Where a message went.
@@ -77,16 +81,16 @@ impl CommandHandler for Handler {
         client: Client,
         endpoints: Endpoints,
         message: MessageView,
+        transaction_id: String,
     ) -> BoxFuture<'static, ()> {
         let Some(checker) = self.checker.clone() else {
-            tracing::warn!(target: "ferrymq::rocketmq", message_id = %message.message_id, "orphaned-transaction check, but the producer has no transaction_checker");
+            tracing::warn!(target: "ferrymq::rocketmq", message_id = %message.message_id(), "orphaned-transaction check, but the producer has no transaction_checker");
             return Box::pin(async {});
         };
         Box::pin(async move {
-            let topic = message.topic.clone();
-            let message_id = message.message_id.clone();
-            let transaction_id = message.transaction_id.clone().unwrap_or_default();
-            let resolution = checker.check(message).await;
+            let topic = message.topic().to_string();
+            let message_id = message.message_id().to_string();
+            let resolution = checker.check(message, transaction_id.clone()).await;
             if resolution == TransactionResolution::Unknown {
                 tracing::debug!(target: "ferrymq::rocketmq", message_id = %message_id, "transaction checker answered unknown");
                 return;
@@ -140,6 +144,14 @@ pub async fn end_transaction(
         .await
         .map_err(|e| e.context("end transaction"))?;
     check_status(resp.into_inner().status.as_ref()).map_err(|e| e.context("end transaction"))
+}
+
+/// A protobuf timestamp from Unix milliseconds.
+pub fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
 }
 
 struct ProducerInner {
@@ -647,6 +659,11 @@ impl Transaction {
         }
         self.state.lock().receipts.push(receipt.clone());
         Ok(receipt)
+    }
+
+    /// How the transaction ended, if it did.
+    pub fn ended(&self) -> Option<TransactionResolution> {
+        self.state.lock().ended
     }
 
     /// The receipts of the half messages sent so far.

@@ -182,7 +182,7 @@ impl std::fmt::Debug for RouteCache {
 }
 
 /// Re-create a shared error for one caller (errors are not `Clone`).
-pub(crate) fn replicate(e: &Error) -> Error {
+pub fn replicate(e: &Error) -> Error {
     match e.rocketmq_code() {
         Some(code) if code < crate::status::GRPC_BASE => {
             let name = crate::status::name(code);

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{Client, ClientInner};
 use super::endpoints::Endpoints;
-use super::message_view::MessageView;
+use super::message_view::{MessageSource, MessageView};
 use crate::error::{Error, Result};
 use crate::proto;
 use crate::proto::telemetry_command::Command;
@@ -30,17 +30,18 @@ use crate::status;
 /// role implements only what it supports.
 pub trait CommandHandler: Send + Sync + 'static {
     /// The broker asks how an orphaned transaction ended (`RecoverOrphanedTransactionCommand`).
-    /// `message.transaction_id` is set. Resolve it with an `EndTransaction` to `endpoints`.
+    /// Resolve it with an `EndTransaction` of `transaction_id` to `endpoints`.
     fn recover_orphaned_transaction(
         &self,
         client: Client,
         endpoints: Endpoints,
         message: MessageView,
+        transaction_id: String,
     ) -> BoxFuture<'static, ()> {
-        let _ = (client, endpoints);
+        let _ = (client, endpoints, transaction_id);
         tracing::warn!(
             target: "ferrymq::rocketmq",
-            message_id = %message.message_id,
+            message_id = %message.message_id(),
             "orphaned-transaction check received, but this client has no transaction checker"
         );
         Box::pin(async {})
@@ -273,6 +274,26 @@ impl Session {
         *self.tx.lock() = None;
     }
 
+    /// Decode a message carried by a command (logged and skipped when it does not decode).
+    fn view(&self, message: Option<proto::Message>) -> Option<MessageView> {
+        let message = message?;
+        let source = MessageSource {
+            topic: message.topic.clone().unwrap_or_default(),
+            endpoints: self.endpoints.to_proto(),
+            queue_id: message
+                .system_properties
+                .as_ref()
+                .map_or(-1, |sp| sp.queue_id),
+        };
+        match MessageView::from_proto(message, Arc::new(source)) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(target: "ferrymq::rocketmq", error = %e, "undecodable message in a telemetry command");
+                None
+            }
+        }
+    }
+
     /// Handle one server command; returns true when the stream must be re-opened.
     fn handle(self: &Arc<Self>, weak: &Weak<ClientInner>, cmd: proto::TelemetryCommand) -> bool {
         let Some(client) = Client::upgrade(weak) else {
@@ -284,18 +305,22 @@ impl Session {
                 self.settings_gen.send_modify(|g| *g += 1);
             }
             Some(Command::RecoverOrphanedTransactionCommand(c)) => {
-                let mut view = MessageView::from_proto(c.message.unwrap_or_default());
-                view.transaction_id = Some(c.transaction_id);
-                tracing::info!(target: "ferrymq::rocketmq", message_id = %view.message_id, "orphaned transaction check");
+                let Some(view) = self.view(c.message) else {
+                    return false;
+                };
+                tracing::info!(target: "ferrymq::rocketmq", message_id = %view.message_id(), "orphaned transaction check");
                 let fut = client.handler().recover_orphaned_transaction(
                     client.clone(),
                     self.endpoints.clone(),
                     view,
+                    c.transaction_id,
                 );
                 tokio::spawn(fut);
             }
             Some(Command::VerifyMessageCommand(c)) => {
-                let view = MessageView::from_proto(c.message.unwrap_or_default());
+                let Some(view) = self.view(c.message) else {
+                    return false;
+                };
                 let fut = client.handler().verify_message(client.clone(), view);
                 let me = Arc::clone(self);
                 tokio::spawn(async move {
