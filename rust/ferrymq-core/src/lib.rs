@@ -4,11 +4,8 @@
 //! `cargo test`; the PyO3 binding crate (`ferrymq-python`) only converts values and releases the
 //! GIL. See `docs/architecture.md` for how the modules fit together.
 
-<<<<<<< HEAD
-pub mod columnar;
-=======
 pub mod broker;
->>>>>>> producer
+pub mod columnar;
 pub mod error;
 pub mod message;
 pub mod message_id;

@@ -17,7 +17,6 @@ use futures::StreamExt;
 
 use super::client::{check_status, deadline, Client, ClientOptions};
 use super::endpoints::Endpoints;
-use super::message_view::MessageView;
 use super::telemetry::NoCommands;
 use crate::columnar::{MessageColumns, Row};
 use crate::error::{Error, Result};
@@ -75,8 +74,8 @@ pub enum OffsetPolicy {
 /// The answer of one `PullMessage`.
 #[derive(Debug, Clone, Default)]
 pub struct Pulled {
-    /// Messages in queue order.
-    pub messages: Vec<MessageView>,
+    /// Messages in queue order, as the broker sent them.
+    pub messages: Vec<proto::Message>,
     /// The offset to pull next.
     pub next_offset: i64,
 }
@@ -242,7 +241,7 @@ impl PullReader {
             OffsetPolicy::End => (proto::QueryOffsetPolicy::End, None),
             OffsetPolicy::Timestamp(ms) => (
                 proto::QueryOffsetPolicy::Timestamp,
-                Some(super::message_view::timestamp_from_ms(ms)),
+                Some(timestamp_from_ms(ms)),
             ),
         };
         let timeout = self.client.settings().request_timeout;
@@ -353,7 +352,7 @@ impl PullReader {
                         }
                     }
                     Some(proto::pull_message_response::Content::Message(m)) => {
-                        out.messages.push(MessageView::from_proto(m));
+                        out.messages.push(m);
                     }
                     Some(proto::pull_message_response::Content::NextOffset(n)) => next = Some(n),
                     None => {}
@@ -364,7 +363,7 @@ impl PullReader {
                 None => out
                     .messages
                     .iter()
-                    .filter_map(|m| m.queue_offset)
+                    .filter_map(queue_offset)
                     .max()
                     .map_or(offset, |o| o + 1),
             };
@@ -403,12 +402,10 @@ impl PullReader {
                 .min(i64::from(self.pull_batch_size))
                 .min(i64::try_from(max_rows - columns.len()).unwrap_or(i64::MAX));
             let want = i32::try_from(want).unwrap_or(i32::MAX);
-            let pulled = self
-                .pull(topic, queue, at, want, Duration::from_millis(200))
-                .await?;
+            let pulled = self.pull(topic, queue, at, want, Duration::ZERO).await?;
             let mut advanced = pulled.next_offset > at;
             for m in &pulled.messages {
-                let Some(off) = m.queue_offset else {
+                let Some(off) = queue_offset(m) else {
                     return Err(Error::protocol(format!(
                         "PullMessage {topic}/{}: a message without a queue offset",
                         queue.key()
@@ -421,7 +418,7 @@ impl PullReader {
                     break;
                 }
                 first_offset.get_or_insert(off);
-                push_view(&mut columns, m, topic, off)?;
+                push_message(&mut columns, m, topic, off)?;
                 at = off + 1;
                 advanced = true;
             }
@@ -459,30 +456,53 @@ fn is_readable(q: &proto::MessageQueue) -> bool {
         || q.permission == proto::Permission::ReadWrite as i32
 }
 
-/// Append a received message to `columns` as row `offset` of `topic`.
-pub fn push_view(
+fn queue_offset(m: &proto::Message) -> Option<i64> {
+    m.system_properties.as_ref().and_then(|p| p.queue_offset)
+}
+
+fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+fn micros(t: &prost_types::Timestamp) -> i64 {
+    t.seconds
+        .saturating_mul(1_000_000)
+        .saturating_add(i64::from(t.nanos / 1000))
+}
+
+/// Append a wire message to `columns` as row `offset` of `topic` (the store time is the
+/// timestamp, or the born time when the broker sent none).
+pub fn push_message(
     columns: &mut MessageColumns,
-    m: &MessageView,
+    m: &proto::Message,
     topic: &str,
     offset: i64,
 ) -> Result<()> {
-    let props: Vec<(&str, &str)> = m
-        .properties
+    let mut props: Vec<(&str, &str)> = m
+        .user_properties
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let ts_ms = m.store_timestamp_ms.or(m.born_timestamp_ms);
+    props.sort_unstable();
+    let sp = m.system_properties.as_ref();
+    let ts = sp.and_then(|p| p.store_timestamp.as_ref().or(p.born_timestamp.as_ref()));
+    let name = m.topic.as_ref().map_or("", |t| t.name.as_str());
     columns.push(&Row {
-        key: m.keys.first().map(String::as_bytes),
+        key: sp.and_then(|p| p.keys.first()).map(String::as_bytes),
         value: &m.body,
-        topic: if m.topic.is_empty() { topic } else { &m.topic },
-        partition: m.queue_id,
+        topic: if name.is_empty() { topic } else { name },
+        partition: sp.map_or(0, |p| p.queue_id),
         offset,
-        timestamp_us: ts_ms.map(|ms| ms.saturating_mul(1000)),
+        timestamp_us: ts.map(micros),
         properties: &props,
-        tag: m.tag.as_deref(),
-        message_group: m.message_group.as_deref(),
-        message_id: (!m.message_id.is_empty()).then_some(m.message_id.as_str()),
+        tag: sp.and_then(|p| p.tag.as_deref()),
+        message_group: sp.and_then(|p| p.message_group.as_deref()),
+        message_id: sp
+            .map(|p| p.message_id.as_str())
+            .filter(|id| !id.is_empty()),
     })
 }
 
@@ -521,33 +541,29 @@ mod tests {
     }
 
     #[test]
-    fn views_become_rows() {
-        let m = MessageView {
-            message_id: "id1".into(),
-            topic: String::new(),
+    fn messages_become_rows() {
+        let m = proto::Message {
+            topic: None,
+            user_properties: [("p".to_string(), "q".to_string())].into(),
+            system_properties: Some(proto::SystemProperties {
+                message_id: "id1".into(),
+                tag: Some("t".into()),
+                keys: vec!["k1".into(), "k2".into()],
+                born_timestamp: Some(timestamp_from_ms(5)),
+                store_timestamp: Some(timestamp_from_ms(7)),
+                queue_id: 2,
+                queue_offset: Some(9),
+                ..Default::default()
+            }),
             body: bytes::Bytes::from_static(b"v"),
-            tag: Some("t".into()),
-            keys: vec!["k1".into(), "k2".into()],
-            properties: [("p".to_string(), "q".to_string())].into(),
-            message_group: None,
-            delivery_timestamp_ms: None,
-            born_timestamp_ms: Some(5),
-            born_host: String::new(),
-            store_timestamp_ms: Some(7),
-            queue_id: 2,
-            queue_offset: Some(9),
-            delivery_attempt: None,
-            receipt_handle: None,
-            priority: None,
-            message_type: None,
-            transaction_id: None,
         };
         let mut c = MessageColumns::new();
-        push_view(&mut c, &m, "orders", 9).unwrap();
+        push_message(&mut c, &m, "orders", 9).unwrap();
         assert_eq!(c.key.data(), b"k1");
         assert_eq!(c.topic.data(), b"orders");
         assert_eq!(c.timestamp_us.values(), &[7000]);
         assert_eq!(c.partition, vec![2]);
         assert_eq!(c.message_id.data(), b"id1");
+        assert_eq!(queue_offset(&m), Some(9));
     }
 }
