@@ -71,7 +71,9 @@ def unique(request: pytest.FixtureRequest) -> Callable[[str], str]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(broker: EmbeddedBroker) -> Iterator[Any]:
+    # Depends on ``broker`` only so that Spark (and the clients cached in its Python workers)
+    # stops before the broker does.
     import os
     import shutil
     import sys
