@@ -7,6 +7,7 @@
 mod broker;
 mod client_options;
 mod columns;
+mod consumer;
 mod errors;
 mod logging;
 mod message;
@@ -31,6 +32,10 @@ mod _native {
     use crate::client_options::{PyCredentials, PyTlsConfig};
     #[pymodule_export]
     use crate::columns::PyMessageColumns;
+    #[pymodule_export]
+    use crate::consumer::{
+        PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
+    };
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
