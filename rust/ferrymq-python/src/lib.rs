@@ -4,6 +4,7 @@
 //! [`runtime::enter`] (blocking) or [`runtime::future_into_py`] (asyncio), and maps errors in
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
+mod broker;
 mod errors;
 mod logging;
 mod message;
@@ -19,6 +20,8 @@ const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker"];
 mod _native {
     use super::*;
 
+    #[pymodule_export]
+    use crate::broker::EmbeddedBroker;
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
