@@ -9,6 +9,7 @@ pub mod error;
 pub mod message;
 pub mod message_id;
 pub mod proto;
+pub mod rocketmq;
 pub mod selector;
 pub mod status;
 
