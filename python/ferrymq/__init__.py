@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging as _logging
 
 from . import _native
-from ._native import Message
+from ._native import Credentials, Message, MessageView, SendReceipt, TlsConfig, Transaction
 from .exceptions import (
     BrokerError,
     ClientClosedError,
@@ -21,12 +21,15 @@ from .exceptions import (
     InvalidArgumentError,
     ProtocolError,
 )
+from .producer import DeliveryCallback, Producer, TransactionResolution
 
 __version__: str = _native.__version__
 
 __all__ = [
     "BrokerError",
     "ClientClosedError",
+    "Credentials",
+    "DeliveryCallback",
     "FerryConnectionError",
     "FerryError",
     "FerryTimeoutError",
@@ -34,7 +37,13 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "Message",
+    "MessageView",
+    "Producer",
     "ProtocolError",
+    "SendReceipt",
+    "TlsConfig",
+    "Transaction",
+    "TransactionResolution",
     "__version__",
     "features",
     "sync_log_level",

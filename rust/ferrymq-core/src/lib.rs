@@ -5,10 +5,12 @@
 //! GIL. See `docs/architecture.md` for how the modules fit together.
 
 pub mod broker;
+pub mod columnar;
 pub mod error;
 pub mod message;
 pub mod message_id;
 pub mod proto;
+pub mod rocketmq;
 pub mod selector;
 pub mod status;
 

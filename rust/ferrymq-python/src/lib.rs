@@ -5,16 +5,22 @@
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
 mod broker;
+mod client_options;
+mod columns;
+mod consumer;
 mod errors;
 mod logging;
 mod message;
+mod message_view;
 mod probe;
+mod producer;
+mod pull_reader;
 mod runtime;
 
 use pyo3::prelude::*;
 
 /// Features compiled into this build, for `ferrymq.features()`.
-const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker"];
+const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker", "rocketmq-producer"];
 
 #[pymodule]
 mod _native {
@@ -23,9 +29,23 @@ mod _native {
     #[pymodule_export]
     use crate::broker::EmbeddedBroker;
     #[pymodule_export]
+    use crate::client_options::{PyCredentials, PyTlsConfig};
+    #[pymodule_export]
+    use crate::columns::PyMessageColumns;
+    #[pymodule_export]
+    use crate::consumer::{
+        PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
+    };
+    #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
+    use crate::message_view::PyMessageView;
+    #[pymodule_export]
     use crate::probe::Probe;
+    #[pymodule_export]
+    use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
+    #[pymodule_export]
+    use crate::pull_reader::PyPullReader;
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
