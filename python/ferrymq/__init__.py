@@ -9,7 +9,14 @@ from __future__ import annotations
 import logging as _logging
 
 from . import _native
-from ._native import Message
+from ._native import (
+    ConsumeResult,
+    FilterExpression,
+    Message,
+    MessageView,
+    PushConsumer,
+    SimpleConsumer,
+)
 from .exceptions import (
     BrokerError,
     ClientClosedError,
@@ -27,14 +34,19 @@ __version__: str = _native.__version__
 __all__ = [
     "BrokerError",
     "ClientClosedError",
+    "ConsumeResult",
     "FerryConnectionError",
     "FerryError",
     "FerryTimeoutError",
+    "FilterExpression",
     "FlowControlError",
     "InternalError",
     "InvalidArgumentError",
     "Message",
+    "MessageView",
     "ProtocolError",
+    "PushConsumer",
+    "SimpleConsumer",
     "__version__",
     "features",
     "sync_log_level",
