@@ -6,6 +6,7 @@
 
 mod broker;
 mod client_options;
+mod consumer;
 mod errors;
 mod logging;
 mod message;
@@ -27,6 +28,10 @@ mod _native {
     use crate::broker::EmbeddedBroker;
     #[pymodule_export]
     use crate::client_options::{PyCredentials, PyTlsConfig};
+    #[pymodule_export]
+    use crate::consumer::{
+        PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
+    };
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
