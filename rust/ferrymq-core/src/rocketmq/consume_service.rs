@@ -127,7 +127,7 @@ async fn consume_fifo_message<R: ConsumerRpc>(
     view: &Arc<MessageView>,
 ) {
     let policy = ctx.rpc.settings().retry_policy;
-    let max_attempts = policy.max_attempts();
+    let max_attempts = policy.max_attempts;
     if view.is_corrupted() {
         tracing::warn!(
             target: "ferrymq::consumer",
@@ -164,7 +164,7 @@ async fn consume_fifo_message<R: ConsumerRpc>(
                     settle::forward_to_dlq_until_done(ctx, view, max_attempts).await;
                     return;
                 }
-                let delay = policy.next_attempt_delay(attempt);
+                let delay = policy.delay(u32::try_from(attempt).unwrap_or(1));
                 tokio::select! {
                     () = ctx.closing.cancelled() => return,
                     () = tokio::time::sleep(delay) => {}

@@ -8,11 +8,17 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::error::Result;
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
 use crate::proto;
+use crate::rocketmq::client::{check_status, deadline, Client};
+use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
-use crate::rocketmq::retry_policy::RetryPolicy;
+use crate::rocketmq::settings;
+use crate::rocketmq::settings::{Backoff, RetryPolicy};
+use crate::status;
 
 /// Consumer settings: what the client asked for, overwritten by what the broker issued on the
 /// telemetry stream (`Settings.subscription` and `Settings.backoff_policy`).
@@ -34,8 +40,27 @@ impl Default for ConsumerSettings {
             fifo: false,
             receive_batch_size: 32,
             long_polling_timeout: Duration::from_secs(20),
-            retry_policy: RetryPolicy::default(),
+            retry_policy: default_retry_policy(),
         }
+    }
+}
+
+/// The delays the stock proxy issues to a consumer group by default (`messageDelayLevel` 3 and up).
+const DEFAULT_DELAYS_SECS: [u64; 18] = [
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+];
+
+/// The stock proxy's default consumer retry policy: 17 attempts, customized delays. Used only
+/// until the broker's settings arrive.
+pub fn default_retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 17,
+        backoff: Backoff::Customized(
+            DEFAULT_DELAYS_SECS
+                .iter()
+                .map(|s| Duration::from_secs(*s))
+                .collect(),
+        ),
     }
 }
 
@@ -61,6 +86,9 @@ pub struct ReceiveRequest {
 pub trait ConsumerRpc: Send + Sync + 'static {
     /// The current consumer settings (after the broker's telemetry echo).
     fn settings(&self) -> ConsumerSettings;
+
+    /// The access point, which settles messages of queues whose route names no broker.
+    fn access_endpoints(&self) -> Endpoints;
 
     /// `QueryAssignment`: the queues of `topic` this consumer group should read.
     fn query_assignment(
@@ -95,6 +123,323 @@ pub trait ConsumerRpc: Send + Sync + 'static {
         message: &MessageView,
         max_delivery_attempts: u32,
     ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// [`ConsumerRpc`] over the shared client layer: headers, signing, channels and settings come
+/// from the [`Client`]; settings lost by a restarted broker are re-sent on the first
+/// `UNRECOGNIZED_CLIENT_TYPE`.
+#[derive(Clone, Debug)]
+pub struct ClientRpc {
+    client: Client,
+    group: proto::Resource,
+}
+
+fn is_readable_leader(q: &proto::MessageQueue) -> bool {
+    let p = q.permission;
+    (p == proto::Permission::Read as i32 || p == proto::Permission::ReadWrite as i32)
+        && q.broker.as_ref().is_some_and(|b| b.id == 0)
+}
+
+impl ClientRpc {
+    /// RPCs of `client` on behalf of consumer `group`.
+    pub fn new(client: Client, group: &str) -> Self {
+        let group = client.resource(group);
+        Self { client, group }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The group resource.
+    pub fn group(&self) -> &proto::Resource {
+        &self.group
+    }
+
+    fn timeout(&self) -> Duration {
+        self.client.settings().request_timeout
+    }
+
+    async fn failed<T>(&self, endpoints: &Endpoints, err: Error) -> Result<T> {
+        self.client.on_rpc_error(endpoints, &err).await;
+        Err(err)
+    }
+
+    /// The readable leader queues of `topic` (route cached by the client).
+    pub async fn readable_queues(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
+        let route = self.client.route(topic).await?;
+        let queues: Vec<proto::MessageQueue> = route
+            .queues()
+            .iter()
+            .filter(|q| is_readable_leader(q))
+            .cloned()
+            .collect();
+        if queues.is_empty() {
+            return Err(Error::rocketmq_status(
+                status::FORBIDDEN,
+                format!("topic {topic:?} has no readable queue"),
+            ));
+        }
+        Ok(queues)
+    }
+
+    async fn send_receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+        use proto::receive_message_response::Content;
+        let endpoints =
+            MessageSource::of_queue(&request.queue, self.client.access_endpoints()).endpoints;
+        let timeout = request.long_polling_timeout + self.timeout();
+        let req = self.client.request_with_timeout(
+            proto::ReceiveMessageRequest {
+                group: Some(self.group.clone()),
+                message_queue: Some(request.queue),
+                filter_expression: Some(request.filter.to_proto()),
+                batch_size: i32::try_from(request.batch_size).unwrap_or(i32::MAX),
+                invisible_duration: request.invisible_duration.map(settings::to_duration),
+                auto_renew: request.auto_renew,
+                long_polling_timeout: Some(settings::to_duration(request.long_polling_timeout)),
+                attempt_id: None,
+            },
+            timeout,
+        );
+        let result: Result<Vec<proto::Message>> = async {
+            let mut stub = self.client.stub(&endpoints)?;
+            let until = tokio::time::Instant::now() + timeout;
+            let mut stream = tokio::time::timeout_at(until, stub.receive_message(req))
+                .await
+                .map_err(|_| Error::timeout("receive: no answer before the deadline"))??
+                .into_inner();
+            let mut messages = Vec::new();
+            let mut code = None;
+            loop {
+                let next = tokio::time::timeout_at(until, stream.message())
+                    .await
+                    .map_err(|_| Error::timeout("receive: the stream did not end in time"))??;
+                match next {
+                    None => break,
+                    Some(r) => match r.content {
+                        Some(Content::Status(s)) => code = Some(s),
+                        Some(Content::Message(m)) => messages.push(m),
+                        Some(Content::DeliveryTimestamp(_)) | None => {}
+                    },
+                }
+            }
+            match code {
+                Some(s) if s.code == status::MESSAGE_NOT_FOUND => Ok(Vec::new()),
+                Some(s) if s.code != status::OK => Err(Error::rocketmq_status(s.code, s.message)),
+                _ => Ok(messages),
+            }
+        }
+        .await;
+        match result {
+            Ok(m) => Ok(m),
+            Err(e) => self.failed(&endpoints, e).await,
+        }
+    }
+
+    /// `ReceiveMessage` as a simple consumer (no auto-renew; the caller's invisible duration).
+    pub async fn receive_simple(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+        self.send_receive(request).await
+    }
+}
+
+impl ConsumerRpc for ClientRpc {
+    fn settings(&self) -> ConsumerSettings {
+        let s = self.client.settings();
+        let d = ConsumerSettings::default();
+        ConsumerSettings {
+            fifo: s.fifo.unwrap_or(d.fifo),
+            receive_batch_size: s
+                .receive_batch_size
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(d.receive_batch_size),
+            long_polling_timeout: s
+                .long_polling_timeout
+                .filter(|t| !t.is_zero())
+                .unwrap_or(d.long_polling_timeout),
+            retry_policy: if s.from_server {
+                s.retry_policy.clone()
+            } else {
+                d.retry_policy
+            },
+        }
+    }
+
+    fn access_endpoints(&self) -> Endpoints {
+        self.client.access_endpoints().clone()
+    }
+
+    async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
+        // Ask a broker of the topic's route (which also opens its telemetry session, so
+        // heartbeats reach it); the access point when the route has none.
+        let route = self.client.route(topic).await?;
+        let endpoints = route
+            .queues()
+            .iter()
+            .position(is_readable_leader)
+            .map_or_else(
+                || self.client.access_endpoints().clone(),
+                |i| route.queue_endpoints(i).clone(),
+            );
+        let timeout = self.timeout();
+        let req = self.client.request_with_timeout(
+            proto::QueryAssignmentRequest {
+                topic: Some(self.client.resource(topic)),
+                group: Some(self.group.clone()),
+                endpoints: Some(self.client.access_endpoints().to_proto()),
+            },
+            timeout,
+        );
+        let result: Result<Vec<proto::MessageQueue>> = async {
+            let mut stub = self.client.stub(&endpoints)?;
+            let resp = deadline(timeout, stub.query_assignment(req))
+                .await?
+                .into_inner();
+            check_status(resp.status.as_ref())?;
+            Ok(resp
+                .assignments
+                .into_iter()
+                .filter_map(|a| a.message_queue)
+                .collect())
+        }
+        .await;
+        match result {
+            Ok(q) => Ok(q),
+            Err(e) => {
+                self.failed(
+                    &endpoints,
+                    e.context(format!("assignment of topic {topic:?}")),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+        self.send_receive(request).await
+    }
+
+    async fn ack(
+        &self,
+        source: &MessageSource,
+        messages: &[&MessageView],
+    ) -> Result<Vec<Result<()>>> {
+        let timeout = self.timeout();
+        let entries: Vec<proto::AckMessageEntry> = messages
+            .iter()
+            .map(|m| proto::AckMessageEntry {
+                message_id: m.message_id().to_string(),
+                receipt_handle: m.receipt_handle().to_string(),
+                lite_topic: m.lite_topic().map(str::to_string),
+            })
+            .collect();
+        let handles: Vec<String> = entries.iter().map(|e| e.receipt_handle.clone()).collect();
+        let req = self.client.request_with_timeout(
+            proto::AckMessageRequest {
+                group: Some(self.group.clone()),
+                topic: Some(source.topic.clone()),
+                entries,
+            },
+            timeout,
+        );
+        let result: Result<Vec<Result<()>>> = async {
+            let mut stub = self.client.stub(&source.endpoints)?;
+            let resp = deadline(timeout, stub.ack_message(req)).await?.into_inner();
+            check_status(resp.status.as_ref())?;
+            let top = resp.status.unwrap_or_default();
+            let by_handle: HashMap<String, proto::Status> = resp
+                .entries
+                .into_iter()
+                .filter_map(|e| e.status.map(|s| (e.receipt_handle, s)))
+                .collect();
+            Ok(handles
+                .iter()
+                .map(|h| {
+                    let s = by_handle.get(h).unwrap_or(&top);
+                    if s.code == status::OK {
+                        Ok(())
+                    } else if s.code == status::MULTIPLE_RESULTS {
+                        Err(Error::protocol("ack: no result for this entry"))
+                    } else {
+                        Err(Error::rocketmq_status(s.code, s.message.clone()))
+                    }
+                })
+                .collect())
+        }
+        .await;
+        match result {
+            Ok(r) => Ok(r),
+            Err(e) => self.failed(&source.endpoints, e).await,
+        }
+    }
+
+    async fn change_invisible_duration(
+        &self,
+        message: &MessageView,
+        duration: Duration,
+    ) -> Result<String> {
+        let source = message.source();
+        let timeout = self.timeout();
+        let req = self.client.request_with_timeout(
+            proto::ChangeInvisibleDurationRequest {
+                group: Some(self.group.clone()),
+                topic: Some(source.topic.clone()),
+                receipt_handle: message.receipt_handle().to_string(),
+                invisible_duration: Some(settings::to_duration(duration)),
+                message_id: message.message_id().to_string(),
+                lite_topic: message.lite_topic().map(str::to_string),
+                suspend: None,
+            },
+            timeout,
+        );
+        let result: Result<String> = async {
+            let mut stub = self.client.stub(&source.endpoints)?;
+            let resp = deadline(timeout, stub.change_invisible_duration(req))
+                .await?
+                .into_inner();
+            check_status(resp.status.as_ref())?;
+            Ok(resp.receipt_handle)
+        }
+        .await;
+        match result {
+            Ok(h) => Ok(h),
+            Err(e) => self.failed(&source.endpoints, e).await,
+        }
+    }
+
+    async fn forward_to_dead_letter_queue(
+        &self,
+        message: &MessageView,
+        max_delivery_attempts: u32,
+    ) -> Result<()> {
+        let source = message.source();
+        let timeout = self.timeout();
+        let req = self.client.request_with_timeout(
+            proto::ForwardMessageToDeadLetterQueueRequest {
+                group: Some(self.group.clone()),
+                topic: Some(source.topic.clone()),
+                receipt_handle: message.receipt_handle().to_string(),
+                message_id: message.message_id().to_string(),
+                delivery_attempt: message.delivery_attempt(),
+                max_delivery_attempts: i32::try_from(max_delivery_attempts).unwrap_or(i32::MAX),
+                lite_topic: message.lite_topic().map(str::to_string),
+            },
+            timeout,
+        );
+        let result: Result<()> = async {
+            let mut stub = self.client.stub(&source.endpoints)?;
+            let resp = deadline(timeout, stub.forward_message_to_dead_letter_queue(req))
+                .await?
+                .into_inner();
+            check_status(resp.status.as_ref())
+        }
+        .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => self.failed(&source.endpoints, e).await,
+        }
+    }
 }
 
 /// An in-memory broker for unit tests: POP semantics (invisible until settled), FIFO groups
@@ -179,7 +524,7 @@ pub(crate) mod fake {
         }
 
         fn requeue(&self, mut s: Stored) {
-            let max = self.settings.lock().retry_policy.max_attempts();
+            let max = self.settings.lock().retry_policy.max_attempts;
             s.attempt += 1;
             if u32::try_from(s.attempt).unwrap_or(0) > max {
                 self.dlq.lock().push((s.id, max));
@@ -251,7 +596,7 @@ pub(crate) mod fake {
                         message_group: s.group.clone(),
                         ..Default::default()
                     }),
-                    body: s.body.clone().into(),
+                    body: bytes::Bytes::from(s.body.clone()),
                 });
                 st.inflight.insert(handle, s);
             }
@@ -263,6 +608,10 @@ pub(crate) mod fake {
     impl ConsumerRpc for FakeBroker {
         fn settings(&self) -> ConsumerSettings {
             self.settings.lock().clone()
+        }
+
+        fn access_endpoints(&self) -> Endpoints {
+            crate::rocketmq::message_view::tests::endpoints()
         }
 
         async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {

@@ -110,6 +110,13 @@ pub trait BatchListener: Send + Sync + 'static {
     /// Consume `messages` in order, pushing one result per message onto `results`. A result
     /// missing at the end counts as a failure.
     fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>);
+
+    /// Wraps the whole life of a consumption thread: `run` is the thread's loop. The Python
+    /// binding keeps a thread state alive across batches here, so taking the GIL per batch is
+    /// cheap.
+    fn run_thread(&self, run: &mut (dyn FnMut() + Send)) {
+        run();
+    }
 }
 
 /// Wall time of user callbacks one batch should take.
@@ -169,7 +176,7 @@ impl WorkerPool {
             let listener = listener.clone();
             let h = std::thread::Builder::new()
                 .name(format!("ferrymq-consume-{i}"))
-                .spawn(move || worker(&shared, &*listener))
+                .spawn(move || listener.run_thread(&mut || worker(&shared, &*listener)))
                 .map_err(|e| Error::internal(format!("cannot start a consumption thread: {e}")))?;
             handles.push(h);
         }

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::proto;
+use crate::rocketmq::endpoints::Endpoints;
 
 /// Where a received message came from, shared by every message of one queue: its topic and the
 /// broker endpoints that must settle it (ack, change invisible duration, forward to DLQ).
@@ -23,22 +24,25 @@ use crate::proto;
 pub struct MessageSource {
     /// The topic resource, namespace included.
     pub topic: proto::Resource,
-    /// The endpoints of the broker that served the queue.
-    pub endpoints: proto::Endpoints,
+    /// The broker that served the queue (and settles its messages).
+    pub endpoints: Endpoints,
     /// The queue id, or -1 when unknown.
     pub queue_id: i32,
 }
 
 impl MessageSource {
-    /// The source of messages received from `mq`.
-    pub fn of_queue(mq: &proto::MessageQueue) -> Self {
+    /// The source of messages received from `mq`; `fallback` (the access point) serves queues
+    /// whose route names no broker endpoints.
+    pub fn of_queue(mq: &proto::MessageQueue, fallback: &Endpoints) -> Self {
+        let endpoints = mq
+            .broker
+            .as_ref()
+            .and_then(|b| b.endpoints.as_ref())
+            .and_then(|e| Endpoints::from_proto(e).ok())
+            .unwrap_or_else(|| fallback.clone());
         Self {
             topic: mq.topic.clone().unwrap_or_default(),
-            endpoints: mq
-                .broker
-                .as_ref()
-                .and_then(|b| b.endpoints.clone())
-                .unwrap_or_default(),
+            endpoints,
             queue_id: mq.id,
         }
     }
@@ -92,8 +96,7 @@ impl MessageView {
         if let Some(d) = &sp.body_digest {
             if d.r#type == proto::DigestType::Crc32 as i32 {
                 let crc = crc32fast::hash(&body);
-                corrupted = !d.checksum.eq_ignore_ascii_case(&format!("{crc:08X}"))
-                    && !d.checksum.eq_ignore_ascii_case(&format!("{crc:X}"));
+                corrupted = u32::from_str_radix(d.checksum.trim(), 16).ok() != Some(crc);
             }
         }
         if sp.body_encoding == proto::Encoding::Gzip as i32 {
@@ -285,13 +288,21 @@ pub(crate) mod tests {
         }
     }
 
+    pub(crate) fn endpoints() -> Endpoints {
+        Endpoints::new(vec![crate::rocketmq::endpoints::Address {
+            host: "127.0.0.1".into(),
+            port: 1,
+        }])
+        .unwrap()
+    }
+
     pub(crate) fn source() -> Arc<MessageSource> {
         Arc::new(MessageSource {
             topic: proto::Resource {
                 resource_namespace: String::new(),
                 name: "t".into(),
             },
-            endpoints: proto::Endpoints::default(),
+            endpoints: endpoints(),
             queue_id: 3,
         })
     }

@@ -4,6 +4,8 @@
 //! * [`client::Client`] — the cheap `Clone` handle every role shares: channels, headers and
 //!   signing, telemetry, routes, isolation, heartbeats, shutdown.
 //! * [`producer::Producer`] — the publishing workflow of the seed specification.
+//! * [`simple_consumer::SimpleConsumer`] and [`push_consumer::PushConsumer`] — the consumers
+//!   (process queues, consume services, settle path).
 
 pub mod client;
 pub mod connection;
@@ -17,11 +19,12 @@ pub mod message_view;
 pub mod metadata;
 pub mod process_queue;
 pub mod producer;
+pub mod pull;
 pub mod push_consumer;
-pub mod retry_policy;
 pub mod route;
 pub mod settings;
 pub mod settle;
+pub mod simple_consumer;
 pub mod telemetry;
 
 pub use client::{check_status, deadline, Client, ClientOptions};

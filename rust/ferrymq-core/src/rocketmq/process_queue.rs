@@ -33,6 +33,7 @@ use crate::error::ErrorKind;
 use crate::proto;
 use crate::rocketmq::consume_service;
 use crate::rocketmq::consumer_rpc::{ConsumerRpc, ReceiveRequest};
+use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 use crate::rocketmq::push_consumer::{ConsumerStats, Context};
@@ -72,10 +73,11 @@ impl ProcessQueue {
         filter: FilterExpression,
         cancel: CancellationToken,
         stats: Arc<ConsumerStats>,
+        fallback: &Endpoints,
     ) -> Self {
         Self {
             stats,
-            source: Arc::new(MessageSource::of_queue(&queue)),
+            source: Arc::new(MessageSource::of_queue(&queue, fallback)),
             queue,
             filter,
             cancel,

@@ -23,11 +23,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::consumer_rpc::ConsumerRpc;
+use crate::rocketmq::client::{Client, ClientOptions};
+use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc};
 use crate::rocketmq::filter::FilterExpression;
-use crate::rocketmq::listener::{ConsumeResult, Listener};
+use crate::rocketmq::listener::{ConsumeResult, Delivery, Listener};
+use crate::rocketmq::message_view::MessageView;
 use crate::rocketmq::process_queue::{receive_loop, ProcessQueue};
 use crate::rocketmq::settle::{self, SettleHandle};
+use crate::rocketmq::simple_consumer::subscription_settings;
+use crate::rocketmq::telemetry::CommandHandler;
+use crate::status;
 
 /// Java's default cap on cached messages per consumer.
 pub const DEFAULT_MAX_CACHE_MESSAGES: usize = 4096;
@@ -520,6 +525,105 @@ impl<R: ConsumerRpc> Drop for PushConsumer<R> {
     }
 }
 
+/// `FAILED_TO_CONSUME_MESSAGE`, the `VerifyMessageResult` status of a message not consumed.
+const FAILED_TO_CONSUME_MESSAGE: i32 = 60000;
+
+/// Telemetry commands of a push consumer: `VerifyMessageCommand` runs the listener on the
+/// message and reports whether it consumed it.
+#[derive(Default)]
+pub struct ConsumerCommands {
+    listener: std::sync::OnceLock<Arc<dyn Listener>>,
+}
+
+impl CommandHandler for ConsumerCommands {
+    fn verify_message(
+        &self,
+        client: Client,
+        message: MessageView,
+    ) -> futures::future::BoxFuture<'static, (i32, String)> {
+        let listener = self.listener.get().cloned();
+        Box::pin(async move {
+            let Some(listener) = listener else {
+                return (
+                    status::NOT_IMPLEMENTED,
+                    "the consumer is not running".into(),
+                );
+            };
+            let _ = client;
+            let view = Arc::new(message);
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            listener.submit(vec![Delivery::new(view, move |r| {
+                let _ = tx.send(r);
+            })]);
+            match rx.await {
+                Ok(Some(ConsumeResult::Success)) => (status::OK, "OK".into()),
+                _ => (
+                    FAILED_TO_CONSUME_MESSAGE,
+                    "the listener did not consume the message".into(),
+                ),
+            }
+        })
+    }
+}
+
+impl PushConsumer<ClientRpc> {
+    /// Connect and start: send the settings on the telemetry stream and wait for the broker's
+    /// (which decide FIFO or not), fetch the routes of the subscribed topics, then start the
+    /// assignment scan. On failure nothing keeps running (the listener is shut down too).
+    pub async fn connect(
+        options: ClientOptions,
+        config: PushConsumerConfig,
+        listener: Arc<dyn Listener>,
+    ) -> Result<Self> {
+        let result = Self::connect_inner(options, config, listener.clone()).await;
+        if result.is_err() {
+            let _ = tokio::task::spawn_blocking(move || listener.shutdown(Duration::ZERO)).await;
+        }
+        result
+    }
+
+    async fn connect_inner(
+        options: ClientOptions,
+        config: PushConsumerConfig,
+        listener: Arc<dyn Listener>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let commands = Arc::new(ConsumerCommands::default());
+        let pub_sub =
+            subscription_settings(&options.namespace, &config.group, &config.subscriptions);
+        let client = Client::new(
+            options,
+            proto::ClientType::PushConsumer,
+            Some(config.group.clone()),
+            pub_sub,
+            commands.clone(),
+        )?;
+        client.start().await?;
+        for (topic, _) in &config.subscriptions {
+            if let Err(e) = client.route(topic).await {
+                client.shutdown().await;
+                return Err(e);
+            }
+        }
+        let _ = commands.listener.set(listener.clone());
+        let rpc = Arc::new(ClientRpc::new(client, &config.group));
+        Self::start(rpc, config, listener)
+    }
+
+    /// The client layer.
+    pub fn client(&self) -> &Client {
+        self.ctx.rpc.client()
+    }
+
+    /// [`PushConsumer::shutdown`], then `NotifyClientTermination` to every broker and the end
+    /// of the client's background tasks. Idempotent.
+    pub async fn close(&self, timeout: Duration) -> ShutdownReport {
+        let report = self.shutdown(timeout).await;
+        self.client().shutdown().await;
+        report
+    }
+}
+
 async fn scan_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, assigned: Assignments) {
     let mut first_failure = true;
     loop {
@@ -590,6 +694,7 @@ fn apply_assignment<R: ConsumerRpc>(
             filter.clone(),
             ctx.closing.child_token(),
             ctx.stats.clone(),
+            &ctx.rpc.access_endpoints(),
         ));
         let task = tokio::spawn(receive_loop(ctx.clone(), pq.clone()));
         map.insert(key, Assigned { pq, task });
@@ -607,7 +712,7 @@ mod tests {
     use crate::rocketmq::consumer_rpc::ConsumerSettings;
     use crate::rocketmq::listener::{BatchListener, WorkerPool};
     use crate::rocketmq::message_view::MessageView;
-    use crate::rocketmq::retry_policy::{Backoff, RetryPolicy};
+    use crate::rocketmq::settings::{Backoff, RetryPolicy};
 
     struct FnListener<F>(F);
 
@@ -625,14 +730,14 @@ mod tests {
             fifo,
             receive_batch_size: 8,
             long_polling_timeout: Duration::from_secs(20),
-            retry_policy: RetryPolicy::new(
+            retry_policy: RetryPolicy {
                 max_attempts,
-                Backoff::Exponential {
+                backoff: Backoff::Exponential {
                     initial: Duration::from_millis(10),
                     max: Duration::from_millis(40),
                     multiplier: 2.0,
                 },
-            ),
+            },
         }
     }
 

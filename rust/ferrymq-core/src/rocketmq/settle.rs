@@ -273,7 +273,7 @@ async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
         .rpc
         .settings()
         .retry_policy
-        .next_attempt_delay(view.delivery_attempt());
+        .delay(u32::try_from(view.delivery_attempt()).unwrap_or(1));
     loop {
         match ctx.rpc.change_invisible_duration(view, delay).await {
             Ok(handle) => {

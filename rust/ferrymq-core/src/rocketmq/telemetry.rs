@@ -279,7 +279,7 @@ impl Session {
         let message = message?;
         let source = MessageSource {
             topic: message.topic.clone().unwrap_or_default(),
-            endpoints: self.endpoints.to_proto(),
+            endpoints: self.endpoints.clone(),
             queue_id: message
                 .system_properties
                 .as_ref()
