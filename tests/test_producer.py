@@ -183,6 +183,8 @@ def test_failed_endpoint_is_isolated_rotated_away_from_and_rejoins(
     b.create_topic(t, queues=4)
     bad, good = b.addresses[0], b.addresses[1]
     b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="SendMessage")
+    # Heartbeats fail too, so endpoint 0 cannot rejoin before the faults are cleared.
+    b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="Heartbeat")
     with Producer(b.endpoints, topics=[t], **FAST) as p:
         receipts = [p.send(Message(t, b"m%d" % i)) for i in range(10)]
         assert {r.endpoint for r in receipts} == {good}
