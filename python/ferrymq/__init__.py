@@ -9,7 +9,18 @@ from __future__ import annotations
 import logging as _logging
 
 from . import _native
-from ._native import Credentials, Message, MessageView, SendReceipt, TlsConfig, Transaction
+from ._native import (
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageView,
+    PushConsumer,
+    SendReceipt,
+    SimpleConsumer,
+    TlsConfig,
+    Transaction,
+)
 from .exceptions import (
     BrokerError,
     ClientClosedError,
@@ -28,11 +39,13 @@ __version__: str = _native.__version__
 __all__ = [
     "BrokerError",
     "ClientClosedError",
+    "ConsumeResult",
     "Credentials",
     "DeliveryCallback",
     "FerryConnectionError",
     "FerryError",
     "FerryTimeoutError",
+    "FilterExpression",
     "FlowControlError",
     "InternalError",
     "InvalidArgumentError",
@@ -40,7 +53,9 @@ __all__ = [
     "MessageView",
     "Producer",
     "ProtocolError",
+    "PushConsumer",
     "SendReceipt",
+    "SimpleConsumer",
     "TlsConfig",
     "Transaction",
     "TransactionResolution",

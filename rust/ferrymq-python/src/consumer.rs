@@ -907,6 +907,15 @@ impl PySimpleConsumer {
         &self.config.group
     }
 
+    /// The client id sent to brokers (`x-mq-client-id`), once started.
+    #[getter]
+    fn client_id(&self) -> Option<String> {
+        match &*self.state.lock() {
+            SimpleState::Running(c) => Some(c.client().client_id().to_string()),
+            _ => None,
+        }
+    }
+
     /// Tell the brokers this consumer is gone. Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         match self.take_for_close() {
@@ -1296,6 +1305,15 @@ impl PyPushConsumer {
     #[getter]
     fn group(&self) -> &str {
         &self.config.group
+    }
+
+    /// The client id sent to brokers (`x-mq-client-id`), once started.
+    #[getter]
+    fn client_id(&self) -> Option<String> {
+        match &*self.state.lock() {
+            PushState::Running { consumer, .. } => Some(consumer.client().client_id().to_string()),
+            _ => None,
+        }
     }
 
     /// Stop: no new receives, running callbacks finish (up to `timeout`, default the
