@@ -672,12 +672,11 @@ impl MessagingService for EndpointService {
                 &msgs,
             )));
         };
-        let store_host = self.ep.addr.to_string();
         for (m, k) in msgs.iter_mut().zip(&kinds) {
             let digest = crc32_digest(&m.body);
             if let Some(sp) = m.system_properties.as_mut() {
                 sp.message_type = kind_to_proto(*k) as i32;
-                sp.store_host.clone_from(&store_host);
+                sp.store_host.clone_from(&self.ep.addr_str);
                 sp.body_digest = Some(digest);
                 sp.receipt_handle = None;
                 sp.delivery_attempt = None;
@@ -745,6 +744,18 @@ impl MessagingService for EndpointService {
         } else {
             for (m, k) in msgs.into_iter().zip(kinds) {
                 let id = id_of(&m);
+                if matches!(k, MessageKind::Transaction | MessageKind::Delay) {
+                    // Held messages count against the topic's bound from now on.
+                    let size = store::accounted_size(&m);
+                    if let Err(e) = self.core.store.reserve(&topic, size, &self.core.config) {
+                        entries.push(proto::SendResultEntry {
+                            status: Some(st(e.code, e.message)),
+                            message_id: id,
+                            ..Default::default()
+                        });
+                        continue;
+                    }
+                }
                 match k {
                     MessageKind::Transaction => {
                         let now_i = Instant::now();
@@ -1027,6 +1038,7 @@ impl MessagingService for EndpointService {
                 }
             })
             .collect();
+        topic.wake();
         let first = entries[0].status.clone().unwrap_or_else(ok);
         let same = entries
             .iter()
@@ -1075,6 +1087,7 @@ impl MessagingService for EndpointService {
         );
         let dead = vec![pop::DeadLetter { stored, attempts }];
         check!(self.to_dlq(&group.name, dead), |s| answer(s));
+        topic.wake();
         Ok(Response::new(answer(ok())))
     }
 
@@ -1296,17 +1309,14 @@ impl MessagingService for EndpointService {
             ))));
         }
         if resolution == proto::TransactionResolution::Commit {
-            if let Err(e) = self.core.store.append(
-                &half.topic,
-                &half.queue,
-                vec![half.msg.clone()],
-                &self.core.config,
-            ) {
-                self.core.txs.add_back(req.transaction_id.clone(), half);
-                return Ok(Response::new(answer(st(e.code, e.message))));
-            }
+            self.core
+                .store
+                .append_reserved(&half.topic, &half.queue, vec![half.msg]);
             self.core.txs.committed.fetch_add(1, Ordering::Relaxed);
         } else {
+            self.core
+                .store
+                .release(&half.topic, store::accounted_size(&half.msg));
             self.core.txs.rolled_back.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Response::new(answer(ok())))
@@ -1452,13 +1462,18 @@ impl MessagingService for EndpointService {
             ))));
         }
         match self.core.timer.recall(&req.recall_handle, &topic.name) {
-            Some(d) => Ok(Response::new(proto::RecallMessageResponse {
-                status: Some(ok()),
-                message_id: d
-                    .msg
-                    .system_properties
-                    .map_or(String::new(), |s| s.message_id),
-            })),
+            Some(d) => {
+                self.core
+                    .store
+                    .release(&d.topic, store::accounted_size(&d.msg));
+                Ok(Response::new(proto::RecallMessageResponse {
+                    status: Some(ok()),
+                    message_id: d
+                        .msg
+                        .system_properties
+                        .map_or(String::new(), |s| s.message_id),
+                }))
+            }
             None => Ok(Response::new(answer(st(
                 40400,
                 "no pending delay message for this recall handle (already delivered or recalled)",
