@@ -713,3 +713,116 @@ impl Transaction {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::{Broker, BrokerConfig, Rpc, StatusFault};
+    use std::time::Duration;
+
+    async fn broker(endpoints: usize) -> Broker {
+        Broker::start(BrokerConfig {
+            endpoints,
+            ..BrokerConfig::default()
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn producer(b: &Broker, topics: &[&str]) -> Producer {
+        let mut o = ClientOptions::new(b.access_point());
+        o.heartbeat_interval = Duration::from_millis(200);
+        let p = Producer::new(o, topics.iter().map(ToString::to_string).collect(), None).unwrap();
+        p.start().await.unwrap();
+        p
+    }
+
+    fn fault(code: i32, rpc: Rpc, count: Option<u64>) -> StatusFault {
+        StatusFault {
+            code,
+            message: "injected".into(),
+            rpc: Some(rpc),
+            count,
+            fraction: 1.0,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn send_batch_and_message_ids() {
+        let b = broker(1).await;
+        b.create_topic("t", "NORMAL", 4).unwrap();
+        let p = producer(&b, &["t"]).await;
+        let r = p
+            .send(Message::builder("t", "hello").tag("a").build().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            message_id::parse(&r.message_id).is_some(),
+            "{}",
+            r.message_id
+        );
+        let msgs: Vec<Message> = (0..10)
+            .map(|i| Message::builder("t", format!("m{i}")).build().unwrap())
+            .collect();
+        let rs = p.send_batch(msgs).await.unwrap();
+        assert_eq!(rs.len(), 10);
+        assert!(rs.windows(2).all(|w| w[1].offset == w[0].offset + 1));
+        assert_eq!(b.calls(0, Rpc::SendMessage).unwrap(), 2);
+        p.close().await;
+        assert_eq!(
+            p.send(Message::builder("t", "x").build().unwrap())
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Closed
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_retry_keeps_the_message_id_and_rotates_brokers() {
+        let b = broker(2).await;
+        b.create_topic("t", "NORMAL", 2).unwrap();
+        let p = producer(&b, &["t"]).await;
+        for ep in 0..2 {
+            b.inject_status(
+                ep,
+                fault(status::INTERNAL_SERVER_ERROR, Rpc::SendMessage, Some(1)),
+            )
+            .unwrap();
+        }
+        let r = p
+            .send(Message::builder("t", "x").build().unwrap())
+            .await
+            .unwrap();
+        // Attempt 1 failed on one broker, attempt 2 on the other, attempt 3 rotated back.
+        assert_eq!(
+            b.calls(0, Rpc::SendMessage).unwrap(),
+            2 - u64::from(r.endpoints.key() != b.addresses()[0].to_string())
+        );
+        assert_eq!(
+            b.calls(0, Rpc::SendMessage).unwrap() + b.calls(1, Rpc::SendMessage).unwrap(),
+            3
+        );
+        assert_eq!(p.client().isolation().snapshot().len(), 2);
+        let stored = b.messages("t", 10).unwrap();
+        assert_eq!(stored.len(), 1);
+        let sp = stored[0].message.system_properties.as_ref().unwrap();
+        assert_eq!(sp.message_id, r.message_id);
+        p.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_sends_share_one_route_lookup() {
+        let b = broker(1).await;
+        b.create_topic("t", "NORMAL", 2).unwrap();
+        b.create_topic("u", "NORMAL", 2).unwrap();
+        let p = producer(&b, &["t"]).await;
+        let before = b.calls(0, Rpc::QueryRoute).unwrap();
+        let sends = (0..32).map(|_| p.send(Message::builder("u", "x").build().unwrap()));
+        for r in futures::future::join_all(sends).await {
+            r.unwrap();
+        }
+        assert_eq!(b.calls(0, Rpc::QueryRoute).unwrap(), before + 1);
+        p.close().await;
+    }
+}
