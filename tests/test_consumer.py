@@ -461,7 +461,7 @@ def test_shutdown_loses_nothing(
         assert first.count() < 300
 
         second = Recorder()
-        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=second) as c2:
+        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=second):
             wait_for("the rest", lambda: (first.ids() | second.ids()) == sent)
         assert first.ids() | second.ids() == sent
         # The first consumer's acks held: none of its messages came back.
