@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from servers import EmbeddedServer, RealServer, RealServerError, Server
 
 from ferrymq.testing import EmbeddedBroker
+from servers import EmbeddedServer, RealServer, RealServerError, Server
 
 #: Broker options used by the fixtures: the proxy's rules with short timers.
 TEST_BROKER_OPTIONS: dict[str, Any] = {
@@ -164,7 +164,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     if "start_seconds" in _REAL:
-        return f"real RocketMQ started in {_REAL['start_seconds']:.1f} s at {_REAL['server'].endpoints}"
+        took, where = _REAL["start_seconds"], _REAL["server"].endpoints
+        return f"real RocketMQ started in {took:.1f} s at {where}"
     return None
 
 

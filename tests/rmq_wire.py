@@ -52,9 +52,7 @@ def message_id() -> str:
 
 def endpoints_of(target: str) -> pb.Endpoints:
     host, _, port = target.rpartition(":")
-    return pb.Endpoints(
-        scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))]
-    )
+    return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))])
 
 
 def message(
@@ -134,6 +132,8 @@ class Wire:
         self.client_id = client_id or (
             f"{socket.gethostname()}@{os.getpid()}@{next(_ids)}@{uuid.uuid4().hex[:10]}"
         )
+        #: Sent as ``x-mq-client-version`` (servers branch on it, e.g. for ILLEGAL_POLLING_TIME).
+        self.client_version = "5.0.0"
         self.channel = grpc.insecure_channel(target)
         self.stub = sgrpc.MessagingServiceStub(self.channel)
         self._telemetry: list[Telemetry] = []
@@ -153,7 +153,7 @@ class Wire:
         md = [
             ("x-mq-language", "PYTHON"),
             ("x-mq-protocol", "v2"),
-            ("x-mq-client-version", "5.0.0"),
+            ("x-mq-client-version", self.client_version),
             ("x-mq-request-id", str(uuid.uuid4())),
             ("x-mq-date-time", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())),
         ]

@@ -69,7 +69,7 @@ class EmbeddedServer:
 
     def setup(
         self,
-        topics: Mapping[str, str] = {},  # noqa: B006 - read only
+        topics: Mapping[str, str] = {},
         groups: Iterable[str] = (),
         *,
         fifo_groups: Iterable[str] = (),
@@ -94,7 +94,7 @@ class RealServerError(RuntimeError):
 
 
 class RealServer:
-    """A real Apache RocketMQ 5.x (namesrv + local-mode proxy) run by ``scripts/rocketmq-server``."""
+    """A real Apache RocketMQ 5 (namesrv + local-mode proxy) run by ``scripts/rocketmq-server``."""
 
     kind = "real"
 
@@ -132,9 +132,12 @@ class RealServer:
 
     def running(self) -> bool:
         """Whether both JVMs are up and a QueryRoute answers OK."""
-        return subprocess.run(
-            [str(SCRIPT), "status"], capture_output=True, timeout=60, check=False
-        ).returncode == 0
+        return (
+            subprocess.run(
+                [str(SCRIPT), "status"], capture_output=True, timeout=60, check=False
+            ).returncode
+            == 0
+        )
 
     def start(self) -> float:
         """Start (idempotent); returns the seconds it took."""
@@ -149,7 +152,7 @@ class RealServer:
 
     def setup(
         self,
-        topics: Mapping[str, str] = {},  # noqa: B006 - read only
+        topics: Mapping[str, str] = {},
         groups: Iterable[str] = (),
         *,
         fifo_groups: Iterable[str] = (),
