@@ -149,8 +149,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     server = RealServer()
     try:
         if not server.running():
+            server.started_here = True  # stop it at the end even if the start fails half-way
             _REAL["start_seconds"] = server.start()
-            server.started_here = True
     except (RealServerError, subprocess.TimeoutExpired, OSError) as exc:
         _REAL["error"] = f"the real RocketMQ server did not start: {exc}"
     _REAL["server"] = server
@@ -178,8 +178,8 @@ def rocketmq_server() -> RealServer:
         server = RealServer()
         try:
             if not server.running():
-                server.start()
                 server.started_here = True
+                server.start()
         except (RealServerError, subprocess.TimeoutExpired, OSError) as exc:
             _REAL["error"] = f"the real RocketMQ server did not start: {exc}"
             pytest.fail(_REAL["error"], pytrace=False)
