@@ -13,6 +13,7 @@
 //! `fmq-bench*`), and the bench reads each thread's CPU time from `/proc/self/task`, so besides
 //! the wall-clock rate (which on a shared machine depends on what else runs) it prints the
 //! broker's CPU cost per message / RPC and the rate that cost allows on 2 dedicated cores.
+//! `--features mimalloc` measures with mimalloc as the global allocator (glibc malloc otherwise).
 //! `BENCH_SECS` (default 3) sets the duration of each phase; `BENCH_THREADS` (default 2) the
 //! worker threads of each runtime.
 
@@ -21,6 +22,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use ferrymq_core::broker::{Broker, BrokerConfig, GroupConfig, WhenFull};
 use ferrymq_core::proto;
@@ -32,8 +37,9 @@ use tonic::transport::Channel;
 const BODY: usize = 100;
 const BATCH: usize = 256;
 const BATCH_INFLIGHT: usize = 16;
-const UNARY_INFLIGHT: usize = 128;
-const CHANNELS: usize = 4;
+const UNARY_INFLIGHT: usize = 256;
+/// HTTP/2 connections of the client (one per endpoint is what a RocketMQ client opens).
+const CHANNELS: usize = 1;
 
 fn req<T>(msg: T) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
