@@ -482,11 +482,19 @@ impl Producer {
         Ok(kind)
     }
 
-    fn encode(&self, m: &Message, kind: MessageKind, born_ms: i64) -> proto::Message {
+    fn encode(
+        &self,
+        m: &Message,
+        kind: MessageKind,
+        born_ms: i64,
+        message_id: String,
+        queue_id: i32,
+    ) -> proto::Message {
         let system_properties = proto::SystemProperties {
             tag: m.tag().map(ToString::to_string),
             keys: m.keys().to_vec(),
-            message_id: message_id::generate(),
+            message_id,
+            queue_id,
             body_encoding: proto::Encoding::Identity as i32,
             message_type: message_type(kind) as i32,
             born_timestamp: Some(timestamp_from_ms(born_ms)),
@@ -560,10 +568,7 @@ impl Producer {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         // The ids are generated here, once, and kept on every retry.
-        let mut protos: Vec<proto::Message> = messages
-            .iter()
-            .map(|m| self.encode(m, kind, born))
-            .collect();
+        let ids: Vec<String> = messages.iter().map(|_| message_id::generate()).collect();
         let timeout = settings.request_timeout;
         let mut attempt = 0u32;
         loop {
@@ -572,16 +577,11 @@ impl Producer {
             let qi = candidates[usize::try_from(attempt - 1).unwrap_or(0) % candidates.len()];
             let queue = &route.queues()[qi];
             let endpoints = route.queue_endpoints(qi).clone();
-            for p in &mut protos {
-                if let Some(sp) = p.system_properties.as_mut() {
-                    sp.queue_id = queue.id;
-                }
-            }
-            let batch = if attempt < max_attempts {
-                protos.clone()
-            } else {
-                std::mem::take(&mut protos)
-            };
+            let batch = messages
+                .iter()
+                .zip(&ids)
+                .map(|(m, id)| self.encode(m, kind, born, id.clone(), queue.id))
+                .collect();
             // Step 6.
             match self.send_once(&endpoints, batch, timeout).await {
                 Ok(entries) => {
