@@ -95,7 +95,7 @@ class EmbeddedBroker:
         self,
         name: str,
         fifo: bool = False,
-        max_delivery_attempts: int = 16,
+        max_delivery_attempts: int = 17,
         retry_backoff: list[float] | None = None,
     ) -> None: ...
     def set_queue_permission(

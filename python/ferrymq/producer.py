@@ -145,7 +145,12 @@ class Producer:
         return await self._impl.send_async(message)
 
     def send_batch(self, messages: Iterable[Message]) -> list[SendReceipt]:
-        """Send many messages of one topic (and one kind) in one request to one queue."""
+        """Send many messages of one topic (and one kind); the receipts are in order.
+
+        Each message goes in its own request (many in flight at once; a FIFO message group's in
+        order), so each keeps its own id, tag, keys and properties: a RocketMQ 5 proxy stores a
+        multi-message request as one batch under the first message's id and metadata. Not
+        atomic: if some fail, the error says how many of the batch were sent."""
         return self._impl.send_batch(messages)
 
     async def send_batch_async(self, messages: Iterable[Message]) -> list[SendReceipt]:

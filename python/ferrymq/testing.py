@@ -97,8 +97,10 @@ class EmbeddedBroker:
 
     Args:
         endpoints: number of endpoints (brokers), each on its own port.
-        auto_create: create unknown topics (NORMAL, 8 queues) and consumer groups on first use.
-            Off by default, as gRPC clients of a real RocketMQ cannot rely on it.
+        auto_create: create unknown topics (NORMAL, 8 queues) on first use. Off by default, as
+            gRPC clients of a real RocketMQ cannot rely on it. Consumer groups are always
+            created on first use (with 17 delivery attempts), as RocketMQ brokers do by default
+            (``autoCreateSubscriptionGroup``).
         host: the loopback address to listen on.
         ports: fixed ports, one per endpoint (default: free ports).
         max_body_size: largest message body (4 MiB).
@@ -214,11 +216,12 @@ class EmbeddedBroker:
         self,
         name: str,
         fifo: bool = False,
-        max_delivery_attempts: int = 16,
+        max_delivery_attempts: int = 17,
         retry_backoff: Sequence[float] | None = None,
     ) -> None:
         """Create (or replace) a consumer group. ``fifo`` blocks each message group while one of
-        its messages is in flight; after ``max_delivery_attempts`` deliveries a message moves to
+        its messages is in flight; after ``max_delivery_attempts`` deliveries (17 by default:
+        RocketMQ's ``retryMaxTimes`` 16 plus the first delivery) a message moves to
         ``%DLQ%<name>``. ``retry_backoff`` (seconds) is the customized back-off echoed to
         consumers in settings (RocketMQ's 1 s, 5 s, 10 s, 30 s, 1 min … 2 h by default)."""
         self._native.create_group(

@@ -237,7 +237,7 @@ impl EmbeddedBroker {
         self.inner.delete_topic(name)
     }
 
-    #[pyo3(signature = (name, fifo=false, max_delivery_attempts=16, retry_backoff=None))]
+    #[pyo3(signature = (name, fifo=false, max_delivery_attempts=17, retry_backoff=None))]
     fn create_group(
         &self,
         name: &str,
