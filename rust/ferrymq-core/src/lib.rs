@@ -7,7 +7,9 @@
 pub mod error;
 pub mod message;
 pub mod message_id;
+pub mod nats;
 pub mod proto;
+pub mod publisher;
 pub mod selector;
 pub mod status;
 
