@@ -7,13 +7,20 @@
 mod errors;
 mod logging;
 mod message;
+mod nats;
 mod probe;
+mod publisher;
 mod runtime;
 
 use pyo3::prelude::*;
 
 /// Features compiled into this build, for `ferrymq.features()`.
-const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker"];
+const FEATURES: &[&str] = &[
+    "rocketmq-v2",
+    "embedded-broker",
+    "nats-jetstream",
+    "managed-publisher",
+];
 
 #[pymodule]
 mod _native {
@@ -22,7 +29,11 @@ mod _native {
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
+    use crate::nats::{PyJetStream, PyJsMessage, PyPullConsumer, PyStreamInfo};
+    #[pymodule_export]
     use crate::probe::Probe;
+    #[pymodule_export]
+    use crate::publisher::{PublisherCore, PyFlight, PyPublishAck};
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
