@@ -462,8 +462,9 @@ impl PublisherCore {
         })
     }
 
-    /// Validate a message, stamp its id and return its flight (not queued yet).
-    #[pyo3(signature = (subject, body=None, *, headers=None, message_id=None, expected_stream=None, expected_last_sequence=None, expected_last_subject_sequence=None, expected_last_msg_id=None))]
+    /// Validate a message, stamp its id and return its flight (not queued yet). Positional
+    /// only: the Python facade owns the public signature.
+    #[pyo3(signature = (subject, body, headers, message_id, expected_stream, expected_last_sequence, expected_last_subject_sequence, expected_last_msg_id, /))]
     #[allow(clippy::too_many_arguments)]
     fn prepare(
         &self,
@@ -505,6 +506,12 @@ impl PublisherCore {
         }
         let fut = self.inner.enqueue(Arc::clone(&flight.inner));
         future_into_py(py, self.rt, fut).map(Some)
+    }
+
+    /// Queue `flight` if the intake has room now; False when it is full.
+    fn try_enqueue(&self, flight: &PyFlight) -> PyResult<bool> {
+        self.rt.check().map_err(to_pyerr)?;
+        self.inner.try_enqueue(&flight.inner).map_err(to_pyerr)
     }
 
     /// Queue `flight`, blocking (GIL released) while the intake is full.
