@@ -9,7 +9,14 @@ from __future__ import annotations
 import logging as _logging
 
 from . import _native
-from ._native import Message
+from ._native import (
+    JetStream,
+    JsMessage,
+    Message,
+    PublishAck,
+    PullConsumer,
+    StreamInfo,
+)
 from .exceptions import (
     BrokerError,
     ClientClosedError,
@@ -21,20 +28,30 @@ from .exceptions import (
     InvalidArgumentError,
     ProtocolError,
 )
+from .publisher import AsyncPublisher, Flight, PublisherListener, RetryConfig
 
 __version__: str = _native.__version__
 
 __all__ = [
+    "AsyncPublisher",
     "BrokerError",
     "ClientClosedError",
     "FerryConnectionError",
     "FerryError",
     "FerryTimeoutError",
+    "Flight",
     "FlowControlError",
     "InternalError",
     "InvalidArgumentError",
+    "JetStream",
+    "JsMessage",
     "Message",
     "ProtocolError",
+    "PublishAck",
+    "PublisherListener",
+    "PullConsumer",
+    "RetryConfig",
+    "StreamInfo",
     "__version__",
     "features",
     "sync_log_level",
