@@ -13,6 +13,7 @@ mod logging;
 mod message;
 mod message_view;
 mod nats;
+mod nats_range;
 mod probe;
 mod producer;
 mod publisher;
@@ -50,6 +51,8 @@ mod _native {
     use crate::message_view::PyMessageView;
     #[pymodule_export]
     use crate::nats::{PyJetStream, PyJsMessage, PyPullConsumer, PyStreamInfo};
+    #[pymodule_export]
+    use crate::nats_range::PyNatsRangeReader;
     #[pymodule_export]
     use crate::probe::Probe;
     #[pymodule_export]
