@@ -434,3 +434,29 @@ class PullReader:
     def close(self) -> None: ...
     def __enter__(self) -> PullReader: ...
     def __exit__(self, _exc_type: object = None, _exc: object = None, _tb: object = None) -> bool: ...
+
+@final
+class NatsRangeReader:
+    def __new__(
+        cls,
+        endpoints: str,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 5.0,
+    ) -> NatsRangeReader: ...
+    def bounds(self, stream: str) -> tuple[int, int]: ...
+    def read_range(
+        self,
+        stream: str,
+        start: int,
+        end: int,
+        max_rows: int = 10000,
+        filter_subject: str | None = None,
+    ) -> MessageColumns: ...
+    def publish_batch(
+        self, messages: Iterable[tuple[str, bytes, list[tuple[str, str]], str]]
+    ) -> int: ...
+    def close(self) -> None: ...

@@ -164,7 +164,7 @@ class SourceConfig:
     secret_key: str | None = field(default=None, repr=False)
     namespace: str | None = None
     request_timeout: float | None = None
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def credentials(self) -> tuple[str, str] | None:
         if self.access_key is None:
@@ -276,7 +276,7 @@ class SinkConfig:
     secret_key: str | None = field(default=None, repr=False)
     namespace: str | None = None
     request_timeout: float | None = None
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def credentials(self) -> tuple[str, str] | None:
         if self.access_key is None:

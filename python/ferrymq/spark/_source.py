@@ -221,6 +221,21 @@ def _read_range(
         at = cols.next_offset
 
 
+def _emit(cfg: SourceConfig, batches: Iterator[pa.RecordBatch]) -> Iterator[Any]:
+    """Record batches, or (``readFormat=rows``, for comparisons) one Python tuple per row."""
+    if dict(cfg.extra).get("readformat", "arrow").lower() != "rows":
+        yield from batches
+        return
+    for rb in batches:
+        cols = []
+        for f, col in zip(rb.schema, rb.columns):
+            values = col.to_pylist()
+            if pa.types.is_map(f.type):
+                values = [None if v is None else dict(v) for v in values]
+            cols.append(values)
+        yield from zip(*cols)
+
+
 def _filtered(cfg: SourceConfig) -> bool:
     return bool(cfg.tag_filter and cfg.tag_filter.strip() != "*") or bool(cfg.filter_subject)
 
@@ -249,9 +264,9 @@ class FerryBatchReader(DataSourceReader):
         end = _resolve(src, self.cfg.topics, self.cfg.ending, "latest")
         return _plan(start, end, self.cfg.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         schema = _schema_for(self.cfg.backend, self.names)
-        yield from _read_range(self.cfg, schema, partition)
+        yield from _emit(self.cfg, _read_range(self.cfg, schema, partition))
 
 
 def _schema_for(backend: str, names: Sequence[str]) -> pa.Schema:
@@ -376,9 +391,9 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
                 full_start[topic][p] = src.earliest(topic, p) if s is None else s
         return _plan(full_start, end, self.cfg.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         schema = _schema_for(self.cfg.backend, self.names)
-        yield from _read_range(self.cfg, schema, partition)
+        yield from _emit(self.cfg, _read_range(self.cfg, schema, partition))
 
     def commit(self, end: dict) -> None:
         self._src().commit(end)
