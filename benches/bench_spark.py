@@ -24,9 +24,9 @@ from typing import Any
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-import ferrymq  # noqa: E402
-from ferrymq import _native  # noqa: E402
-from ferrymq.testing import EmbeddedBroker  # noqa: E402
+import ferrymq
+from ferrymq import _native
+from ferrymq.testing import EmbeddedBroker
 
 
 def best(f: Any, repeat: int = 3) -> float:

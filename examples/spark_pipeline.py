@@ -23,12 +23,12 @@ import time
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-import ferrymq  # noqa: E402
-import ferrymq.spark  # noqa: E402
-from ferrymq.testing import EmbeddedBroker  # noqa: E402
+import ferrymq
+import ferrymq.spark
+from ferrymq.testing import EmbeddedBroker
 
 
 def publish(endpoints: str, start: int, count: int) -> None:

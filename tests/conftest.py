@@ -23,7 +23,6 @@ import pytest
 
 # -- NATS JetStream (nats-server) -------------------------------------------------------------
 from _nats_server import HoldingProxy, NatsServer, run_nats_server
-
 from ferrymq.testing import EmbeddedBroker
 
 #: Broker options used by the fixtures: the proxy's rules with short timers.

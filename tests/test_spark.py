@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from ferrymq import Message, _native  # noqa: E402
-from ferrymq.testing import EmbeddedBroker  # noqa: E402
+from ferrymq import Message, _native
+from ferrymq.testing import EmbeddedBroker
 
 pytestmark = [pytest.mark.spark]
 
@@ -53,14 +53,18 @@ def produce(broker: EmbeddedBroker, topic: str, start: int, count: int, chunk: i
         p.close()
 
 
-def _setup(broker: EmbeddedBroker, unique: Callable[[str], str], queues: int = 4) -> tuple[str, str]:
+def _setup(
+    broker: EmbeddedBroker, unique: Callable[[str], str], queues: int = 4
+) -> tuple[str, str]:
     topic, group = unique("spark"), unique("g")
     broker.create_topic(topic, queues=queues)
     broker.create_group(group)
     return topic, group
 
 
-def _reader(spark: Any, broker: EmbeddedBroker, topic: str, group: str, stream: bool = False) -> Any:
+def _reader(
+    spark: Any, broker: EmbeddedBroker, topic: str, group: str, stream: bool = False
+) -> Any:
     r = spark.readStream if stream else spark.read
     return (
         r.format("ferrymq")

@@ -154,7 +154,10 @@ class RocketMQSink:
         )
 
         def make() -> Any:
-            p = _native.RocketMQProducer(
+            import ferrymq
+
+            cls: Any = getattr(ferrymq, "Producer", None) or getattr(_native, "RocketMQProducer")  # noqa: B009
+            p = cls(
                 c.endpoints,
                 topics=[c.topic] if c.topic else [],
                 credentials=c.credentials(),

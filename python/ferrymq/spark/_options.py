@@ -15,7 +15,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from ..exceptions import InvalidArgumentError
 
@@ -38,7 +38,7 @@ __all__ = [
 Offsets = dict[str, dict[str, int]]
 
 #: ``"earliest"``, ``"latest"`` or explicit offsets where -2 means earliest and -1 latest.
-OffsetSpec = Union[Literal["earliest", "latest"], Offsets]
+OffsetSpec = Literal["earliest", "latest"] | Offsets
 
 #: Kafka's sentinels inside offsets JSON.
 EARLIEST = -2

@@ -26,6 +26,7 @@ them and they are recognised as already logged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -64,7 +65,7 @@ class WriteAheadLog:
                 os.unlink(os.path.join(directory, name))
 
     def segments(self) -> list[tuple[int, int, str]]:
-        out = []
+        out: list[tuple[int, int, str]] = []
         for name in os.listdir(self.dir):
             m = _SEGMENT.match(name)
             if m:
@@ -127,7 +128,7 @@ class WriteAheadLog:
 
     def message_ids(self) -> list[tuple[str, int]]:
         """``(message id, log offset)`` of every retained row."""
-        out = []
+        out: list[tuple[str, int]] = []
         for s, _, path in self.segments():
             with pa.memory_map(path) as src:
                 ids = pa.ipc.open_file(src).read_all().column("messageId").to_pylist()
@@ -219,13 +220,15 @@ class ReceiveStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, int]:
         return {"wal": self._st().wal.start()}
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, int]:
         st = self._st()
         st.renew()
         st.receive_round()
         return {"wal": st.wal.end()}
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         s, e = int(start.get("wal", 0)), int(end["wal"])
         if e <= s:
             return []
@@ -244,7 +247,7 @@ class ReceiveStreamReader(DataSourceStreamReader):
         table = table.select(list(self.names))
         yield from table.to_batches()
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self._st().commit(int(end["wal"]))
 
     def stop(self) -> None:
@@ -332,7 +335,5 @@ class _ReceiveState:
         self.by_id = {i: o for i, o in self.by_id.items() if o >= end}
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.consumer.close()
-        except Exception:
-            pass
