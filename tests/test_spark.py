@@ -315,3 +315,54 @@ def test_nats_stream_write_is_deduplicated_and_reads_back(
     assert q.exception() is None
     got = sorted(v for b in seen.values() for v in b)
     assert got == sorted(f"m{i}" for i in range(0, 50, 2))
+
+
+def test_receive_mode_logs_acks_and_restarts(
+    spark: Any, broker: EmbeddedBroker, unique: Any, tmp_path: Path
+) -> None:
+    """readMode=receive (for proxies without PullMessage): messages are received, logged under
+    walLocation and acked on commit; across restarts (with redeliveries of messages whose
+    invisibility ran out in between) every message reaches the sink exactly once."""
+    import time
+
+    topic, group = _setup(broker, unique)
+    checkpoint, wal = tmp_path / "ckpt", tmp_path / "wal"
+    seen: dict[int, list[str]] = {}
+
+    def sink(df: Any, batch_id: int) -> None:
+        seen[batch_id] = sorted(r.v for r in df.selectExpr("cast(value as string) v").collect())
+
+    def total() -> int:
+        return sum(len(b) for b in seen.values())
+
+    def run(until: int, at_least: float = 0.0) -> None:
+        q = (
+            _reader(spark, broker, topic, group, stream=True)
+            .option("readMode", "receive")
+            .option("walLocation", str(wal))
+            .option("invisibleDurationMs", "2000")
+            .option("pollTimeoutMs", "1000")
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+        try:
+            t0 = time.monotonic()
+            while (total() < until or time.monotonic() - t0 < at_least) and (
+                time.monotonic() - t0 < 90
+            ):
+                assert q.exception() is None
+                time.sleep(0.2)
+        finally:
+            q.stop()
+
+    produce(broker, topic, 0, 60)
+    run(60)
+    time.sleep(2.5)  # unacknowledged messages become visible again
+    produce(broker, topic, 60, 40)
+    run(100, at_least=3.0)
+    run(100, at_least=3.0)  # nothing new: redeliveries are recognised, not appended
+    values = [v for b in seen.values() for v in b]
+    assert sorted(values) == sorted(f"m{i}" for i in range(100))  # each exactly once

@@ -160,6 +160,7 @@ class SourceConfig:
     read_mode: Literal["pull", "receive"] = "pull"
     wal_location: str | None = None
     invisible_duration: float = 60.0
+    poll_timeout: float = 5.0
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
     namespace: str | None = None
@@ -232,7 +233,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         "endpoints", "nameserver", "servers", "subscribe", "topic", "topics", "group",
         "startingoffsets", "endingoffsets", "failondataloss", "maxoffsetspertrigger",
         "maxrowsperbatch", "pullbatchsize", "minpartitions", "subexpression", "filtersubject",
-        "readmode", "wallocation", "invisibledurationms", "accesskey", "secretkey", "namespace",
+        "readmode", "wallocation", "invisibledurationms", "polltimeoutms", "accesskey", "secretkey", "namespace",
         "requesttimeoutms", "path",
     }  # fmt: skip
     extra = tuple(sorted((k, v) for k, v in opts.items() if k not in known))
@@ -254,6 +255,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         read_mode="receive" if read_mode == "receive" else "pull",
         wal_location=wal,
         invisible_duration=_float(opts, "invisibleDurationMs", 60_000.0) / 1000.0,
+        poll_timeout=_float(opts, "pollTimeoutMs", 5_000.0) / 1000.0,
         access_key=ak,
         secret_key=sk,
         namespace=opts.get("namespace"),
