@@ -233,8 +233,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         "endpoints", "nameserver", "servers", "subscribe", "topic", "topics", "group",
         "startingoffsets", "endingoffsets", "failondataloss", "maxoffsetspertrigger",
         "maxrowsperbatch", "pullbatchsize", "minpartitions", "subexpression", "filtersubject",
-        "readmode", "wallocation", "invisibledurationms", "polltimeoutms", "accesskey", "secretkey", "namespace",
-        "requesttimeoutms", "path",
+        "readmode", "wallocation", "invisibledurationms", "polltimeoutms", "accesskey",
+        "secretkey", "namespace", "requesttimeoutms", "path",
     }  # fmt: skip
     extra = tuple(sorted((k, v) for k, v in opts.items() if k not in known))
     timeout_ms = _int(opts, "requestTimeoutMs", None)
