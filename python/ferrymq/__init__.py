@@ -13,11 +13,16 @@ from ._native import (
     ConsumeResult,
     Credentials,
     FilterExpression,
+    JetStream,
+    JsMessage,
     Message,
     MessageView,
+    PublishAck,
+    PullConsumer,
     PushConsumer,
     SendReceipt,
     SimpleConsumer,
+    StreamInfo,
     TlsConfig,
     Transaction,
 )
@@ -33,10 +38,12 @@ from .exceptions import (
     ProtocolError,
 )
 from .producer import DeliveryCallback, Producer, TransactionResolution
+from .publisher import AsyncPublisher, Flight, PublisherListener, RetryConfig
 
 __version__: str = _native.__version__
 
 __all__ = [
+    "AsyncPublisher",
     "BrokerError",
     "ClientClosedError",
     "ConsumeResult",
@@ -46,16 +53,24 @@ __all__ = [
     "FerryError",
     "FerryTimeoutError",
     "FilterExpression",
+    "Flight",
     "FlowControlError",
     "InternalError",
     "InvalidArgumentError",
+    "JetStream",
+    "JsMessage",
     "Message",
     "MessageView",
     "Producer",
     "ProtocolError",
+    "PublishAck",
+    "PublisherListener",
+    "PullConsumer",
     "PushConsumer",
+    "RetryConfig",
     "SendReceipt",
     "SimpleConsumer",
+    "StreamInfo",
     "TlsConfig",
     "Transaction",
     "TransactionResolution",

@@ -12,15 +12,24 @@ mod errors;
 mod logging;
 mod message;
 mod message_view;
+mod nats;
+mod nats_range;
 mod probe;
 mod producer;
+mod publisher;
 mod pull_reader;
 mod runtime;
 
 use pyo3::prelude::*;
 
 /// Features compiled into this build, for `ferrymq.features()`.
-const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker", "rocketmq-producer"];
+const FEATURES: &[&str] = &[
+    "rocketmq-v2",
+    "embedded-broker",
+    "rocketmq-producer",
+    "nats-jetstream",
+    "managed-publisher",
+];
 
 #[pymodule]
 mod _native {
@@ -41,9 +50,15 @@ mod _native {
     #[pymodule_export]
     use crate::message_view::PyMessageView;
     #[pymodule_export]
+    use crate::nats::{PyJetStream, PyJsMessage, PyPullConsumer, PyStreamInfo};
+    #[pymodule_export]
+    use crate::nats_range::PyNatsRangeReader;
+    #[pymodule_export]
     use crate::probe::Probe;
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
+    #[pymodule_export]
+    use crate::publisher::{PublisherCore, PyFlight, PyPublishAck};
     #[pymodule_export]
     use crate::pull_reader::PyPullReader;
 
