@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -27,9 +26,3 @@ def nats_proxy(nats_server: NatsServer) -> Iterator[HoldingProxy]:
         yield proxy
     finally:
         proxy.close()
-
-
-@pytest.fixture
-def unique() -> str:
-    """A short unique token for stream names and subjects."""
-    return uuid.uuid4().hex[:10].upper()
