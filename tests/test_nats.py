@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -13,15 +14,21 @@ pytestmark = pytest.mark.nats
 
 
 @pytest.fixture
+def tok() -> str:
+    """A short unique token for stream names and subjects."""
+    return uuid.uuid4().hex[:10].upper()
+
+
+@pytest.fixture
 def js(nats_server: NatsServer) -> Iterator[ferrymq.JetStream]:
     with ferrymq.JetStream(nats_server.url, name="ferrymq-tests") as client:
         yield client
 
 
 @pytest.fixture
-def stream(js: ferrymq.JetStream, unique: str) -> Iterator[str]:
-    name = f"T{unique}"
-    js.create_stream(name, [f"t{unique}.>"])
+def stream(js: ferrymq.JetStream, tok: str) -> Iterator[str]:
+    name = f"T{tok}"
+    js.create_stream(name, [f"t{tok}.>"])
     yield name
     js.delete_stream(name)
 
@@ -72,9 +79,9 @@ async def test_publish_async(js: ferrymq.JetStream, stream: str) -> None:
     assert ack.sequence == 1
 
 
-def test_no_stream_is_503_and_retriable(js: ferrymq.JetStream, unique: str) -> None:
+def test_no_stream_is_503_and_retriable(js: ferrymq.JetStream, tok: str) -> None:
     with pytest.raises(ferrymq.BrokerError) as e:
-        js.publish(f"nostream{unique}.x", b"x")
+        js.publish(f"nostream{tok}.x", b"x")
     assert e.value.code == 503
     assert e.value.code_name == "NO_RESPONDERS"
     assert e.value.protocol == "nats"
@@ -113,17 +120,15 @@ def test_bad_input_names_the_field(js: ferrymq.JetStream, stream: str) -> None:
         js.create_stream("OK", ["x.y"], storage="tape")
 
 
-def test_stream_management(js: ferrymq.JetStream, unique: str) -> None:
-    name = f"M{unique}"
-    info = js.create_stream(name, f"m{unique}.*", storage="memory", duplicate_window=30.0)
-    assert (info.name, info.subjects, info.messages) == (name, [f"m{unique}.*"], 0)
+def test_stream_management(js: ferrymq.JetStream, tok: str) -> None:
+    name = f"M{tok}"
+    info = js.create_stream(name, f"m{tok}.*", storage="memory", duplicate_window=30.0)
+    assert (info.name, info.subjects, info.messages) == (name, [f"m{tok}.*"], 0)
     assert info.duplicate_window == 30.0
     # Creating it again with the same settings is fine.
-    assert (
-        js.create_stream(name, f"m{unique}.*", storage="memory", duplicate_window=30.0).name == name
-    )
+    assert js.create_stream(name, f"m{tok}.*", storage="memory", duplicate_window=30.0).name == name
     with pytest.raises(ferrymq.BrokerError) as e:
-        js.create_stream(f"O{unique}", f"m{unique}.*")
+        js.create_stream(f"O{tok}", f"m{tok}.*")
     assert e.value.code == 10065  # subjects overlap
     assert js.delete_stream(name) is True
     assert js.delete_stream(name) is False

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -17,6 +18,12 @@ import ferrymq
 from _nats_server import HoldingProxy, NatsServer
 
 pytestmark = pytest.mark.nats
+
+
+@pytest.fixture
+def tok() -> str:
+    """A short unique token for stream names and subjects."""
+    return uuid.uuid4().hex[:10].upper()
 
 
 class Recorder(ferrymq.PublisherListener):
@@ -70,11 +77,11 @@ def js_via_proxy(nats_proxy: HoldingProxy) -> Iterator[ferrymq.JetStream]:
 
 
 @pytest.fixture
-def stream(js: ferrymq.JetStream, unique: str) -> Iterator[tuple[str, str]]:
+def stream(js: ferrymq.JetStream, tok: str) -> Iterator[tuple[str, str]]:
     """(stream name, subject)"""
-    name = f"P{unique}"
-    js.create_stream(name, [f"p{unique}.>"])
-    yield name, f"p{unique}.events"
+    name = f"P{tok}"
+    js.create_stream(name, [f"p{tok}.>"])
+    yield name, f"p{tok}.events"
     js.delete_stream(name)
 
 
@@ -257,13 +264,13 @@ async def test_retried_publish_is_stored_once(
 
 
 async def test_failures_reach_both_the_listener_and_the_futures(
-    js: ferrymq.JetStream, unique: str
+    js: ferrymq.JetStream, tok: str
 ) -> None:
     rec = Recorder()
     retry = ferrymq.RetryConfig(attempts=3, backoff=(0.01,))
     async with ferrymq.AsyncPublisher(js, retry=retry, listener=rec) as pub:
         # No stream listens on this subject: 503 no responders, retried, then failed.
-        flight = await pub.publish_async(f"nostream{unique}.x", b"x")
+        flight = await pub.publish_async(f"nostream{tok}.x", b"x")
         with pytest.raises(ferrymq.BrokerError) as e:
             await flight
     assert (e.value.code, e.value.protocol, e.value.retriable) == (503, "nats", True)

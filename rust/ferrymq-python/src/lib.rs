@@ -22,6 +22,10 @@ mod runtime;
 
 use pyo3::prelude::*;
 
+/// Rust allocations of the extension (Python objects keep using Python's allocator).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Features compiled into this build, for `ferrymq.features()`.
 const FEATURES: &[&str] = &[
     "rocketmq-v2",
