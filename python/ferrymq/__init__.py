@@ -9,7 +9,14 @@ from __future__ import annotations
 import logging as _logging
 
 from . import _native
-from ._native import Message
+from ._native import (
+    JmqConsumer,
+    JmqMessage,
+    JmqProducer,
+    JmqSendReceipt,
+    JmqTransaction,
+    Message,
+)
 from .exceptions import (
     BrokerError,
     ClientClosedError,
@@ -33,6 +40,11 @@ __all__ = [
     "FlowControlError",
     "InternalError",
     "InvalidArgumentError",
+    "JmqConsumer",
+    "JmqMessage",
+    "JmqProducer",
+    "JmqSendReceipt",
+    "JmqTransaction",
     "Message",
     "ProtocolError",
     "__version__",

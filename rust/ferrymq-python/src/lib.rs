@@ -5,6 +5,7 @@
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
 mod errors;
+mod jmq;
 mod logging;
 mod message;
 mod probe;
@@ -13,7 +14,7 @@ mod runtime;
 use pyo3::prelude::*;
 
 /// Features compiled into this build, for `ferrymq.features()`.
-const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker"];
+const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker", "jmq4"];
 
 #[pymodule]
 mod _native {
@@ -23,6 +24,10 @@ mod _native {
     use crate::message::PyMessage;
     #[pymodule_export]
     use crate::probe::Probe;
+    #[pymodule_export]
+    use crate::jmq::{
+        JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PySendReceipt,
+    };
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
