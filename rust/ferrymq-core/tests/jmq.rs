@@ -98,10 +98,16 @@ async fn produce_consume_ack_with_attributes_and_compression() {
     let c = consumer(&s, &["orders"], ConsumeMode::Clustering).await;
     let got = drain(&c, 10, true).await;
     assert_eq!(got.len(), 10);
-    let first = got.iter().find(|m| m.body == big).expect("compressed body round trip");
+    let first = got
+        .iter()
+        .find(|m| m.body == big)
+        .expect("compressed body round trip");
     assert_eq!(first.business_id.as_deref(), Some("order-1"));
     assert_eq!(first.tag.as_deref(), Some("paid"));
-    assert_eq!(first.properties.get("region").map(String::as_str), Some("eu = west"));
+    assert_eq!(
+        first.properties.get("region").map(String::as_str),
+        Some("eu = west")
+    );
     assert_eq!(first.app.as_deref(), Some(DEFAULT_APP));
     // Everything acked: the ack indices add up and nothing is redelivered.
     let mut acked = 0;
@@ -111,7 +117,11 @@ async fn produce_consume_ack_with_attributes_and_compression() {
         acked += e.index;
     }
     assert_eq!(acked, 10);
-    assert!(c.receive(10, Duration::from_millis(100)).await.unwrap().is_empty());
+    assert!(c
+        .receive(10, Duration::from_millis(100))
+        .await
+        .unwrap()
+        .is_empty());
     p.close().await;
     c.close().await;
     assert!(p.send(&msg("orders", "late")).await.unwrap_err().kind() == ErrorKind::Closed);
@@ -122,7 +132,12 @@ async fn every_compression_kind_round_trips() {
     let s = server(1).await;
     s.create_topic("zip", 1).unwrap();
     let c = consumer(&s, &["zip"], ConsumeMode::Clustering).await;
-    for kind in [Compression::Zip, Compression::Zlib, Compression::Snappy, Compression::None] {
+    for kind in [
+        Compression::Zip,
+        Compression::Zlib,
+        Compression::Snappy,
+        Compression::None,
+    ] {
         let p = producer(
             &s,
             ProducerOptions {
@@ -166,7 +181,10 @@ async fn batches_and_multi_topic_sends() {
         .collect();
     assert_eq!(bodies.len(), 8);
     assert!(got.iter().filter(|m| m.batched).count() >= 5);
-    assert_eq!(s.store().message_count("a") + s.store().message_count("b"), 8);
+    assert_eq!(
+        s.store().message_count("a") + s.store().message_count("b"),
+        8
+    );
 }
 
 #[tokio::test]
@@ -202,7 +220,10 @@ async fn transactions_commit_rollback_and_feedback() {
     t.send(&[msg("tx", "t1"), msg("tx", "t2")]).await.unwrap();
     assert_eq!(s.store().message_count("tx"), 0, "invisible before commit");
     t.commit().await.unwrap();
-    assert!(t.commit().await.is_err(), "a finished transaction refuses more");
+    assert!(
+        t.commit().await.is_err(),
+        "a finished transaction refuses more"
+    );
     let got = drain(&c, 2, true).await;
     assert_eq!(got.len(), 2);
 
@@ -212,9 +233,15 @@ async fn transactions_commit_rollback_and_feedback() {
     assert_eq!(s.store().message_count("tx"), 2);
 
     // Expired transactions come back through FETCH_PRODUCE_FEEDBACK to the checker.
-    let t1 = p.begin_transaction("tx", Some("commit-me".into())).await.unwrap();
+    let t1 = p
+        .begin_transaction("tx", Some("commit-me".into()))
+        .await
+        .unwrap();
     t1.send(&[msg("tx", "compensated")]).await.unwrap();
-    let t2 = p.begin_transaction("tx", Some("drop-me".into())).await.unwrap();
+    let t2 = p
+        .begin_transaction("tx", Some("drop-me".into()))
+        .await
+        .unwrap();
     t2.send(&[msg("tx", "dropped")]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(120)).await;
     let resolved = p.resolve_feedback("tx").await.unwrap();
@@ -235,14 +262,21 @@ async fn coordinator_mode_assigns_and_falls_back() {
     }
     let c = consumer(&s, &["co"], ConsumeMode::Coordinator).await;
     let a = c.fetch_assignment().await.unwrap();
-    assert_eq!(a["co"], (0..6).collect::<Vec<i16>>(), "a lone member gets every partition");
+    assert_eq!(
+        a["co"],
+        (0..6).collect::<Vec<i16>>(),
+        "a lone member gets every partition"
+    );
     assert_eq!(drain(&c, 12, true).await.len(), 12);
     for i in 0..6 {
         p.send(&msg("co", format!("n{i}"))).await.unwrap();
     }
     s.set_coordinator_available(false);
     let e = c.fetch_assignment().await.unwrap_err();
-    assert_eq!(e.status().unwrap().code, codes::FW_COORDINATOR_NOT_AVAILABLE);
+    assert_eq!(
+        e.status().unwrap().code,
+        codes::FW_COORDINATOR_NOT_AVAILABLE
+    );
     // Without a coordinator the consumer reads every leader, as the Java client does.
     let c2 = consumer(&s, &["co"], ConsumeMode::Coordinator).await;
     assert_eq!(drain(&c2, 6, true).await.len(), 6);
@@ -253,9 +287,13 @@ async fn broadcast_consumers_each_read_everything() {
     let s = server(2).await;
     s.create_topic("bc", 3).unwrap();
     let p = producer(&s, ProducerOptions::default()).await;
-    p.send_batch(&(0..4).map(|i| msg("bc", format!("x{i}"))).collect::<Vec<_>>())
-        .await
-        .unwrap();
+    p.send_batch(
+        &(0..4)
+            .map(|i| msg("bc", format!("x{i}")))
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
     for i in 0..3 {
         p.send(&msg("bc", format!("y{i}"))).await.unwrap();
     }
@@ -263,12 +301,20 @@ async fn broadcast_consumers_each_read_everything() {
     let c2 = consumer(&s, &["bc"], ConsumeMode::Broadcast).await;
     assert_eq!(drain(&c1, 7, true).await.len(), 7);
     assert_eq!(drain(&c2, 7, true).await.len(), 7);
-    assert!(c1.receive(10, Duration::from_millis(100)).await.unwrap().is_empty());
+    assert!(c1
+        .receive(10, Duration::from_millis(100))
+        .await
+        .unwrap()
+        .is_empty());
     // Rewinding a partition replays it.
     let positions = c1.positions();
     let ((t, part), _) = positions.iter().find(|(_, i)| **i > 0).unwrap();
     c1.seek(t, *part, 0);
-    assert!(!c1.receive(10, Duration::from_millis(300)).await.unwrap().is_empty());
+    assert!(!c1
+        .receive(10, Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
@@ -284,7 +330,11 @@ async fn nack_goes_through_the_retry_queue() {
     assert_eq!(again[0].body.as_ref(), b"fail-once");
     assert!(again[0].is_retry());
     c.ack(&again).await.unwrap();
-    assert!(c.receive(1, Duration::from_millis(100)).await.unwrap().is_empty());
+    assert!(c
+        .receive(1, Duration::from_millis(100))
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
@@ -293,7 +343,11 @@ async fn retriable_codes_retry_on_another_leader() {
     s.create_topic("rt", 4).unwrap();
     let p = producer(&s, ProducerOptions::default()).await;
     p.send(&msg("rt", "warm")).await.unwrap();
-    s.fail_next(Some(ct::PRODUCE_MESSAGE), codes::FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER, 1);
+    s.fail_next(
+        Some(ct::PRODUCE_MESSAGE),
+        codes::FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER,
+        1,
+    );
     p.send(&msg("rt", "after-188")).await.unwrap();
     // Leadership moves: the old leader answers 188, the client refreshes and follows.
     s.set_leader("rt", 0, 2).unwrap();
@@ -370,13 +424,17 @@ async fn bad_input_gives_clear_errors() {
     // Wrong token: authentication error 2 at connect.
     let mut o = cluster_opts(&s);
     o.connect.token = "wrong".into();
-    let e = JmqProducer::connect(o, ProducerOptions::default()).await.unwrap_err();
+    let e = JmqProducer::connect(o, ProducerOptions::default())
+        .await
+        .unwrap_err();
     assert_eq!(e.status().unwrap().code, codes::CN_AUTHENTICATION_ERROR);
     assert!(e.to_string().contains("check app and token"), "{e}");
     // Unknown app.
     let mut o = cluster_opts(&s);
     o.connect.app = "nobody".into();
-    assert!(JmqProducer::connect(o, ProducerOptions::default()).await.is_err());
+    assert!(JmqProducer::connect(o, ProducerOptions::default())
+        .await
+        .is_err());
     let p = producer(&s, ProducerOptions::default()).await;
     // Unknown topic.
     let e = p.send(&msg("missing", "x")).await.unwrap_err();
@@ -399,13 +457,24 @@ async fn bad_input_gives_clear_errors() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert!(e.message().starts_with("body:"), "{e}");
-    let long_key = Message::builder("ok", "x").keys(["k".repeat(101)]).build().unwrap();
-    assert_eq!(p.send(&long_key).await.unwrap_err().kind(), ErrorKind::InvalidArgument);
+    let long_key = Message::builder("ok", "x")
+        .keys(["k".repeat(101)])
+        .build()
+        .unwrap();
+    assert_eq!(
+        p.send(&long_key).await.unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
     let delayed = Message::builder("ok", "x")
         .delivery_time(std::time::SystemTime::now())
         .build()
         .unwrap();
-    assert!(p.send(&delayed).await.unwrap_err().message().contains("delayed"));
+    assert!(p
+        .send(&delayed)
+        .await
+        .unwrap_err()
+        .message()
+        .contains("delayed"));
     // No subscription: the topic exists but the app may not use it.
     s.store().set_subscription(
         "ok",
@@ -455,11 +524,15 @@ async fn server_reproduces_protocol_quirks() {
     let s = server(1).await;
     // Garbage as the first bytes: not JMQ4, the socket is closed.
     let mut sock = raw_connect(&s).await;
-    sock.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    sock.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     assert!(read_frame(&mut sock).await.is_none());
     // A request before ADD_CONNECTION: BooleanAck 132.
     let mut sock = raw_connect(&s).await;
-    sock.write_all(&frame(&FetchHealth, 5, QosLevel::Receive)).await.unwrap();
+    sock.write_all(&frame(&FetchHealth, 5, QosLevel::Receive))
+        .await
+        .unwrap();
     let f = read_frame(&mut sock).await.unwrap();
     assert_eq!(f.header.command_type, codec::BOOLEAN_ACK);
     assert_eq!(i32::from(f.header.status), codes::FW_CONNECTION_NOT_EXISTS);
@@ -473,13 +546,18 @@ async fn server_reproduces_protocol_quirks() {
         ip: "127.0.0.1".into(),
         ..AddConnection::default()
     };
-    sock.write_all(&frame(&add, 6, QosLevel::Receive)).await.unwrap();
+    sock.write_all(&frame(&add, 6, QosLevel::Receive))
+        .await
+        .unwrap();
     assert_eq!(read_frame(&mut sock).await.unwrap().header.command_type, -1);
     let mut two = frame(&Heartbeat, 7, QosLevel::OneWay);
     two.extend_from_slice(&frame(&Heartbeat, 8, QosLevel::Receive));
     sock.write_all(&two).await.unwrap();
     let f = read_frame(&mut sock).await.unwrap();
-    assert_eq!(f.header.request_id, 8, "the ONE_WAY heartbeat (7) was not answered");
+    assert_eq!(
+        f.header.request_id, 8,
+        "the ONE_WAY heartbeat (7) was not answered"
+    );
     assert_eq!(f.header.command_type, codec::BOOLEAN_ACK);
     // A wrong app in a later command: BooleanAck 132.
     sock.write_all(&frame(

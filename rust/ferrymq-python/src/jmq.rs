@@ -17,8 +17,8 @@ use ferrymq_core::jmq::consumer::{
     ConsumeMode, ConsumerOptions, JmqConsumer as CoreConsumer, ReceivedMessage,
 };
 use ferrymq_core::jmq::producer::{
-    JmqProducer as CoreProducer, JmqTransaction as CoreTransaction, ProducerOptions,
-    SendReceipt, TransactionChecker, TxResolution,
+    JmqProducer as CoreProducer, JmqTransaction as CoreTransaction, ProducerOptions, SendReceipt,
+    TransactionChecker, TxResolution,
 };
 use ferrymq_core::jmq::server::{JmqServer as CoreServer, JmqServerConfig};
 use ferrymq_core::{Error, Message};
@@ -32,7 +32,10 @@ use crate::runtime::{future_into_py, RuntimeRef};
 
 fn seconds(field: &str, v: f64) -> PyResult<Duration> {
     if !v.is_finite() || v < 0.0 {
-        return Err(invalid(field, format!("{v} is not a non-negative number of seconds")));
+        return Err(invalid(
+            field,
+            format!("{v} is not a non-negative number of seconds"),
+        ));
     }
     Ok(Duration::from_secs_f64(v))
 }
@@ -50,10 +53,12 @@ fn extract_messages(v: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
         return Ok(vec![m.get().inner.clone()]);
     }
     let mut out = Vec::new();
-    for item in v
-        .try_iter()
-        .map_err(|_| invalid("messages", "must be a ferrymq.Message or an iterable of them"))?
-    {
+    for item in v.try_iter().map_err(|_| {
+        invalid(
+            "messages",
+            "must be a ferrymq.Message or an iterable of them",
+        )
+    })? {
         out.push(extract_message(&item?)?);
     }
     Ok(out)
@@ -82,12 +87,18 @@ fn cluster_options(
     };
     connect.validate().map_err(to_pyerr)?;
     let mut o = ClusterOptions::new(addr, connect);
-    o.metadata_refresh = seconds("metadata_refresh", metadata_refresh)?.max(Duration::from_millis(100));
+    o.metadata_refresh =
+        seconds("metadata_refresh", metadata_refresh)?.max(Duration::from_millis(100));
     Ok(o)
 }
 
 /// Where a message was stored.
-#[pyclass(name = "JmqSendReceipt", module = "ferrymq", frozen, skip_from_py_object)]
+#[pyclass(
+    name = "JmqSendReceipt",
+    module = "ferrymq",
+    frozen,
+    skip_from_py_object
+)]
 #[derive(Clone)]
 pub struct PySendReceipt {
     inner: SendReceipt,
@@ -153,7 +164,8 @@ impl ProducerState {
     }
 
     async fn close(self: &Arc<Self>) {
-        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Some(p) = self.client.get() {
             p.close().await;
         }
@@ -168,13 +180,20 @@ fn python_checker(callback: Py<PyAny>) -> TransactionChecker {
             // The callback runs on a blocking-pool thread, never on a tokio worker.
             let r = tokio::task::spawn_blocking(move || {
                 Python::attach(|py| -> PyResult<TxResolution> {
-                    let out = cb.call1(py, (f.topic.clone(), f.tx_id.clone(), f.transaction_id.clone()))?;
+                    let out = cb.call1(
+                        py,
+                        (f.topic.clone(), f.tx_id.clone(), f.transaction_id.clone()),
+                    )?;
                     let out = out.bind(py);
                     if out.is_none() {
                         return Ok(TxResolution::Unknown);
                     }
                     if let Ok(b) = out.extract::<bool>() {
-                        return Ok(if b { TxResolution::Commit } else { TxResolution::Rollback });
+                        return Ok(if b {
+                            TxResolution::Commit
+                        } else {
+                            TxResolution::Rollback
+                        });
                     }
                     let s: String = out.extract()?;
                     Ok(match s.to_ascii_lowercase().as_str() {
@@ -275,7 +294,8 @@ impl JmqProducer {
     /// Connect now (bootstrap + ADD_CONNECTION), failing fast on a wrong address, app or token.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
         let s = self.state.clone();
-        self.rt.block_on(py, async move { s.get().await.map(|_| ()) })
+        self.rt
+            .block_on(py, async move { s.get().await.map(|_| ()) })
     }
 
     /// Async form of `start`.
@@ -295,7 +315,11 @@ impl JmqProducer {
     }
 
     /// Async form of `send`.
-    fn send_async<'py>(&self, py: Python<'py>, message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn send_async<'py>(
+        &self,
+        py: Python<'py>,
+        message: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let m = extract_message(message)?;
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
@@ -305,7 +329,11 @@ impl JmqProducer {
     }
 
     /// Send several messages at once: one batch per topic, one request per leader broker.
-    fn send_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<Vec<PySendReceipt>> {
+    fn send_batch(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<PySendReceipt>> {
         let ms = extract_messages(messages)?;
         let s = self.state.clone();
         self.rt.block_on(py, async move {
@@ -314,7 +342,11 @@ impl JmqProducer {
     }
 
     /// Async form of `send_batch`.
-    fn send_batch_async<'py>(&self, py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn send_batch_async<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let ms = extract_messages(messages)?;
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
@@ -325,22 +357,40 @@ impl JmqProducer {
     /// Begin a transaction on `topic` (PREPARE). `transaction_id` is reported back to the
     /// `transaction_checker` if the transaction expires unresolved.
     #[pyo3(signature = (topic, transaction_id=None))]
-    fn begin_transaction(&self, py: Python<'_>, topic: String, transaction_id: Option<String>) -> PyResult<JmqTransaction> {
+    fn begin_transaction(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        transaction_id: Option<String>,
+    ) -> PyResult<JmqTransaction> {
         let s = self.state.clone();
         let rt = self.rt;
         self.rt.block_on(py, async move {
-            let inner = s.get().await?.begin_transaction(&topic, transaction_id).await?;
+            let inner = s
+                .get()
+                .await?
+                .begin_transaction(&topic, transaction_id)
+                .await?;
             Ok(JmqTransaction { inner, rt })
         })
     }
 
     /// Async form of `begin_transaction`.
     #[pyo3(signature = (topic, transaction_id=None))]
-    fn begin_transaction_async<'py>(&self, py: Python<'py>, topic: String, transaction_id: Option<String>) -> PyResult<Bound<'py, PyAny>> {
+    fn begin_transaction_async<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+        transaction_id: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.state.clone();
         let rt = self.rt;
         future_into_py(py, self.rt, async move {
-            let inner = s.get().await?.begin_transaction(&topic, transaction_id).await?;
+            let inner = s
+                .get()
+                .await?
+                .begin_transaction(&topic, transaction_id)
+                .await?;
             Ok(JmqTransaction { inner, rt })
         })
     }
@@ -349,13 +399,22 @@ impl JmqProducer {
     /// rollback); returns how many transactions were resolved.
     fn resolve_feedback(&self, py: Python<'_>, topic: String) -> PyResult<usize> {
         let s = self.state.clone();
-        self.rt.block_on(py, async move { s.get().await?.resolve_feedback(&topic).await })
+        self.rt.block_on(
+            py,
+            async move { s.get().await?.resolve_feedback(&topic).await },
+        )
     }
 
     /// Async form of `resolve_feedback`.
-    fn resolve_feedback_async<'py>(&self, py: Python<'py>, topic: String) -> PyResult<Bound<'py, PyAny>> {
+    fn resolve_feedback_async<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.state.clone();
-        future_into_py(py, self.rt, async move { s.get().await?.resolve_feedback(&topic).await })
+        future_into_py(py, self.rt, async move {
+            s.get().await?.resolve_feedback(&topic).await
+        })
     }
 
     /// Close: REMOVE_PRODUCER and REMOVE_CONNECTION, then the sockets. Idempotent.
@@ -391,7 +450,13 @@ impl JmqProducer {
         Ok(slf)
     }
 
-    fn __exit__(&self, py: Python<'_>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<bool> {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<bool> {
         self.close(py)?;
         Ok(false)
     }
@@ -406,7 +471,13 @@ impl JmqProducer {
         })
     }
 
-    fn __aexit__<'py>(&self, py: Python<'py>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
             s.close().await;
@@ -415,7 +486,10 @@ impl JmqProducer {
     }
 
     fn __repr__(&self) -> String {
-        format!("JmqProducer(endpoint={:?}, app={:?})", self.endpoint, self.state.cluster.connect.app)
+        format!(
+            "JmqProducer(endpoint={:?}, app={:?})",
+            self.endpoint, self.state.cluster.connect.app
+        )
     }
 }
 
@@ -450,11 +524,16 @@ impl JmqTransaction {
     fn send(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<Vec<PySendReceipt>> {
         let ms = extract_messages(messages)?;
         let t = self.inner.clone();
-        self.rt.block_on(py, async move { Ok(receipts(t.send(&ms).await?)) })
+        self.rt
+            .block_on(py, async move { Ok(receipts(t.send(&ms).await?)) })
     }
 
     /// Async form of `send`.
-    fn send_async<'py>(&self, py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn send_async<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let ms = extract_messages(messages)?;
         let t = self.inner.clone();
         future_into_py(py, self.rt, async move { Ok(receipts(t.send(&ms).await?)) })
@@ -484,7 +563,13 @@ impl JmqTransaction {
         slf
     }
 
-    fn __exit__(&self, py: Python<'_>, t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<bool> {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<bool> {
         if self.inner.is_finished() {
             return Ok(false);
         }
@@ -501,7 +586,13 @@ impl JmqTransaction {
         future_into_py(slf.py(), slf.get().rt, async move { Ok(me) })
     }
 
-    fn __aexit__<'py>(&self, py: Python<'py>, t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let failed = !t.is_none(py);
         let tx = self.inner.clone();
         future_into_py(py, self.rt, async move {
@@ -517,7 +608,11 @@ impl JmqTransaction {
     }
 
     fn __repr__(&self) -> String {
-        format!("JmqTransaction(topic={:?}, tx_id={:?})", self.inner.topic(), self.inner.tx_id())
+        format!(
+            "JmqTransaction(topic={:?}, tx_id={:?})",
+            self.inner.topic(),
+            self.inner.tx_id()
+        )
     }
 }
 
@@ -658,7 +753,8 @@ impl ConsumerState {
     }
 
     async fn close(self: &Arc<Self>) {
-        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Some(c) = self.client.get() {
             c.close().await;
         }
@@ -748,7 +844,8 @@ impl JmqConsumer {
     /// Connect now and check every topic exists and is readable.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
         let s = self.state.clone();
-        self.rt.block_on(py, async move { s.get().await.map(|_| ()) })
+        self.rt
+            .block_on(py, async move { s.get().await.map(|_| ()) })
     }
 
     /// Async form of `start`.
@@ -759,7 +856,12 @@ impl JmqConsumer {
 
     /// Receive up to `max_messages`, waiting up to `wait` seconds for the first (long poll).
     #[pyo3(signature = (max_messages=32, wait=5.0))]
-    fn receive(&self, py: Python<'_>, max_messages: usize, wait: f64) -> PyResult<Vec<PyJmqMessage>> {
+    fn receive(
+        &self,
+        py: Python<'_>,
+        max_messages: usize,
+        wait: f64,
+    ) -> PyResult<Vec<PyJmqMessage>> {
         check_max(max_messages)?;
         let wait = seconds("wait", wait)?;
         let s = self.state.clone();
@@ -770,7 +872,12 @@ impl JmqConsumer {
 
     /// Async form of `receive`.
     #[pyo3(signature = (max_messages=32, wait=5.0))]
-    fn receive_async<'py>(&self, py: Python<'py>, max_messages: usize, wait: f64) -> PyResult<Bound<'py, PyAny>> {
+    fn receive_async<'py>(
+        &self,
+        py: Python<'py>,
+        max_messages: usize,
+        wait: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
         check_max(max_messages)?;
         let wait = seconds("wait", wait)?;
         let s = self.state.clone();
@@ -783,11 +890,16 @@ impl JmqConsumer {
     fn ack(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<()> {
         let ms = extract_received(messages)?;
         let s = self.state.clone();
-        self.rt.block_on(py, async move { s.get().await?.ack(&ms).await })
+        self.rt
+            .block_on(py, async move { s.get().await?.ack(&ms).await })
     }
 
     /// Async form of `ack`.
-    fn ack_async<'py>(&self, py: Python<'py>, messages: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn ack_async<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let ms = extract_received(messages)?;
         let s = self.state.clone();
         future_into_py(py, self.rt, async move { s.get().await?.ack(&ms).await })
@@ -800,20 +912,35 @@ impl JmqConsumer {
         let ms = extract_received(messages)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
         let s = self.state.clone();
-        self.rt.block_on(py, async move { s.get().await?.nack(&ms, rt_).await })
+        self.rt
+            .block_on(py, async move { s.get().await?.nack(&ms, rt_).await })
     }
 
     /// Async form of `nack`.
     #[pyo3(signature = (messages, retry_type="exception"))]
-    fn nack_async<'py>(&self, py: Python<'py>, messages: &Bound<'py, PyAny>, retry_type: &str) -> PyResult<Bound<'py, PyAny>> {
+    fn nack_async<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+        retry_type: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let ms = extract_received(messages)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
         let s = self.state.clone();
-        future_into_py(py, self.rt, async move { s.get().await?.nack(&ms, rt_).await })
+        future_into_py(
+            py,
+            self.rt,
+            async move { s.get().await?.nack(&ms, rt_).await },
+        )
     }
 
     /// FETCH_INDEX: `(ack_index, min_index, max_index)` of a partition for this app.
-    fn fetch_index(&self, py: Python<'_>, topic: String, partition: i16) -> PyResult<(i64, i64, i64)> {
+    fn fetch_index(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        partition: i16,
+    ) -> PyResult<(i64, i64, i64)> {
         let s = self.state.clone();
         self.rt.block_on(py, async move {
             let e = s.get().await?.fetch_index(&topic, partition).await?;
@@ -822,7 +949,13 @@ impl JmqConsumer {
     }
 
     /// COMMIT_ACK_INDEX: set this app's ack index of a partition.
-    fn commit_index(&self, py: Python<'_>, topic: String, partition: i16, index: i64) -> PyResult<()> {
+    fn commit_index(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        partition: i16,
+        index: i64,
+    ) -> PyResult<()> {
         let s = self.state.clone();
         self.rt.block_on(py, async move {
             s.get().await?.commit_index(&topic, partition, index).await
@@ -878,7 +1011,13 @@ impl JmqConsumer {
         Ok(slf)
     }
 
-    fn __exit__(&self, py: Python<'_>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<bool> {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<bool> {
         self.close(py)?;
         Ok(false)
     }
@@ -892,7 +1031,13 @@ impl JmqConsumer {
         })
     }
 
-    fn __aexit__<'py>(&self, py: Python<'py>, _t: Py<PyAny>, _v: Py<PyAny>, _tb: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
             s.close().await;

@@ -21,13 +21,13 @@ mod _native {
     use super::*;
 
     #[pymodule_export]
-    use crate::message::PyMessage;
-    #[pymodule_export]
-    use crate::probe::Probe;
-    #[pymodule_export]
     use crate::jmq::{
         JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PySendReceipt,
     };
+    #[pymodule_export]
+    use crate::message::PyMessage;
+    #[pymodule_export]
+    use crate::probe::Probe;
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

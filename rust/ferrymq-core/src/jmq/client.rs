@@ -176,9 +176,12 @@ impl Connection {
             })?;
         let _ = stream.set_nodelay(true);
         let local = stream.local_addr().ok();
-        tokio::time::timeout(options.connect_timeout, Self::handshake(addr, stream, local, options))
-            .await
-            .map_err(|_| Error::timeout(format!("ADD_CONNECTION to {addr} timed out")))?
+        tokio::time::timeout(
+            options.connect_timeout,
+            Self::handshake(addr, stream, local, options),
+        )
+        .await
+        .map_err(|_| Error::timeout(format!("ADD_CONNECTION to {addr} timed out")))?
     }
 
     async fn handshake(
@@ -227,7 +230,9 @@ impl Connection {
             }
         };
         let resp = decode_response::<AddConnection>(&frame, VERSION).map_err(|e| {
-            if e.status().is_some_and(|s| s.code == codes::CN_AUTHENTICATION_ERROR) {
+            if e.status()
+                .is_some_and(|s| s.code == codes::CN_AUTHENTICATION_ERROR)
+            {
                 e.context(format!(
                     "app {:?} was refused by {addr} (check app and token)",
                     options.app_name()
@@ -293,7 +298,11 @@ impl Connection {
     }
 
     /// [`Connection::call`] with an explicit deadline.
-    pub async fn call_timeout<R: Request>(&self, req: &R, timeout: Duration) -> Result<R::Response> {
+    pub async fn call_timeout<R: Request>(
+        &self,
+        req: &R,
+        timeout: Duration,
+    ) -> Result<R::Response> {
         let id = self.next_id();
         let mut frame = BytesMut::new();
         let header = Header::request(R::TYPE, id, QosLevel::Receive);
@@ -487,7 +496,9 @@ async fn run(
     let mut pending: HashMap<i32, Pending> = HashMap::new();
     let mut out = BytesMut::with_capacity(64 * 1024);
     let mut last_activity = Instant::now();
-    let tick_every = heartbeat.min(Duration::from_secs(1)).max(Duration::from_millis(10));
+    let tick_every = heartbeat
+        .min(Duration::from_secs(1))
+        .max(Duration::from_millis(10));
     let mut tick = tokio::time::interval(tick_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut close_ack: Option<oneshot::Sender<()>> = None;
@@ -568,13 +579,19 @@ async fn run(
         tracing::debug!(target: "ferrymq::jmq", "connection to {} ended: {failure}", shared.addr);
     }
     for (_, p) in pending.drain() {
-        let _ = p.reply.send(Err(Error::new(failure.kind(), failure.message().to_string())));
+        let _ = p.reply.send(Err(Error::new(
+            failure.kind(),
+            failure.message().to_string(),
+        )));
     }
     rx.close();
     while let Ok(c) = rx.try_recv() {
         match c {
             Command::Request { reply: Some(r), .. } => {
-                let _ = r.send(Err(Error::new(failure.kind(), failure.message().to_string())));
+                let _ = r.send(Err(Error::new(
+                    failure.kind(),
+                    failure.message().to_string(),
+                )));
             }
             Command::Close(ack) => {
                 let _ = ack.send(());

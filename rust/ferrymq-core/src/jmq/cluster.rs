@@ -306,7 +306,11 @@ impl Cluster {
         self.inner.health.write().insert(
             id,
             Health {
-                point: if point.is_finite() { point.max(0.0) } else { 0.0 },
+                point: if point.is_finite() {
+                    point.max(0.0)
+                } else {
+                    0.0
+                },
                 failing: false,
             },
         );
@@ -386,7 +390,14 @@ impl Cluster {
             return;
         }
         self.inner.cancel.cancel();
-        let conns: Vec<Connection> = self.inner.conns.lock().await.drain().map(|(_, c)| c).collect();
+        let conns: Vec<Connection> = self
+            .inner
+            .conns
+            .lock()
+            .await
+            .drain()
+            .map(|(_, c)| c)
+            .collect();
         futures::future::join_all(conns.iter().map(Connection::close)).await;
     }
 

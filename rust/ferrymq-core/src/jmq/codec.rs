@@ -424,6 +424,14 @@ impl Reader {
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
+    /// `n` raw bytes, borrowed (no reference-count traffic).
+    pub fn slice(&mut self, n: usize, what: &str) -> Result<&[u8]> {
+        self.need(n, what)?;
+        let start = self.pos;
+        self.pos += n;
+        Ok(&self.buf[start..start + n])
+    }
+
     /// `n` raw bytes (zero-copy).
     pub fn take(&mut self, n: usize, what: &str) -> Result<Bytes> {
         self.need(n, what)?;
@@ -456,11 +464,11 @@ impl Reader {
         if n == 0 {
             return Ok(None);
         }
-        let b = self.take(n, "STRING")?;
-        Ok(Some(match std::str::from_utf8(&b) {
+        let b = self.slice(n, "STRING")?;
+        Ok(Some(match std::str::from_utf8(b) {
             Ok(s) => s.to_owned(),
             // Java decodes with replacement characters; so do we.
-            Err(_) => String::from_utf8_lossy(&b).into_owned(),
+            Err(_) => String::from_utf8_lossy(b).into_owned(),
         }))
     }
 
@@ -635,7 +643,9 @@ mod tests {
         encode_frame(&h, b"xyz", &mut full).unwrap();
         for cut in 0..full.len() {
             let mut part = BytesMut::from(&full[..cut]);
-            assert!(decode_frame(&mut part, DEFAULT_MAX_FRAME).unwrap().is_none());
+            assert!(decode_frame(&mut part, DEFAULT_MAX_FRAME)
+                .unwrap()
+                .is_none());
         }
         let mut bad = BytesMut::from(&b"\x00\x00\x00\x20\xde\xad\xbe\xef"[..]);
         assert!(decode_frame(&mut bad, DEFAULT_MAX_FRAME).is_err());

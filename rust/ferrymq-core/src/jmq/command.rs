@@ -158,7 +158,9 @@ impl Payload for AddConnection {
         let namespace = r.s1()?;
         let language = r.u8()?;
         if language >= 9 {
-            return Err(Error::protocol(format!("unknown client language {language}")));
+            return Err(Error::protocol(format!(
+                "unknown client language {language}"
+            )));
         }
         Ok(AddConnection {
             username,
@@ -1072,11 +1074,14 @@ pub struct AckItem {
     pub retry_type: RetryType,
 }
 
+/// The acks of one topic: (partition, items).
+pub type PartitionAcks = Vec<(i16, Vec<AckItem>)>;
+
 /// COMMIT_ACK (32).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CommitAck {
     /// (topic, (partition, items)).
-    pub topics: Vec<(String, Vec<(i16, Vec<AckItem>)>)>,
+    pub topics: Vec<(String, PartitionAcks)>,
     /// App.
     pub app: String,
 }
@@ -1706,7 +1711,9 @@ impl AnyRequest {
     pub fn decode(command_type: i8, version: u8, payload: bytes::Bytes) -> Result<AnyRequest> {
         let mut r = Reader::new(payload);
         let req = match command_type {
-            ct::ADD_CONNECTION => AnyRequest::AddConnection(AddConnection::decode(&mut r, version)?),
+            ct::ADD_CONNECTION => {
+                AnyRequest::AddConnection(AddConnection::decode(&mut r, version)?)
+            }
             ct::REMOVE_CONNECTION => AnyRequest::RemoveConnection,
             ct::ADD_CONSUMER => AnyRequest::AddConsumer(AddConsumer::decode(&mut r, version)?),
             ct::REMOVE_CONSUMER => {
@@ -1722,9 +1729,9 @@ impl AnyRequest {
             ct::FIND_COORDINATOR => {
                 AnyRequest::FindCoordinator(FindCoordinator::decode(&mut r, version)?)
             }
-            ct::FETCH_ASSIGNED_PARTITION => AnyRequest::FetchAssignedPartition(
-                FetchAssignedPartition::decode(&mut r, version)?,
-            ),
+            ct::FETCH_ASSIGNED_PARTITION => {
+                AnyRequest::FetchAssignedPartition(FetchAssignedPartition::decode(&mut r, version)?)
+            }
             ct::FETCH_TOPIC_MESSAGE => {
                 AnyRequest::FetchTopicMessage(FetchTopicMessage::decode(&mut r, version)?)
             }
@@ -1789,7 +1796,8 @@ mod tests {
         };
         let b = round_trip(&p, 3);
         let expected: &[u8] = &[
-            0, 0, 1, b'a', 1, b't', 0, 0, // username, password, app, token, region, namespace (S1)
+            0, 0, 1, b'a', 1, b't', 0,
+            0, // username, password, app, token, region, namespace (S1)
             3, // language PYTHON
             1, b'v', 1, b'i', // version, ip
             0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3,
@@ -1868,7 +1876,9 @@ mod tests {
         e.extend([0]); // type BYTE
         e.extend([0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0, 0, 1]); // group
         e.extend([0, 0, 0, 0]); // code
-        e.extend([0, 1, 0, 0, 0, 1, 0, 1, b'h', 0, 0, 0xc3, 0xa8, 0, 2, b'd', b'c', 1]);
+        e.extend([
+            0, 1, 0, 0, 0, 1, 0, 1, b'h', 0, 0, 0xc3, 0xa8, 0, 2, b'd', b'c', 1,
+        ]);
         e.extend([0, 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 3]); // weight, sysCode, permission
         assert_eq!(&b[..], &e[..]);
         // Version 1: no sysCode/permission; version 4: params after code.

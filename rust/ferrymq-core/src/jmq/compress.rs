@@ -134,7 +134,10 @@ fn zip_one(data: &[u8]) -> Result<Vec<u8>> {
     let deflated = e.finish().map_err(io_err)?;
     let crc = crc32fast::hash(data);
     let (Ok(csize), Ok(usize_)) = (u32::try_from(deflated.len()), u32::try_from(data.len())) else {
-        return Err(Error::invalid("body", "too large for a ZIP archive (4 GiB)"));
+        return Err(Error::invalid(
+            "body",
+            "too large for a ZIP archive (4 GiB)",
+        ));
     };
     let name = b"0";
     let mut out = Vec::with_capacity(deflated.len() + 100);
@@ -214,7 +217,9 @@ fn unzip_one(data: &[u8], max_out: usize) -> Result<Vec<u8>> {
             .ok_or_else(|| Error::protocol("ZIP message body has no end record"))?;
         let cd = le32(data, eocd + 16)? as usize;
         if le32(data, cd)? != CENTRAL_SIG {
-            return Err(Error::protocol("ZIP message body has a bad central directory"));
+            return Err(Error::protocol(
+                "ZIP message body has a bad central directory",
+            ));
         }
         crc = le32(data, cd + 16)?;
         csize = le32(data, cd + 20)? as usize;
@@ -263,7 +268,11 @@ mod tests {
             if kind != Compression::None {
                 assert!(c.len() < data.len(), "{kind:?} did not compress");
             }
-            assert_eq!(decompress(kind, &c, MAX_DECOMPRESSED).unwrap(), data, "{kind:?}");
+            assert_eq!(
+                decompress(kind, &c, MAX_DECOMPRESSED).unwrap(),
+                data,
+                "{kind:?}"
+            );
         }
     }
 
@@ -272,7 +281,11 @@ mod tests {
         let z = compress(Compression::Zlib, b"hello").unwrap();
         assert_eq!(z[0], 0x78, "zlib header (CMF deflate, 32K window)");
         let s = compress(Compression::Snappy, b"hello").unwrap();
-        assert_eq!(&s[..10], b"\xff\x06\x00\x00sNaPpY", "framed snappy stream id");
+        assert_eq!(
+            &s[..10],
+            b"\xff\x06\x00\x00sNaPpY",
+            "framed snappy stream id"
+        );
         let zip = compress(Compression::Zip, b"hello").unwrap();
         assert_eq!(&zip[..4], b"PK\x03\x04");
         assert_eq!(&zip[30..31], b"0", "one entry named \"0\"");
@@ -298,7 +311,10 @@ mod tests {
             let c = compress(kind, &big).unwrap();
             let e = decompress(kind, &c, 1000).unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::Protocol, "{kind:?}");
-            assert!(decompress(kind, b"\x01\x02garbage", 1000).is_err(), "{kind:?}");
+            assert!(
+                decompress(kind, b"\x01\x02garbage", 1000).is_err(),
+                "{kind:?}"
+            );
         }
         assert!(Compression::from_id(4).is_err());
     }

@@ -140,7 +140,12 @@ impl ReceivedMessage {
 }
 
 /// Unpack a fetched MESSAGE into what the user sees.
-pub fn unpack(topic: &str, broker_id: i32, m: &WireMessage, max_body: usize) -> Result<Vec<ReceivedMessage>> {
+pub fn unpack(
+    topic: &str,
+    broker_id: i32,
+    m: &WireMessage,
+    max_body: usize,
+) -> Result<Vec<ReceivedMessage>> {
     let items = m.unpack(max_body)?;
     let batched = m.sys_code.batch;
     Ok(items
@@ -237,7 +242,10 @@ impl JmqConsumer {
                 c.inner.cluster.close().await;
                 return Err(codes::error(
                     codes::CN_NO_PERMISSION,
-                    format!("app {:?} has no consumer subscription to topic {t:?}", c.inner.cluster.app()),
+                    format!(
+                        "app {:?} has no consumer subscription to topic {t:?}",
+                        c.inner.cluster.app()
+                    ),
                 ));
             }
         }
@@ -263,10 +271,17 @@ impl JmqConsumer {
     }
 
     /// Receive up to `max_messages`, waiting up to `wait` for the first ones.
-    pub async fn receive(&self, max_messages: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+    pub async fn receive(
+        &self,
+        max_messages: usize,
+        wait: Duration,
+    ) -> Result<Vec<ReceivedMessage>> {
         self.check_open()?;
         if max_messages == 0 || max_messages > i16::MAX as usize {
-            return Err(Error::invalid("max_messages", "must be between 1 and 32767"));
+            return Err(Error::invalid(
+                "max_messages",
+                "must be between 1 and 32767",
+            ));
         }
         match self.inner.options.mode {
             ConsumeMode::Broadcast => self.receive_broadcast(max_messages, wait).await,
@@ -363,10 +378,14 @@ impl JmqConsumer {
             .ok_or_else(|| Error::protocol("FIND_COORDINATOR answered no coordinator entry"))?;
         codes::check(entry.code, || "find the coordinator".to_string())?;
         let Some(broker) = entry.broker else {
-            return Err(codes::error(codes::FW_COORDINATOR_NOT_AVAILABLE, "no coordinator"));
+            return Err(codes::error(
+                codes::FW_COORDINATOR_NOT_AVAILABLE,
+                "no coordinator",
+            ));
         };
         let coord = cluster.broker_connection(&broker).await?;
-        let session = i32::try_from(self.inner.options.session_timeout.as_millis()).unwrap_or(i32::MAX);
+        let session =
+            i32::try_from(self.inner.options.session_timeout.as_millis()).unwrap_or(i32::MAX);
         let resp = coord
             .call(&FetchAssignedPartition {
                 topics: topics.iter().map(|t| (t.clone(), session, true)).collect(),
@@ -395,7 +414,8 @@ impl JmqConsumer {
         let req = FetchTopicMessage {
             topics: vec![(topic.to_string(), count as i16)],
             app: cluster.app().to_string(),
-            ack_timeout: i32::try_from(self.inner.options.ack_timeout.as_millis()).unwrap_or(i32::MAX),
+            ack_timeout: i32::try_from(self.inner.options.ack_timeout.as_millis())
+                .unwrap_or(i32::MAX),
             long_poll_timeout: lp,
         };
         // The read deadline must exceed the long poll (the Java client waits twice as long).
@@ -408,7 +428,10 @@ impl JmqConsumer {
                 if t.code == codes::FW_CONSUMER_NOT_EXISTS {
                     conn.forget_consumer(&t.topic).await;
                 }
-                return Err(codes::error(t.code, format!("fetch from topic {:?} on broker {}", t.topic, broker.id)));
+                return Err(codes::error(
+                    t.code,
+                    format!("fetch from topic {:?} on broker {}", t.topic, broker.id),
+                ));
             }
             for m in &t.messages {
                 out.extend(unpack(&t.topic, broker.id, m, self.inner.options.max_body)?);
@@ -455,7 +478,10 @@ impl JmqConsumer {
                     Ok(_) => {}
                     Err(e) => {
                         let retry = match e.status() {
-                            Some(s) => codes::refreshes_metadata(s.code) || s.code == codes::FW_CONSUMER_NOT_EXISTS,
+                            Some(s) => {
+                                codes::refreshes_metadata(s.code)
+                                    || s.code == codes::FW_CONSUMER_NOT_EXISTS
+                            }
                             None => matches!(e.kind(), ErrorKind::Connection),
                         };
                         if !retry || Instant::now() >= deadline {
@@ -532,7 +558,10 @@ impl JmqConsumer {
                 }
                 if p.code != codes::SUCCESS {
                     cluster.on_code(&t, p.code);
-                    return Err(codes::error(p.code, format!("fetch partition {} of topic {t:?}", p.partition)));
+                    return Err(codes::error(
+                        p.code,
+                        format!("fetch partition {} of topic {t:?}", p.partition),
+                    ));
                 }
                 for m in &p.messages {
                     let msgs = unpack(&t, broker.id, m, self.inner.options.max_body)?;
@@ -560,7 +589,10 @@ impl JmqConsumer {
     /// messages from its retry queue.
     pub async fn nack(&self, messages: &[ReceivedMessage], retry: RetryType) -> Result<()> {
         if retry == RetryType::None {
-            return Err(Error::invalid("retry_type", "a nack needs a retry type other than none"));
+            return Err(Error::invalid(
+                "retry_type",
+                "a nack needs a retry type other than none",
+            ));
         }
         self.commit(messages, retry).await
     }
@@ -573,7 +605,8 @@ impl JmqConsumer {
         }
         let cluster = &self.inner.cluster;
         // Group by broker → topic → partition.
-        let mut by_broker: BTreeMap<i32, BTreeMap<String, BTreeMap<i16, Vec<AckItem>>>> = BTreeMap::new();
+        let mut by_broker: BTreeMap<i32, BTreeMap<String, BTreeMap<i16, Vec<AckItem>>>> =
+            BTreeMap::new();
         for m in messages {
             by_broker
                 .entry(m.broker_id)
@@ -602,7 +635,10 @@ impl JmqConsumer {
                 for (p, code) in parts {
                     if code != codes::SUCCESS {
                         cluster.on_code(&t, code);
-                        return Err(codes::error(code, format!("ack partition {p} of topic {t:?}")));
+                        return Err(codes::error(
+                            code,
+                            format!("ack partition {p} of topic {t:?}"),
+                        ));
                     }
                 }
             }
@@ -632,10 +668,16 @@ impl JmqConsumer {
         let cluster = &self.inner.cluster;
         let route = cluster.route(topic).await?;
         let g = route.group_of(partition).ok_or_else(|| {
-            Error::invalid("partition", format!("topic {topic:?} has no partition {partition}"))
+            Error::invalid(
+                "partition",
+                format!("topic {topic:?} has no partition {partition}"),
+            )
         })?;
         let b = route.leader(g).cloned().ok_or_else(|| {
-            codes::error(codes::FW_TOPIC_NO_PARTITIONGROUP, format!("no leader for partition {partition}"))
+            codes::error(
+                codes::FW_TOPIC_NO_PARTITIONGROUP,
+                format!("no leader for partition {partition}"),
+            )
         })?;
         cluster.broker_connection(&b).await
     }
@@ -656,7 +698,9 @@ impl JmqConsumer {
             .flat_map(|(_, v)| v)
             .find(|e| e.partition == partition)
             .ok_or_else(|| Error::protocol("FETCH_INDEX answered no entry"))?;
-        codes::check(e.code, || format!("index of partition {partition} of {topic:?}"))?;
+        codes::check(e.code, || {
+            format!("index of partition {partition} of {topic:?}")
+        })?;
         Ok(e)
     }
 
@@ -672,7 +716,9 @@ impl JmqConsumer {
             .await?;
         for (_, parts) in resp.data {
             for (p, code) in parts {
-                codes::check(code, || format!("commit index of partition {p} of {topic:?}"))?;
+                codes::check(code, || {
+                    format!("commit index of partition {p} of {topic:?}")
+                })?;
             }
         }
         Ok(())

@@ -254,7 +254,7 @@ impl WireMessage {
         let sys_code = SysCode::from_bits(r.i16()?)?;
         let priority = r.i8()?;
         let mut client_ip = [0u8; 16];
-        client_ip.copy_from_slice(&r.take(16, "clientIp")?);
+        client_ip.copy_from_slice(r.slice(16, "clientIp")?);
         let send_time = r.i64()?;
         let store_time = r.i32()?;
         let body_crc = r.i64()?;
@@ -447,7 +447,10 @@ pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
             continue;
         }
         let (k, v) = split_property(line);
-        out.insert(unescape(k), unescape(v.trim_start_matches([' ', '\t', '\x0c'])));
+        out.insert(
+            unescape(k),
+            unescape(v.trim_start_matches([' ', '\t', '\x0c'])),
+        );
     }
     out
 }
@@ -554,7 +557,7 @@ mod tests {
         expected.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]); // index
         expected.extend_from_slice(&[0, 0, 0, 9]); // term
         expected.extend_from_slice(&[0x12, 0x34]); // magic
-        // sysCode: source JOYQUEUE (3<<2 = 0x0c) | IPv4 (0x80) | version 1 (0x100) = 0x018c
+                                                   // sysCode: source JOYQUEUE (3<<2 = 0x0c) | IPv4 (0x80) | version 1 (0x100) = 0x018c
         expected.extend_from_slice(&[0x01, 0x8c]);
         expected.push(4); // priority
         expected.extend_from_slice(&[2, 1, 10, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // port LE, ip

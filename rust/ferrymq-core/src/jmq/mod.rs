@@ -133,7 +133,8 @@ pub fn fuzz_decode(data: &[u8]) {
     for _ in 0..64 {
         match decode_frame(&mut buf, 1 << 20) {
             Ok(Some(f)) => {
-                let _ = AnyRequest::decode(f.header.command_type, f.header.version, f.payload.clone());
+                let _ =
+                    AnyRequest::decode(f.header.command_type, f.header.version, f.payload.clone());
                 responses(&f.payload, f.header.version);
             }
             Ok(None) | Err(_) => break,
@@ -152,7 +153,11 @@ pub fn fuzz_decode(data: &[u8]) {
         }
     }
     let _ = message::decode_batch(raw.clone());
-    for c in [compress::Compression::Zip, compress::Compression::Zlib, compress::Compression::Snappy] {
+    for c in [
+        compress::Compression::Zip,
+        compress::Compression::Zlib,
+        compress::Compression::Snappy,
+    ] {
         let _ = compress::decompress(c, data, 1 << 20);
     }
     if let Ok(s) = std::str::from_utf8(data) {
@@ -201,7 +206,11 @@ mod tests {
                 flag: 3,
                 ..Default::default()
             };
-            m.set_body(compress::compress(compress::Compression::Zlib, &body).unwrap().into());
+            m.set_body(
+                compress::compress(compress::Compression::Zlib, &body)
+                    .unwrap()
+                    .into(),
+            );
             let req = ProduceMessage {
                 topics: vec![ProduceTopic {
                     topic: "t".into(),
@@ -211,10 +220,17 @@ mod tests {
                 app: "a".into(),
             };
             let mut f = BytesMut::new();
-            encode_frame_with(&Header::request(50, 1, QosLevel::Receive), &mut f, |d| req.encode(3, d)).unwrap();
+            encode_frame_with(&Header::request(50, 1, QosLevel::Receive), &mut f, |d| {
+                req.encode(3, d)
+            })
+            .unwrap();
             corpus.push(f.to_vec());
             let resp = FetchTopicMessageResponse {
-                data: vec![TopicMessages { topic: "t".into(), messages: vec![m], code: 0 }],
+                data: vec![TopicMessages {
+                    topic: "t".into(),
+                    messages: vec![m],
+                    code: 0,
+                }],
             };
             let mut f = BytesMut::new();
             let h = Header::response_to(&Header::request(30, 2, QosLevel::Receive), -30, 0, None);
@@ -222,7 +238,11 @@ mod tests {
             corpus.push(f.to_vec());
             let mut f = BytesMut::new();
             encode_frame_with(&Header::request(10, 3, QosLevel::Receive), &mut f, |d| {
-                FetchCluster { topics: vec!["x".into()], app: "a".into() }.encode(3, d)
+                FetchCluster {
+                    topics: vec!["x".into()],
+                    app: "a".into(),
+                }
+                .encode(3, d)
             })
             .unwrap();
             corpus.push(f.to_vec());
@@ -250,7 +270,10 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        assert_eq!(parse_endpoint("jmq://127.0.0.1:1234").unwrap(), "127.0.0.1:1234");
+        assert_eq!(
+            parse_endpoint("jmq://127.0.0.1:1234").unwrap(),
+            "127.0.0.1:1234"
+        );
         assert_eq!(parse_endpoint("JMQ://h").unwrap(), "h:50088");
         assert_eq!(parse_endpoint("h:1").unwrap(), "h:1");
         assert_eq!(parse_endpoint("jmq://[::1]:5").unwrap(), "[::1]:5");

@@ -157,6 +157,9 @@ impl std::fmt::Debug for JmqProducer {
     }
 }
 
+/// The outcome of one topic entry: its receipts, or the code and the entry to retry.
+type EntryResult = std::result::Result<Vec<SendReceipt>, (i32, Box<Entry>)>;
+
 /// One topic entry being sent: the encoded message and the receipts it will produce.
 #[derive(Clone)]
 struct Entry {
@@ -197,15 +200,19 @@ fn to_item(m: &Message, max_body: usize) -> Result<(BatchItem, Option<String>)> 
     }
     let priority = match m.priority() {
         None => 0,
-        Some(p) => i8::try_from(p)
-            .map_err(|_| Error::invalid("priority", format!("{p} does not fit a JMQ4 byte (0-127)")))?,
+        Some(p) => i8::try_from(p).map_err(|_| {
+            Error::invalid("priority", format!("{p} does not fit a JMQ4 byte (0-127)"))
+        })?,
     };
     let mut props: BTreeMap<String, String> = m.properties().clone();
     if let Some(tag) = m.tag() {
         props.insert(TAG_ATTRIBUTE.to_string(), tag.to_string());
     }
     let attributes = encode_properties(&props);
-    if attributes.as_ref().is_some_and(|a| a.len() > i16::MAX as usize) {
+    if attributes
+        .as_ref()
+        .is_some_and(|a| a.len() > i16::MAX as usize)
+    {
         return Err(Error::invalid(
             "properties",
             "more than 32767 bytes once encoded as JMQ4 attributes",
@@ -278,7 +285,10 @@ impl JmqProducer {
         }
         let batch = items.len() > 1;
         if items.len() > i16::MAX as usize {
-            return Err(Error::invalid("messages", "at most 32767 messages per batch"));
+            return Err(Error::invalid(
+                "messages",
+                "at most 32767 messages per batch",
+            ));
         }
         let (body, flag, priority, business_id, attributes) = if batch {
             let mut b = BytesMut::new();
@@ -293,7 +303,8 @@ impl JmqProducer {
             batch,
             ..SysCode::default()
         };
-        let body = if opts.compression != Compression::None && body.len() >= opts.compress_threshold {
+        let body = if opts.compression != Compression::None && body.len() >= opts.compress_threshold
+        {
             let c = compress::compress(opts.compression, &body)?;
             if c.len() < body.len() {
                 sys_code.compressed = true;
@@ -344,12 +355,20 @@ impl JmqProducer {
                 None => route.partitions(),
             };
             if parts.is_empty() {
-                return Err(codes::error(codes::FW_TOPIC_NO_PARTITIONGROUP, format!("topic {:?}", entry.topic)));
+                return Err(codes::error(
+                    codes::FW_TOPIC_NO_PARTITIONGROUP,
+                    format!("topic {:?}", entry.topic),
+                ));
             }
             let p = parts[(java_string_hash(key).unsigned_abs() as usize) % parts.len()];
-            let g = route.group_of(p).ok_or_else(|| Error::internal("partition without group"))?;
+            let g = route
+                .group_of(p)
+                .ok_or_else(|| Error::internal("partition without group"))?;
             let b = route.leader(g).cloned().ok_or_else(|| {
-                codes::error(codes::FW_TOPIC_NO_PARTITIONGROUP, format!("no leader for partition {p} of {:?}", entry.topic))
+                codes::error(
+                    codes::FW_TOPIC_NO_PARTITIONGROUP,
+                    format!("no leader for partition {p} of {:?}", entry.topic),
+                )
             })?;
             return Ok((p, b));
         }
@@ -368,7 +387,10 @@ impl JmqProducer {
         if candidates.is_empty() {
             return Err(codes::error(
                 codes::FW_TOPIC_NO_PARTITIONGROUP,
-                format!("topic {:?} has no writable partition group with a known leader", entry.topic),
+                format!(
+                    "topic {:?} has no writable partition group with a known leader",
+                    entry.topic
+                ),
             ));
         }
         let not_excluded: Vec<_> = candidates
@@ -379,7 +401,10 @@ impl JmqProducer {
         if !not_excluded.is_empty() {
             candidates = not_excluded;
         }
-        if cluster.nearby_first(route, true) && candidates.iter().any(|c| c.2) && candidates.iter().any(|c| !c.2) {
+        if cluster.nearby_first(route, true)
+            && candidates.iter().any(|c| c.2)
+            && candidates.iter().any(|c| !c.2)
+        {
             candidates.retain(|c| c.2);
         }
         let weights: Vec<f64> = candidates.iter().map(|c| c.1).collect();
@@ -396,7 +421,7 @@ impl JmqProducer {
         entries: Vec<(Entry, i16)>,
         tx_id: Option<&str>,
         broker_id: i32,
-    ) -> Result<Vec<std::result::Result<Vec<SendReceipt>, (i32, Entry)>>> {
+    ) -> Result<Vec<EntryResult>> {
         let opts = &self.inner.options;
         let topics: Vec<&str> = entries.iter().map(|(e, _)| e.topic.as_str()).collect();
         conn.ensure_producer(&topics).await?;
@@ -449,14 +474,18 @@ impl JmqProducer {
             .zip(resp.data)
             .map(|((e, _), r)| {
                 if r.code != codes::SUCCESS {
-                    return Err((r.code, e));
+                    return Err((r.code, Box::new(e)));
                 }
                 let first = r.items.first().copied().unwrap_or_default();
                 Ok((0..e.count)
                     .map(|i| SendReceipt {
                         topic: e.topic.clone(),
                         partition: first.partition,
-                        index: if first.index < 0 { -1 } else { first.index + i as i64 },
+                        index: if first.index < 0 {
+                            -1
+                        } else {
+                            first.index + i as i64
+                        },
                         start_time: first.start_time,
                         broker_id,
                     })
@@ -560,7 +589,9 @@ impl JmqProducer {
             let msgs: Vec<&Message> = idx.iter().map(|i| &messages[*i]).collect();
             let mut e = self.build_entry(t, &msgs)?;
             // A batch goes to one partition: ordering keys of later messages are ignored.
-            e.ordered_key = msgs.iter().find_map(|m| m.message_group().map(str::to_string));
+            e.ordered_key = msgs
+                .iter()
+                .find_map(|m| m.message_group().map(str::to_string));
             entries.push(e);
         }
         // First attempt: one request per leader broker with every topic it leads.
@@ -587,7 +618,10 @@ impl JmqProducer {
                     continue;
                 }
             };
-            match self.produce_once(&conn, list.clone(), None, broker.id).await {
+            match self
+                .produce_once(&conn, list.clone(), None, broker.id)
+                .await
+            {
                 Ok(results) => {
                     for r in results {
                         match r {
@@ -599,9 +633,12 @@ impl JmqProducer {
                             Err((code, e)) => {
                                 cluster.on_code(&e.topic, code);
                                 if !codes::is_retriable(code) {
-                                    return Err(codes::error(code, format!("produce to topic {:?}", e.topic)));
+                                    return Err(codes::error(
+                                        code,
+                                        format!("produce to topic {:?}", e.topic),
+                                    ));
                                 }
-                                retry.push(e);
+                                retry.push(*e);
                             }
                         }
                     }
@@ -666,7 +703,9 @@ impl JmqProducer {
                     .unwrap_or(i32::MAX),
             })
             .await?;
-        codes::check(resp.code, || format!("prepare a transaction on topic {topic:?}"))?;
+        codes::check(resp.code, || {
+            format!("prepare a transaction on topic {topic:?}")
+        })?;
         let tx_id = resp
             .tx_id
             .ok_or_else(|| Error::protocol("PREPARE answered without a txId"))?;
@@ -870,7 +909,10 @@ impl JmqTransaction {
             Ok(r) => Ok(r),
             Err((code, _)) => Err(codes::error(
                 code,
-                format!("produce in transaction {} on topic {:?}", self.tx_id, self.topic),
+                format!(
+                    "produce in transaction {} on topic {:?}",
+                    self.tx_id, self.topic
+                ),
             )),
         }
     }

@@ -579,7 +579,13 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
         }
         AnyRequest::Heartbeat => Reply::Ack(codes::SUCCESS, None),
         AnyRequest::FetchHealth => {
-            let point = inner.faults.lock().health.get(&node_id).copied().unwrap_or(0.0);
+            let point = inner
+                .faults
+                .lock()
+                .health
+                .get(&node_id)
+                .copied()
+                .unwrap_or(0.0);
             typed(&FetchHealthResponse { point }, v)
         }
         AnyRequest::AddProducer(r) => {
@@ -859,7 +865,10 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
                 .map(|(t, parts)| {
                     (
                         t.clone(),
-                        parts.iter().map(|p| store.fetch_index(t, &app, *p)).collect(),
+                        parts
+                            .iter()
+                            .map(|p| store.fetch_index(t, &app, *p))
+                            .collect(),
                     )
                 })
                 .collect();

@@ -55,8 +55,7 @@ impl Partition {
 
     /// Position of the entry holding `index`.
     fn position(&self, index: i64) -> usize {
-        self.entries
-            .partition_point(|e| e.index + e.count <= index)
+        self.entries.partition_point(|e| e.index + e.count <= index)
     }
 }
 
@@ -214,7 +213,10 @@ impl JmqStore {
 
     /// Register an app and its token.
     pub fn add_app(&self, app: &str, token: &str) {
-        self.state.lock().apps.insert(app.to_string(), token.to_string());
+        self.state
+            .lock()
+            .apps
+            .insert(app.to_string(), token.to_string());
     }
 
     /// Whether `app` exists with `token`.
@@ -459,7 +461,9 @@ impl JmqStore {
         }
         if messages.iter().any(|m| {
             m.body.len() > self.config.max_body
-                || m.business_id.as_ref().is_some_and(|b| b.chars().count() > 100)
+                || m.business_id
+                    .as_ref()
+                    .is_some_and(|b| b.chars().count() > 100)
         }) {
             return fail(codes::CN_PARAM_ERROR, n);
         }
@@ -617,8 +621,8 @@ impl JmqStore {
             let mut got = 0usize;
             while pos < part.entries.len() && got < count {
                 let e = &part.entries[pos];
-                let fully_acked =
-                    (e.index..e.index + e.count).all(|i| i < ps.ack_index || ps.acked_above.contains(&i));
+                let fully_acked = (e.index..e.index + e.count)
+                    .all(|i| i < ps.ack_index || ps.acked_above.contains(&i));
                 if !fully_acked {
                     out.push(e.msg.clone());
                     got += usize::try_from(e.count).unwrap_or(1);
@@ -1032,7 +1036,10 @@ mod tests {
         let f = s.fetch_topic(1, 1, "t", "app", 1, Duration::from_millis(0));
         assert_eq!(f.messages.len(), 1);
         let again = s.fetch_topic(1, 2, "t", "app", 1, Duration::from_secs(30));
-        assert_eq!(again.messages, f.messages, "ack timeout passed: redelivered");
+        assert_eq!(
+            again.messages, f.messages,
+            "ack timeout passed: redelivered"
+        );
         let m = &again.messages[0];
         s.commit_ack(
             "t",
@@ -1076,8 +1083,14 @@ mod tests {
             s.fetch_partition(1, "t", "app", 0, 5, 1).1,
             codes::FW_FETCH_MESSAGE_INDEX_OUT_OF_RANGE
         );
-        assert_eq!(s.topic_meta("nope", "app").0.code, codes::FW_TOPIC_NOT_EXIST);
-        assert_eq!(s.topic_meta("t", "stranger").0.code, codes::CN_NO_PERMISSION);
+        assert_eq!(
+            s.topic_meta("nope", "app").0.code,
+            codes::FW_TOPIC_NOT_EXIST
+        );
+        assert_eq!(
+            s.topic_meta("t", "stranger").0.code,
+            codes::CN_NO_PERMISSION
+        );
     }
 
     #[test]
