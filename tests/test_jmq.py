@@ -1,15 +1,16 @@
-"""JMQ4 (JoyQueue) end to end: ferrymq.JmqProducer / JmqConsumer against the embedded server."""
+"""JMQ4 (JoyQueue) end to end: ferrymq.JmqProducer / JmqConsumer against the JMQ4 side of
+ferrymq.testing.EmbeddedBroker (topics made with ``create_topic`` are served over JMQ4 too)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 import ferrymq
-from ferrymq import _native
+from ferrymq.testing import EmbeddedBroker
 
 APP = "test_app"
 TOKEN = "test_token"
@@ -17,21 +18,21 @@ _ids = itertools.count()
 
 
 @pytest.fixture
-def topic(jmq_server: _native.JmqServer) -> str:
+def topic(jmq_broker: EmbeddedBroker) -> str:
     name = f"jmq-t{next(_ids)}"
-    jmq_server.create_topic(name, 4)
+    jmq_broker.create_topic(name, queues=4)
     return name
 
 
 @pytest.fixture
-def producer(jmq_server: _native.JmqServer) -> Iterator[ferrymq.JmqProducer]:
-    with ferrymq.JmqProducer(jmq_server.endpoint, app=APP, token=TOKEN) as p:
+def producer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqProducer]:
+    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
         yield p
 
 
-def consumer(server: _native.JmqServer, topic: str, **kw: object) -> ferrymq.JmqConsumer:
+def consumer(broker: EmbeddedBroker, topic: str, **kw: object) -> ferrymq.JmqConsumer:
     return ferrymq.JmqConsumer(
-        server.endpoint,
+        broker.jmq_endpoint,
         [topic],
         app=APP,
         token=TOKEN,
@@ -53,7 +54,7 @@ def drain(c: ferrymq.JmqConsumer, n: int, ack: bool = True) -> list[ferrymq.JmqM
 
 
 def test_produce_consume_ack(
-    jmq_server: _native.JmqServer, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
 ) -> None:
     big = b"x" * 4096
     r = producer.send(
@@ -64,7 +65,7 @@ def test_produce_consume_ack(
     assert r.message_id.startswith(topic)
     for i in range(4):
         producer.send(ferrymq.Message(topic, f"m{i}".encode()))
-    with consumer(jmq_server, topic) as c:
+    with consumer(jmq_broker, topic) as c:
         got = drain(c, 5)
         assert len(got) == 5
         first = next(m for m in got if m.body == big)
@@ -76,43 +77,43 @@ def test_produce_consume_ack(
         assert c.receive(10, wait=0.1) == []
         acked = sum(c.fetch_index(topic, p)[0] for p in range(4))
         assert acked == 5
-    assert jmq_server.message_count(topic) == 5
+    assert jmq_broker.jmq.message_count(topic) == 5
 
 
 def test_batch_and_multi_topic(
-    jmq_server: _native.JmqServer, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
 ) -> None:
     other = topic + "-b"
-    jmq_server.create_topic(other, 2)
+    jmq_broker.create_topic(other, queues=2)
     receipts = producer.send_batch([ferrymq.Message(topic, b"%d" % i) for i in range(5)])
     assert [r.index - receipts[0].index for r in receipts] == [0, 1, 2, 3, 4]
     mixed = producer.send_batch(
         [ferrymq.Message(other, b"a"), ferrymq.Message(topic, b"b"), ferrymq.Message(other, b"c")]
     )
     assert [r.topic for r in mixed] == [other, topic, other]
-    with consumer(jmq_server, topic) as c:
+    with consumer(jmq_broker, topic) as c:
         assert len(drain(c, 6)) == 6
 
 
 @pytest.mark.parametrize("compression", ["zlib", "zip", "snappy", "none"])
-def test_compression(jmq_server: _native.JmqServer, topic: str, compression: str) -> None:
+def test_compression(jmq_broker: EmbeddedBroker, topic: str, compression: str) -> None:
     body = bytes(range(256)) * 100
     with ferrymq.JmqProducer(
-        jmq_server.endpoint, app=APP, token=TOKEN, compression=compression
+        jmq_broker.jmq_endpoint, app=APP, token=TOKEN, compression=compression
     ) as p:
         p.send(ferrymq.Message(topic, body))
-    with consumer(jmq_server, topic) as c:
+    with consumer(jmq_broker, topic) as c:
         assert drain(c, 1)[0].body == body
 
 
 def test_transactions(
-    jmq_server: _native.JmqServer, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
 ) -> None:
     with producer.begin_transaction(topic) as tx:
         tx.send([ferrymq.Message(topic, b"t1"), ferrymq.Message(topic, b"t2")])
-        assert jmq_server.message_count(topic) == 0
+        assert jmq_broker.jmq.message_count(topic) == 0
     assert tx.finished
-    assert jmq_server.message_count(topic) == 2
+    assert jmq_broker.jmq.message_count(topic) == 2
     tx2 = producer.begin_transaction(topic)
 
     def fail_inside() -> None:
@@ -122,12 +123,12 @@ def test_transactions(
 
     with pytest.raises(RuntimeError):
         fail_inside()
-    assert jmq_server.message_count(topic) == 2
+    assert jmq_broker.jmq.message_count(topic) == 2
     with pytest.raises(ferrymq.ClientClosedError):
         tx2.commit()
 
 
-def test_transaction_feedback_calls_the_checker(jmq_server: _native.JmqServer, topic: str) -> None:
+def test_transaction_feedback_calls_the_checker(jmq_broker: EmbeddedBroker, topic: str) -> None:
     seen: list[tuple[str, str, str]] = []
 
     def checker(t: str, tx_id: str, transaction_id: str) -> str:
@@ -135,7 +136,7 @@ def test_transaction_feedback_calls_the_checker(jmq_server: _native.JmqServer, t
         return "commit"
 
     with ferrymq.JmqProducer(
-        jmq_server.endpoint,
+        jmq_broker.jmq_endpoint,
         app=APP,
         token=TOKEN,
         transaction_checker=checker,
@@ -152,14 +153,14 @@ def test_transaction_feedback_calls_the_checker(jmq_server: _native.JmqServer, t
             asyncio.run(asyncio.sleep(0.02))
         assert resolved == 1
     assert seen == [(topic, tx.tx_id, "order-77")]
-    assert jmq_server.message_count(topic) == 1
+    assert jmq_broker.jmq.message_count(topic) == 1
 
 
 def test_nack_redelivers_from_the_retry_queue(
-    jmq_server: _native.JmqServer, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
 ) -> None:
     producer.send(ferrymq.Message(topic, b"retry-me"))
-    with consumer(jmq_server, topic) as c:
+    with consumer(jmq_broker, topic) as c:
         first = drain(c, 1, ack=False)
         c.nack(first, retry_type="timeout")
         again = drain(c, 1, ack=False)
@@ -171,39 +172,46 @@ def test_nack_redelivers_from_the_retry_queue(
 
 
 def test_broadcast_and_coordinator(
-    jmq_server: _native.JmqServer, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
 ) -> None:
     producer.send_batch([ferrymq.Message(topic, b"%d" % i) for i in range(6)])
     with (
-        consumer(jmq_server, topic, mode="broadcast") as b1,
-        consumer(jmq_server, topic, mode="broadcast") as b2,
+        consumer(jmq_broker, topic, mode="broadcast") as b1,
+        consumer(jmq_broker, topic, mode="broadcast") as b2,
     ):
         assert len(drain(b1, 6)) == 6
         assert len(drain(b2, 6)) == 6
         assert sum(b1.positions().values()) >= 6
-    with consumer(jmq_server, topic, mode="coordinator") as c:
+    with consumer(jmq_broker, topic, mode="coordinator") as c:
         assert len(drain(c, 6)) == 6
 
 
-def test_retry_on_not_leader(
-    jmq_server: _native.JmqServer, producer: ferrymq.JmqProducer, topic: str
-) -> None:
+def test_retry_on_not_leader(make_broker: Callable[..., EmbeddedBroker]) -> None:
+    b = make_broker(jmq_nodes=2)
+    topic = "faulty"
+    b.create_topic(topic, queues=4)
+    producer = ferrymq.JmqProducer(b.jmq_endpoint, app=APP, token=TOKEN)
     producer.send(ferrymq.Message(topic, b"warm"))
-    jmq_server.fail_next(188, command="PRODUCE_MESSAGE", times=1)
+    b.jmq.fail_next(188, command="PRODUCE_MESSAGE", times=1)
     producer.send(ferrymq.Message(topic, b"after-188"))
-    jmq_server.fail_next(6, command="PRODUCE_MESSAGE", times=1)
+    # The leader of every partition group moves to node 2: the client follows.
+    b.jmq.set_leader(topic, 0, 2)
+    receipt = producer.send(ferrymq.Message(topic, b"moved"))
+    assert receipt.broker_id == 2
+    b.jmq.fail_next(6, command="PRODUCE_MESSAGE", times=1)
     with pytest.raises(ferrymq.BrokerError) as e:
         producer.send(ferrymq.Message(topic, b"bad"))
     assert e.value.code == 6
     assert e.value.code_name == "CN_PARAM_ERROR"
     assert e.value.protocol == "jmq"
     assert not e.value.retriable
-    assert jmq_server.message_count(topic) == 2
+    assert b.jmq.message_count(topic) == 3
+    producer.close()
 
 
-def test_bad_input(jmq_server: _native.JmqServer, producer: ferrymq.JmqProducer) -> None:
+def test_bad_input(jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer) -> None:
     with pytest.raises(ferrymq.BrokerError) as e:
-        ferrymq.JmqProducer(jmq_server.endpoint, app=APP, token="wrong").start()
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token="wrong").start()
     assert e.value.code == 2
     assert "check app and token" in str(e.value)
     with pytest.raises(ferrymq.BrokerError) as e:
@@ -211,26 +219,26 @@ def test_bad_input(jmq_server: _native.JmqServer, producer: ferrymq.JmqProducer)
     assert e.value.code == 189
     assert "does not exist" in str(e.value)
     with pytest.raises(ferrymq.BrokerError, match="does not exist"):
-        consumer(jmq_server, "no-such-topic").start()
+        consumer(jmq_broker, "no-such-topic").start()
     with pytest.raises(ferrymq.InvalidArgumentError, match="body"):
         producer.send(ferrymq.Message("t", b"x" * (3 * 1024 * 1024 + 1)))
     with pytest.raises(ferrymq.InvalidArgumentError, match="endpoint"):
         ferrymq.JmqProducer("http://127.0.0.1:1", app=APP, token=TOKEN)
     with pytest.raises(ferrymq.InvalidArgumentError, match="qos"):
-        ferrymq.JmqProducer(jmq_server.endpoint, app=APP, token=TOKEN, qos="ack_flush")
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN, qos="ack_flush")
     with pytest.raises(ferrymq.InvalidArgumentError, match="token"):
-        ferrymq.JmqProducer(jmq_server.endpoint, app=APP, token="")
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token="")
     with pytest.raises(ferrymq.InvalidArgumentError, match="message"):
         producer.send(b"raw bytes")  # type: ignore[arg-type]
     with pytest.raises(ferrymq.FerryConnectionError):
         ferrymq.JmqProducer("jmq://127.0.0.1:1", app=APP, token=TOKEN).start()
     # A topic the app has no subscription to... is every topic for an unknown app.
     with pytest.raises(ferrymq.BrokerError):
-        ferrymq.JmqProducer(jmq_server.endpoint, app="ghost", token="x").start()
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="ghost", token="x").start()
 
 
-def test_closed_producer_raises(jmq_server: _native.JmqServer, topic: str) -> None:
-    p = ferrymq.JmqProducer(jmq_server.endpoint, app=APP, token=TOKEN)
+def test_closed_producer_raises(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    p = ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN)
     p.send(ferrymq.Message(topic, b"lazy connect"))
     p.close()
     p.close()
@@ -239,14 +247,14 @@ def test_closed_producer_raises(jmq_server: _native.JmqServer, topic: str) -> No
         p.send(ferrymq.Message(topic, b"late"))
 
 
-def test_token_is_not_in_repr(jmq_server: _native.JmqServer) -> None:
-    p = ferrymq.JmqProducer(jmq_server.endpoint, app=APP, token="s3cret-token")
+def test_token_is_not_in_repr(jmq_broker: EmbeddedBroker) -> None:
+    p = ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token="s3cret-token")
     assert "s3cret" not in repr(p)
     p.close()
 
 
-async def test_asyncio_forms(jmq_server: _native.JmqServer, topic: str) -> None:
-    async with ferrymq.JmqProducer(jmq_server.endpoint, app=APP, token=TOKEN) as p:
+async def test_asyncio_forms(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    async with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
         r = await p.send_async(ferrymq.Message(topic, b"async"))
         assert r.index >= 0
         await p.send_batch_async([ferrymq.Message(topic, b"a1"), ferrymq.Message(topic, b"a2")])
@@ -254,7 +262,7 @@ async def test_asyncio_forms(jmq_server: _native.JmqServer, topic: str) -> None:
         async with tx:
             await tx.send_async(ferrymq.Message(topic, b"in-tx"))
     async with ferrymq.JmqConsumer(
-        jmq_server.endpoint, topic, app=APP, token=TOKEN, long_poll=0.5
+        jmq_broker.jmq_endpoint, topic, app=APP, token=TOKEN, long_poll=0.5
     ) as c:
         got: list[ferrymq.JmqMessage] = []
         for _ in range(50):
@@ -267,10 +275,10 @@ async def test_asyncio_forms(jmq_server: _native.JmqServer, topic: str) -> None:
         assert sorted(m.body for m in got) == [b"a1", b"a2", b"async", b"in-tx"]
 
 
-async def test_long_poll_wakes_on_a_new_message(jmq_server: _native.JmqServer, topic: str) -> None:
+async def test_long_poll_wakes_on_a_new_message(jmq_broker: EmbeddedBroker, topic: str) -> None:
     async with (
-        ferrymq.JmqConsumer(jmq_server.endpoint, topic, app=APP, token=TOKEN) as c,
-        ferrymq.JmqProducer(jmq_server.endpoint, app=APP, token=TOKEN) as p,
+        ferrymq.JmqConsumer(jmq_broker.jmq_endpoint, topic, app=APP, token=TOKEN) as c,
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p,
     ):
         waiting = asyncio.ensure_future(c.receive_async(1, wait=20.0))
         await asyncio.sleep(0.2)
@@ -278,3 +286,27 @@ async def test_long_poll_wakes_on_a_new_message(jmq_server: _native.JmqServer, t
         got = await waiting
         assert got[0].body == b"wake"
         await c.ack_async(got)
+
+
+def test_broker_topics_are_served_over_jmq(jmq_broker: EmbeddedBroker) -> None:
+    name = f"both-{next(_ids)}"
+    jmq_broker.create_topic(name, queues=8)
+    with (
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p,
+        consumer(jmq_broker, name) as c,
+    ):
+        r = p.send(ferrymq.Message(name, b"over jmq"))
+        assert 0 <= r.partition < 8
+        assert c.fetch_index(name, 7)[0] == 0, "each RocketMQ queue is a JMQ4 partition"
+        assert drain(c, 1)[0].body == b"over jmq"
+    assert jmq_broker.jmq_endpoint.startswith("jmq://127.0.0.1:")
+    with EmbeddedBroker(jmq=False) as plain, pytest.raises(ferrymq.InvalidArgumentError):
+        _ = plain.jmq_endpoint
+
+
+def test_other_app_and_app_mismatch(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="other_app", token="other_token") as p:
+        assert p.send(ferrymq.Message(topic, b"from other")).index >= 0
+    with pytest.raises(ferrymq.BrokerError) as e:
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="other_app", token=TOKEN).start()
+    assert e.value.code_name == "CN_AUTHENTICATION_ERROR"

@@ -4,6 +4,7 @@
 //! `cargo test`; the PyO3 binding crate (`ferrymq-python`) only converts values and releases the
 //! GIL. See `docs/architecture.md` for how the modules fit together.
 
+pub mod broker;
 pub mod error;
 pub mod jmq;
 pub mod message;

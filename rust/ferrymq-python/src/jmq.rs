@@ -1083,10 +1083,11 @@ pub struct JmqServer {
 #[pymethods]
 impl JmqServer {
     #[new]
-    #[pyo3(signature = (*, nodes=1, port=None, host="127.0.0.1", advertised_host=None, regions=None, apps=None, retry_delay=0.0, max_body=3145728))]
+    #[pyo3(signature = (*, broker=None, nodes=1, port=None, host="127.0.0.1", advertised_host=None, regions=None, apps=None, retry_delay=0.0, max_body=3145728))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
+        broker: Option<Bound<'_, crate::broker::EmbeddedBroker>>,
         nodes: usize,
         port: Option<u16>,
         host: &str,
@@ -1113,7 +1114,13 @@ impl JmqServer {
         cfg.store.retry_delay = seconds("retry_delay", retry_delay)?;
         cfg.store.max_body = max_body;
         let rt = RuntimeRef::current()?;
-        let server = rt.block_on(py, async move { CoreServer::start(cfg).await })?;
+        let broker = broker.map(|b| b.get().inner.clone());
+        let server = rt.block_on(py, async move {
+            match broker {
+                Some(b) => CoreServer::start_for_broker(&b, cfg).await,
+                None => CoreServer::start(cfg).await,
+            }
+        })?;
         Ok(Self {
             inner: Arc::new(server),
             rt,

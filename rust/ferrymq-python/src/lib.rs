@@ -4,6 +4,7 @@
 //! [`runtime::enter`] (blocking) or [`runtime::future_into_py`] (asyncio), and maps errors in
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
+mod broker;
 mod errors;
 mod jmq;
 mod logging;
@@ -24,6 +25,8 @@ mod _native {
     use crate::jmq::{
         JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PySendReceipt,
     };
+    #[pymodule_export]
+    use crate::broker::EmbeddedBroker;
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]

@@ -976,3 +976,25 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
         }
     }
 }
+
+impl JmqServer {
+    /// Serve JMQ4 next to an embedded RocketMQ broker: the JMQ4 nodes learn the broker's topics
+    /// (a topic made with `create_topic`, by auto-creation or the admin API) on first use, each
+    /// RocketMQ queue becoming a JMQ4 partition. Messages are kept per protocol: the two wire
+    /// formats have separate stores, so a message sent over one protocol is not delivered over
+    /// the other.
+    pub async fn start_for_broker(
+        broker: &crate::broker::Broker,
+        config: JmqServerConfig,
+    ) -> Result<JmqServer> {
+        let nodes = config.nodes.clamp(1, 64);
+        let store = JmqStore::new(config.store.clone(), (1..=nodes as i32).collect());
+        let core = Arc::downgrade(&broker.core);
+        store.set_topic_source(Arc::new(move |name: &str| {
+            let core = core.upgrade()?;
+            let topic = core.store.topic(name)?;
+            u16::try_from(topic.queues.len()).ok()
+        }));
+        Self::start_with_store(config, store).await
+    }
+}

@@ -167,12 +167,24 @@ impl Default for StoreConfig {
     }
 }
 
+/// Where topics defined elsewhere come from: given a name, the partition count of the topic if
+/// it exists there (the embedded RocketMQ broker's topics, whose queues become partitions).
+pub type TopicSource = Arc<dyn Fn(&str) -> Option<u16> + Send + Sync>;
+
 /// The store shared by every node of an embedded JMQ4 server.
-#[derive(Debug)]
 pub struct JmqStore {
     state: Mutex<State>,
     changed: Notify,
     config: StoreConfig,
+    source: parking_lot::RwLock<Option<TopicSource>>,
+}
+
+impl std::fmt::Debug for JmqStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JmqStore")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where a FETCH_TOPIC_MESSAGE found its messages.
@@ -194,7 +206,25 @@ impl JmqStore {
             }),
             changed: Notify::new(),
             config,
+            source: parking_lot::RwLock::new(None),
         })
+    }
+
+    /// Learn topics from `source` on first use: a topic unknown here but known there is created
+    /// with its partition count. This is how the embedded broker serves the topics made with
+    /// `create_topic` over both protocols.
+    pub fn set_topic_source(&self, source: TopicSource) {
+        *self.source.write() = Some(source);
+    }
+
+    fn sync_topic(&self, name: &str) {
+        if self.state.lock().topics.contains_key(name) {
+            return;
+        }
+        let source = self.source.read().clone();
+        if let Some(n) = source.and_then(|f| f(name)) {
+            let _ = self.create_topic(name, n.max(1), false);
+        }
     }
 
     /// Settings.
@@ -285,6 +315,7 @@ impl JmqStore {
 
     /// Whether the topic exists.
     pub fn has_topic(&self, name: &str) -> bool {
+        self.sync_topic(name);
         self.state.lock().topics.contains_key(name)
     }
 
@@ -328,6 +359,7 @@ impl JmqStore {
 
     /// FETCH_CLUSTER metadata of `topic` for `app` (§5.1), and the leader ids it references.
     pub fn topic_meta(&self, topic: &str, app: &str) -> (TopicMeta, Vec<i32>) {
+        self.sync_topic(topic);
         let st = self.state.lock();
         let Some(t) = st.topics.get(topic) else {
             return (
@@ -409,6 +441,7 @@ impl JmqStore {
 
     /// Check ADD_PRODUCER / ADD_CONSUMER: `Ok` or the code of the BooleanAck.
     pub fn check_subscription(&self, topic: &str, app: &str, produce: bool) -> i32 {
+        self.sync_topic(topic);
         let st = self.state.lock();
         let sub = self.sub_locked(&st, topic, app);
         let ok = if produce { sub.produce } else { sub.consume };
@@ -430,6 +463,7 @@ impl JmqStore {
         mut messages: Vec<WireMessage>,
         client: Option<std::net::SocketAddr>,
     ) -> (i32, Vec<ProduceItem>) {
+        self.sync_topic(topic);
         let start_time = now_millis();
         let fail = |code: i32, n: usize| {
             (
@@ -547,6 +581,7 @@ impl JmqStore {
         count: usize,
         ack_timeout: Duration,
     ) -> Fetched {
+        self.sync_topic(topic);
         let now = Instant::now();
         let mut st = self.state.lock();
         let consume = self.sub_locked(&st, topic, app).consume;
@@ -654,6 +689,7 @@ impl JmqStore {
         index: i64,
         count: usize,
     ) -> (Vec<WireMessage>, i32) {
+        self.sync_topic(topic);
         let mut st = self.state.lock();
         let consume = self.sub_locked(&st, topic, app).consume;
         let Some(t) = st.topics.get_mut(topic) else {
@@ -697,6 +733,7 @@ impl JmqStore {
 
     /// COMMIT_ACK of one (topic, partition) cell. Releases the partition's occupation.
     pub fn commit_ack(&self, topic: &str, app: &str, partition: i16, items: &[AckItem]) -> i32 {
+        self.sync_topic(topic);
         let now = Instant::now();
         let retry_delay = self.config.retry_delay;
         let mut st = self.state.lock();
@@ -751,6 +788,7 @@ impl JmqStore {
 
     /// COMMIT_ACK_INDEX of one cell.
     pub fn commit_index(&self, topic: &str, app: &str, partition: i16, index: i64) -> i32 {
+        self.sync_topic(topic);
         let mut st = self.state.lock();
         let Some(t) = st.topics.get_mut(topic) else {
             return codes::FW_TOPIC_NOT_EXIST;
@@ -778,6 +816,7 @@ impl JmqStore {
 
     /// FETCH_INDEX of one partition.
     pub fn fetch_index(&self, topic: &str, app: &str, partition: i16) -> IndexEntry {
+        self.sync_topic(topic);
         let st = self.state.lock();
         let mut e = IndexEntry {
             partition,
@@ -812,6 +851,7 @@ impl JmqStore {
         transaction_id: Option<String>,
         timeout: Duration,
     ) -> std::result::Result<String, i32> {
+        self.sync_topic(topic);
         let mut st = self.state.lock();
         if !st.topics.contains_key(topic) {
             return Err(codes::FW_TOPIC_NOT_EXIST);
@@ -905,6 +945,7 @@ impl JmqStore {
         member: &str,
         session_timeout: Duration,
     ) -> std::result::Result<Vec<i16>, i32> {
+        self.sync_topic(topic);
         let now = Instant::now();
         let mut st = self.state.lock();
         let Some(t) = st.topics.get_mut(topic) else {
