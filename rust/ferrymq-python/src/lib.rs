@@ -22,11 +22,11 @@ mod _native {
     use super::*;
 
     #[pymodule_export]
+    use crate::broker::EmbeddedBroker;
+    #[pymodule_export]
     use crate::jmq::{
         JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PySendReceipt,
     };
-    #[pymodule_export]
-    use crate::broker::EmbeddedBroker;
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
