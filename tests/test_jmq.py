@@ -310,3 +310,24 @@ def test_other_app_and_app_mismatch(jmq_broker: EmbeddedBroker, topic: str) -> N
     with pytest.raises(ferrymq.BrokerError) as e:
         ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="other_app", token=TOKEN).start()
     assert e.value.code_name == "CN_AUTHENTICATION_ERROR"
+
+
+def test_producer_facade_dispatches_jmq(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    reports: list[tuple[object, object]] = []
+    with ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
+        r = p.send(ferrymq.Message(topic, b"via facade"))
+        assert isinstance(r, ferrymq.JmqSendReceipt)
+        assert (
+            len(p.send_batch([ferrymq.Message(topic, b"f1"), ferrymq.Message(topic, b"f2")])) == 2
+        )
+        p.produce(ferrymq.Message(topic, b"produced"), lambda err, rec: reports.append((err, rec)))
+        assert p.flush() == 0
+        with p.begin_transaction() as tx:
+            tx.send(ferrymq.Message(topic, b"facade tx"))
+        with pytest.raises(ferrymq.InvalidArgumentError, match="recall"):
+            p.recall(topic, "handle")
+    assert len(reports) == 1
+    assert reports[0][0] is None
+    assert jmq_broker.jmq.message_count(topic) == 5
+    with pytest.raises(ferrymq.InvalidArgumentError, match="app"):
+        ferrymq.Producer(jmq_broker.jmq_endpoint)

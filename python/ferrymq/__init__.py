@@ -10,12 +10,21 @@ import logging as _logging
 
 from . import _native
 from ._native import (
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
     JmqConsumer,
     JmqMessage,
     JmqProducer,
     JmqSendReceipt,
     JmqTransaction,
     Message,
+    MessageView,
+    PushConsumer,
+    SendReceipt,
+    SimpleConsumer,
+    TlsConfig,
+    Transaction,
 )
 from .exceptions import (
     BrokerError,
@@ -28,15 +37,20 @@ from .exceptions import (
     InvalidArgumentError,
     ProtocolError,
 )
+from .producer import DeliveryCallback, Producer, TransactionResolution
 
 __version__: str = _native.__version__
 
 __all__ = [
     "BrokerError",
     "ClientClosedError",
+    "ConsumeResult",
+    "Credentials",
+    "DeliveryCallback",
     "FerryConnectionError",
     "FerryError",
     "FerryTimeoutError",
+    "FilterExpression",
     "FlowControlError",
     "InternalError",
     "InvalidArgumentError",
@@ -46,7 +60,15 @@ __all__ = [
     "JmqSendReceipt",
     "JmqTransaction",
     "Message",
+    "MessageView",
+    "Producer",
     "ProtocolError",
+    "PushConsumer",
+    "SendReceipt",
+    "SimpleConsumer",
+    "TlsConfig",
+    "Transaction",
+    "TransactionResolution",
     "__version__",
     "features",
     "sync_log_level",

@@ -10,6 +10,7 @@ pub mod jmq;
 pub mod message;
 pub mod message_id;
 pub mod proto;
+pub mod rocketmq;
 pub mod selector;
 pub mod status;
 

@@ -100,12 +100,12 @@ fn cluster_options(
     skip_from_py_object
 )]
 #[derive(Clone)]
-pub struct PySendReceipt {
+pub struct PyJmqSendReceipt {
     inner: SendReceipt,
 }
 
 #[pymethods]
-impl PySendReceipt {
+impl PyJmqSendReceipt {
     #[getter]
     fn topic(&self) -> &str {
         &self.inner.topic
@@ -141,8 +141,10 @@ impl PySendReceipt {
     }
 }
 
-fn receipts(v: Vec<SendReceipt>) -> Vec<PySendReceipt> {
-    v.into_iter().map(|inner| PySendReceipt { inner }).collect()
+fn receipts(v: Vec<SendReceipt>) -> Vec<PyJmqSendReceipt> {
+    v.into_iter()
+        .map(|inner| PyJmqSendReceipt { inner })
+        .collect()
 }
 
 struct ProducerState {
@@ -305,12 +307,12 @@ impl JmqProducer {
     }
 
     /// Send one message.
-    fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<PySendReceipt> {
+    fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<PyJmqSendReceipt> {
         let m = extract_message(message)?;
         let s = self.state.clone();
         self.rt.block_on(py, async move {
             let inner = s.get().await?.send(&m).await?;
-            Ok(PySendReceipt { inner })
+            Ok(PyJmqSendReceipt { inner })
         })
     }
 
@@ -324,7 +326,7 @@ impl JmqProducer {
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
             let inner = s.get().await?.send(&m).await?;
-            Ok(PySendReceipt { inner })
+            Ok(PyJmqSendReceipt { inner })
         })
     }
 
@@ -333,7 +335,7 @@ impl JmqProducer {
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
-    ) -> PyResult<Vec<PySendReceipt>> {
+    ) -> PyResult<Vec<PyJmqSendReceipt>> {
         let ms = extract_messages(messages)?;
         let s = self.state.clone();
         self.rt.block_on(py, async move {
@@ -521,7 +523,7 @@ impl JmqTransaction {
     }
 
     /// Send messages inside the transaction (invisible until commit).
-    fn send(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<Vec<PySendReceipt>> {
+    fn send(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<Vec<PyJmqSendReceipt>> {
         let ms = extract_messages(messages)?;
         let t = self.inner.clone();
         self.rt

@@ -5,17 +5,26 @@
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
 mod broker;
+mod client_options;
+mod consumer;
 mod errors;
 mod jmq;
 mod logging;
 mod message;
+mod message_view;
 mod probe;
+mod producer;
 mod runtime;
 
 use pyo3::prelude::*;
 
 /// Features compiled into this build, for `ferrymq.features()`.
-const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker", "jmq4"];
+const FEATURES: &[&str] = &[
+    "rocketmq-v2",
+    "embedded-broker",
+    "rocketmq-producer",
+    "jmq4",
+];
 
 #[pymodule]
 mod _native {
@@ -24,13 +33,23 @@ mod _native {
     #[pymodule_export]
     use crate::broker::EmbeddedBroker;
     #[pymodule_export]
+    use crate::client_options::{PyCredentials, PyTlsConfig};
+    #[pymodule_export]
+    use crate::consumer::{
+        PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
+    };
+    #[pymodule_export]
     use crate::jmq::{
-        JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PySendReceipt,
+        JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,
     };
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
+    use crate::message_view::PyMessageView;
+    #[pymodule_export]
     use crate::probe::Probe;
+    #[pymodule_export]
+    use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
