@@ -60,6 +60,14 @@ def broker() -> Iterator[EmbeddedBroker]:
         yield b
 
 
+@pytest.fixture(scope="session")
+def jmq_broker() -> Iterator[EmbeddedBroker]:
+    """A broker with two RocketMQ endpoints and two JMQ4 nodes, for the JMQ4 tests."""
+    with EmbeddedBroker(endpoints=2, jmq_nodes=2, **TEST_BROKER_OPTIONS) as b:
+        b.add_jmq_app("other_app", "other_token")
+        yield b
+
+
 @pytest.fixture
 def make_broker() -> Iterator[Callable[..., EmbeddedBroker]]:
     created: list[EmbeddedBroker] = []

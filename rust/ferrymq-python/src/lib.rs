@@ -9,6 +9,7 @@ mod client_options;
 mod columns;
 mod consumer;
 mod errors;
+mod jmq;
 mod logging;
 mod message;
 mod message_view;
@@ -33,6 +34,7 @@ const FEATURES: &[&str] = &[
     "rocketmq-producer",
     "nats-jetstream",
     "managed-publisher",
+    "jmq4",
 ];
 
 #[pymodule]
@@ -48,6 +50,10 @@ mod _native {
     #[pymodule_export]
     use crate::consumer::{
         PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
+    };
+    #[pymodule_export]
+    use crate::jmq::{
+        JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,
     };
     #[pymodule_export]
     use crate::message::PyMessage;
