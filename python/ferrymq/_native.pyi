@@ -490,6 +490,7 @@ class RocketMQProducer:
     @property
     def settings(self) -> dict[str, Any]: ...
 
+@final
 class FilterExpression:
     @staticmethod
     def tag(expression: str) -> FilterExpression: ...

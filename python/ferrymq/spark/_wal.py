@@ -306,7 +306,7 @@ class _ReceiveState:
         if consumer_cls is None:
             from .. import _native
 
-            consumer_cls = _native.SimpleConsumer  # type: ignore[attr-defined]
+            consumer_cls = _native.SimpleConsumer
         self.consumer = consumer_cls(
             cfg.endpoints,
             cfg.group,
