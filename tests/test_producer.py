@@ -510,9 +510,7 @@ def test_a_dropped_producer_stops_its_background_work(broker: EmbeddedBroker, to
     gc.collect()
 
     def heartbeats() -> int:
-        return next(
-            (c["heartbeats"] for c in broker.clients(0) if c["client_id"] == client_id), 0
-        )
+        return next((c["heartbeats"] for c in broker.clients(0) if c["client_id"] == client_id), 0)
 
     time.sleep(0.5)
     seen = heartbeats()
