@@ -5,8 +5,9 @@
 //! * `send` / `send_batch` block with the GIL released; `send_async` / `send_batch_async` return
 //!   asyncio awaitables;
 //! * `produce(message, on_delivery=cb)` never waits for the broker: the message goes into a
-//!   bounded queue that a batcher task drains into batched `SendMessage` calls (up to 16 in flight on
-//!   one HTTP/2 channel). Delivery callbacks run on the caller's thread inside `poll()` /
+//!   bounded queue that a batcher task drains in chunks, each sent with `Producer::send_each`
+//!   (one `SendMessage` per message, many in flight on one HTTP/2 channel). Delivery
+//!   callbacks run on the caller's thread inside `poll()` /
 //!   `flush()` (and inside `produce()` when the queue is full: back-pressure), never while a Rust
 //!   lock is held.
 
@@ -327,14 +328,13 @@ async fn batcher(producer: Producer, state: Arc<ProduceState>) {
                 tokio::spawn(async move {
                     let (messages, callbacks): (Vec<Message>, Vec<Option<Py<PyAny>>>) =
                         chunk.into_iter().map(|p| (p.message, p.callback)).unzip();
-                    let deliveries = match producer.send_batch(messages).await {
-                        Ok(receipts) => callbacks
+                    // One result per message: a message that failed does not make the others
+                    // of its chunk look failed (they are sent one by one, see send_batch).
+                    let deliveries = match producer.send_each(messages).await {
+                        Ok(results) => callbacks
                             .into_iter()
-                            .zip(receipts)
-                            .map(|(callback, r)| Delivery {
-                                callback,
-                                result: Ok(r),
-                            })
+                            .zip(results)
+                            .map(|(callback, result)| Delivery { callback, result })
                             .collect(),
                         Err(e) => callbacks
                             .into_iter()
@@ -579,7 +579,7 @@ impl PyProducer {
         })
     }
 
-    /// Send many messages of one topic in one request.
+    /// Send many messages of one topic (one `SendMessage` each, many in flight).
     fn send_batch(
         &self,
         py: Python<'_>,
