@@ -79,7 +79,8 @@ def test_latency(make_broker: MakeBroker) -> None:
                 metadata=r.md(),
                 timeout=0.3,
             )
-        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # the client's deadline, or the server's enforcement of grpc-timeout (CANCELLED)
+        assert e.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
         assert r.send(message("t")).status.code == OK, "only QueryRoute is slowed"
         b.set_latency(0, 0, rpc="QueryRoute")
         assert r.route("t").status.code == OK

@@ -1,4 +1,4 @@
-"""Command line: ``ferrymq version``, ``ferrymq broker``."""
+"""Command line: ``ferrymq version``, ``ferrymq broker``, ``ferrymq demo``."""
 
 from __future__ import annotations
 
@@ -131,7 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument(
         "--group", action="append", default=[], metavar="NAME[:fifo][:ATTEMPTS]", help="a group"
     )
+    d = sub.add_parser("demo", help="send and receive messages on an embedded broker")
+    d.add_argument("--messages", type=int, default=200_000, help="how many (default 200000)")
+    d.add_argument("--body-size", type=int, default=100, help="bytes per message (default 100)")
+    d.add_argument("--batch", type=int, default=500, help="messages per send (default 500)")
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        from ferrymq._demo import run
+
+        return run(args.messages, args.body_size, args.batch)
     if args.command in (None, "version"):
         print(f"ferrymq {ferrymq.__version__} (features: {', '.join(ferrymq.features())})")
         return 0

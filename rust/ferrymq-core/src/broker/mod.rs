@@ -11,6 +11,7 @@
 //! | [`config`] | [`BrokerConfig`]: limits and timers (proxy defaults) |
 //! | [`store`] | topics, queues (one lock each), groups, memory bound |
 //! | [`route`] | QueryRoute / QueryAssignment answers |
+//! | [`send`] | SendMessage checks, message kinds, queue choice |
 //! | [`telemetry`] | client settings per endpoint, merged echo, pushed commands |
 //! | [`pop`] | receive / ack / invisibility / receipt handles / FIFO blocking / DLQ |
 //! | [`transaction`] | half messages, EndTransaction, orphan check-back |
@@ -26,6 +27,7 @@ pub mod config;
 pub mod fault;
 pub mod pop;
 pub mod route;
+pub mod send;
 pub mod service;
 pub mod store;
 pub mod telemetry;
