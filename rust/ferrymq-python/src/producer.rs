@@ -5,7 +5,7 @@
 //! * `send` / `send_batch` block with the GIL released; `send_async` / `send_batch_async` return
 //!   asyncio awaitables;
 //! * `produce(message, on_delivery=cb)` never waits for the broker: the message goes into a
-//!   bounded queue that a batcher task drains into batched `SendMessage` calls (many in flight on
+//!   bounded queue that a batcher task drains into batched `SendMessage` calls (up to 16 in flight on
 //!   one HTTP/2 channel). Delivery callbacks run on the caller's thread inside `poll()` /
 //!   `flush()` (and inside `produce()` when the queue is full: back-pressure), never while a Rust
 //!   lock is held.
@@ -37,7 +37,7 @@ const MAX_BATCH: usize = 1024;
 /// Body bytes per batched `SendMessage` (stays well under gRPC's usual 4 MiB frame limit).
 const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Concurrent `SendMessage` calls of the produce path.
-const MAX_RPCS: usize = 64;
+const MAX_RPCS: usize = 16;
 /// Default bound of produced-but-not-yet-reported messages.
 const DEFAULT_MAX_PENDING: usize = 65_536;
 
@@ -360,6 +360,15 @@ pub struct PyProducer {
     producer: Producer,
     state: Arc<ProduceState>,
     batcher_started: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for PyProducer {
+    /// A producer dropped without `close()` stops its batcher, which releases the client; the
+    /// client's background tasks then end (without `NotifyClientTermination`).
+    fn drop(&mut self) {
+        self.state.closed.store(true, Ordering::Release);
+        self.state.wake.notify_one();
+    }
 }
 
 fn install_stack_trace_provider() {
