@@ -133,7 +133,7 @@ class JmqTransaction:
     def __aenter__(self) -> Awaitable[JmqTransaction]: ...
     def __aexit__(self, t: object, v: object, tb: object) -> Awaitable[bool]: ...
 
-TransactionChecker = Callable[[str, str, str], "str | bool | None"]
+_JmqTransactionChecker = Callable[[str, str, str], str | bool | None]
 
 @final
 class JmqProducer:
@@ -153,7 +153,7 @@ class JmqProducer:
         request_timeout: float = 10.0,
         max_body: int = 3145728,
         transaction_timeout: float = 600.0,
-        transaction_checker: TransactionChecker | None = None,
+        transaction_checker: _JmqTransactionChecker | None = None,
         transaction_topics: list[str] | None = None,
         feedback_interval: float = 5.0,
         metadata_refresh: float = 30.0,

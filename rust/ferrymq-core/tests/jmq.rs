@@ -669,3 +669,82 @@ async fn a_malformed_response_is_a_protocol_error_not_a_panic() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
 }
+
+#[tokio::test]
+async fn nearby_region_and_health_steer_partition_choice() {
+    let s = JmqServer::start(JmqServerConfig {
+        nodes: 2,
+        regions: vec!["east".into(), "west".into()],
+        ..JmqServerConfig::default()
+    })
+    .await
+    .unwrap();
+    s.create_topic("geo", 8).unwrap();
+    // A client in "west" prefers partition groups led by the west node (id 2).
+    let mut o = cluster_opts(&s);
+    o.connect.region = Some("west".into());
+    let p = JmqProducer::connect(o, ProducerOptions::default())
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let r = p.send(&msg("geo", format!("w{i}"))).await.unwrap();
+        assert_eq!(r.broker_id, 2, "nearby broker first");
+    }
+    // Without a region preference, a broker reporting a bad health point loses its weight.
+    let mut o = cluster_opts(&s);
+    o.prefer_nearby = false;
+    let p = JmqProducer::connect(o, ProducerOptions::default())
+        .await
+        .unwrap();
+    p.send(&msg("geo", "warm")).await.unwrap();
+    s.set_health(1, 1000.0);
+    p.cluster().check_health().await;
+    let mut on_two = 0;
+    for i in 0..20 {
+        if p.send(&msg("geo", format!("h{i}")))
+            .await
+            .unwrap()
+            .broker_id
+            == 2
+        {
+            on_two += 1;
+        }
+    }
+    assert!(
+        on_two >= 18,
+        "{on_two} of 20 sends avoided the unhealthy broker"
+    );
+}
+
+#[tokio::test]
+async fn idle_connections_heartbeat() {
+    let s = server(1).await;
+    let mut o = cluster_opts(&s);
+    o.connect.heartbeat_interval = Duration::from_millis(20);
+    let p = JmqProducer::connect(o, ProducerOptions::default())
+        .await
+        .unwrap();
+    let before = s.request_count();
+    let mut beats = 0;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        beats = s.request_count() - before;
+        if beats >= 2 {
+            break;
+        }
+    }
+    assert!(beats >= 2, "idle connection sent {beats} heartbeats");
+    p.close().await;
+    // The server notices the closed socket asynchronously.
+    for _ in 0..200 {
+        if s.connection_count() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        s.connection_count(),
+        0,
+        "REMOVE_CONNECTION, then the socket was closed"
+    );
+}
