@@ -62,3 +62,48 @@ def unique(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"{prefix}-{base}-{next(_counter)}"
 
     return name
+
+
+# --------------------------------------------------------------------------------------------
+# Spark (tests marked ``spark``): one local[2] session for the whole run; skipped when pyspark,
+# pyarrow or Java is missing.
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark(broker: EmbeddedBroker) -> Iterator[Any]:
+    # Depends on ``broker`` only so that Spark (and the clients cached in its Python workers)
+    # stops before the broker does.
+    import os
+    import shutil
+    import sys
+
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (apt-get install openjdk-17-jre-headless)")
+    # Workers run PYSPARK_PYTHON, not sys.executable: without this they may pick another
+    # interpreter that lacks pyarrow and ferrymq.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    import ferrymq.spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("ferrymq-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "768m")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    ferrymq.spark.register(session)
+    yield session
+    session.stop()

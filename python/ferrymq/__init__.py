@@ -11,11 +11,15 @@ import logging as _logging
 from . import _native
 from ._native import (
     ConsumeResult,
+    Credentials,
     FilterExpression,
     Message,
     MessageView,
     PushConsumer,
+    SendReceipt,
     SimpleConsumer,
+    TlsConfig,
+    Transaction,
 )
 from .exceptions import (
     BrokerError,
@@ -28,6 +32,7 @@ from .exceptions import (
     InvalidArgumentError,
     ProtocolError,
 )
+from .producer import DeliveryCallback, Producer, TransactionResolution
 
 __version__: str = _native.__version__
 
@@ -35,6 +40,8 @@ __all__ = [
     "BrokerError",
     "ClientClosedError",
     "ConsumeResult",
+    "Credentials",
+    "DeliveryCallback",
     "FerryConnectionError",
     "FerryError",
     "FerryTimeoutError",
@@ -44,9 +51,14 @@ __all__ = [
     "InvalidArgumentError",
     "Message",
     "MessageView",
+    "Producer",
     "ProtocolError",
     "PushConsumer",
+    "SendReceipt",
     "SimpleConsumer",
+    "TlsConfig",
+    "Transaction",
+    "TransactionResolution",
     "__version__",
     "features",
     "sync_log_level",

@@ -5,6 +5,7 @@
 //! GIL. See `docs/architecture.md` for how the modules fit together.
 
 pub mod broker;
+pub mod columnar;
 pub mod error;
 pub mod message;
 pub mod message_id;

@@ -6,6 +6,7 @@
 
 mod broker;
 mod client_options;
+mod columns;
 mod consumer;
 mod errors;
 mod logging;
@@ -13,6 +14,7 @@ mod message;
 mod message_view;
 mod probe;
 mod producer;
+mod pull_reader;
 mod runtime;
 
 use pyo3::prelude::*;
@@ -29,6 +31,8 @@ mod _native {
     #[pymodule_export]
     use crate::client_options::{PyCredentials, PyTlsConfig};
     #[pymodule_export]
+    use crate::columns::PyMessageColumns;
+    #[pymodule_export]
     use crate::consumer::{
         PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
     };
@@ -40,6 +44,8 @@ mod _native {
     use crate::probe::Probe;
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
+    #[pymodule_export]
+    use crate::pull_reader::PyPullReader;
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -585,9 +585,32 @@ fn pop_fifo(
     }
 }
 
-/// Encode a receipt handle.
+/// Encode a receipt handle (`fmq1.<endpoint>.<queue>.<offset>.<nonce>`, lower-case hex).
 pub fn encode_handle(broker: usize, queue: i32, offset: u64, nonce: u32) -> String {
-    format!("fmq1.{broker:x}.{queue:x}.{offset:x}.{nonce:x}")
+    let mut s = String::with_capacity(48);
+    s.push_str("fmq1");
+    for v in [broker as u64, queue as u32 as u64, offset, u64::from(nonce)] {
+        s.push('.');
+        push_hex(&mut s, v);
+    }
+    s
+}
+
+/// Append `v` in lower-case hex without leading zeros (this runs once per delivered message).
+fn push_hex(s: &mut String, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 16];
+    let mut i = buf.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    s.extend(buf[i..].iter().map(|b| char::from(*b)));
 }
 
 /// Decode a receipt handle into (broker, queue, offset, nonce).
@@ -746,7 +769,17 @@ mod tests {
     #[test]
     fn handles_round_trip() {
         let h = encode_handle(3, 7, 123_456_789, 42);
+        assert_eq!(h, format!("fmq1.3.7.{:x}.2a", 123_456_789));
         assert_eq!(decode_handle(&h), Some((3, 7, 123_456_789, 42)));
+        assert_eq!(
+            decode_handle(&encode_handle(0, 0, 0, 0)),
+            Some((0, 0, 0, 0))
+        );
+        let max = encode_handle(63, i32::MAX, u64::MAX, u32::MAX);
+        assert_eq!(
+            decode_handle(&max),
+            Some((63, i32::MAX, u64::MAX, u32::MAX))
+        );
         assert_eq!(decode_handle("garbage"), None);
         assert_eq!(decode_handle("fmq1.1.2.3"), None);
     }

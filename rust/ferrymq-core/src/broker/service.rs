@@ -22,12 +22,12 @@ use super::fault::{FaultIo, Rpc};
 use super::pop::{self, Filter, Pop, PopOutcome};
 use super::store::{
     self, kind_to_proto, now_ms, proto_duration, readable, std_duration, valid_resource_name,
-    writable, GroupConfig, Queue, Stored, Topic,
+    GroupConfig, Queue, Stored, Topic,
 };
 use super::telemetry::{merge_settings, TelemetryItem, TelemetryReply};
 use super::transaction::Half;
-use super::{auth, route, Core, Endpoint};
-use crate::message::{MessageKind, RESERVED_PROPERTIES};
+use super::{auth, route, send, Core, Endpoint};
+use crate::message::MessageKind;
 use crate::proto;
 use crate::proto::messaging_service_server::{MessagingService, MessagingServiceServer};
 use crate::status as code;
@@ -38,8 +38,6 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 const MAX_DECODE: usize = 256 * 1024 * 1024;
 /// Largest receive/pull batch served in one call.
 const MAX_BATCH: usize = 1024;
-/// Longest message group accepted (`maxMessageGroupSize`).
-const MAX_MESSAGE_GROUP: usize = 64;
 
 /// Start serving `ep` on the connections its accept loop hands over.
 pub(crate) fn spawn_server(
@@ -259,151 +257,6 @@ impl EndpointService {
         Ok(t)
     }
 
-    /// Check one message of a send and tell its kind.
-    fn validate(
-        &self,
-        topic: &Topic,
-        m: &proto::Message,
-        now: i64,
-    ) -> Result<MessageKind, proto::Status> {
-        let cfg = &self.core.config;
-        let Some(sp) = m.system_properties.as_ref() else {
-            return Err(st(code::BAD_REQUEST, "system_properties are required"));
-        };
-        if sp.message_id.is_empty() {
-            return Err(st(
-                code::ILLEGAL_MESSAGE_ID,
-                "message_id is required (the client generates it)",
-            ));
-        }
-        if m.body.is_empty() {
-            return Err(st(code::MESSAGE_BODY_EMPTY, "the message body is empty"));
-        }
-        if m.body.len() > cfg.max_body_size {
-            return Err(st(
-                code::MESSAGE_BODY_TOO_LARGE,
-                format!(
-                    "body of {} bytes exceeds the limit of {} bytes",
-                    m.body.len(),
-                    cfg.max_body_size
-                ),
-            ));
-        }
-        if let Some(tag) = &sp.tag {
-            if tag.trim().is_empty() || tag.contains('|') {
-                return Err(st(40004, format!("illegal tag {tag:?}")));
-            }
-        }
-        if sp.keys.iter().any(|k| k.trim().is_empty()) {
-            return Err(st(40005, "message keys must not be blank"));
-        }
-        let group = sp.message_group.as_deref().filter(|g| !g.is_empty());
-        if let Some(g) = group {
-            if g.len() > MAX_MESSAGE_GROUP || g.trim().is_empty() {
-                return Err(st(
-                    code::ILLEGAL_MESSAGE_GROUP,
-                    format!("illegal message group (at most {MAX_MESSAGE_GROUP} bytes)"),
-                ));
-            }
-        }
-        let mut props = 0usize;
-        for (k, v) in &m.user_properties {
-            if k.is_empty() || RESERVED_PROPERTIES.contains(&k.as_str()) {
-                return Err(st(
-                    40007,
-                    format!("property key {k:?} is empty or reserved by RocketMQ"),
-                ));
-            }
-            props += k.len() + v.len();
-        }
-        if props > cfg.max_properties_size {
-            return Err(st(
-                code::MESSAGE_PROPERTIES_TOO_LARGE,
-                format!(
-                    "user properties of {props} bytes exceed {} bytes",
-                    cfg.max_properties_size
-                ),
-            ));
-        }
-        let tx = sp.message_type == proto::MessageType::Transaction as i32;
-        let delay = sp.delivery_timestamp.is_some();
-        let prio = sp.priority.is_some();
-        let kinds = [tx, group.is_some(), delay, prio]
-            .iter()
-            .filter(|b| **b)
-            .count();
-        if kinds > 1 {
-            return Err(st(
-                code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                "a message can be only one of TRANSACTION, FIFO (message group), DELAY \
-                 (delivery time) and PRIORITY",
-            ));
-        }
-        let kind = if tx {
-            MessageKind::Transaction
-        } else if group.is_some() {
-            MessageKind::Fifo
-        } else if delay {
-            MessageKind::Delay
-        } else if prio {
-            MessageKind::Priority
-        } else {
-            MessageKind::Normal
-        };
-        let ty = topic.topic_type();
-        if !ty.accepts(kind) {
-            return Err(st(
-                code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                format!(
-                    "topic {:?} accepts {} messages, this message is {}",
-                    topic.name,
-                    ty.as_str(),
-                    kind.as_str()
-                ),
-            ));
-        }
-        if let Some(ts) = &sp.delivery_timestamp {
-            let due = store::ms_of(ts);
-            if due - now > cfg.max_delay.as_millis() as i64 {
-                return Err(st(
-                    code::ILLEGAL_DELIVERY_TIME,
-                    format!(
-                        "delivery time is more than {} s ahead",
-                        cfg.max_delay.as_secs()
-                    ),
-                ));
-            }
-        }
-        Ok(kind)
-    }
-
-    /// Pick the queue of a send on this endpoint.
-    fn pick_queue(&self, topic: &Topic, first: &proto::Message) -> Option<Arc<Queue>> {
-        let sp = first.system_properties.as_ref();
-        let wanted = sp.map_or(-1, |s| s.queue_id);
-        if let Some(q) = topic.queue(self.ep.index, wanted) {
-            if writable(q.permission()) {
-                return Some(q.clone());
-            }
-        }
-        let mine: Vec<&Arc<Queue>> = topic.by_broker[self.ep.index]
-            .iter()
-            .map(|i| &topic.queues[*i])
-            .filter(|q| writable(q.permission()))
-            .collect();
-        if mine.is_empty() {
-            return None;
-        }
-        let i = match sp
-            .and_then(|s| s.message_group.as_deref())
-            .filter(|g| !g.is_empty())
-        {
-            Some(g) => crate::selector::fifo_queue_index(g, mine.len()),
-            None => topic.rr.fetch_add(1, Ordering::Relaxed) % mine.len(),
-        };
-        Some(mine[i].clone())
-    }
-
     /// Move dead letters of `group` to its DLQ topic.
     fn to_dlq(&self, group: &str, dead: Vec<pop::DeadLetter>) -> Result<(), proto::Status> {
         if dead.is_empty() {
@@ -452,14 +305,6 @@ fn delivered(broker: usize, q: &Queue, d: &pop::Delivery, invisible: Duration) -
     sp.delivery_attempt = Some(d.attempt as i32);
     sp.invisible_duration = Some(proto_duration(invisible));
     m
-}
-
-/// A CRC32 digest, upper-case hex as the clients compare it.
-fn crc32_digest(body: &[u8]) -> proto::Digest {
-    proto::Digest {
-        r#type: proto::DigestType::Crc32 as i32,
-        checksum: format!("{:08X}", crc32fast::hash(body)),
-    }
 }
 
 /// Ask a producer of the half message's topic to resolve it.
@@ -619,12 +464,12 @@ impl MessagingService for EndpointService {
         let now = now_ms();
         let mut kinds = Vec::with_capacity(n);
         for m in &msgs {
-            match self.validate(&topic, m, now) {
+            match send::validate(&self.core.config, &topic, m, now) {
                 Ok(k) => kinds.push(k),
                 Err(s) => return Ok(Response::new(fail(s, n, &msgs))),
             }
         }
-        let Some(queue) = self.pick_queue(&topic, &msgs[0]) else {
+        let Some(queue) = send::pick_queue(&topic, self.ep.index, &msgs[0]) else {
             return Ok(Response::new(fail(
                 st(
                     code::FORBIDDEN,
@@ -637,12 +482,11 @@ impl MessagingService for EndpointService {
                 &msgs,
             )));
         };
-        let store_host = self.ep.addr.to_string();
         for (m, k) in msgs.iter_mut().zip(&kinds) {
-            let digest = crc32_digest(&m.body);
+            let digest = send::crc32_digest(&m.body);
             if let Some(sp) = m.system_properties.as_mut() {
                 sp.message_type = kind_to_proto(*k) as i32;
-                sp.store_host.clone_from(&store_host);
+                sp.store_host.clone_from(&self.ep.addr_str);
                 sp.body_digest = Some(digest);
                 sp.receipt_handle = None;
                 sp.delivery_attempt = None;
@@ -698,6 +542,18 @@ impl MessagingService for EndpointService {
         } else {
             for (m, k) in msgs.into_iter().zip(kinds) {
                 let id = id_of(&m);
+                if matches!(k, MessageKind::Transaction | MessageKind::Delay) {
+                    // Held messages count against the topic's bound from now on.
+                    let size = store::accounted_size(&m);
+                    if let Err(e) = self.core.store.reserve(&topic, size, &self.core.config) {
+                        entries.push(proto::SendResultEntry {
+                            status: Some(st(e.code, e.message)),
+                            message_id: id,
+                            ..Default::default()
+                        });
+                        continue;
+                    }
+                }
                 match k {
                     MessageKind::Transaction => {
                         let now_i = Instant::now();
@@ -968,6 +824,7 @@ impl MessagingService for EndpointService {
                 }
             })
             .collect();
+        topic.wake();
         let first = entries[0].status.clone().unwrap_or_else(ok);
         let same = entries
             .iter()
@@ -1016,6 +873,7 @@ impl MessagingService for EndpointService {
         );
         let dead = vec![pop::DeadLetter { stored, attempts }];
         check!(self.to_dlq(&group.name, dead), |s| answer(s));
+        topic.wake();
         Ok(Response::new(answer(ok())))
     }
 
@@ -1237,17 +1095,14 @@ impl MessagingService for EndpointService {
             ))));
         }
         if resolution == proto::TransactionResolution::Commit {
-            if let Err(e) = self.core.store.append(
-                &half.topic,
-                &half.queue,
-                vec![half.msg.clone()],
-                &self.core.config,
-            ) {
-                self.core.txs.add_back(req.transaction_id.clone(), half);
-                return Ok(Response::new(answer(st(e.code, e.message))));
-            }
+            self.core
+                .store
+                .append_reserved(&half.topic, &half.queue, vec![half.msg]);
             self.core.txs.committed.fetch_add(1, Ordering::Relaxed);
         } else {
+            self.core
+                .store
+                .release(&half.topic, store::accounted_size(&half.msg));
             self.core.txs.rolled_back.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Response::new(answer(ok())))
@@ -1386,13 +1241,18 @@ impl MessagingService for EndpointService {
             ))));
         }
         match self.core.timer.recall(&req.recall_handle, &topic.name) {
-            Some(d) => Ok(Response::new(proto::RecallMessageResponse {
-                status: Some(ok()),
-                message_id: d
-                    .msg
-                    .system_properties
-                    .map_or(String::new(), |s| s.message_id),
-            })),
+            Some(d) => {
+                self.core
+                    .store
+                    .release(&d.topic, store::accounted_size(&d.msg));
+                Ok(Response::new(proto::RecallMessageResponse {
+                    status: Some(ok()),
+                    message_id: d
+                        .msg
+                        .system_properties
+                        .map_or(String::new(), |s| s.message_id),
+                }))
+            }
             None => Ok(Response::new(answer(st(
                 40400,
                 "no pending delay message for this recall handle (already delivered or recalled)",

@@ -302,10 +302,10 @@ impl Topic {
     fn new(name: &str, ty: TopicType, queues: usize, brokers: usize) -> Topic {
         let mut all = Vec::with_capacity(queues);
         let mut by_broker = vec![Vec::new(); brokers];
-        for b in 0..brokers {
+        for (b, ids) in by_broker.iter_mut().enumerate() {
             let count = queues / brokers + usize::from(b < queues % brokers);
             for id in 0..count {
-                by_broker[b].push(all.len());
+                ids.push(all.len());
                 all.push(Arc::new(Queue {
                     broker: b,
                     id: id as i32,
@@ -557,17 +557,25 @@ impl Store {
         msgs: Vec<proto::Message>,
         config: &BrokerConfig,
     ) -> std::result::Result<u64, AppendError> {
-        let sizes: Vec<usize> = msgs.iter().map(accounted_size).collect();
-        let total: usize = sizes.iter().sum();
+        let total: usize = msgs.iter().map(accounted_size).sum();
         self.reserve(topic, total, config)?;
+        Ok(self.append_reserved(topic, queue, msgs))
+    }
+
+    /// Append messages whose size was already reserved with [`Store::reserve`] (delayed and
+    /// half messages count against the bound from the moment they are sent).
+    pub fn append_reserved(&self, topic: &Topic, queue: &Queue, msgs: Vec<proto::Message>) -> u64 {
         let store_ms = now_ms();
         let store_ts = timestamp_ms(store_ms);
         let first;
+        let mut total = 0;
         {
             let mut st = queue.state.lock();
             first = st.end();
-            for (i, (mut m, size)) in msgs.into_iter().zip(sizes).enumerate() {
+            for (i, mut m) in msgs.into_iter().enumerate() {
                 let offset = first + i as u64;
+                let size = accounted_size(&m);
+                total += size;
                 if let Some(sp) = m.system_properties.as_mut() {
                     sp.queue_offset = Some(offset as i64);
                     sp.queue_id = queue.id;
@@ -583,11 +591,16 @@ impl Store {
             st.bytes += total;
         }
         topic.wake();
-        Ok(first)
+        first
+    }
+
+    /// Give back bytes reserved for a message that will not be stored (recalled, rolled back).
+    pub fn release(&self, topic: &Topic, bytes: usize) {
+        topic.bytes.fetch_sub(bytes, Ordering::AcqRel);
     }
 
     /// Account `want` bytes to `topic`, evicting what the policy allows when it is full.
-    fn reserve(
+    pub fn reserve(
         &self,
         topic: &Topic,
         want: usize,

@@ -19,6 +19,7 @@ pub mod message_view;
 pub mod metadata;
 pub mod process_queue;
 pub mod producer;
+pub mod pull;
 pub mod push_consumer;
 pub mod route;
 pub mod settings;
