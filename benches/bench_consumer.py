@@ -30,13 +30,11 @@ from collections.abc import Callable
 from typing import Any
 
 import ferrymq
-from ferrymq import _native
 from ferrymq.testing import EmbeddedBroker
 
 
 def preload(endpoints: str, topic: str, n: int, body: bytes, groups: int) -> None:
-    p = _native.RocketMQProducer(endpoints, topics=[topic])
-    p.start()
+    p = ferrymq.Producer(endpoints, topics=[topic]).start()
     try:
         if groups:
             # One batch per message group keeps each group's order and its queue.
@@ -204,7 +202,9 @@ def main() -> int:
                 broker.create_group(group, fifo=fifo)
                 preload(broker.endpoints, topic, args.messages, body, groups)
                 rate = run_ferrymq(broker, topic, group, args.messages, accelerator=accel)
-                ratio = f", {rate / official_rate:,.1f}x the official client" if official_rate else ""
+                ratio = ""
+                if official_rate:
+                    ratio = f", {rate / official_rate:,.1f}x the official client"
                 print(
                     f"[{scenario}] {name}: {rate:,.0f} msg/s ({args.messages:,} messages){ratio}",
                     flush=True,

@@ -17,9 +17,9 @@
 //!
 //! A message stays in the cache, and counts against the limits, from the moment it is received
 //! until its lifecycle ends: acknowledged, made invisible again after a failure, forwarded to
-//! the dead-letter queue, or abandoned at shutdown. The count limit is therefore exact; the
-//! byte limit can be passed by at most one received batch, because sizes are known only after
-//! the receive.
+//! the dead-letter queue, or abandoned at shutdown. The count limit is therefore exact (slots
+//! are reserved before each receive); the byte limit can be passed by at most one received
+//! batch per receive in flight, because sizes are known only after the receive.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
