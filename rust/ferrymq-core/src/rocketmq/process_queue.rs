@@ -133,9 +133,20 @@ impl ProcessQueue {
     /// End the lifecycle of `view`: it leaves the cache, and receive loops waiting for room are
     /// woken.
     pub(crate) fn evict(&self, view: &MessageView) {
+        self.evict_quietly(view);
+        self.stats.notify_changed();
+    }
+
+    /// [`ProcessQueue::evict`] without waking anyone (the caller calls
+    /// `ConsumerStats::notify_changed` once for a batch).
+    pub(crate) fn evict_quietly(&self, view: &MessageView) {
         self.cached_messages.fetch_sub(1, Ordering::AcqRel);
         self.cached_bytes.fetch_sub(view.size(), Ordering::AcqRel);
         self.stats.on_evicted(view.size());
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<ConsumerStats> {
+        &self.stats
     }
 }
 

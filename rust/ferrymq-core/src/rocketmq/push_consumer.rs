@@ -231,6 +231,10 @@ impl ConsumerStats {
     pub(crate) fn on_evicted(&self, bytes: usize) {
         self.cached_messages.fetch_sub(1, Ordering::AcqRel);
         self.cached_bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Wake whoever waits for the cache to change (receive loops waiting for room, shutdown).
+    pub(crate) fn notify_changed(&self) {
         self.changed.notify_waiters();
     }
 
