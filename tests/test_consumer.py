@@ -167,10 +167,10 @@ def test_unacked_message_is_redelivered_and_new_receipt_handle_is_used(
         c.change_invisible_duration(second, 30)
         c.ack(second)
         assert c.receive(1, 0.5) == []
-        # The first delivery's handle is stale.
-        with pytest.raises(ferrymq.BrokerError) as e:
-            c.ack(first)
-        assert e.value.code_name == "INVALID_RECEIPT_HANDLE"
+        # The first delivery's handle is stale: like a real RocketMQ proxy, the broker answers
+        # OK and nothing happens (tests/test_conformance.py pins this).
+        c.ack(first)
+        assert c.receive(1, 0.5) == []
 
 
 async def test_simple_consumer_async_api(

@@ -19,7 +19,8 @@ use crate::runtime::RuntimeRef;
 /// A running embedded broker.
 #[pyclass(module = "ferrymq._native", frozen)]
 pub struct EmbeddedBroker {
-    inner: Arc<Broker>,
+    /// Also read by `JmqServer(broker=...)`, which serves JMQ4 next to it.
+    pub(crate) inner: Arc<Broker>,
     rt: RuntimeRef,
 }
 
@@ -237,7 +238,7 @@ impl EmbeddedBroker {
         self.inner.delete_topic(name)
     }
 
-    #[pyo3(signature = (name, fifo=false, max_delivery_attempts=16, retry_backoff=None))]
+    #[pyo3(signature = (name, fifo=false, max_delivery_attempts=17, retry_backoff=None))]
     fn create_group(
         &self,
         name: &str,

@@ -375,22 +375,18 @@ impl QueueState {
     }
 }
 
-/// Check that `offset` is in flight with `nonce` and not expired; returns its attempts.
+/// Check that `offset` is in flight with `nonce` (not redelivered since); returns its attempts.
 fn take_inflight(
     c: &mut Cursor,
     offset: u64,
     nonce: u32,
-    now: Instant,
+    _now: Instant,
 ) -> Result<u32, HandleError> {
     let (low, next) = (c.low, c.next);
     match c.slot_mut(offset) {
-        Some(Slot::Inflight(f)) if f.nonce == nonce => {
-            if f.visible_at <= now && f.renew.is_none() {
-                Err(HandleError("the receipt handle has expired".into()))
-            } else {
-                Ok(f.attempts)
-            }
-        }
+        // Past its invisible duration but not redelivered yet, the handle still works (the
+        // proxy's ack lands before the revive scan that would redeliver the message).
+        Some(Slot::Inflight(f)) if f.nonce == nonce => Ok(f.attempts),
         Some(Slot::Done) | None if offset < low || offset >= next => Err(HandleError(
             "no message in flight for this receipt handle (already acked?)".into(),
         )),
@@ -725,19 +721,34 @@ mod tests {
     }
 
     #[test]
-    fn expired_handle_is_refused_and_dlq_after_max_attempts() {
+    fn expired_handle_acks_until_the_message_is_redelivered() {
+        // As on the real proxy: past its invisible duration, the handle still acks until the
+        // message is delivered again.
+        let ctx = Ctx::new();
+        let mut q = queue(&[None, None]);
+        let t0 = Instant::now();
+        let out = ctx.pop(&mut q, false, 2, t0);
+        let late = t0 + Duration::from_secs(11);
+        q.ack(&ctx.group, 0, out.deliveries[0].nonce, late).unwrap();
+        let again = ctx.pop(&mut q, false, 5, late);
+        assert_eq!(offsets(&again), vec![1]);
+        assert!(
+            q.ack(&ctx.group, 1, out.deliveries[1].nonce, late).is_err(),
+            "stale"
+        );
+    }
+
+    #[test]
+    fn dlq_after_max_attempts() {
         let ctx = Ctx::new();
         let mut q = queue(&[None]);
         let mut t = Instant::now();
-        let mut last = 0;
         for attempt in 1..=3 {
             let out = ctx.pop(&mut q, false, 1, t);
             assert_eq!(out.deliveries.len(), 1);
             assert_eq!(out.deliveries[0].attempt, attempt);
-            last = out.deliveries[0].nonce;
             t += Duration::from_secs(11);
         }
-        assert!(q.ack(&ctx.group, 0, last, t).is_err(), "expired");
         let out = ctx.pop(&mut q, false, 1, t);
         assert!(out.deliveries.is_empty());
         assert_eq!(out.dead.len(), 1);

@@ -21,8 +21,8 @@ use tonic::{Request, Response, Status, Streaming};
 use super::fault::{FaultIo, Rpc};
 use super::pop::{self, Filter, Pop, PopOutcome};
 use super::store::{
-    self, kind_to_proto, now_ms, proto_duration, readable, std_duration, valid_resource_name,
-    GroupConfig, Queue, Stored, Topic,
+    self, kind_to_proto, now_ms, readable, std_duration, valid_resource_name, GroupConfig, Queue,
+    Stored, Topic,
 };
 use super::telemetry::{merge_settings, TelemetryItem, TelemetryReply};
 use super::transaction::Half;
@@ -38,6 +38,8 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 const MAX_DECODE: usize = 256 * 1024 * 1024;
 /// Largest receive/pull batch served in one call.
 const MAX_BATCH: usize = 1024;
+/// `MESSAGE_CORRUPTED`: what the proxy answers a SendMessage without messages.
+const MESSAGE_CORRUPTED: i32 = 40016;
 
 /// Start serving `ep` on the connections its accept loop hands over.
 pub(crate) fn spawn_server(
@@ -243,8 +245,20 @@ impl EndpointService {
                 if r >= cfg.long_polling_min {
                     t = r;
                 } else {
+                    // The proxy answers ILLEGAL_POLLING_TIME only to clients that know it: a
+                    // version string >= "5.0.3" (compared as Java compares strings, so "5.0.10"
+                    // is older); BAD_REQUEST to the others and when there is no version.
+                    let version = md
+                        .get("x-mq-client-version")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    let c = if version < "5.0.3" {
+                        code::BAD_REQUEST
+                    } else {
+                        code::ILLEGAL_POLLING_TIME
+                    };
                     return Err(st(
-                        code::ILLEGAL_POLLING_TIME,
+                        c,
                         format!(
                             "the call deadline ({} ms) is shorter than the minimum long-polling time ({} ms)",
                             r.as_millis(),
@@ -298,12 +312,13 @@ fn dlq_copy(dlq: &Topic, s: &Stored) -> proto::Message {
 }
 
 /// The message handed to a consumer for one delivery.
-fn delivered(broker: usize, q: &Queue, d: &pop::Delivery, invisible: Duration) -> proto::Message {
+/// The proxy does not tell the invisible duration in delivered messages.
+fn delivered(broker: usize, q: &Queue, d: &pop::Delivery) -> proto::Message {
     let mut m = d.stored.msg.clone();
     let sp = m.system_properties.get_or_insert_with(Default::default);
     sp.receipt_handle = Some(pop::encode_handle(broker, q.id, d.stored.offset, d.nonce));
     sp.delivery_attempt = Some(d.attempt as i32);
-    sp.invisible_duration = Some(proto_duration(invisible));
+    sp.invisible_duration = None;
     m
 }
 
@@ -332,10 +347,23 @@ fn once<T: Send + 'static>(items: Vec<T>) -> BoxStream<T> {
     Box::pin(tokio_stream::iter(items.into_iter().map(Ok)))
 }
 
+/// The element that ends every receive stream of the proxy: the time of the answer.
+fn delivery_timestamp() -> proto::ReceiveMessageResponse {
+    proto::ReceiveMessageResponse {
+        content: Some(proto::receive_message_response::Content::DeliveryTimestamp(
+            store::timestamp_ms(now_ms()),
+        )),
+    }
+}
+
+/// A receive answer without messages: the status, then the delivery timestamp.
 fn receive_status(s: proto::Status) -> BoxStream<proto::ReceiveMessageResponse> {
-    once(vec![proto::ReceiveMessageResponse {
-        content: Some(proto::receive_message_response::Content::Status(s)),
-    }])
+    once(vec![
+        proto::ReceiveMessageResponse {
+            content: Some(proto::receive_message_response::Content::Status(s)),
+        },
+        delivery_timestamp(),
+    ])
 }
 
 fn pull_status(s: proto::Status, next: Option<i64>) -> BoxStream<proto::PullMessageResponse> {
@@ -411,22 +439,12 @@ impl MessagingService for EndpointService {
         &self,
         request: Request<proto::SendMessageRequest>,
     ) -> Result<Response<proto::SendMessageResponse>, Status> {
-        let fail = |s: proto::Status, n: usize, msgs: &[proto::Message]| {
-            let entries = (0..n)
-                .map(|i| proto::SendResultEntry {
-                    status: Some(s.clone()),
-                    message_id: msgs
-                        .get(i)
-                        .and_then(|m| m.system_properties.as_ref())
-                        .map_or(String::new(), |sp| sp.message_id.clone()),
-                    ..Default::default()
-                })
-                .collect();
-            proto::SendMessageResponse {
+        // A refused send carries no entries, only the status (as the proxy answers).
+        let fail =
+            |s: proto::Status, _n: usize, _msgs: &[proto::Message]| proto::SendMessageResponse {
                 status: Some(s),
-                entries,
-            }
-        };
+                entries: Vec::new(),
+            };
         let client_id = match self.admit(Rpc::SendMessage, request.metadata()).await {
             Ok(id) => id,
             Err(s) => {
@@ -438,7 +456,7 @@ impl MessagingService for EndpointService {
         let n = msgs.len();
         if n == 0 {
             return Ok(Response::new(fail(
-                st(code::BAD_REQUEST, "no messages to send"),
+                st(MESSAGE_CORRUPTED, "no message to send"),
                 0,
                 &[],
             )));
@@ -459,6 +477,22 @@ impl MessagingService for EndpointService {
         }
         let topic = match self.topic(topic_res.as_ref()) {
             Ok(t) => t,
+            // The proxy checks the message type against the topic's before anything else, and an
+            // unknown topic has type UNSPECIFIED.
+            Err(s) if s.code == code::TOPIC_NOT_FOUND => {
+                return Ok(Response::new(fail(
+                    st(
+                        code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                        format!(
+                            "topic {:?} not found: TopicMessageType validate failed, the expected \
+                             type is UNSPECIFIED",
+                            resource_name(topic_res.as_ref())
+                        ),
+                    ),
+                    n,
+                    &msgs,
+                )))
+            }
             Err(s) => return Ok(Response::new(fail(s, n, &msgs))),
         };
         let now = now_ms();
@@ -509,6 +543,25 @@ impl MessagingService for EndpointService {
             .iter()
             .all(|k| *k != MessageKind::Transaction && *k != MessageKind::Delay)
         {
+            // The proxy stores a multi-message SendMessage as one RocketMQ batch: every message
+            // takes the first one's id, tag, keys and properties (only the bodies differ), and
+            // the answer has ONE entry: a new broker-made id, the first message's id as
+            // transaction_id and the first offset. Pinned by tests/test_conformance.py.
+            if n > 1 {
+                let head_sp = msgs[0].system_properties.clone();
+                let head_props = msgs[0].user_properties.clone();
+                for m in msgs.iter_mut().skip(1) {
+                    let digest = m
+                        .system_properties
+                        .as_ref()
+                        .and_then(|sp| sp.body_digest.clone());
+                    m.system_properties.clone_from(&head_sp);
+                    if let Some(sp) = m.system_properties.as_mut() {
+                        sp.body_digest = digest;
+                    }
+                    m.user_properties.clone_from(&head_props);
+                }
+            }
             let ids: Vec<String> = msgs.iter().map(id_of).collect();
             let first = match self
                 .core
@@ -516,28 +569,24 @@ impl MessagingService for EndpointService {
                 .append(&topic, &queue, msgs, &self.core.config)
             {
                 Ok(o) => o,
-                Err(e) => {
-                    let s = st(e.code, e.message);
-                    return Ok(Response::new(proto::SendMessageResponse {
-                        status: Some(s.clone()),
-                        entries: ids
-                            .into_iter()
-                            .map(|id| proto::SendResultEntry {
-                                status: Some(s.clone()),
-                                message_id: id,
-                                ..Default::default()
-                            })
-                            .collect(),
-                    }));
-                }
+                Err(e) => return Ok(Response::new(fail(st(e.code, e.message), n, &[]))),
             };
-            for (i, id) in ids.into_iter().enumerate() {
+            if n > 1 {
                 entries.push(entry(
-                    id,
-                    (first + i as u64) as i64,
-                    String::new(),
+                    crate::message_id::generate(),
+                    first as i64,
+                    ids.into_iter().next().unwrap_or_default(),
                     String::new(),
                 ));
+            } else {
+                for (i, id) in ids.into_iter().enumerate() {
+                    entries.push(entry(
+                        id,
+                        (first + i as u64) as i64,
+                        String::new(),
+                        String::new(),
+                    ));
+                }
             }
         } else {
             for (m, k) in msgs.into_iter().zip(kinds) {
@@ -642,7 +691,13 @@ impl MessagingService for EndpointService {
         request: Request<proto::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
         let client_id = admit_or!(self, Rpc::ReceiveMessage, request, |s| receive_status(s));
-        check!(self.require_settings(&client_id), |s| receive_status(s));
+        // Without settings (and for an unknown topic, below) the proxy fails with a
+        // NullPointerException: INTERNAL_SERVER_ERROR. We answer the same code.
+        check!(
+            self.require_settings(&client_id)
+                .map_err(|s| st(code::INTERNAL_SERVER_ERROR, s.message)),
+            |s| receive_status(s)
+        );
         let polling = check!(
             self.polling_time(
                 request.get_ref().long_polling_timeout.as_ref(),
@@ -654,21 +709,19 @@ impl MessagingService for EndpointService {
         let cfg = &self.core.config;
         let group = check!(self.group(req.group.as_ref()), |s| receive_status(s));
         let mq = req.message_queue.as_ref();
-        let topic = check!(self.topic(mq.and_then(|q| q.topic.as_ref())), |s| {
-            receive_status(s)
-        });
+        let topic = check!(
+            self.topic(mq.and_then(|q| q.topic.as_ref()))
+                .map_err(|s| st(code::INTERNAL_SERVER_ERROR, s.message)),
+            |s| receive_status(s)
+        );
         let broker = check!(self.broker_of(mq), |s| receive_status(s));
         let filter = check!(
             Filter::parse(req.filter_expression.as_ref()).map_err(|(c, m)| st(c, m)),
             |s| receive_status(s)
         );
-        if req.batch_size <= 0 {
-            return Ok(Response::new(receive_status(st(
-                code::BAD_REQUEST,
-                "batch_size must be positive",
-            ))));
-        }
-        let batch = (req.batch_size as usize).min(MAX_BATCH);
+        // A batch size of 0 (or less) long-polls for nothing, then MESSAGE_NOT_FOUND, as the
+        // proxy does.
+        let batch = usize::try_from(req.batch_size).unwrap_or(0).min(MAX_BATCH);
         let requested = req.invisible_duration.as_ref().and_then(std_duration);
         let invisible = if req.auto_renew {
             requested.unwrap_or(cfg.auto_renew_invisible)
@@ -743,7 +796,7 @@ impl MessagingService for EndpointService {
                     let mut out = PopOutcome::default();
                     q.state.lock().pop(&pop, &mut out);
                     for d in &out.deliveries {
-                        messages.push(delivered(broker, q, d, invisible));
+                        messages.push(delivered(broker, q, d));
                     }
                     dead.extend(out.dead);
                     if let Some(due) = out.next_due {
@@ -771,13 +824,14 @@ impl MessagingService for EndpointService {
                 "no new message",
             ))));
         }
-        let mut out = Vec::with_capacity(messages.len() + 1);
+        let mut out = Vec::with_capacity(messages.len() + 2);
         out.push(proto::ReceiveMessageResponse {
             content: Some(proto::receive_message_response::Content::Status(ok())),
         });
         out.extend(messages.into_iter().map(|m| proto::ReceiveMessageResponse {
             content: Some(proto::receive_message_response::Content::Message(m)),
         }));
+        out.push(delivery_timestamp());
         Ok(Response::new(once(out)))
     }
 
@@ -805,17 +859,24 @@ impl MessagingService for EndpointService {
             .entries
             .into_iter()
             .map(|e| {
-                let result = pop::decode_handle(&e.receipt_handle)
-                    .ok_or_else(|| pop::HandleError("malformed receipt handle".into()))
-                    .and_then(|(b, q, off, nonce)| {
-                        let queue = topic
-                            .queue(b, q)
-                            .ok_or_else(|| pop::HandleError("no such queue".into()))?;
-                        queue.state.lock().ack(&g, off, nonce, now)
-                    });
-                let status = match result {
-                    Ok(_) => ok(),
-                    Err(pop::HandleError(why)) => st(code::INVALID_RECEIPT_HANDLE, why),
+                // Like the proxy: a handle that does not parse is INTERNAL_SERVER_ERROR; a
+                // well-formed one is OK even when it has no effect (stale after a redelivery or
+                // a ChangeInvisibleDuration, or already acked).
+                let status = match pop::decode_handle(&e.receipt_handle) {
+                    None => st(
+                        code::INTERNAL_SERVER_ERROR,
+                        "malformed receipt handle: parse failed",
+                    ),
+                    Some((b, q, off, nonce)) => {
+                        if let Some(queue) = topic.queue(b, q) {
+                            if let Err(pop::HandleError(why)) =
+                                queue.state.lock().ack(&g, off, nonce, now)
+                            {
+                                tracing::debug!(target: "ferrymq::broker", "ack without effect: {why}");
+                            }
+                        }
+                        ok()
+                    }
                 };
                 proto::AckMessageResultEntry {
                     message_id: e.message_id,
@@ -1196,26 +1257,33 @@ impl MessagingService for EndpointService {
             }
         };
         let g: Arc<str> = group.name.as_str().into();
-        let result = pop::decode_handle(&req.receipt_handle)
-            .ok_or_else(|| pop::HandleError("malformed receipt handle".into()))
-            .and_then(|(b, q, off, nonce)| {
-                let queue = topic
-                    .queue(b, q)
-                    .ok_or_else(|| pop::HandleError("no such queue".into()))?;
-                let r = queue.state.lock().change_invisible(
-                    &g,
-                    off,
-                    nonce,
-                    invisible,
-                    Instant::now(),
-                    &self.core.nonces,
-                );
-                r.map(|n| pop::encode_handle(b, q, off, n))
-            });
-        let handle = check!(
-            result.map_err(|pop::HandleError(why)| st(code::INVALID_RECEIPT_HANDLE, why)),
-            |s| answer(s)
-        );
+        // Like the proxy: a handle that does not parse is INTERNAL_SERVER_ERROR; a well-formed
+        // one always gets OK and a new handle. (The proxy then writes a new checkpoint, so a stale
+        // or acked message may come back; here a stale handle gets a new handle without effect.)
+        let Some((b, q, off, nonce)) = pop::decode_handle(&req.receipt_handle) else {
+            return Ok(Response::new(answer(st(
+                code::INTERNAL_SERVER_ERROR,
+                "malformed receipt handle: parse failed",
+            ))));
+        };
+        let changed = topic.queue(b, q).map(|queue| {
+            queue.state.lock().change_invisible(
+                &g,
+                off,
+                nonce,
+                invisible,
+                Instant::now(),
+                &self.core.nonces,
+            )
+        });
+        let handle = match changed {
+            Some(Ok(n)) => pop::encode_handle(b, q, off, n),
+            Some(Err(pop::HandleError(why))) => {
+                tracing::debug!(target: "ferrymq::broker", "change invisible duration without effect: {why}");
+                pop::encode_handle(b, q, off, self.core.nonces.fetch_add(1, Ordering::Relaxed))
+            }
+            None => pop::encode_handle(b, q, off, self.core.nonces.fetch_add(1, Ordering::Relaxed)),
+        };
         topic.wake();
         Ok(Response::new(proto::ChangeInvisibleDurationResponse {
             status: Some(ok()),

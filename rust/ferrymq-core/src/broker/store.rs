@@ -367,12 +367,13 @@ pub struct GroupConfig {
 }
 
 impl GroupConfig {
-    /// A group with RocketMQ's defaults (16 attempts, not FIFO).
+    /// A group with RocketMQ's defaults (not FIFO; `retryMaxTimes` 16, i.e. 17 deliveries, the
+    /// `max_attempts` the proxy echoes in settings).
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             fifo: false,
-            max_delivery_attempts: 16,
+            max_delivery_attempts: 17,
             retry_backoff: Vec::new(),
         }
     }
@@ -524,12 +525,14 @@ impl Store {
         self.groups.read().get(name).cloned()
     }
 
-    /// Look a group up, creating it with defaults when `auto_create` is on.
-    pub fn group_or_create(&self, name: &str, config: &BrokerConfig) -> Option<Arc<GroupConfig>> {
+    /// Look a group up, creating it with defaults if it does not exist: RocketMQ brokers create
+    /// subscription groups on first use (`autoCreateSubscriptionGroup`, on by default), whatever
+    /// `auto_create` (which is about topics) says.
+    pub fn group_or_create(&self, name: &str, _config: &BrokerConfig) -> Option<Arc<GroupConfig>> {
         if let Some(g) = self.group(name) {
             return Some(g);
         }
-        if !config.auto_create || !valid_resource_name(name) {
+        if !valid_resource_name(name) {
             return None;
         }
         let mut groups = self.groups.write();
