@@ -127,6 +127,23 @@ fn same_destination(a: &Arc<MessageSource>, b: &Arc<MessageSource>) -> bool {
     Arc::ptr_eq(a, b) || (a.topic == b.topic && a.endpoints == b.endpoints)
 }
 
+/// The first failure of a settle operation is a warning; its retries (every second, maybe for
+/// as long as a broker is down) are debug records.
+fn log_retry(failures: u32, what: &str, view: &MessageView, e: &Error) {
+    if failures == 1 {
+        tracing::warn!(
+            target: "ferrymq::consumer",
+            "{what} of message {} failed, retrying every {:?} until it succeeds: {e}",
+            view.message_id(), SETTLE_RETRY_INTERVAL
+        );
+    } else {
+        tracing::debug!(
+            target: "ferrymq::consumer",
+            "{what} of message {} failed ({failures} times): {e}", view.message_id()
+        );
+    }
+}
+
 fn is_invalid_handle(e: &Error) -> bool {
     e.rocketmq_code() == Some(status::INVALID_RECEIPT_HANDLE)
 }
@@ -294,6 +311,7 @@ pub(crate) async fn ack_until_done<R: ConsumerRpc>(
 }
 
 async fn ack_inline<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &Arc<MessageView>) {
+    let mut failures = 0u32;
     loop {
         let result = match ctx.rpc.ack(view.source(), &[&**view]).await {
             Ok(mut r) => r
@@ -317,11 +335,8 @@ async fn ack_inline<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &Arc<MessageVie
             }
             Err(e) => {
                 ctx.stats.on_settle_retry(1);
-                tracing::warn!(
-                    target: "ferrymq::consumer",
-                    "ack of message {} failed, retrying in {:?}: {e}",
-                    view.message_id(), SETTLE_RETRY_INTERVAL
-                );
+                failures += 1;
+                log_retry(failures, "ack", view, &e);
                 tokio::select! {
                     () = ctx.abandon.cancelled() => {
                         ctx.stats.on_settle_abandoned(1);
@@ -341,6 +356,7 @@ async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
         .settings()
         .retry_policy
         .delay(u32::try_from(view.delivery_attempt()).unwrap_or(1));
+    let mut failures = 0u32;
     loop {
         match ctx.rpc.change_invisible_duration(view, delay).await {
             Ok(handle) => {
@@ -359,11 +375,8 @@ async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
             }
             Err(e) => {
                 ctx.stats.on_settle_retry(1);
-                tracing::warn!(
-                    target: "ferrymq::consumer",
-                    "changing the invisible duration of message {} failed, retrying in {:?}: {e}",
-                    view.message_id(), SETTLE_RETRY_INTERVAL
-                );
+                failures += 1;
+                log_retry(failures, "changing the invisible duration", view, &e);
                 tokio::select! {
                     () = ctx.abandon.cancelled() => {
                         ctx.stats.on_settle_abandoned(1);
@@ -384,6 +397,7 @@ pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
     view: &Arc<MessageView>,
     max_attempts: u32,
 ) {
+    let mut failures = 0u32;
     loop {
         match ctx
             .rpc
@@ -405,11 +419,8 @@ pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
             }
             Err(e) => {
                 ctx.stats.on_settle_retry(1);
-                tracing::warn!(
-                    target: "ferrymq::consumer",
-                    "forwarding message {} to the dead-letter queue failed, retrying in {:?}: {e}",
-                    view.message_id(), SETTLE_RETRY_INTERVAL
-                );
+                failures += 1;
+                log_retry(failures, "forwarding to the dead-letter queue", view, &e);
                 tokio::select! {
                     () = ctx.abandon.cancelled() => {
                         ctx.stats.on_settle_abandoned(1);
