@@ -17,9 +17,9 @@
 //!
 //! A message stays in the cache, and counts against the limits, from the moment it is received
 //! until its lifecycle ends: acknowledged, made invisible again after a failure, forwarded to
-//! the dead-letter queue, or abandoned at shutdown. The count limit is therefore exact; the
-//! byte limit can be passed by at most one received batch, because sizes are known only after
-//! the receive.
+//! the dead-letter queue, or abandoned at shutdown. The count limit is therefore exact (slots
+//! are reserved before each receive); the byte limit can be passed by at most one received
+//! batch per receive in flight, because sizes are known only after the receive.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -63,6 +63,8 @@ pub struct ProcessQueue {
     /// FIFO lanes that have a consuming task, keyed by message group ("" without the
     /// accelerator). A lane is present exactly while its task runs.
     pub(crate) fifo_lanes: Mutex<HashMap<String, FifoLane>>,
+    /// Receive loops running besides the primary one.
+    extra_receivers: AtomicUsize,
     stats: Arc<ConsumerStats>,
 }
 
@@ -83,6 +85,7 @@ impl ProcessQueue {
             cancel,
             cached_messages: AtomicUsize::new(0),
             cached_bytes: AtomicUsize::new(0),
+            extra_receivers: AtomicUsize::new(0),
             fifo_lanes: Mutex::new(HashMap::new()),
         }
     }
@@ -130,9 +133,20 @@ impl ProcessQueue {
     /// End the lifecycle of `view`: it leaves the cache, and receive loops waiting for room are
     /// woken.
     pub(crate) fn evict(&self, view: &MessageView) {
+        self.evict_quietly(view);
+        self.stats.notify_changed();
+    }
+
+    /// [`ProcessQueue::evict`] without waking anyone (the caller calls
+    /// `ConsumerStats::notify_changed` once for a batch).
+    pub(crate) fn evict_quietly(&self, view: &MessageView) {
         self.cached_messages.fetch_sub(1, Ordering::AcqRel);
         self.cached_bytes.fetch_sub(view.size(), Ordering::AcqRel);
         self.stats.on_evicted(view.size());
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<ConsumerStats> {
+        &self.stats
     }
 }
 
@@ -148,7 +162,24 @@ impl std::fmt::Debug for ProcessQueue {
 }
 
 /// The receive loop of one process queue; returns when the queue is dropped.
-pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>) {
+///
+/// The primary loop of a queue runs until the queue is dropped. While the queue has a backlog
+/// (a receive came back full), extra loops are started, up to
+/// `PushConsumerConfig::max_concurrent_receives` in all, so that several receives are in flight
+/// at once; an extra loop ends at its first receive that is not full, fails, or finds the cache
+/// full. An idle queue therefore has exactly one long-polling receive, as in the workflow.
+pub(crate) async fn receive_loop<R: ConsumerRpc>(
+    ctx: Arc<Context<R>>,
+    pq: Arc<ProcessQueue>,
+    primary: bool,
+) {
+    struct Extra<'a>(&'a AtomicUsize);
+    impl Drop for Extra<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let _extra = (!primary).then(|| Extra(&pq.extra_receivers));
     let mut failures: u32 = 0;
     loop {
         if pq.is_dropped() {
@@ -180,6 +211,9 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<P
         };
         if granted == 0 {
             ctx.stats.on_cache_full();
+            if !primary {
+                return;
+            }
             tokio::select! {
                 () = pq.cancel.cancelled() => return,
                 _ = tokio::time::timeout(CACHE_FULL_RECHECK, room) => {}
@@ -207,8 +241,15 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<P
         match result {
             Ok(messages) => {
                 failures = 0;
+                let full = messages.len() >= granted;
                 if messages.is_empty() {
-                    continue;
+                    if primary {
+                        continue;
+                    }
+                    return;
+                }
+                if full {
+                    spawn_extra_receiver(&ctx, &pq);
                 }
                 let mut views = Vec::with_capacity(messages.len());
                 for m in messages {
@@ -224,14 +265,23 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<P
                 ctx.stats.on_received(views.len());
                 pq.cache(&views, granted);
                 consume_service::dispatch(&ctx, &pq, views);
+                if !primary && !full {
+                    return;
+                }
             }
             Err(e) if e.kind() == ErrorKind::FlowControl => {
                 ctx.stats.on_receive_throttled();
+                if !primary {
+                    return;
+                }
                 sleep_or_cancel(&pq, FLOW_CONTROL_BACKOFF).await;
             }
             Err(e) if e.kind() == ErrorKind::Closed => return,
             Err(e) => {
                 ctx.stats.on_receive_failed();
+                if !primary {
+                    return;
+                }
                 failures += 1;
                 // The first failure of a streak is a warning; the rest would only repeat it.
                 if failures == 1 {
@@ -250,6 +300,20 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<P
                 sleep_or_cancel(&pq, RECEIVE_FAILURE_BACKOFF).await;
             }
         }
+    }
+}
+
+/// Start one more receive loop for `pq` if it has fewer than the allowed number in flight.
+fn spawn_extra_receiver<R: ConsumerRpc>(ctx: &Arc<Context<R>>, pq: &Arc<ProcessQueue>) {
+    let max_extra = ctx.config.max_concurrent_receives.saturating_sub(1);
+    let started = pq
+        .extra_receivers
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max_extra).then_some(n + 1)
+        })
+        .is_ok();
+    if started {
+        tokio::spawn(receive_loop(ctx.clone(), pq.clone(), false));
     }
 }
 

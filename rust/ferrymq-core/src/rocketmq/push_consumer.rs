@@ -41,6 +41,9 @@ pub const DEFAULT_MAX_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Java's interval between two assignment scans.
 pub const DEFAULT_ASSIGNMENT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Default of [`PushConsumerConfig::max_concurrent_receives`].
+pub const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 4;
+
 /// Push consumer options.
 #[derive(Debug, Clone)]
 pub struct PushConsumerConfig {
@@ -50,7 +53,8 @@ pub struct PushConsumerConfig {
     pub subscriptions: Vec<(String, FilterExpression)>,
     /// Most messages cached (received and not yet settled) by the whole consumer.
     pub max_cache_messages: usize,
-    /// Most bytes cached by the whole consumer (may be passed by one received batch).
+    /// Most bytes cached by the whole consumer (may be passed by one received batch per
+    /// receive in flight: sizes are known only after a receive).
     pub max_cache_bytes: usize,
     /// FIFO groups: consume different message groups of a queue in parallel.
     pub fifo_accelerator: bool,
@@ -58,6 +62,9 @@ pub struct PushConsumerConfig {
     pub receive_batch_size: Option<u32>,
     /// Interval between two assignment scans.
     pub assignment_interval: Duration,
+    /// Most receives in flight per process queue. Beyond the first, receives run only while
+    /// the queue has a backlog (1 = the workflow's single receive loop).
+    pub max_concurrent_receives: usize,
 }
 
 impl Default for PushConsumerConfig {
@@ -70,6 +77,7 @@ impl Default for PushConsumerConfig {
             fifo_accelerator: false,
             receive_batch_size: None,
             assignment_interval: DEFAULT_ASSIGNMENT_INTERVAL,
+            max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
         }
     }
 }
@@ -97,6 +105,12 @@ impl PushConsumerConfig {
         }
         if self.receive_batch_size == Some(0) {
             return Err(Error::invalid("receive_batch_size", "must be at least 1"));
+        }
+        if self.max_concurrent_receives == 0 {
+            return Err(Error::invalid(
+                "max_concurrent_receives",
+                "must be at least 1",
+            ));
         }
         if self.assignment_interval.is_zero() {
             return Err(Error::invalid("assignment_interval", "must be positive"));
@@ -217,6 +231,10 @@ impl ConsumerStats {
     pub(crate) fn on_evicted(&self, bytes: usize) {
         self.cached_messages.fetch_sub(1, Ordering::AcqRel);
         self.cached_bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Wake whoever waits for the cache to change (receive loops waiting for room, shutdown).
+    pub(crate) fn notify_changed(&self) {
         self.changed.notify_waiters();
     }
 
@@ -696,7 +714,7 @@ fn apply_assignment<R: ConsumerRpc>(
             ctx.stats.clone(),
             &ctx.rpc.access_endpoints(),
         ));
-        let task = tokio::spawn(receive_loop(ctx.clone(), pq.clone()));
+        let task = tokio::spawn(receive_loop(ctx.clone(), pq.clone(), true));
         map.insert(key, Assigned { pq, task });
     }
     ctx.stats.process_queues.store(map.len(), Ordering::Relaxed);
@@ -854,9 +872,11 @@ mod tests {
         });
         wait_for("all acked", || broker.acked.lock().len() == 100).await;
         let s = c.stats();
-        // Sizes are known only after a receive, so each of the 2 process queues may pass the
-        // byte limit by one batch (2 messages of about 1 KB) — never more.
-        assert!(s.max_cached_bytes <= 5_000 + 2 * 2 * 1_100, "{s:?}");
+        // Sizes are known only after a receive, so each receive in flight (2 process queues,
+        // up to DEFAULT_MAX_CONCURRENT_RECEIVES each) may pass the byte limit by one batch
+        // (2 messages of about 1 KB) — never more.
+        let in_flight = DEFAULT_MAX_CONCURRENT_RECEIVES * 2;
+        assert!(s.max_cached_bytes <= 5_000 + in_flight * 2 * 1_100, "{s:?}");
         c.shutdown(Duration::from_secs(5)).await;
     }
 
