@@ -13,7 +13,6 @@
 //! `fmq-bench*`), and the bench reads each thread's CPU time from `/proc/self/task`, so besides
 //! the wall-clock rate (which on a shared machine depends on what else runs) it prints the
 //! broker's CPU cost per message / RPC and the rate that cost allows on 2 dedicated cores.
-//! `--features mimalloc` measures with mimalloc as the global allocator (glibc malloc otherwise).
 //! `BENCH_SECS` (default 3) sets the duration of each phase; `BENCH_THREADS` (default 2) the
 //! worker threads of each runtime.
 
@@ -22,10 +21,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use ferrymq_core::broker::{Broker, BrokerConfig, GroupConfig, WhenFull};
 use ferrymq_core::proto;
@@ -38,8 +33,6 @@ const BODY: usize = 100;
 const BATCH: usize = 256;
 const BATCH_INFLIGHT: usize = 16;
 const UNARY_INFLIGHT: usize = 256;
-/// HTTP/2 connections of the client (one per endpoint is what a RocketMQ client opens).
-const CHANNELS: usize = 1;
 
 fn req<T>(msg: T) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
@@ -68,9 +61,16 @@ fn message(topic: &str, body: &bytes::Bytes, queue: i32) -> proto::Message {
     }
 }
 
+/// The client's HTTP/2 connections: `BENCH_CHANNELS` (default 1, what a RocketMQ client opens
+/// per endpoint).
 async fn channels(addr: std::net::SocketAddr) -> Vec<MessagingServiceClient<Channel>> {
+    let n: usize = std::env::var("BENCH_CHANNELS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(1);
     let mut v = Vec::new();
-    for _ in 0..CHANNELS {
+    for _ in 0..n {
         let ch = Channel::from_shared(format!("http://{addr}"))
             .unwrap()
             .initial_connection_window_size(16 * 1024 * 1024)
@@ -216,7 +216,7 @@ async fn run(secs: f64, broker: &Broker) {
     let c = clients.clone();
     let b = batches.clone();
     let batched = drive(secs, BATCH_INFLIGHT, move |i| {
-        let mut client = c[i % CHANNELS].clone();
+        let mut client = c[i % c.len()].clone();
         let r = b[i].clone();
         async move {
             let resp = client.send_message(req(r)).await.unwrap().into_inner();
@@ -241,7 +241,7 @@ async fn run(secs: f64, broker: &Broker) {
     let c = clients.clone();
     let u = unary_msgs.clone();
     let unary = drive(secs, UNARY_INFLIGHT, move |i| {
-        let mut client = c[i % CHANNELS].clone();
+        let mut client = c[i % c.len()].clone();
         let m = u[i].clone();
         async move {
             let resp = client
@@ -266,7 +266,7 @@ async fn run(secs: f64, broker: &Broker) {
     settings(&mut first, "bench").await;
     let c = clients.clone();
     let hb = drive(secs, UNARY_INFLIGHT, move |i| {
-        let mut client = c[i % CHANNELS].clone();
+        let mut client = c[i % c.len()].clone();
         async move {
             let resp = client
                 .heartbeat(req(proto::HeartbeatRequest {
@@ -306,7 +306,7 @@ async fn run(secs: f64, broker: &Broker) {
     let received = Arc::new(AtomicU64::new(0));
     let r2 = received.clone();
     let recv = drive(secs, 8, move |i| {
-        let mut client = c[i % CHANNELS].clone();
+        let mut client = c[i % c.len()].clone();
         let received = r2.clone();
         async move {
             let mut s = client

@@ -130,10 +130,6 @@ class EmbeddedBroker:
     def clients(self, endpoint: int = 0) -> list[dict[str, Any]]: ...
     def pending_transactions(self) -> list[dict[str, Any]]: ...
 
-# -- RocketMQ consumers -------------------------------------------------------------------------
-
-_Seconds = float | timedelta
-
 @final
 class Credentials:
     def __new__(
@@ -157,9 +153,6 @@ class TlsConfig:
     def insecure(self) -> bool: ...
     @property
     def server_name(self) -> str | None: ...
-
-_CredentialsArg = Credentials | tuple[str, str] | tuple[str, str, str] | None
-_TlsArg = bool | str | TlsConfig | Mapping[str, Any] | None
 
 @final
 class MessageView:
@@ -279,6 +272,13 @@ class RocketMQProducer:
     @property
     def settings(self) -> dict[str, Any]: ...
 
+# -- RocketMQ consumers -------------------------------------------------------------------------
+
+_Seconds = float | timedelta
+_CredentialsArg = Credentials | tuple[str, str] | tuple[str, str, str] | None
+_TlsArg = bool | str | PathLike[str] | TlsConfig | Mapping[str, Any] | None
+
+@final
 class FilterExpression:
     @staticmethod
     def tag(expression: str) -> FilterExpression: ...
@@ -360,6 +360,7 @@ class PushConsumer:
         max_cache_bytes: int = 67108864,
         fifo_accelerator: bool = False,
         receive_batch_size: int | None = None,
+        max_concurrent_receives: int = 4,
         shutdown_timeout: _Seconds | None = None,
         credentials: _CredentialsArg = None,
         namespace: str | None = None,

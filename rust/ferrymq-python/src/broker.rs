@@ -133,7 +133,7 @@ impl EmbeddedBroker {
                 ))
             }
         };
-        let durations: [(&str, Option<f64>, &mut Duration); 9] = [
+        let durations: [(&str, Option<f64>, &mut Duration); 8] = [
             (
                 "long_polling_min",
                 long_polling_min,
@@ -162,7 +162,6 @@ impl EmbeddedBroker {
                 &mut c.transaction_check_interval,
             ),
             ("max_delay", max_delay, &mut c.max_delay),
-            ("auto_renew_max", None, &mut c.auto_renew_max),
         ];
         for (field, v, slot) in durations {
             if let Some(d) = seconds(field, v)? {

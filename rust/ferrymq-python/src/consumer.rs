@@ -1158,7 +1158,7 @@ fn is_coroutine_function(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<bool>
 #[pymethods]
 impl PyPushConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, receive_batch_size=None, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -1171,6 +1171,7 @@ impl PyPushConsumer {
         max_cache_bytes: usize,
         fifo_accelerator: bool,
         receive_batch_size: Option<u32>,
+        max_concurrent_receives: usize,
         shutdown_timeout: Option<&Bound<'_, PyAny>>,
         credentials: Option<&Bound<'_, PyAny>>,
         namespace: Option<String>,
@@ -1203,6 +1204,7 @@ impl PyPushConsumer {
             max_cache_bytes,
             fifo_accelerator,
             receive_batch_size,
+            max_concurrent_receives,
             ..Default::default()
         };
         config.validate().map_err(to_pyerr)?;

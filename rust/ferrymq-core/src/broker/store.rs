@@ -568,16 +568,17 @@ impl Store {
     /// Append messages whose size was already reserved with [`Store::reserve`] (delayed and
     /// half messages count against the bound from the moment they are sent).
     pub fn append_reserved(&self, topic: &Topic, queue: &Queue, msgs: Vec<proto::Message>) -> u64 {
-        let sizes: Vec<usize> = msgs.iter().map(accounted_size).collect();
-        let total: usize = sizes.iter().sum();
         let store_ms = now_ms();
         let store_ts = timestamp_ms(store_ms);
         let first;
+        let mut total = 0;
         {
             let mut st = queue.state.lock();
             first = st.end();
-            for (i, (mut m, size)) in msgs.into_iter().zip(sizes).enumerate() {
+            for (i, mut m) in msgs.into_iter().enumerate() {
                 let offset = first + i as u64;
+                let size = accounted_size(&m);
+                total += size;
                 if let Some(sp) = m.system_properties.as_mut() {
                     sp.queue_offset = Some(offset as i64);
                     sp.queue_id = queue.id;

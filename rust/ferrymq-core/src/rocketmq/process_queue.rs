@@ -63,6 +63,8 @@ pub struct ProcessQueue {
     /// FIFO lanes that have a consuming task, keyed by message group ("" without the
     /// accelerator). A lane is present exactly while its task runs.
     pub(crate) fifo_lanes: Mutex<HashMap<String, FifoLane>>,
+    /// Receive loops running besides the primary one.
+    extra_receivers: AtomicUsize,
     stats: Arc<ConsumerStats>,
 }
 
@@ -83,6 +85,7 @@ impl ProcessQueue {
             cancel,
             cached_messages: AtomicUsize::new(0),
             cached_bytes: AtomicUsize::new(0),
+            extra_receivers: AtomicUsize::new(0),
             fifo_lanes: Mutex::new(HashMap::new()),
         }
     }
@@ -148,7 +151,24 @@ impl std::fmt::Debug for ProcessQueue {
 }
 
 /// The receive loop of one process queue; returns when the queue is dropped.
-pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>) {
+///
+/// The primary loop of a queue runs until the queue is dropped. While the queue has a backlog
+/// (a receive came back full), extra loops are started, up to
+/// `PushConsumerConfig::max_concurrent_receives` in all, so that several receives are in flight
+/// at once; an extra loop ends at its first receive that is not full, fails, or finds the cache
+/// full. An idle queue therefore has exactly one long-polling receive, as in the workflow.
+pub(crate) async fn receive_loop<R: ConsumerRpc>(
+    ctx: Arc<Context<R>>,
+    pq: Arc<ProcessQueue>,
+    primary: bool,
+) {
+    struct Extra<'a>(&'a AtomicUsize);
+    impl Drop for Extra<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    let _extra = (!primary).then(|| Extra(&pq.extra_receivers));
     let mut failures: u32 = 0;
     loop {
         if pq.is_dropped() {
@@ -180,6 +200,9 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<P
         };
         if granted == 0 {
             ctx.stats.on_cache_full();
+            if !primary {
+                return;
+            }
             tokio::select! {
                 () = pq.cancel.cancelled() => return,
                 _ = tokio::time::timeout(CACHE_FULL_RECHECK, room) => {}
@@ -207,8 +230,15 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<P
         match result {
             Ok(messages) => {
                 failures = 0;
+                let full = messages.len() >= granted;
                 if messages.is_empty() {
-                    continue;
+                    if primary {
+                        continue;
+                    }
+                    return;
+                }
+                if full {
+                    spawn_extra_receiver(&ctx, &pq);
                 }
                 let mut views = Vec::with_capacity(messages.len());
                 for m in messages {
@@ -224,14 +254,23 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<P
                 ctx.stats.on_received(views.len());
                 pq.cache(&views, granted);
                 consume_service::dispatch(&ctx, &pq, views);
+                if !primary && !full {
+                    return;
+                }
             }
             Err(e) if e.kind() == ErrorKind::FlowControl => {
                 ctx.stats.on_receive_throttled();
+                if !primary {
+                    return;
+                }
                 sleep_or_cancel(&pq, FLOW_CONTROL_BACKOFF).await;
             }
             Err(e) if e.kind() == ErrorKind::Closed => return,
             Err(e) => {
                 ctx.stats.on_receive_failed();
+                if !primary {
+                    return;
+                }
                 failures += 1;
                 // The first failure of a streak is a warning; the rest would only repeat it.
                 if failures == 1 {
@@ -250,6 +289,20 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<P
                 sleep_or_cancel(&pq, RECEIVE_FAILURE_BACKOFF).await;
             }
         }
+    }
+}
+
+/// Start one more receive loop for `pq` if it has fewer than the allowed number in flight.
+fn spawn_extra_receiver<R: ConsumerRpc>(ctx: &Arc<Context<R>>, pq: &Arc<ProcessQueue>) {
+    let max_extra = ctx.config.max_concurrent_receives.saturating_sub(1);
+    let started = pq
+        .extra_receivers
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max_extra).then_some(n + 1)
+        })
+        .is_ok();
+    if started {
+        tokio::spawn(receive_loop(ctx.clone(), pq.clone(), false));
     }
 }
 

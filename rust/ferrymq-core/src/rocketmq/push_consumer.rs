@@ -41,6 +41,9 @@ pub const DEFAULT_MAX_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// Java's interval between two assignment scans.
 pub const DEFAULT_ASSIGNMENT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Default of [`PushConsumerConfig::max_concurrent_receives`].
+pub const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 4;
+
 /// Push consumer options.
 #[derive(Debug, Clone)]
 pub struct PushConsumerConfig {
@@ -58,6 +61,9 @@ pub struct PushConsumerConfig {
     pub receive_batch_size: Option<u32>,
     /// Interval between two assignment scans.
     pub assignment_interval: Duration,
+    /// Most receives in flight per process queue. Beyond the first, receives run only while
+    /// the queue has a backlog (1 = the workflow's single receive loop).
+    pub max_concurrent_receives: usize,
 }
 
 impl Default for PushConsumerConfig {
@@ -70,6 +76,7 @@ impl Default for PushConsumerConfig {
             fifo_accelerator: false,
             receive_batch_size: None,
             assignment_interval: DEFAULT_ASSIGNMENT_INTERVAL,
+            max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
         }
     }
 }
@@ -97,6 +104,12 @@ impl PushConsumerConfig {
         }
         if self.receive_batch_size == Some(0) {
             return Err(Error::invalid("receive_batch_size", "must be at least 1"));
+        }
+        if self.max_concurrent_receives == 0 {
+            return Err(Error::invalid(
+                "max_concurrent_receives",
+                "must be at least 1",
+            ));
         }
         if self.assignment_interval.is_zero() {
             return Err(Error::invalid("assignment_interval", "must be positive"));
@@ -696,7 +709,7 @@ fn apply_assignment<R: ConsumerRpc>(
             ctx.stats.clone(),
             &ctx.rpc.access_endpoints(),
         ));
-        let task = tokio::spawn(receive_loop(ctx.clone(), pq.clone()));
+        let task = tokio::spawn(receive_loop(ctx.clone(), pq.clone(), true));
         map.insert(key, Assigned { pq, task });
     }
     ctx.stats.process_queues.store(map.len(), Ordering::Relaxed);
