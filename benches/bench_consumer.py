@@ -1,9 +1,14 @@
-"""Push-consumer throughput: ferrymq vs the official ``rocketmq-python-client``, same broker.
+"""Push-consumer throughput: ferrymq vs the official ``rocketmq-python-client``, same server.
 
-Both clients consume pre-loaded messages from the same in-process embedded broker, with a
-trivial Python callback, in one run; the script prints messages per second for each and the
-ratio. A run is timed from the consumer's start until the broker reports every message of the
-topic acknowledged by the group (so acks are included, not only callbacks).
+Both clients consume pre-loaded messages from the same server, with a trivial Python callback,
+in one run; the script prints messages per second for each and the ratio. The server is the
+in-process embedded broker (default) or, with ``--server real``, a real Apache RocketMQ 5 proxy
+(``scripts/rocketmq-server``; started and stopped by the script if it is not running).
+
+On the embedded broker a run is timed from the consumer's start until the broker reports every
+message of the topic acknowledged by the group (so acks are included, not only callbacks). The
+real server has no cheap ack counter: there a run is timed until the last callback, then the
+consumer is closed (ferrymq's close sends the pending acks; its time is printed separately).
 
 Scenarios:
 * ``normal``: a NORMAL topic, a normal group;
@@ -14,6 +19,7 @@ Usage (build the extension in release mode first: ``maturin develop --release``)
 
     python benches/bench_consumer.py [--messages 200000] [--official-messages 5000]
         [--body 100] [--queues 8] [--message-groups 512] [--scenarios normal,fifo]
+        [--server embedded|real]
 
 The official client is measured on fewer messages because it is much slower; rates are
 per-second figures either way.
@@ -27,11 +33,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ferrymq
+from _bench_server import BenchServer, add_arguments, open_server
 from ferrymq import _native
-from ferrymq.testing import EmbeddedBroker
 
 
 def preload(endpoints: str, topic: str, n: int, body: bytes, groups: int) -> None:
@@ -39,14 +46,14 @@ def preload(endpoints: str, topic: str, n: int, body: bytes, groups: int) -> Non
     p.start()
     try:
         if groups:
-            # One batch per message group keeps each group's order and its queue.
+            # One batch per message group keeps each group's order and its queue (a FIFO batch is
+            # sent message after message); the groups load in parallel.
             per_group = [[] for _ in range(groups)]  # type: list[list[ferrymq.Message]]
             for i in range(n):
                 g = i % groups
                 per_group[g].append(ferrymq.Message(topic, body, message_group=f"mg-{g}"))
-            for msgs in per_group:
-                for s in range(0, len(msgs), 256):
-                    p.send_batch(msgs[s : s + 256])
+            with ThreadPoolExecutor(32) as pool:
+                list(pool.map(p.send_batch, per_group))
         else:
             msgs = [ferrymq.Message(topic, body) for _ in range(min(n, 256))]
             sent = 0
@@ -58,39 +65,28 @@ def preload(endpoints: str, topic: str, n: int, body: bytes, groups: int) -> Non
         p.close()
 
 
-def all_acked(broker: EmbeddedBroker, topic: str, group: str) -> bool:
-    for q in broker.stats()["topics"][topic]["queues"]:
-        g = q["groups"].get(group)
-        if q["max_offset"] > q["min_offset"] and (
-            g is None or g["acked_offset"] < q["max_offset"] or g["inflight"] > 0
-        ):
-            return False
-    return True
-
-
 def wait_acked(
-    broker: EmbeddedBroker,
+    server: BenchServer,
     topic: str,
     group: str,
     timeout: float,
     consumed: Callable[[], bool],
 ) -> float:
-    """Wait until ``consumed()`` (a cheap check), then until the broker has every ack."""
+    """Wait until ``consumed()`` (a cheap check), then until the broker has every ack (when it
+    can tell: the embedded broker)."""
     deadline = time.perf_counter() + timeout
     while not consumed():
         if time.perf_counter() > deadline:
             raise TimeoutError(f"{group} did not consume {topic} within {timeout:.0f}s")
         time.sleep(0.005)
-    while not all_acked(broker, topic, group):
+    while server.all_acked(topic, group) is False:
         if time.perf_counter() > deadline:
             raise TimeoutError(f"{group} did not ack {topic} within {timeout:.0f}s")
         time.sleep(0.002)
     return time.perf_counter()
 
 
-def run_ferrymq(
-    broker: EmbeddedBroker, topic: str, group: str, n: int, *, accelerator: bool
-) -> float:
+def run_ferrymq(server: BenchServer, topic: str, group: str, n: int, *, accelerator: bool) -> float:
     calls = 0
 
     def listener(m: ferrymq.MessageView) -> None:
@@ -98,7 +94,7 @@ def run_ferrymq(
         calls += 1
 
     c = ferrymq.PushConsumer(
-        broker.endpoints,
+        server.endpoints,
         group,
         subscriptions={topic: "*"},
         listener=listener,
@@ -107,9 +103,12 @@ def run_ferrymq(
     t0 = time.perf_counter()
     c.start()
     try:
-        t1 = wait_acked(broker, topic, group, 600, lambda: calls >= n)
+        t1 = wait_acked(server, topic, group, 600, lambda: calls >= n)
     finally:
+        t2 = time.perf_counter()
         c.close()
+        if server.broker is None:
+            print(f"  (close, sending the last acks: {time.perf_counter() - t2:.2f} s)", flush=True)
     assert calls >= n, (calls, n)
     return n / (t1 - t0)
 
@@ -117,8 +116,10 @@ def run_ferrymq(
 def shim_official_client() -> None:
     """The official push consumer computes a delivery-latency metric from the
     ``delivery_timestamp`` element of the receive stream and raises when a server omits it,
-    dropping the whole received batch (the embedded broker does not send that element). The
-    shim skips only that metric when the timestamp is missing; consumption is unchanged."""
+    dropping the whole received batch. The embedded broker now ends every receive stream with
+    that element, as the proxy does (tests/test_conformance.py), so this shim only guards
+    against servers that omit it: it skips that metric when the timestamp is missing;
+    consumption is unchanged."""
     from rocketmq.v5.client.metrics.client_metrics import ClientMetrics
 
     original = ClientMetrics.receive_after
@@ -131,7 +132,7 @@ def shim_official_client() -> None:
     ClientMetrics.receive_after = receive_after  # type: ignore[method-assign]
 
 
-def run_official(broker: EmbeddedBroker, topic: str, group: str, n: int) -> float:
+def run_official(server: BenchServer, topic: str, group: str, n: int) -> float:
     shim_official_client()
     from rocketmq import (
         ClientConfiguration,
@@ -152,12 +153,12 @@ def run_official(broker: EmbeddedBroker, topic: str, group: str, n: int) -> floa
                 calls += 1
             return ConsumeResult.SUCCESS
 
-    config = ClientConfiguration(broker.endpoints, Credentials(), request_timeout=5)
+    config = ClientConfiguration(server.endpoints, Credentials(), request_timeout=5)
     c = PushConsumer(config, group, Listener(), {topic: FilterExpression("*")})
     t0 = time.perf_counter()
     c.startup()
     try:
-        t1 = wait_acked(broker, topic, group, 900, lambda: calls >= n)
+        t1 = wait_acked(server, topic, group, 900, lambda: calls >= n)
     finally:
         c.shutdown()
     assert calls >= n, (calls, n)
@@ -173,14 +174,15 @@ def main() -> int:
     ap.add_argument("--message-groups", type=int, default=512)
     ap.add_argument("--scenarios", default="normal,fifo")
     ap.add_argument("--no-official", action="store_true")
+    add_arguments(ap)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     body = b"x" * args.body
     scenarios = args.scenarios.split(",")
     results: list[tuple[str, float, float | None]] = []
-    with EmbeddedBroker(
-        long_polling_min=1.0, max_topic_bytes=1 << 30, auto_renew_invisible=300.0
-    ) as broker:
+    with open_server(
+        args, long_polling_min=1.0, max_topic_bytes=1 << 30, auto_renew_invisible=300.0
+    ) as server:
         for scenario in scenarios:
             fifo = scenario == "fifo"
             groups = args.message_groups if fifo else 0
@@ -188,29 +190,34 @@ def main() -> int:
             variants = [("ferrymq", False)] + ([("ferrymq+accelerator", True)] if fifo else [])
             official_rate: float | None = None
             if not args.no_official:
-                topic, group = f"official-{scenario}", f"official-{scenario}-g"
-                broker.create_topic(topic, kind, args.queues)
-                broker.create_group(group, fifo=fifo)
-                preload(broker.endpoints, topic, args.official_messages, body, groups)
-                official_rate = run_official(broker, topic, group, args.official_messages)
+                topic = server.name(f"official-{scenario}")
+                group = server.name(f"official-{scenario}-g")
+                server.create_topic(topic, kind, args.queues)
+                server.create_group(group, fifo=fifo)
+                preload(server.endpoints, topic, args.official_messages, body, groups)
+                official_rate = run_official(server, topic, group, args.official_messages)
                 print(
                     f"[{scenario}] official rocketmq-python-client: "
                     f"{official_rate:,.0f} msg/s ({args.official_messages:,} messages)",
                     flush=True,
                 )
             for name, accel in variants:
-                topic, group = f"{name}-{scenario}", f"{name}-{scenario}-g"
-                broker.create_topic(topic, kind, args.queues)
-                broker.create_group(group, fifo=fifo)
-                preload(broker.endpoints, topic, args.messages, body, groups)
-                rate = run_ferrymq(broker, topic, group, args.messages, accelerator=accel)
-                ratio = f", {rate / official_rate:,.1f}x the official client" if official_rate else ""
+                topic = server.name(f"{name}-{scenario}".replace("+", "-"))
+                group = server.name(f"{name}-{scenario}-g".replace("+", "-"))
+                server.create_topic(topic, kind, args.queues)
+                server.create_group(group, fifo=fifo)
+                preload(server.endpoints, topic, args.messages, body, groups)
+                rate = run_ferrymq(server, topic, group, args.messages, accelerator=accel)
+                ratio = (
+                    f", {rate / official_rate:,.1f}x the official client" if official_rate else ""
+                )
                 print(
                     f"[{scenario}] {name}: {rate:,.0f} msg/s ({args.messages:,} messages){ratio}",
                     flush=True,
                 )
                 results.append((f"{scenario}/{name}", rate, official_rate))
-    print("\nsummary (msg/s, trivial Python callback, acks included):")
+    acks = "acks included" if args.server == "embedded" else "until the last callback"
+    print(f"\nsummary (server: {args.server}; msg/s, trivial Python callback, {acks}):")
     for label, rate, official in results:
         extra = f"  official {official:,.0f}  ratio {rate / official:,.1f}x" if official else ""
         print(f"  {label:<32} {rate:>12,.0f}{extra}")
