@@ -38,10 +38,11 @@ const MAX_BATCH: usize = 1024;
 const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Messages per chunk, sent with `Producer::send_each` (one `SendMessage` each).
 const MAX_CHUNK: usize = ferrymq_core::rocketmq::producer::BATCH_CONCURRENCY;
-/// Messages of the produce path in flight at once (one HTTP/2 stream each): bounded so that a
-/// burst does not open thousands of streams, which servers answer with GOAWAY
-/// (`ENHANCE_YOUR_CALM`) once deadlines start resetting them.
-const MAX_IN_FLIGHT: usize = 256;
+/// Messages of the produce path in flight at once (one HTTP/2 stream each). Bounded: with
+/// hundreds of streams on a loaded machine, sends pass their deadline, the cancelled streams
+/// pile up, and the server answers GOAWAY `ENHANCE_YOUR_CALM` (h2's reset-flood guard), which
+/// fails every call on the connection.
+const MAX_IN_FLIGHT: usize = 64;
 /// Default bound of produced-but-not-yet-reported messages.
 const DEFAULT_MAX_PENDING: usize = 65_536;
 
