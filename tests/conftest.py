@@ -1,4 +1,4 @@
-"""Shared pytest fixtures.
+"""Shared pytest fixtures. Each helper adds its fixtures in its own section.
 
 Servers are started once per session. The embedded broker fixtures:
 
@@ -32,11 +32,14 @@ import itertools
 import os
 import re
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+# -- NATS JetStream (nats-server) -------------------------------------------------------------
+from _nats_server import HoldingProxy, NatsServer, run_nats_server
 from ferrymq.testing import EmbeddedBroker
 from servers import EmbeddedServer, RealServer, RealServerError, Server
 
@@ -57,6 +60,14 @@ def broker() -> Iterator[EmbeddedBroker]:
         yield b
 
 
+@pytest.fixture(scope="session")
+def jmq_broker() -> Iterator[EmbeddedBroker]:
+    """A broker with two RocketMQ endpoints and two JMQ4 nodes, for the JMQ4 tests."""
+    with EmbeddedBroker(endpoints=2, jmq_nodes=2, **TEST_BROKER_OPTIONS) as b:
+        b.add_jmq_app("other_app", "other_token")
+        yield b
+
+
 @pytest.fixture
 def make_broker() -> Iterator[Callable[..., EmbeddedBroker]]:
     created: list[EmbeddedBroker] = []
@@ -72,14 +83,42 @@ def make_broker() -> Iterator[Callable[..., EmbeddedBroker]]:
         b.close()
 
 
+class _Unique(str):
+    """A fresh token (``str``, for stream names and subjects) that is also callable:
+    ``unique(prefix)`` gives a fresh, valid topic/group name."""
+
+    _base: str
+
+    def __new__(cls, base: str) -> _Unique:
+        self = super().__new__(cls, uuid.uuid4().hex[:10].upper())
+        self._base = base
+        return self
+
+    def __call__(self, prefix: str = "t") -> str:
+        return f"{prefix}-{self._base}-{next(_counter)}"
+
+
 @pytest.fixture
-def unique(request: pytest.FixtureRequest) -> Callable[[str], str]:
-    base = re.sub(r"[^A-Za-z0-9_-]", "-", request.node.name)[:80]
+def unique(request: pytest.FixtureRequest) -> _Unique:
+    return _Unique(re.sub(r"[^A-Za-z0-9_-]", "-", request.node.name)[:80])
 
-    def name(prefix: str = "t") -> str:
-        return f"{prefix}-{base}-{next(_counter)}"
 
-    return name
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[NatsServer]:
+    """A nats-server with JetStream on a free loopback port and a temporary store directory,
+    started once per session. Fails (does not skip) when nats-server is not installed."""
+    with run_nats_server() as server:
+        yield server
+
+
+@pytest.fixture
+def nats_proxy(nats_server: NatsServer) -> Iterator[HoldingProxy]:
+    """A loopback proxy in front of the session's nats-server that can hold back acks."""
+    proxy = HoldingProxy(nats_server.port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
 
 
 # --------------------------------------------------------------------------------------------

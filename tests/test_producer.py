@@ -482,3 +482,21 @@ async def test_async_api(broker: EmbeddedBroker, topic: str) -> None:
         with pytest.raises(InvalidArgumentError):
             await p.begin_transaction().send_async(Message(tx_topic, b"x"))
     assert p.closed
+
+
+def test_verify_message_is_answered_not_implemented_by_a_producer(
+    broker: EmbeddedBroker, producer: Producer, topic: str
+) -> None:
+    r = producer.send(Message(topic, b"v"))
+    nonce = broker.verify_message(producer.client_id, topic, r.message_id)
+    wait_until(lambda: any(x["nonce"] == nonce for x in broker.telemetry_replies()))
+    reply = next(x for x in broker.telemetry_replies() if x["nonce"] == nonce)
+    assert reply["code"] == 50100  # NOT_IMPLEMENTED: a producer has no listener
+
+
+def test_namespace_is_sent(broker: EmbeddedBroker, topic: str) -> None:
+    with Producer(broker.endpoints, topics=[topic], namespace="ns-1") as p:
+        assert p.namespace == "ns-1"
+        assert p.send(Message(topic, b"ns")).topic == topic
+    with pytest.raises(InvalidArgumentError, match="namespace"):
+        Producer(broker.endpoints, namespace="has space")

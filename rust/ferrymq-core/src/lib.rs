@@ -7,9 +7,12 @@
 pub mod broker;
 pub mod columnar;
 pub mod error;
+pub mod jmq;
 pub mod message;
 pub mod message_id;
+pub mod nats;
 pub mod proto;
+pub mod publisher;
 pub mod rocketmq;
 pub mod selector;
 pub mod status;

@@ -19,7 +19,8 @@ use crate::runtime::RuntimeRef;
 /// A running embedded broker.
 #[pyclass(module = "ferrymq._native", frozen)]
 pub struct EmbeddedBroker {
-    inner: Arc<Broker>,
+    /// Also read by `JmqServer(broker=...)`, which serves JMQ4 next to it.
+    pub(crate) inner: Arc<Broker>,
     rt: RuntimeRef,
 }
 

@@ -61,6 +61,18 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
     Ok(PyErr::from_value(instance))
 }
 
+/// Like [`to_pyerr`], for an error the caller keeps (e.g. a flight's stored outcome).
+pub fn to_pyerr_ref(err: &Error) -> PyErr {
+    Python::attach(|py| match build(py, err) {
+        Ok(e) => e,
+        Err(import_failure) => {
+            let e = PyRuntimeError::new_err(err.to_string());
+            e.set_cause(py, Some(import_failure));
+            e
+        }
+    })
+}
+
 /// Shorthand for an invalid-argument exception naming `field`.
 pub fn invalid(field: &str, why: impl std::fmt::Display) -> PyErr {
     to_pyerr(Error::invalid(field, why))

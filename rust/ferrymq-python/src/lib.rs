@@ -9,18 +9,33 @@ mod client_options;
 mod columns;
 mod consumer;
 mod errors;
+mod jmq;
 mod logging;
 mod message;
 mod message_view;
+mod nats;
+mod nats_range;
 mod probe;
 mod producer;
+mod publisher;
 mod pull_reader;
 mod runtime;
 
 use pyo3::prelude::*;
 
+/// Rust allocations of the extension (Python objects keep using Python's allocator).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Features compiled into this build, for `ferrymq.features()`.
-const FEATURES: &[&str] = &["rocketmq-v2", "embedded-broker", "rocketmq-producer"];
+const FEATURES: &[&str] = &[
+    "rocketmq-v2",
+    "embedded-broker",
+    "rocketmq-producer",
+    "nats-jetstream",
+    "managed-publisher",
+    "jmq4",
+];
 
 #[pymodule]
 mod _native {
@@ -37,13 +52,23 @@ mod _native {
         PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
     };
     #[pymodule_export]
+    use crate::jmq::{
+        JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,
+    };
+    #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
     use crate::message_view::PyMessageView;
     #[pymodule_export]
+    use crate::nats::{PyJetStream, PyJsMessage, PyPullConsumer, PyStreamInfo};
+    #[pymodule_export]
+    use crate::nats_range::PyNatsRangeReader;
+    #[pymodule_export]
     use crate::probe::Probe;
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
+    #[pymodule_export]
+    use crate::publisher::{PublisherCore, PyFlight, PyPublishAck};
     #[pymodule_export]
     use crate::pull_reader::PyPullReader;
 

@@ -6,7 +6,8 @@
 //!   asyncio awaitables;
 //! * `produce(message, on_delivery=cb)` never waits for the broker: the message goes into a
 //!   bounded queue that a batcher task drains in chunks, each sent with `Producer::send_each`
-//!   (one `SendMessage` per message, many in flight on one HTTP/2 channel). Delivery callbacks run on the caller's thread inside `poll()` /
+//!   (one `SendMessage` per message, many in flight on one HTTP/2 channel). Delivery
+//!   callbacks run on the caller's thread inside `poll()` /
 //!   `flush()` (and inside `produce()` when the queue is full: back-pressure), never while a Rust
 //!   lock is held.
 

@@ -867,8 +867,9 @@ mod tests {
         });
         wait_for("all acked", || broker.acked.lock().len() == 100).await;
         let s = c.stats();
-        // At most one batch (2 messages of about 1 KB) beyond the byte limit.
-        assert!(s.max_cached_bytes <= 5_000 + 2 * 1_100, "{s:?}");
+        // Sizes are known only after a receive, so each of the 2 process queues may pass the
+        // byte limit by one batch (2 messages of about 1 KB) — never more.
+        assert!(s.max_cached_bytes <= 5_000 + 2 * 2 * 1_100, "{s:?}");
         c.shutdown(Duration::from_secs(5)).await;
     }
 

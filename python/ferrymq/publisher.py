@@ -1,0 +1,632 @@
+"""The managed async publisher ("Managed Async Publisher" design).
+
+:class:`AsyncPublisher` keeps at most ``max_in_flight`` messages waiting for their publish ack.
+When the window is full a *hold* stops publishing until no more than ``refill_allowed_at`` are in
+flight. Every message becomes a :class:`Flight` (id ``<id_prefix>-<n>``, subject, headers, body,
+options, publish time, ack future) and ends exactly once: acked, failed or timed out. A listener
+hears about every step: ``published``, ``acked``, ``completed_exceptionally``, ``timeout``.
+
+The window, the retries and the time-outs run in Rust on tokio. This module only dispatches
+events: a helper thread fetches them in batches (with the GIL released) and delivers them, in
+order, on the publisher's event loop when it has one, or on the helper thread otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Union
+
+from . import _native
+from ._native import FlightCore, PublishAck
+from .exceptions import FerryTimeoutError, InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ._native import Message
+
+__all__ = [
+    "AsyncPublisher",
+    "Flight",
+    "PublisherListener",
+    "RetryConfig",
+]
+
+_log = logging.getLogger("ferrymq.publisher")
+
+_KINDS = ("published", "acked", "completed_exceptionally", "timeout")
+_EVENT_BATCH = 1024
+_EVENT_WAIT = 5.0
+
+AckFuture = Union["asyncio.Future[PublishAck]", "concurrent.futures.Future[PublishAck]"]
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """Retries of one message; without one each message is attempted once.
+
+    Only retriable errors are retried (no responders / 503, time-outs, connection errors);
+    expectation failures (JetStream 10060, 10070, 10071) never are. Every attempt carries the
+    same message id, so the broker de-duplicates (keep the whole horizon below the stream's
+    ``duplicate_window``, 2 minutes by default).
+
+    Attributes:
+        attempts: total attempts, the first included.
+        backoff: seconds to wait before the n-th retry; the last value repeats.
+        deadline: no retry starts later than this many seconds after the first attempt.
+        attempt_timeout: give up on one attempt's ack after this many seconds and retry;
+            ``None`` lets an attempt wait until ``wait_timeout``.
+    """
+
+    attempts: int = 2
+    backoff: tuple[float, ...] = field(default=(0.25, 0.25, 0.5, 0.5, 3.0, 5.0))
+    deadline: float | None = None
+    attempt_timeout: float | None = None
+
+    def _native_args(self) -> tuple[int, list[float], float | None, float | None]:
+        return (
+            self.attempts,
+            [float(b) for b in self.backoff],
+            self.deadline,
+            self.attempt_timeout,
+        )
+
+
+class PublisherListener:
+    """Base class of listeners; override the methods you need (all are optional).
+
+    Methods run on the publisher's event loop when it has one, otherwise on a ferrymq helper
+    thread; always one at a time and in order. An exception raised by a method is logged on the
+    ``ferrymq.publisher`` logger and does not stop the publisher. A slow listener slows the
+    publisher down (events are never dropped).
+    """
+
+    def published(self, flight: Flight) -> None:
+        """The message was handed to the connection."""
+
+    def acked(self, flight: Flight) -> None:
+        """The broker acknowledged the message (``flight.ack``)."""
+
+    def completed_exceptionally(self, flight: Flight) -> None:
+        """The publish failed (``flight.exception``), including lower-level request time-outs."""
+
+    def timeout(self, flight: Flight) -> None:
+        """No ack arrived within ``wait_timeout`` of the publish."""
+
+
+class Flight:
+    """One message on its way: what was published and what became of it.
+
+    Flights returned by :meth:`AsyncPublisher.publish_async` and those passed to the listener
+    for the same message compare equal and share one ack future.
+    """
+
+    __slots__ = ("_core", "_publisher")
+
+    def __init__(self, core: FlightCore, publisher: AsyncPublisher) -> None:
+        self._core = core
+        self._publisher = publisher
+
+    @property
+    def id(self) -> str:
+        """``<id_prefix>-<n>``, or the caller's ``message_id``; sent as ``Nats-Msg-Id``."""
+        return self._core.id
+
+    @property
+    def subject(self) -> str:
+        """The subject (or topic) the message was published to."""
+        return self._core.subject
+
+    @property
+    def topic(self) -> str:
+        """Alias of :attr:`subject`."""
+        return self._core.subject
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The message headers (or properties)."""
+        return self._core.headers
+
+    @property
+    def body(self) -> bytes:
+        """The payload."""
+        return self._core.body
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The publish options given (message id and expectations)."""
+        return self._core.options
+
+    @property
+    def message(self) -> Message | None:
+        """The :class:`ferrymq.Message` given instead of subject and body, if any."""
+        return self._core.message
+
+    @property
+    def publish_time(self) -> float | None:
+        """Unix seconds when the message was handed to the connection; ``None`` before."""
+        return self._core.publish_time
+
+    @property
+    def attempts(self) -> int:
+        """Attempts started so far (more than 1 after retries)."""
+        return self._core.attempts
+
+    @property
+    def done(self) -> bool:
+        """Whether the flight has ended."""
+        return self._core.done
+
+    @property
+    def state(self) -> str:
+        """``"in_flight"``, ``"acked"``, ``"failed"`` or ``"timeout"``."""
+        return self._core.state or "in_flight"
+
+    @property
+    def ack(self) -> PublishAck | None:
+        """The ack of an acked flight."""
+        return self._core.ack
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The error of a failed or timed-out flight."""
+        exc = self._core.exception
+        return exc if isinstance(exc, BaseException) else None
+
+    @property
+    def expectation_failed(self) -> bool:
+        """Whether it failed on a JetStream expectation (never retried)."""
+        return self._core.expectation_failed
+
+    @property
+    def ack_future(self) -> AckFuture:
+        """The future of the :class:`PublishAck` (raises the flight's error if it failed).
+
+        An :class:`asyncio.Future` on the publisher's event loop when it has one, otherwise a
+        :class:`concurrent.futures.Future`. Created on first access.
+        """
+        fut: Any = self._core._waiter
+        if fut is None:
+            fut, done = self._core._watch(self._publisher._new_future())
+            if done:
+                _settle(fut, self._core)
+        return fut  # type: ignore[no-any-return]
+
+    def result(self, timeout: float | None = None) -> PublishAck:
+        """Block (without holding the GIL) until the flight ends; return the ack or raise."""
+        if not self._core.wait(timeout):
+            raise FerryTimeoutError(f"flight {self.id} still in flight after {timeout} s")
+        exc = self.exception
+        if exc is not None:
+            raise exc
+        ack = self._core.ack
+        assert ack is not None
+        return ack
+
+    def __await__(self) -> Generator[Any, None, PublishAck]:
+        fut = self.ack_future
+        if isinstance(fut, concurrent.futures.Future):
+            return asyncio.wrap_future(fut).__await__()
+        return fut.__await__()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Flight) and self._core == other._core
+
+    def __hash__(self) -> int:
+        return hash(self._core)
+
+    def __repr__(self) -> str:
+        return repr(self._core)
+
+
+def _result_of(core: FlightCore) -> tuple[PublishAck | None, BaseException | None]:
+    exc = core.exception
+    if isinstance(exc, BaseException):
+        return None, exc
+    return core.ack, None
+
+
+def _settle_here(fut: Any, core: FlightCore) -> None:
+    """Complete `fut` from `core`'s outcome on the current thread (idempotent)."""
+    if fut.done():
+        return
+    ack, exc = _result_of(core)
+    try:
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(ack)
+    except (asyncio.InvalidStateError, concurrent.futures.InvalidStateError):
+        pass
+
+
+def _settle(fut: Any, core: FlightCore) -> None:
+    """Complete `fut` from `core`'s outcome, on the future's own loop for asyncio futures."""
+    if isinstance(fut, asyncio.Future):
+        loop = fut.get_loop()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            _settle_here(fut, core)
+        else:
+            # A closed loop raises RuntimeError: nobody can await the future any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle_here, fut, core)
+    else:
+        _settle_here(fut, core)
+
+
+class _Batch:
+    """A batch of events that exactly one of two paths (loop or helper thread) delivers."""
+
+    __slots__ = ("_events", "_lock", "done")
+
+    def __init__(self, events: list[tuple[str, FlightCore]]) -> None:
+        self._events: list[tuple[str, FlightCore]] | None = events
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+
+    def take(self) -> list[tuple[str, FlightCore]] | None:
+        with self._lock:
+            events, self._events = self._events, None
+            return events
+
+
+class AsyncPublisher:
+    """A managed async publisher over a ferrymq producer (``ferrymq.JetStream``, …).
+
+    Args:
+        producer: the producer to publish with.
+        id_prefix: prefix of message ids (``<id_prefix>-<n>``); a NUID by default.
+        max_in_flight: most messages waiting for their ack at once.
+        refill_allowed_at: once the window is full, publishing resumes when at most this many
+            are in flight (0: full sawtooth; ``max_in_flight - 1``: sliding window).
+        retry: a :class:`RetryConfig`; ``None`` attempts each message once.
+        poll_time: seconds; the longest the Rust runner sleeps without re-checking its state
+            (it is event driven, so this is only a safety net).
+        hold_pause_time: seconds; the longest the runner waits between checks of the hold (the
+            hold is lifted as soon as an ack brings the count down to ``refill_allowed_at``).
+        wait_timeout: seconds a message may wait for its ack after it was published; then its
+            future fails with :class:`ferrymq.FerryTimeoutError` and the listener's ``timeout``
+            is called.
+        listener: an object with any of the :class:`PublisherListener` methods.
+
+    Use it as ``async with AsyncPublisher(js) as pub:`` (drains on exit) or call
+    :meth:`start` and then :meth:`drain` / :meth:`close` / :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        producer: Any,
+        *,
+        id_prefix: str | None = None,
+        max_in_flight: int = 50,
+        refill_allowed_at: int = 0,
+        retry: RetryConfig | None = None,
+        poll_time: float = 0.1,
+        hold_pause_time: float = 0.1,
+        wait_timeout: float = 5.0,
+        listener: PublisherListener | Any | None = None,
+    ) -> None:
+        if retry is not None and not isinstance(retry, RetryConfig):
+            raise InvalidArgumentError(
+                f"retry: must be a ferrymq.RetryConfig, not {type(retry).__name__}"
+            )
+        methods: dict[str, Any] = {}
+        if listener is not None:
+            for kind in _KINDS:
+                m = getattr(listener, kind, None)
+                if m is not None and not callable(m):
+                    raise InvalidArgumentError(f"listener: {kind} is not callable")
+                methods[kind] = m
+            if not any(methods.values()):
+                raise InvalidArgumentError("listener: has none of the methods " + ", ".join(_KINDS))
+        self._producer = producer
+        self._core = _native.PublisherCore(
+            producer,
+            id_prefix=id_prefix,
+            max_in_flight=max_in_flight,
+            refill_allowed_at=refill_allowed_at,
+            retry=None if retry is None else retry._native_args(),
+            poll_time=poll_time,
+            hold_pause_time=hold_pause_time,
+            wait_timeout=wait_timeout,
+            listener=listener is not None,
+        )
+        self._retry = retry
+        self._listener = listener
+        self._methods = methods
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._pump_lock = threading.Lock()
+        self._pump: threading.Thread | None = None
+        self._pump_done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def producer(self) -> Any:
+        """The producer messages are published with."""
+        return self._producer
+
+    @property
+    def id_prefix(self) -> str:
+        """The prefix of generated message ids."""
+        return self._core.id_prefix
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._core.max_in_flight
+
+    @property
+    def refill_allowed_at(self) -> int:
+        return self._core.refill_allowed_at
+
+    @property
+    def in_flight(self) -> int:
+        """Messages published and not yet acked, failed or timed out."""
+        return self._core.in_flight
+
+    @property
+    def held(self) -> bool:
+        """Whether the hold is on (the window filled and has not refilled yet)."""
+        return self._core.held
+
+    @property
+    def queued(self) -> int:
+        """Messages accepted and waiting for room in the window."""
+        return self._core.queued
+
+    @property
+    def state(self) -> str:
+        """``"idle"``, ``"running"``, ``"draining"``, ``"stopping"`` or ``"finished"``."""
+        return self._core.state
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _bind_loop(self) -> None:
+        if self._loop is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+
+    def _on_loop_thread(self) -> bool:
+        return self._loop is not None and self._loop_thread == threading.get_ident()
+
+    def _ensure_pump(self) -> None:
+        if self._pump is not None:
+            return
+        with self._pump_lock:
+            if self._pump is not None:
+                return
+            t = threading.Thread(
+                target=self._run_pump, name="ferrymq-publisher-events", daemon=True
+            )
+            t.start()
+            self._pump = t
+
+    def start(self) -> None:
+        """Start publishing. Inside a running event loop, that loop becomes the publisher's:
+        listener calls and ack futures are delivered on it."""
+        self._bind_loop()
+        self._core.start()
+        self._ensure_pump()
+
+    def stop(self) -> None:
+        """Stop now: refuse new messages and end every queued or in-flight message with
+        :class:`ferrymq.ClientClosedError` (futures and listener still hear about each)."""
+        self._ensure_pump()
+        self._core.stop()
+
+    async def drain(self) -> None:
+        """Refuse new messages, publish what is queued, and return once every flight has been
+        acked, has failed or has timed out, and the listener has seen every event."""
+        self._bind_loop()
+        self._ensure_pump()
+        await self._core.drain_async()
+        await asyncio.wrap_future(self._pump_done)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Blocking drain for code without asyncio: wait up to `timeout` seconds, then
+        :meth:`stop` whatever is left. Returns whether the drain finished in time."""
+        if self._on_loop_thread():
+            raise RuntimeError(
+                "AsyncPublisher.close() blocks; inside the event loop use `await drain()`"
+            )
+        self._ensure_pump()
+        finished = self._core.drain(timeout)
+        if not finished:
+            self._core.stop()
+        self._pump_done.result()
+        return finished
+
+    async def __aenter__(self) -> AsyncPublisher:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            self.stop()  # cancelled or interrupted: do not wait for acks
+            return
+        try:
+            await self.drain()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __enter__(self) -> AsyncPublisher:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            self.stop()
+            return
+        self.close()
+
+    # -- publishing ------------------------------------------------------------------------
+
+    async def publish_async(
+        self,
+        subject: str | Message,
+        body: bytes | bytearray | memoryview | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_sequence: int | None = None,
+        expected_last_subject_sequence: int | None = None,
+        expected_last_msg_id: str | None = None,
+    ) -> Flight:
+        """Publish asynchronously; the JetStream ``publishAsync`` of the design.
+
+        Waits only while the publisher's bounded intake is full (that is the back-pressure a
+        fast caller feels when the window is held) and returns the :class:`Flight`; the message
+        is sent as soon as the window allows. Await the flight (or its ``ack_future``) for the
+        :class:`PublishAck`, or let the listener report the outcome.
+
+        ``subject`` may be a :class:`ferrymq.Message` (then ``body`` must be omitted).
+        """
+        if self._loop is None:
+            self._bind_loop()
+        core = self._core.prepare(
+            subject,
+            body,
+            headers,
+            message_id,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
+        )
+        waiter = self._core.offer(core)
+        if waiter is not None:
+            await waiter
+        if self._pump is None:
+            self._ensure_pump()
+        return Flight(core, self)
+
+    def submit(
+        self,
+        subject: str | Message,
+        body: bytes | bytearray | memoryview | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+        expected_stream: str | None = None,
+        expected_last_sequence: int | None = None,
+        expected_last_subject_sequence: int | None = None,
+        expected_last_msg_id: str | None = None,
+    ) -> concurrent.futures.Future[PublishAck]:
+        """Publish from code without asyncio: returns a :class:`concurrent.futures.Future` of
+        the :class:`PublishAck`. Blocks (without the GIL) while the intake is full."""
+        core = self._core.prepare(
+            subject,
+            body,
+            headers,
+            message_id,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
+        )
+        fut: concurrent.futures.Future[PublishAck] = concurrent.futures.Future()
+        core._watch(fut)
+        if not self._core.try_enqueue(core):
+            if self._on_loop_thread():
+                raise RuntimeError(
+                    "AsyncPublisher.submit() would block the event loop while the intake is "
+                    "full; inside the loop use `await publish_async()`"
+                )
+            self._core.enqueue(core)
+        self._ensure_pump()
+        return fut
+
+    # -- event delivery --------------------------------------------------------------------
+
+    def _new_future(self) -> Any:
+        if self._loop is not None and not self._loop.is_closed():
+            return self._loop.create_future()
+        return concurrent.futures.Future()
+
+    def _run_pump(self) -> None:
+        core = self._core
+        try:
+            while True:
+                events = core.next_events(_EVENT_BATCH, _EVENT_WAIT)
+                if events is None:
+                    break
+                if events:
+                    self._dispatch(_Batch(events))
+        except BaseException:  # pragma: no cover - only on interpreter shutdown or a bug
+            _log.exception("publisher event delivery stopped")
+        finally:
+            self._pump_done.set_result(None)
+
+    def _dispatch(self, batch: _Batch) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._deliver_on_loop, batch)
+            except RuntimeError:
+                pass  # closed meanwhile
+            else:
+                # One batch at a time on the loop: a slow loop slows the publisher down.
+                while not batch.done.wait(0.05):
+                    if loop.is_closed() or not loop.is_running():
+                        break
+                if batch.done.is_set():
+                    return
+        events = batch.take()
+        if events is not None:
+            self._deliver(events)
+
+    def _deliver_on_loop(self, batch: _Batch) -> None:
+        try:
+            events = batch.take()
+            if events is not None:
+                self._deliver(events)
+        finally:
+            batch.done.set()
+
+    def _deliver(self, events: list[tuple[str, FlightCore]]) -> None:
+        methods = self._methods
+        for kind, core in events:
+            if methods:
+                method = methods[kind]
+                if method is not None:
+                    try:
+                        method(Flight(core, self))
+                    except Exception:
+                        _log.exception("publisher listener %s(%s) raised", kind, core.id)
+            if kind != "published":
+                fut = core._waiter
+                if fut is not None:
+                    _settle(fut, core)
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncPublisher({self._core.backend}, state={self.state!r}, "
+            f"in_flight={self.in_flight}, max_in_flight={self.max_in_flight})"
+        )

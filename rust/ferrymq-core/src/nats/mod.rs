@@ -1,0 +1,506 @@
+//! NATS JetStream backend on the `async-nats` crate, targeting nats-server 2.9 semantics.
+//!
+//! * [`JetStream`]: a connection to `nats://` endpoints with a JetStream context: publish with
+//!   `Nats-Msg-Id` (de-duplication within the stream's `duplicate_window`) and expectations,
+//!   waiting for the JetStream ack; the [`PublishBackend`](crate::publisher::PublishBackend) of
+//!   the managed publisher.
+//! * [`stream`]: stream management (create with subjects, info, delete), mostly for tests.
+//! * [`consumer`]: a pull consumer (fetch batches, ack / nak / term).
+//! * [`error`]: the mapping of async-nats errors (JetStream codes keep their `err_code`).
+//!
+//! async-nats is built without its `server_2_10`+ features, so APIs nats-server 2.9 lacks
+//! (multi-filter consumers, per-message TTL, batch publish, …) do not exist here.
+
+pub mod consumer;
+pub mod error;
+pub mod range;
+pub mod stream;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::header::{
+    HeaderMap, HeaderName, HeaderValue, NATS_EXPECTED_LAST_MESSAGE_ID, NATS_EXPECTED_LAST_SEQUENCE,
+    NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, NATS_EXPECTED_STREAM, NATS_MESSAGE_ID,
+};
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::jetstream::{self, message::PublishMessage};
+use async_nats::{ConnectOptions, ServerAddr};
+use bytes::Bytes;
+use futures::FutureExt;
+
+use crate::error::{Error, Result};
+use crate::publisher::{
+    AckFuture, Flight, Outgoing, PublishAck, PublishBackend, PublishOptions, SendFuture,
+};
+
+pub use consumer::{AckKind, DeliverPolicy, JsMessage, PullConsumer, PullConsumerConfig};
+pub use stream::{Retention, Storage, StreamConfig, StreamInfo};
+
+/// How to connect to NATS.
+#[derive(Clone)]
+pub struct NatsOptions {
+    /// `nats://host:port` endpoints (credentials may be given as `nats://user:pass@host`).
+    pub endpoints: Vec<String>,
+    /// The connection name shown by the server's monitoring.
+    pub name: Option<String>,
+    /// User name (with `password`).
+    pub user: Option<String>,
+    /// Password (with `user`). Never logged.
+    pub password: Option<String>,
+    /// Authentication token. Never logged.
+    pub token: Option<String>,
+    /// How long to wait for the connection to be established.
+    pub connect_timeout: Duration,
+    /// Timeout of JetStream API requests and of publish acks awaited through
+    /// [`JetStream::publish`].
+    pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for NatsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsOptions")
+            .field("endpoints", &redact_endpoints(&self.endpoints))
+            .field("name", &self.name)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+impl Default for NatsOptions {
+    fn default() -> Self {
+        Self {
+            endpoints: Vec::new(),
+            name: None,
+            user: None,
+            password: None,
+            token: None,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Split a comma-separated endpoint list and check that each is a `nats://` URL.
+pub fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
+    let list: Vec<String> = endpoints
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    if list.is_empty() {
+        return Err(Error::invalid("endpoints", "no endpoint given"));
+    }
+    for e in &list {
+        check_endpoint(e)?;
+    }
+    Ok(list)
+}
+
+fn check_endpoint(e: &str) -> Result<ServerAddr> {
+    let Some(rest) = e.strip_prefix("nats://") else {
+        return Err(Error::invalid(
+            "endpoints",
+            format!(
+                "{:?} is not a nats:// endpoint (expected nats://host:port)",
+                redact(e)
+            ),
+        ));
+    };
+    if rest.is_empty() || rest.starts_with(':') || rest.starts_with('/') {
+        return Err(Error::invalid(
+            "endpoints",
+            format!("{:?} has no host", redact(e)),
+        ));
+    }
+    e.parse::<ServerAddr>()
+        .map_err(|err| Error::invalid("endpoints", format!("{:?}: {err}", redact(e))))
+}
+
+/// An endpoint with any `user:password@` removed.
+pub fn redact(endpoint: &str) -> String {
+    match (endpoint.find("://"), endpoint.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            format!("{}***@{}", &endpoint[..s + 3], &endpoint[at + 1..])
+        }
+        _ => endpoint.to_string(),
+    }
+}
+
+fn redact_endpoints(endpoints: &[String]) -> String {
+    endpoints
+        .iter()
+        .map(|e| redact(e))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Check a subject to publish to: non-empty tokens, no whitespace, no wildcards.
+pub fn validate_publish_subject(subject: &str) -> Result<()> {
+    if subject.is_empty() {
+        return Err(Error::invalid("subject", "must not be empty"));
+    }
+    if subject.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::invalid(
+            "subject",
+            format!("{subject:?} contains whitespace or control characters"),
+        ));
+    }
+    for token in subject.split('.') {
+        if token.is_empty() {
+            return Err(Error::invalid(
+                "subject",
+                format!("{subject:?} has an empty token"),
+            ));
+        }
+        if token == "*" || token == ">" {
+            return Err(Error::invalid(
+                "subject",
+                format!("{subject:?} contains a wildcard; publish to a concrete subject"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn header_value(field: &str, v: &str) -> Result<HeaderValue> {
+    v.parse::<HeaderValue>()
+        .map_err(|_| Error::invalid(field, format!("{v:?} contains CR or LF")))
+}
+
+/// Check user headers and options the way the wire needs them (no panics later).
+pub fn validate_headers(headers: &[(String, String)], options: &PublishOptions) -> Result<()> {
+    for (k, v) in headers {
+        k.parse::<HeaderName>().map_err(|_| {
+            Error::invalid(
+                "headers",
+                format!("{k:?} is not a valid header name (printable ASCII, no ':')"),
+            )
+        })?;
+        header_value("headers", v)?;
+    }
+    if let Some(id) = &options.message_id {
+        header_value("message_id", id)?;
+    }
+    if let Some(s) = &options.expected_stream {
+        header_value("expected_stream", s)?;
+    }
+    if let Some(s) = &options.expected_last_msg_id {
+        header_value("expected_last_msg_id", s)?;
+    }
+    Ok(())
+}
+
+fn build_headers(
+    id: &str,
+    headers: &[(String, String)],
+    options: &PublishOptions,
+) -> Result<HeaderMap> {
+    let mut map = HeaderMap::new();
+    for (k, v) in headers {
+        let name = k
+            .parse::<HeaderName>()
+            .map_err(|_| Error::invalid("headers", format!("{k:?} is not a valid header name")))?;
+        map.append(name, header_value("headers", v)?);
+    }
+    map.insert(NATS_MESSAGE_ID, header_value("message_id", id)?);
+    if let Some(s) = &options.expected_stream {
+        map.insert(NATS_EXPECTED_STREAM, header_value("expected_stream", s)?);
+    }
+    if let Some(n) = options.expected_last_sequence {
+        map.insert(NATS_EXPECTED_LAST_SEQUENCE, n.to_string());
+    }
+    if let Some(n) = options.expected_last_subject_sequence {
+        map.insert(NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, n.to_string());
+    }
+    if let Some(s) = &options.expected_last_msg_id {
+        map.insert(
+            NATS_EXPECTED_LAST_MESSAGE_ID,
+            header_value("expected_last_msg_id", s)?,
+        );
+    }
+    Ok(map)
+}
+
+struct Inner {
+    client: async_nats::Client,
+    context: jetstream::Context,
+    endpoints: String,
+}
+
+/// A JetStream connection. Cheap to clone.
+#[derive(Clone)]
+pub struct JetStream {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for JetStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStream")
+            .field("endpoints", &self.inner.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Permits of async-nats's own ack window. The managed publisher keeps its own window, so
+/// this one only has to be larger than any sensible `max_in_flight`.
+const CONTEXT_ACK_WINDOW: usize = 1 << 20;
+
+impl JetStream {
+    /// Connect to the endpoints of `opts`.
+    pub async fn connect(opts: NatsOptions) -> Result<Self> {
+        if opts.endpoints.is_empty() {
+            return Err(Error::invalid("endpoints", "no endpoint given"));
+        }
+        let addrs = opts
+            .endpoints
+            .iter()
+            .map(|e| check_endpoint(e))
+            .collect::<Result<Vec<_>>>()?;
+        if opts.connect_timeout.is_zero() {
+            return Err(Error::invalid("connect_timeout", "must be positive"));
+        }
+        if opts.request_timeout.is_zero() {
+            return Err(Error::invalid("request_timeout", "must be positive"));
+        }
+        let mut co = ConnectOptions::new()
+            .connection_timeout(opts.connect_timeout)
+            .request_timeout(Some(opts.request_timeout))
+            .event_callback(|ev| async move {
+                tracing::info!(target: "ferrymq::nats", "connection event: {ev}");
+            });
+        if let Some(name) = &opts.name {
+            co = co.name(name);
+        }
+        match (&opts.user, &opts.password) {
+            (Some(u), Some(p)) => co = co.user_and_password(u.clone(), p.clone()),
+            (None, None) => {}
+            _ => {
+                return Err(Error::invalid(
+                    "user",
+                    "user and password must be given together",
+                ))
+            }
+        }
+        if let Some(t) = &opts.token {
+            co = co.token(t.clone());
+        }
+        let endpoints = redact_endpoints(&opts.endpoints);
+        let client = tokio::time::timeout(
+            opts.connect_timeout + Duration::from_secs(1),
+            co.connect(addrs.as_slice()),
+        )
+        .await
+        .map_err(|_| Error::timeout(format!("connect to {endpoints}: timed out")))?
+        .map_err(|e| error::map(&format!("connect to {endpoints}"), e))?;
+        let context = jetstream::ContextBuilder::new()
+            .timeout(opts.request_timeout)
+            .ack_timeout(opts.request_timeout)
+            .max_ack_inflight(CONTEXT_ACK_WINDOW)
+            .backpressure_on_inflight(true)
+            .build(client.clone());
+        tracing::debug!(target: "ferrymq::nats", "connected to {endpoints}");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                context,
+                endpoints,
+            }),
+        })
+    }
+
+    /// The endpoints, credentials removed.
+    pub fn endpoints(&self) -> &str {
+        &self.inner.endpoints
+    }
+
+    /// The version the server reported when the connection was made (e.g. `"2.9.10"`).
+    pub fn server_version(&self) -> String {
+        self.inner.client.server_info().version
+    }
+
+    /// Whether JetStream on the server has the features of `major.minor` or later.
+    pub fn server_at_least(&self, major: u32, minor: u32) -> bool {
+        let v = self.server_version();
+        let mut it = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (ma, mi) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+        (ma, mi) >= (major, minor)
+    }
+
+    /// The underlying async-nats client.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.inner.client
+    }
+
+    /// The underlying JetStream context.
+    pub fn context(&self) -> &jetstream::Context {
+        &self.inner.context
+    }
+
+    /// Start one publish of `subject` with message id `id`: resolves once the message is handed
+    /// to the connection, yielding the future of its JetStream ack.
+    pub fn send_raw(
+        &self,
+        subject: &str,
+        id: &str,
+        headers: &[(String, String)],
+        body: Bytes,
+        options: &PublishOptions,
+    ) -> SendFuture {
+        let prepared = validate_publish_subject(subject)
+            .and_then(|()| build_headers(id, headers, options))
+            .map(|h| {
+                (
+                    subject.to_string(),
+                    PublishMessage::build().payload(body).headers(h),
+                )
+            });
+        let inner = Arc::clone(&self.inner);
+        let id = id.to_string();
+        async move {
+            let (subject, msg) = prepared?;
+            let what = "publish";
+            let ack: PublishAckFuture = inner
+                .context
+                .send_publish(subject, msg)
+                .await
+                .map_err(|e| error::map(what, e))?;
+            let fut: AckFuture = async move {
+                let a = ack.await.map_err(|e| error::map(what, e))?;
+                Ok(PublishAck {
+                    message_id: id,
+                    stream: a.stream,
+                    sequence: a.sequence,
+                    duplicate: a.duplicate,
+                    domain: (!a.domain.is_empty()).then_some(a.domain),
+                })
+            }
+            .boxed();
+            Ok(fut)
+        }
+        .boxed()
+    }
+
+    /// Publish `out` with message id `id` (`out.options.message_id` wins) and wait for the ack.
+    pub async fn publish(&self, id: Option<&str>, out: &Outgoing) -> Result<PublishAck> {
+        validate_headers(&out.headers, &out.options)?;
+        let generated;
+        let id = match (&out.options.message_id, id) {
+            (Some(m), _) => m.as_str(),
+            (None, Some(i)) => i,
+            (None, None) => {
+                generated = nuid::next().to_string();
+                generated.as_str()
+            }
+        };
+        let ack = self
+            .send_raw(
+                &out.subject,
+                id,
+                &out.headers,
+                out.body.clone(),
+                &out.options,
+            )
+            .await?;
+        ack.await
+    }
+
+    /// Flush everything written so far to the server.
+    pub async fn flush(&self) -> Result<()> {
+        self.inner
+            .client
+            .flush()
+            .await
+            .map_err(|e| error::map("flush", e))
+    }
+
+    /// Flush and close the connection. Later calls fail with a connection error.
+    pub async fn close(&self) -> Result<()> {
+        let _ = self.inner.client.flush().await;
+        self.inner
+            .client
+            .drain()
+            .await
+            .map_err(|e| Error::connection(format!("close: {e}")))
+    }
+}
+
+impl PublishBackend for JetStream {
+    fn send(&self, flight: &Arc<Flight>) -> SendFuture {
+        self.send_raw(
+            flight.subject(),
+            flight.id(),
+            flight.headers(),
+            flight.body().clone(),
+            flight.options(),
+        )
+    }
+
+    fn validate(&self, out: &Outgoing) -> Result<()> {
+        validate_publish_subject(&out.subject)?;
+        validate_headers(&out.headers, &out.options)
+    }
+
+    fn describe(&self) -> String {
+        format!("JetStream({})", self.inner.endpoints)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_must_be_nats_urls() {
+        assert_eq!(
+            parse_endpoints("nats://127.0.0.1:4222, nats://[::1]:4223").unwrap(),
+            vec!["nats://127.0.0.1:4222", "nats://[::1]:4223"]
+        );
+        let e = parse_endpoints("127.0.0.1:8081").unwrap_err();
+        assert!(e.message().starts_with("endpoints:"), "{e}");
+        let e = parse_endpoints("").unwrap_err();
+        assert!(e.message().contains("no endpoint"), "{e}");
+        let e = parse_endpoints("nats://u:secret@").unwrap_err();
+        assert!(!e.message().contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn credentials_are_redacted() {
+        assert_eq!(redact("nats://u:pw@h:1"), "nats://***@h:1");
+        assert_eq!(redact("nats://h:1"), "nats://h:1");
+    }
+
+    #[test]
+    fn subjects_and_headers_are_checked() {
+        assert!(validate_publish_subject("orders.new").is_ok());
+        for bad in ["", "a..b", "a.*", "a.>", "a b", ".a"] {
+            let e = validate_publish_subject(bad).unwrap_err();
+            assert!(e.message().starts_with("subject:"), "{bad}: {e}");
+        }
+        let opts = PublishOptions::default();
+        assert!(validate_headers(&[("X-Ok".into(), "v".into())], &opts).is_ok());
+        let e = validate_headers(&[("a:b".into(), "v".into())], &opts).unwrap_err();
+        assert!(e.message().starts_with("headers:"), "{e}");
+        let e = validate_headers(&[("k".into(), "a\r\nb".into())], &opts).unwrap_err();
+        assert!(e.message().starts_with("headers:"), "{e}");
+        let h = build_headers(
+            "p-1",
+            &[],
+            &PublishOptions {
+                expected_last_sequence: Some(7),
+                ..PublishOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(h.get(NATS_MESSAGE_ID).map(|v| v.as_str()), Some("p-1"));
+        assert_eq!(
+            h.get(NATS_EXPECTED_LAST_SEQUENCE).map(|v| v.as_str()),
+            Some("7")
+        );
+    }
+}

@@ -1,0 +1,703 @@
+//! `ferrymq.JetStream`, `ferrymq.PullConsumer`, `ferrymq.JsMessage`, `ferrymq.StreamInfo`:
+//! the NATS JetStream client over `nats://` endpoints.
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use ferrymq_core::nats::{
+    self, AckKind, DeliverPolicy, JetStream, JsMessage, NatsOptions, PullConsumer,
+    PullConsumerConfig, Retention, Storage, StreamConfig, StreamInfo,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+
+use crate::errors::{invalid, to_pyerr};
+use crate::publisher::{extract_outgoing, seconds, OptionArgs, PyPublishAck};
+use crate::runtime::{future_into_py, RuntimeRef};
+
+fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    let joined = if let Ok(s) = endpoints.cast::<PyString>() {
+        s.to_str()?.to_owned()
+    } else if let Ok(list) = endpoints.extract::<Vec<String>>() {
+        list.join(",")
+    } else {
+        return Err(invalid(
+            "endpoints",
+            "must be a str (comma-separated nats:// URLs) or a list of str",
+        ));
+    };
+    nats::parse_endpoints(&joined).map_err(to_pyerr)
+}
+
+/// The state of a JetStream stream.
+#[pyclass(name = "StreamInfo", module = "ferrymq", frozen, skip_from_py_object)]
+pub struct PyStreamInfo {
+    inner: StreamInfo,
+}
+
+#[pymethods]
+impl PyStreamInfo {
+    #[getter]
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+    #[getter]
+    fn subjects(&self) -> Vec<String> {
+        self.inner.subjects.clone()
+    }
+    #[getter]
+    fn messages(&self) -> u64 {
+        self.inner.messages
+    }
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.inner.bytes
+    }
+    #[getter]
+    fn first_sequence(&self) -> u64 {
+        self.inner.first_sequence
+    }
+    #[getter]
+    fn last_sequence(&self) -> u64 {
+        self.inner.last_sequence
+    }
+    #[getter]
+    fn consumer_count(&self) -> usize {
+        self.inner.consumer_count
+    }
+    /// The de-duplication window in seconds.
+    #[getter]
+    fn duplicate_window(&self) -> f64 {
+        self.inner.duplicate_window.as_secs_f64()
+    }
+    fn __repr__(&self) -> String {
+        let i = &self.inner;
+        format!(
+            "StreamInfo(name={:?}, subjects={:?}, messages={}, last_sequence={})",
+            i.name, i.subjects, i.messages, i.last_sequence
+        )
+    }
+}
+
+/// A connection to NATS with JetStream.
+#[pyclass(name = "JetStream", module = "ferrymq", frozen)]
+pub struct PyJetStream {
+    pub inner: JetStream,
+    rt: RuntimeRef,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn options(
+    endpoints: &Bound<'_, PyAny>,
+    name: Option<String>,
+    user: Option<String>,
+    password: Option<String>,
+    token: Option<String>,
+    connect_timeout: f64,
+    request_timeout: f64,
+) -> PyResult<NatsOptions> {
+    let connect_timeout = seconds("connect_timeout", connect_timeout)?;
+    let request_timeout = seconds("request_timeout", request_timeout)?;
+    Ok(NatsOptions {
+        endpoints: extract_endpoints(endpoints)?,
+        name,
+        user,
+        password,
+        token,
+        connect_timeout,
+        request_timeout,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn stream_config(
+    name: String,
+    subjects: Vec<String>,
+    storage: &str,
+    retention: &str,
+    duplicate_window: Option<f64>,
+    max_messages: Option<i64>,
+    max_bytes: Option<i64>,
+    max_age: Option<f64>,
+    replicas: usize,
+) -> PyResult<StreamConfig> {
+    Ok(StreamConfig {
+        name,
+        subjects,
+        storage: Storage::parse(storage).map_err(to_pyerr)?,
+        retention: Retention::parse(retention).map_err(to_pyerr)?,
+        duplicate_window: duplicate_window
+            .map(|s| seconds("duplicate_window", s))
+            .transpose()?,
+        max_messages,
+        max_bytes,
+        max_age: max_age.map(|s| seconds("max_age", s)).transpose()?,
+        replicas,
+    })
+}
+
+fn deliver_policy(deliver: &Bound<'_, PyAny>) -> PyResult<DeliverPolicy> {
+    if let Ok(s) = deliver.extract::<String>() {
+        return match s.as_str() {
+            "all" => Ok(DeliverPolicy::All),
+            "new" => Ok(DeliverPolicy::New),
+            "last" => Ok(DeliverPolicy::Last),
+            other => Err(invalid(
+                "deliver",
+                format!("{other:?} is not \"all\", \"new\", \"last\" or a start sequence (int)"),
+            )),
+        };
+    }
+    match deliver.extract::<u64>() {
+        Ok(seq) if seq >= 1 => Ok(DeliverPolicy::ByStartSequence(seq)),
+        _ => Err(invalid(
+            "deliver",
+            "must be \"all\", \"new\", \"last\" or a start sequence >= 1",
+        )),
+    }
+}
+
+#[pymethods]
+impl PyJetStream {
+    /// Connect (blocking, GIL released).
+    #[new]
+    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        endpoints: &Bound<'_, PyAny>,
+        name: Option<String>,
+        user: Option<String>,
+        password: Option<String>,
+        token: Option<String>,
+        connect_timeout: f64,
+        request_timeout: f64,
+    ) -> PyResult<Self> {
+        let rt = RuntimeRef::current()?;
+        let opts = options(
+            endpoints,
+            name,
+            user,
+            password,
+            token,
+            connect_timeout,
+            request_timeout,
+        )?;
+        let inner = rt.block_on(py, JetStream::connect(opts))?;
+        Ok(Self { inner, rt })
+    }
+
+    /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
+    #[staticmethod]
+    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn connect_async<'py>(
+        py: Python<'py>,
+        endpoints: &Bound<'_, PyAny>,
+        name: Option<String>,
+        user: Option<String>,
+        password: Option<String>,
+        token: Option<String>,
+        connect_timeout: f64,
+        request_timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let rt = RuntimeRef::current()?;
+        let opts = options(
+            endpoints,
+            name,
+            user,
+            password,
+            token,
+            connect_timeout,
+            request_timeout,
+        )?;
+        future_into_py(py, rt, async move {
+            let inner = JetStream::connect(opts).await?;
+            Ok(PyJetStream { inner, rt })
+        })
+    }
+
+    /// The endpoints, credentials removed.
+    #[getter]
+    fn endpoints(&self) -> &str {
+        self.inner.endpoints()
+    }
+
+    /// The server's version, e.g. "2.9.10".
+    #[getter]
+    fn server_version(&self) -> String {
+        self.inner.server_version()
+    }
+
+    /// Publish and wait for the JetStream ack (blocking, GIL released).
+    #[pyo3(signature = (subject, body=None, *, headers=None, message_id=None, expected_stream=None, expected_last_sequence=None, expected_last_subject_sequence=None, expected_last_msg_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn publish(
+        &self,
+        py: Python<'_>,
+        subject: &Bound<'_, PyAny>,
+        body: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        message_id: Option<String>,
+        expected_stream: Option<String>,
+        expected_last_sequence: Option<u64>,
+        expected_last_subject_sequence: Option<u64>,
+        expected_last_msg_id: Option<String>,
+    ) -> PyResult<PyPublishAck> {
+        let out = extract_outgoing(
+            subject,
+            body,
+            headers,
+            OptionArgs {
+                message_id,
+                expected_stream,
+                expected_last_sequence,
+                expected_last_subject_sequence,
+                expected_last_msg_id,
+            },
+        )?;
+        let js = self.inner.clone();
+        self.rt.block_on(py, async move {
+            let inner = js.publish(None, &out).await?;
+            Ok(PyPublishAck { inner })
+        })
+    }
+
+    /// Publish and await the JetStream ack.
+    #[pyo3(signature = (subject, body=None, *, headers=None, message_id=None, expected_stream=None, expected_last_sequence=None, expected_last_subject_sequence=None, expected_last_msg_id=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn publish_async<'py>(
+        &self,
+        py: Python<'py>,
+        subject: &Bound<'_, PyAny>,
+        body: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        message_id: Option<String>,
+        expected_stream: Option<String>,
+        expected_last_sequence: Option<u64>,
+        expected_last_subject_sequence: Option<u64>,
+        expected_last_msg_id: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let out = extract_outgoing(
+            subject,
+            body,
+            headers,
+            OptionArgs {
+                message_id,
+                expected_stream,
+                expected_last_sequence,
+                expected_last_subject_sequence,
+                expected_last_msg_id,
+            },
+        )?;
+        let js = self.inner.clone();
+        future_into_py(py, self.rt, async move {
+            let inner = js.publish(None, &out).await?;
+            Ok(PyPublishAck { inner })
+        })
+    }
+
+    /// Create a stream (or return the existing one with the same settings).
+    #[pyo3(signature = (name, subjects, *, storage="file", retention="limits", duplicate_window=None, max_messages=None, max_bytes=None, max_age=None, replicas=1))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_stream(
+        &self,
+        py: Python<'_>,
+        name: String,
+        subjects: &Bound<'_, PyAny>,
+        storage: &str,
+        retention: &str,
+        duplicate_window: Option<f64>,
+        max_messages: Option<i64>,
+        max_bytes: Option<i64>,
+        max_age: Option<f64>,
+        replicas: usize,
+    ) -> PyResult<PyStreamInfo> {
+        let subjects: Vec<String> = if let Ok(s) = subjects.cast::<PyString>() {
+            vec![s.to_str()?.to_owned()]
+        } else {
+            subjects
+                .extract()
+                .map_err(|_| invalid("subjects", "must be a str or a list of str"))?
+        };
+        let cfg = stream_config(
+            name,
+            subjects,
+            storage,
+            retention,
+            duplicate_window,
+            max_messages,
+            max_bytes,
+            max_age,
+            replicas,
+        )?;
+        let js = self.inner.clone();
+        self.rt.block_on(py, async move {
+            let inner = js.create_stream(&cfg).await?;
+            Ok(PyStreamInfo { inner })
+        })
+    }
+
+    /// The state of stream `name`.
+    fn stream_info(&self, py: Python<'_>, name: String) -> PyResult<PyStreamInfo> {
+        let js = self.inner.clone();
+        self.rt.block_on(py, async move {
+            let inner = js.stream_info(&name).await?;
+            Ok(PyStreamInfo { inner })
+        })
+    }
+
+    /// Delete stream `name`; False when it did not exist.
+    fn delete_stream(&self, py: Python<'_>, name: String) -> PyResult<bool> {
+        let js = self.inner.clone();
+        self.rt
+            .block_on(py, async move { js.delete_stream(&name).await })
+    }
+
+    /// Bind to (or create) a pull consumer on `stream`.
+    #[pyo3(signature = (stream, *, durable=None, filter_subject=None, deliver=None, ack_wait=30.0, max_deliver=None, max_ack_pending=None, inactive_threshold=300.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn pull_consumer(
+        &self,
+        py: Python<'_>,
+        stream: String,
+        durable: Option<String>,
+        filter_subject: Option<String>,
+        deliver: Option<&Bound<'_, PyAny>>,
+        ack_wait: f64,
+        max_deliver: Option<i64>,
+        max_ack_pending: Option<i64>,
+        inactive_threshold: f64,
+    ) -> PyResult<PyPullConsumer> {
+        let cfg = PullConsumerConfig {
+            durable,
+            filter_subject,
+            deliver: deliver.map(deliver_policy).transpose()?.unwrap_or_default(),
+            ack_wait: seconds("ack_wait", ack_wait)?,
+            max_deliver,
+            max_ack_pending,
+            inactive_threshold: seconds("inactive_threshold", inactive_threshold)?,
+        };
+        let js = self.inner.clone();
+        let rt = self.rt;
+        self.rt.block_on(py, async move {
+            let inner = js.pull_consumer(&stream, &cfg).await?;
+            Ok(PyPullConsumer {
+                inner: Arc::new(inner),
+                rt,
+            })
+        })
+    }
+
+    /// Delete consumer `name` of `stream`; False when it did not exist.
+    fn delete_consumer(&self, py: Python<'_>, stream: String, name: String) -> PyResult<bool> {
+        let js = self.inner.clone();
+        self.rt
+            .block_on(py, async move { js.delete_consumer(&stream, &name).await })
+    }
+
+    /// Flush pending writes to the server.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let js = self.inner.clone();
+        self.rt.block_on(py, async move { js.flush().await })
+    }
+
+    /// Flush and close the connection.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let js = self.inner.clone();
+        self.rt.block_on(py, async move { js.close().await })
+    }
+
+    /// Awaitable form of `close`.
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let js = self.inner.clone();
+        future_into_py(py, self.rt, async move { js.close().await })
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let rt = slf.get().rt;
+        let me = slf.unbind();
+        future_into_py(py, rt, async move { Ok(me) })
+    }
+
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let js = self.inner.clone();
+        future_into_py(py, self.rt, async move {
+            js.close().await?;
+            Ok(false)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("JetStream({:?})", self.inner.endpoints())
+    }
+}
+
+/// A JetStream pull consumer.
+#[pyclass(name = "PullConsumer", module = "ferrymq", frozen)]
+pub struct PyPullConsumer {
+    inner: Arc<PullConsumer>,
+    rt: RuntimeRef,
+}
+
+fn wrap_messages(msgs: Vec<JsMessage>, rt: RuntimeRef) -> Vec<PyJsMessage> {
+    msgs.into_iter()
+        .map(|m| PyJsMessage {
+            inner: Arc::new(m),
+            rt,
+        })
+        .collect()
+}
+
+fn batch_args(max_messages: i64, timeout: f64) -> PyResult<(usize, Duration)> {
+    let max = usize::try_from(max_messages)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| invalid("max_messages", format!("{max_messages} must be at least 1")))?;
+    Ok((max, seconds("timeout", timeout)?))
+}
+
+#[pymethods]
+impl PyPullConsumer {
+    #[getter]
+    fn stream(&self) -> &str {
+        self.inner.stream()
+    }
+    #[getter]
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Up to `max_messages` messages: what is available now, or whatever arrives within
+    /// `timeout` seconds (possibly none). Blocking, GIL released.
+    #[pyo3(signature = (max_messages=100, timeout=1.0))]
+    fn fetch(&self, py: Python<'_>, max_messages: i64, timeout: f64) -> PyResult<Vec<PyJsMessage>> {
+        let (max, timeout) = batch_args(max_messages, timeout)?;
+        let c = Arc::clone(&self.inner);
+        let rt = self.rt;
+        let msgs = self
+            .rt
+            .block_on(py, async move { c.fetch(max, timeout).await })?;
+        Ok(wrap_messages(msgs, rt))
+    }
+
+    /// Awaitable form of `fetch`.
+    #[pyo3(signature = (max_messages=100, timeout=1.0))]
+    fn fetch_async<'py>(
+        &self,
+        py: Python<'py>,
+        max_messages: i64,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (max, timeout) = batch_args(max_messages, timeout)?;
+        let c = Arc::clone(&self.inner);
+        let rt = self.rt;
+        future_into_py(py, self.rt, async move {
+            let msgs = c.fetch(max, timeout).await?;
+            Ok(wrap_messages(msgs, rt))
+        })
+    }
+
+    /// Ack every message of `messages` and wait until the server has them all (one flush
+    /// instead of a round trip per message).
+    fn ack_all(&self, py: Python<'_>, messages: &Bound<'_, PyList>) -> PyResult<()> {
+        let mut all = Vec::with_capacity(messages.len());
+        for m in messages.iter() {
+            let m = m
+                .cast::<PyJsMessage>()
+                .map_err(|_| invalid("messages", "must be a list of ferrymq.JsMessage"))?;
+            all.push(Arc::clone(&m.get().inner));
+        }
+        self.rt.block_on(py, async move {
+            let mut last = None;
+            for m in &all {
+                m.ack_nowait().await?;
+                last = Some(m);
+            }
+            if let Some(m) = last {
+                // A double ack of the last message confirms that every earlier ack was
+                // received (the server processes one connection's messages in order).
+                m.acknowledge(AckKind::Ack).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The consumer's counters: num_pending, num_ack_pending, num_redelivered,
+    /// delivered_stream_sequence, ack_floor_stream_sequence.
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = Arc::clone(&self.inner);
+        let s = self.rt.block_on(py, async move { c.state().await })?;
+        let d = PyDict::new(py);
+        d.set_item("num_pending", s.num_pending)?;
+        d.set_item("num_ack_pending", s.num_ack_pending)?;
+        d.set_item("num_redelivered", s.num_redelivered)?;
+        d.set_item("delivered_stream_sequence", s.delivered_stream_sequence)?;
+        d.set_item("ack_floor_stream_sequence", s.ack_floor_stream_sequence)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "PullConsumer(stream={:?}, name={:?})",
+            self.inner.stream(),
+            self.inner.name()
+        )
+    }
+}
+
+/// A message fetched from a pull consumer.
+#[pyclass(name = "JsMessage", module = "ferrymq", frozen)]
+pub struct PyJsMessage {
+    inner: Arc<JsMessage>,
+    rt: RuntimeRef,
+}
+
+fn ack_kind(kind: &str, delay: Option<f64>) -> PyResult<AckKind> {
+    Ok(match kind {
+        "ack" => AckKind::Ack,
+        "nak" => AckKind::Nak(delay.map(|d| seconds("delay", d)).transpose()?),
+        "in_progress" => AckKind::InProgress,
+        _ => AckKind::Term,
+    })
+}
+
+impl PyJsMessage {
+    fn ack_blocking(&self, py: Python<'_>, kind: AckKind) -> PyResult<()> {
+        let m = Arc::clone(&self.inner);
+        self.rt
+            .block_on(py, async move { m.acknowledge(kind).await })
+    }
+    fn ack_future<'py>(&self, py: Python<'py>, kind: AckKind) -> PyResult<Bound<'py, PyAny>> {
+        let m = Arc::clone(&self.inner);
+        future_into_py(py, self.rt, async move { m.acknowledge(kind).await })
+    }
+}
+
+#[pymethods]
+impl PyJsMessage {
+    #[getter]
+    fn subject(&self) -> &str {
+        &self.inner.subject
+    }
+    #[getter]
+    fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.body)
+    }
+    /// Headers as a dict (the first value of a repeated name).
+    #[getter]
+    fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in &self.inner.headers {
+            if !d.contains(k)? {
+                d.set_item(k, v)?;
+            }
+        }
+        Ok(d)
+    }
+    /// The `Nats-Msg-Id` it was published with.
+    #[getter]
+    fn message_id(&self) -> Option<&str> {
+        self.inner.message_id()
+    }
+    #[getter]
+    fn stream(&self) -> &str {
+        &self.inner.stream
+    }
+    /// The stream sequence.
+    #[getter]
+    fn sequence(&self) -> u64 {
+        self.inner.stream_sequence
+    }
+    #[getter]
+    fn consumer_sequence(&self) -> u64 {
+        self.inner.consumer_sequence
+    }
+    /// How many times it was delivered (1 the first time).
+    #[getter]
+    fn num_delivered(&self) -> i64 {
+        self.inner.delivered
+    }
+    #[getter]
+    fn pending(&self) -> u64 {
+        self.inner.pending
+    }
+    /// When the server stored it, in Unix seconds.
+    #[getter]
+    fn timestamp(&self) -> f64 {
+        self.inner
+            .published
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64()
+    }
+
+    /// Acknowledge and wait for the server's confirmation.
+    fn ack(&self, py: Python<'_>) -> PyResult<()> {
+        self.ack_blocking(py, AckKind::Ack)
+    }
+    /// Ask for redelivery, after `delay` seconds if given.
+    #[pyo3(signature = (delay=None))]
+    fn nak(&self, py: Python<'_>, delay: Option<f64>) -> PyResult<()> {
+        let k = ack_kind("nak", delay)?;
+        self.ack_blocking(py, k)
+    }
+    /// Never deliver this message again.
+    fn term(&self, py: Python<'_>) -> PyResult<()> {
+        self.ack_blocking(py, AckKind::Term)
+    }
+    /// Still working on it: reset the ack timer.
+    fn in_progress(&self, py: Python<'_>) -> PyResult<()> {
+        self.ack_blocking(py, AckKind::InProgress)
+    }
+    fn ack_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.ack_future(py, AckKind::Ack)
+    }
+    #[pyo3(signature = (delay=None))]
+    fn nak_async<'py>(&self, py: Python<'py>, delay: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+        let k = ack_kind("nak", delay)?;
+        self.ack_future(py, k)
+    }
+    fn term_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.ack_future(py, AckKind::Term)
+    }
+    fn in_progress_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.ack_future(py, AckKind::InProgress)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.body.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "JsMessage(subject={:?}, sequence={}, body=<{} bytes>, num_delivered={})",
+            self.inner.subject,
+            self.inner.stream_sequence,
+            self.inner.body.len(),
+            self.inner.delivered
+        )
+    }
+}

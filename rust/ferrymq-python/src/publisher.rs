@@ -1,0 +1,640 @@
+//! The native half of `ferrymq.AsyncPublisher`: the core publisher, its flights and acks.
+//!
+//! Python callbacks never run here. Events leave Rust through [`PublisherCore::next_events`],
+//! which a Python thread calls with the GIL released and then dispatches in batches (on the
+//! user's event loop when there is one); see `python/ferrymq/publisher.py`.
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use ferrymq_core::publisher::{
+    Event, Events, Flight, Outcome, Outgoing, PublishAck, PublishBackend, PublishOptions,
+    Publisher, PublisherConfig, RetryPolicy, State,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+use tokio::sync::mpsc;
+
+use crate::errors::{invalid, to_pyerr, to_pyerr_ref};
+use crate::message::{extract_body, PyMessage};
+use crate::runtime::{future_into_py, RuntimeRef};
+
+/// A publish acknowledgement.
+#[pyclass(name = "PublishAck", module = "ferrymq", frozen, skip_from_py_object)]
+#[derive(Clone)]
+pub struct PyPublishAck {
+    pub inner: PublishAck,
+}
+
+#[pymethods]
+impl PyPublishAck {
+    /// The id the message was published with (`Nats-Msg-Id` on JetStream).
+    #[getter]
+    fn message_id(&self) -> &str {
+        &self.inner.message_id
+    }
+    /// The stream (JetStream) or topic that stored the message.
+    #[getter]
+    fn stream(&self) -> &str {
+        &self.inner.stream
+    }
+    /// The stream sequence (JetStream) or queue offset.
+    #[getter]
+    fn sequence(&self) -> u64 {
+        self.inner.sequence
+    }
+    /// True when the broker recognised the id as a duplicate and did not store it again.
+    #[getter]
+    fn duplicate(&self) -> bool {
+        self.inner.duplicate
+    }
+    /// The JetStream domain, if any.
+    #[getter]
+    fn domain(&self) -> Option<&str> {
+        self.inner.domain.as_deref()
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<PyPublishAck>()
+            .is_ok_and(|o| o.get().inner == self.inner)
+    }
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.inner.message_id.hash(&mut h);
+        self.inner.stream.hash(&mut h);
+        self.inner.sequence.hash(&mut h);
+        h.finish()
+    }
+    fn __repr__(&self) -> String {
+        let a = &self.inner;
+        format!(
+            "PublishAck(message_id={:?}, stream={:?}, sequence={}, duplicate={})",
+            a.message_id,
+            a.stream,
+            a.sequence,
+            if a.duplicate { "True" } else { "False" }
+        )
+    }
+}
+
+/// Read an optional `Mapping[str, str]` of headers, keeping its order.
+pub fn extract_headers(headers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+    let Some(h) = headers else {
+        return Ok(Vec::new());
+    };
+    if h.is_none() {
+        return Ok(Vec::new());
+    }
+    let d = h
+        .cast::<PyDict>()
+        .map_err(|_| invalid("headers", "must be a dict of str to str"))?;
+    let mut out = Vec::with_capacity(d.len());
+    for (k, v) in d.iter() {
+        let k: String = k
+            .extract()
+            .map_err(|_| invalid("headers", "names must be str"))?;
+        let v: String = v
+            .extract()
+            .map_err(|_| invalid("headers", format!("value of {k:?} must be str")))?;
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+/// Publish options given as keyword arguments.
+#[derive(Default)]
+pub struct OptionArgs {
+    pub message_id: Option<String>,
+    pub expected_stream: Option<String>,
+    pub expected_last_sequence: Option<u64>,
+    pub expected_last_subject_sequence: Option<u64>,
+    pub expected_last_msg_id: Option<String>,
+}
+
+impl OptionArgs {
+    fn into_options(self) -> PublishOptions {
+        PublishOptions {
+            message_id: self.message_id,
+            expected_stream: self.expected_stream,
+            expected_last_sequence: self.expected_last_sequence,
+            expected_last_subject_sequence: self.expected_last_subject_sequence,
+            expected_last_msg_id: self.expected_last_msg_id,
+        }
+    }
+}
+
+/// Build an [`Outgoing`] from `subject` (a str, or a `ferrymq.Message`), `body` and options.
+pub fn extract_outgoing(
+    subject: &Bound<'_, PyAny>,
+    body: Option<&Bound<'_, PyAny>>,
+    headers: Option<&Bound<'_, PyAny>>,
+    options: OptionArgs,
+) -> PyResult<Outgoing> {
+    let body = body.filter(|b| !b.is_none());
+    if let Ok(m) = subject.cast::<PyMessage>() {
+        if body.is_some() {
+            return Err(invalid(
+                "body",
+                "pass either a ferrymq.Message or a subject and a body, not both",
+            ));
+        }
+        let msg = m.get().inner.clone();
+        let mut hs: Vec<(String, String)> = msg
+            .properties()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        hs.extend(extract_headers(headers)?);
+        return Ok(Outgoing {
+            subject: msg.topic().to_string(),
+            headers: hs,
+            body: msg.body().clone(),
+            options: options.into_options(),
+            message: Some(msg),
+        });
+    }
+    let subject: String = subject
+        .cast::<PyString>()
+        .map_err(|_| invalid("subject", "must be a str (or a ferrymq.Message)"))?
+        .to_str()?
+        .to_owned();
+    let Some(body) = body else {
+        return Err(invalid("body", "is required (bytes)"));
+    };
+    Ok(Outgoing {
+        subject,
+        headers: extract_headers(headers)?,
+        body: extract_body(body)?,
+        options: options.into_options(),
+        message: None,
+    })
+}
+
+/// The native flight behind `ferrymq.Flight`.
+#[pyclass(name = "FlightCore", module = "ferrymq._native", frozen)]
+pub struct PyFlight {
+    pub inner: Arc<Flight>,
+    rt: RuntimeRef,
+}
+
+impl PyFlight {
+    fn new(inner: Arc<Flight>, rt: RuntimeRef) -> Self {
+        Self { inner, rt }
+    }
+}
+
+fn unix_seconds(t: std::time::SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+#[pymethods]
+impl PyFlight {
+    #[getter]
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    #[getter]
+    fn seq(&self) -> u64 {
+        self.inner.seq()
+    }
+    #[getter]
+    fn subject(&self) -> &str {
+        self.inner.subject()
+    }
+    #[getter]
+    fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in self.inner.headers() {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+    #[getter]
+    fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.body())
+    }
+    #[getter]
+    fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.inner.options();
+        let d = PyDict::new(py);
+        if let Some(v) = &o.message_id {
+            d.set_item("message_id", v)?;
+        }
+        if let Some(v) = &o.expected_stream {
+            d.set_item("expected_stream", v)?;
+        }
+        if let Some(v) = o.expected_last_sequence {
+            d.set_item("expected_last_sequence", v)?;
+        }
+        if let Some(v) = o.expected_last_subject_sequence {
+            d.set_item("expected_last_subject_sequence", v)?;
+        }
+        if let Some(v) = &o.expected_last_msg_id {
+            d.set_item("expected_last_msg_id", v)?;
+        }
+        Ok(d)
+    }
+    #[getter]
+    fn message(&self) -> Option<PyMessage> {
+        self.inner.message().map(|m| PyMessage { inner: m.clone() })
+    }
+    /// Unix seconds of the first hand-over to the connection, or None.
+    #[getter]
+    fn publish_time(&self) -> Option<f64> {
+        self.inner.publish_time().map(unix_seconds)
+    }
+    #[getter]
+    fn attempts(&self) -> u32 {
+        self.inner.attempts()
+    }
+    #[getter]
+    fn done(&self) -> bool {
+        self.inner.is_done()
+    }
+    /// "acked", "failed", "timeout", or None while in flight.
+    #[getter]
+    fn state(&self) -> Option<&'static str> {
+        self.inner.outcome().map(|o| match o {
+            Outcome::Acked(_) => "acked",
+            Outcome::Failed(_) => "failed",
+            Outcome::TimedOut(_) => "timeout",
+        })
+    }
+    #[getter]
+    fn ack(&self) -> Option<PyPublishAck> {
+        self.inner
+            .outcome()
+            .and_then(Outcome::ack)
+            .map(|a| PyPublishAck { inner: a.clone() })
+    }
+    /// The exception of a failed or timed-out flight (a new instance each time), or None.
+    #[getter]
+    fn exception(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.inner
+            .outcome()
+            .and_then(Outcome::error)
+            .map(|e| to_pyerr_ref(e).into_value(py).into_any())
+    }
+    /// Whether the failure was a JetStream expectation failure (never retried).
+    #[getter]
+    fn expectation_failed(&self) -> bool {
+        self.inner
+            .outcome()
+            .and_then(Outcome::error)
+            .is_some_and(ferrymq_core::publisher::is_expectation_failure)
+    }
+    /// The future attached by `_watch`, or None.
+    #[getter]
+    fn _waiter(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.inner
+            .attachment()
+            .and_then(|a| a.downcast_ref::<Py<PyAny>>())
+            .map(|f| f.clone_ref(py))
+    }
+    /// Attach `future` (the first attachment wins) and ask for the terminal event. Returns the
+    /// attached future and whether the flight was already done (then the caller settles it).
+    fn _watch(&self, py: Python<'_>, future: Py<PyAny>) -> (Py<PyAny>, bool) {
+        let (att, done) = self.inner.watch(Box::new(future));
+        let fut = att
+            .downcast_ref::<Py<PyAny>>()
+            .map_or_else(|| py.None(), |f| f.clone_ref(py));
+        (fut, done)
+    }
+    /// Block (GIL released) until the flight is done or `timeout` seconds pass; returns `done`.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let limit = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let flight = Arc::clone(&self.inner);
+        self.rt.block_on(py, async move {
+            match limit {
+                Some(t) => Ok(tokio::time::timeout(t, flight.wait()).await.is_ok()),
+                None => {
+                    flight.wait().await;
+                    Ok(true)
+                }
+            }
+        })
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<PyFlight>()
+            .is_ok_and(|o| Arc::ptr_eq(&o.get().inner, &self.inner))
+    }
+    fn __hash__(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Flight(id={:?}, subject={:?}, body=<{} bytes>, attempts={}, state={})",
+            self.inner.id(),
+            self.inner.subject(),
+            self.inner.body().len(),
+            self.inner.attempts(),
+            self.state().unwrap_or("in_flight")
+        )
+    }
+}
+
+/// Seconds as a Duration; the error names the field.
+pub fn seconds(field: &str, s: f64) -> PyResult<Duration> {
+    if !s.is_finite() || s < 0.0 {
+        return Err(invalid(
+            field,
+            format!("{s} is not a valid number of seconds"),
+        ));
+    }
+    Duration::try_from_secs_f64(s).map_err(|e| invalid(field, e))
+}
+
+fn positive_seconds(field: &str, s: f64) -> PyResult<Duration> {
+    let d = seconds(field, s)?;
+    if d.is_zero() {
+        return Err(invalid(field, "must be positive"));
+    }
+    Ok(d)
+}
+
+/// Which native producer classes can back a publisher.
+fn backend_of(producer: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PublishBackend>> {
+    if let Ok(js) = producer.cast::<crate::nats::PyJetStream>() {
+        return Ok(Arc::new(js.get().inner.clone()));
+    }
+    Err(invalid(
+        "producer",
+        format!(
+            "expected a ferrymq.JetStream, not {}",
+            producer.get_type().name()?
+        ),
+    ))
+}
+
+/// `RetryConfig` as passed by the Python facade: (attempts, backoff, deadline, attempt_timeout).
+type RetryArgs = (i64, Vec<f64>, Option<f64>, Option<f64>);
+
+type EventRx = Arc<tokio::sync::Mutex<Option<mpsc::Receiver<Event>>>>;
+
+/// The native publisher; `ferrymq.AsyncPublisher` wraps it.
+#[pyclass(name = "PublisherCore", module = "ferrymq._native", frozen)]
+pub struct PublisherCore {
+    inner: Arc<Publisher>,
+    events: EventRx,
+    rt: RuntimeRef,
+}
+
+#[pymethods]
+impl PublisherCore {
+    #[new]
+    #[pyo3(signature = (producer, *, id_prefix=None, max_in_flight=50, refill_allowed_at=0, retry=None, poll_time=0.1, hold_pause_time=0.1, wait_timeout=5.0, listener=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        producer: &Bound<'_, PyAny>,
+        id_prefix: Option<String>,
+        max_in_flight: i64,
+        refill_allowed_at: i64,
+        retry: Option<RetryArgs>,
+        poll_time: f64,
+        hold_pause_time: f64,
+        wait_timeout: f64,
+        listener: bool,
+    ) -> PyResult<Self> {
+        let rt = RuntimeRef::current()?;
+        let backend = backend_of(producer)?;
+        let max_in_flight = usize::try_from(max_in_flight)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| {
+                invalid(
+                    "max_in_flight",
+                    format!("{max_in_flight} must be at least 1"),
+                )
+            })?;
+        let refill_allowed_at = usize::try_from(refill_allowed_at).map_err(|_| {
+            invalid(
+                "refill_allowed_at",
+                format!("{refill_allowed_at} must not be negative"),
+            )
+        })?;
+        let retry = match retry {
+            None => None,
+            Some((attempts, backoff, deadline, attempt_timeout)) => Some(RetryPolicy {
+                attempts: u32::try_from(attempts)
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| {
+                        invalid("retry.attempts", format!("{attempts} must be at least 1"))
+                    })?,
+                backoff: backoff
+                    .into_iter()
+                    .map(|s| seconds("retry.backoff", s))
+                    .collect::<PyResult<_>>()?,
+                deadline: deadline
+                    .map(|s| positive_seconds("retry.deadline", s))
+                    .transpose()?,
+                attempt_timeout: attempt_timeout
+                    .map(|s| positive_seconds("retry.attempt_timeout", s))
+                    .transpose()?,
+            }),
+        };
+        let config = PublisherConfig {
+            id_prefix,
+            max_in_flight,
+            refill_allowed_at,
+            retry,
+            poll_time: positive_seconds("poll_time", poll_time)?,
+            hold_pause_time: positive_seconds("hold_pause_time", hold_pause_time)?,
+            wait_timeout: positive_seconds("wait_timeout", wait_timeout)?,
+            events: if listener {
+                Events::All
+            } else {
+                Events::Watched
+            },
+            event_capacity: 0,
+        };
+        let inner = Publisher::new(backend, config, rt.handle().clone()).map_err(to_pyerr)?;
+        let events = inner.take_events();
+        Ok(Self {
+            inner: Arc::new(inner),
+            events: Arc::new(tokio::sync::Mutex::new(events)),
+            rt,
+        })
+    }
+
+    /// Validate a message, stamp its id and return its flight (not queued yet). Positional
+    /// only: the Python facade owns the public signature.
+    #[pyo3(signature = (subject, body, headers, message_id, expected_stream, expected_last_sequence, expected_last_subject_sequence, expected_last_msg_id, /))]
+    #[allow(clippy::too_many_arguments)]
+    fn prepare(
+        &self,
+        subject: &Bound<'_, PyAny>,
+        body: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        message_id: Option<String>,
+        expected_stream: Option<String>,
+        expected_last_sequence: Option<u64>,
+        expected_last_subject_sequence: Option<u64>,
+        expected_last_msg_id: Option<String>,
+    ) -> PyResult<PyFlight> {
+        let out = extract_outgoing(
+            subject,
+            body,
+            headers,
+            OptionArgs {
+                message_id,
+                expected_stream,
+                expected_last_sequence,
+                expected_last_subject_sequence,
+                expected_last_msg_id,
+            },
+        )?;
+        let flight = self.inner.prepare(out).map_err(to_pyerr)?;
+        Ok(PyFlight::new(flight, self.rt))
+    }
+
+    /// Queue `flight` if the intake has room now (returns None); otherwise return an awaitable
+    /// that resolves once it is queued.
+    fn offer<'py>(
+        &self,
+        py: Python<'py>,
+        flight: &PyFlight,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.rt.check().map_err(to_pyerr)?;
+        if self.inner.try_enqueue(&flight.inner).map_err(to_pyerr)? {
+            return Ok(None);
+        }
+        let fut = self.inner.enqueue(Arc::clone(&flight.inner));
+        future_into_py(py, self.rt, fut).map(Some)
+    }
+
+    /// Queue `flight` if the intake has room now; False when it is full.
+    fn try_enqueue(&self, flight: &PyFlight) -> PyResult<bool> {
+        self.rt.check().map_err(to_pyerr)?;
+        self.inner.try_enqueue(&flight.inner).map_err(to_pyerr)
+    }
+
+    /// Queue `flight`, blocking (GIL released) while the intake is full.
+    fn enqueue(&self, py: Python<'_>, flight: &PyFlight) -> PyResult<()> {
+        if self.inner.try_enqueue(&flight.inner).map_err(to_pyerr)? {
+            return Ok(());
+        }
+        let fut = self.inner.enqueue(Arc::clone(&flight.inner));
+        self.rt.block_on(py, fut)
+    }
+
+    fn start(&self) -> PyResult<()> {
+        self.rt.check().map_err(to_pyerr)?;
+        self.inner.start().map_err(to_pyerr)
+    }
+
+    /// Stop and wait (GIL released) until every flight is closed.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        self.rt.check().map_err(to_pyerr)?;
+        self.inner.stop();
+        let finished = self.inner.finished();
+        self.rt.block_on(py, async move {
+            finished.await;
+            Ok(())
+        })
+    }
+
+    /// Awaitable: drain, resolving when every flight is done.
+    fn drain_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let fut = self.inner.drain();
+        future_into_py(py, self.rt, async move {
+            fut.await;
+            Ok(())
+        })
+    }
+
+    /// Drain, blocking (GIL released) up to `timeout` seconds; returns whether it finished.
+    #[pyo3(signature = (timeout=None))]
+    fn drain(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let limit = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let fut = self.inner.drain();
+        self.rt.block_on(py, async move {
+            match limit {
+                Some(t) => Ok(tokio::time::timeout(t, fut).await.is_ok()),
+                None => {
+                    fut.await;
+                    Ok(true)
+                }
+            }
+        })
+    }
+
+    /// Up to `max` events as `(kind, flight)` pairs, waiting up to `timeout` seconds for the
+    /// first (GIL released). An empty list on timeout; None once the publisher has finished and
+    /// every event was delivered.
+    fn next_events(
+        &self,
+        py: Python<'_>,
+        max: usize,
+        timeout: f64,
+    ) -> PyResult<Option<Vec<(&'static str, PyFlight)>>> {
+        let limit = seconds("timeout", timeout)?;
+        let rx = Arc::clone(&self.events);
+        let max = max.max(1);
+        let events: Option<Vec<Event>> = self.rt.block_on(py, async move {
+            let mut guard = rx.lock().await;
+            let Some(rx) = guard.as_mut() else {
+                return Ok(None);
+            };
+            let mut buf = Vec::with_capacity(max.min(1024));
+            match tokio::time::timeout(limit, rx.recv_many(&mut buf, max)).await {
+                Err(_) => Ok(Some(buf)),
+                Ok(0) => {
+                    *guard = None;
+                    Ok(None)
+                }
+                Ok(_) => Ok(Some(buf)),
+            }
+        })?;
+        Ok(events.map(|evs| {
+            evs.into_iter()
+                .map(|e| (e.kind.as_str(), PyFlight::new(e.flight, self.rt)))
+                .collect()
+        }))
+    }
+
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    #[getter]
+    fn held(&self) -> bool {
+        self.inner.is_held()
+    }
+    #[getter]
+    fn queued(&self) -> usize {
+        self.inner.queued()
+    }
+    #[getter]
+    fn id_prefix(&self) -> &str {
+        self.inner.id_prefix()
+    }
+    #[getter]
+    fn max_in_flight(&self) -> usize {
+        self.inner.config().max_in_flight
+    }
+    #[getter]
+    fn refill_allowed_at(&self) -> usize {
+        self.inner.config().refill_allowed_at
+    }
+    /// "idle", "running", "draining", "stopping" or "finished".
+    #[getter]
+    fn state(&self) -> &'static str {
+        match self.inner.state() {
+            State::Idle => "idle",
+            State::Running => "running",
+            State::Draining => "draining",
+            State::Stopping => "stopping",
+            State::Finished => "finished",
+        }
+    }
+    #[getter]
+    fn backend(&self) -> String {
+        self.inner.describe_backend()
+    }
+}

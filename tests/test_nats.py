@@ -1,0 +1,182 @@
+"""The NATS JetStream client against a real nats-server (2.9, Debian's package)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import ferrymq
+from _nats_server import NatsServer, free_port
+
+pytestmark = pytest.mark.nats
+
+
+@pytest.fixture
+def tok() -> str:
+    """A short unique token for stream names and subjects."""
+    return uuid.uuid4().hex[:10].upper()
+
+
+@pytest.fixture
+def js(nats_server: NatsServer) -> Iterator[ferrymq.JetStream]:
+    with ferrymq.JetStream(nats_server.url, name="ferrymq-tests") as client:
+        yield client
+
+
+@pytest.fixture
+def stream(js: ferrymq.JetStream, tok: str) -> Iterator[str]:
+    name = f"T{tok}"
+    js.create_stream(name, [f"t{tok}.>"])
+    yield name
+    js.delete_stream(name)
+
+
+def test_server_is_2_9_with_jetstream(js: ferrymq.JetStream) -> None:
+    assert js.server_version.startswith("2.9"), js.server_version
+    assert "nats://127.0.0.1" in js.endpoints
+
+
+def test_endpoints_must_be_nats_urls() -> None:
+    with pytest.raises(ferrymq.InvalidArgumentError, match="endpoints") as e:
+        ferrymq.JetStream("127.0.0.1:4222")
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="endpoints"):
+        ferrymq.JetStream("http://127.0.0.1:4222")
+
+
+def test_credentials_never_appear_in_errors_or_repr(nats_server: NatsServer) -> None:
+    url = f"nats://someone:hunter2@127.0.0.1:{nats_server.port}"
+    with ferrymq.JetStream(url) as js:
+        assert "hunter2" not in repr(js)
+        assert "hunter2" not in js.endpoints
+
+
+def test_unreachable_server_is_a_connection_error() -> None:
+    port = free_port()
+    with pytest.raises(ferrymq.FerryConnectionError) as e:
+        ferrymq.JetStream(f"nats://127.0.0.1:{port}", connect_timeout=1.0)
+    assert e.value.retriable
+
+
+def test_publish_returns_ack_with_stream_and_sequence(js: ferrymq.JetStream, stream: str) -> None:
+    subject = f"t{stream[1:]}.a"
+    a1 = js.publish(subject, b"one", headers={"X-Trace": "1"})
+    a2 = js.publish(subject, b"two", message_id="fixed-id")
+    assert (a1.stream, a1.sequence, a1.duplicate) == (stream, 1, False)
+    assert (a2.sequence, a2.message_id) == (2, "fixed-id")
+    # The same Nats-Msg-Id inside the duplicate window is acked as a duplicate, not stored.
+    a3 = js.publish(subject, b"two again", message_id="fixed-id")
+    assert a3.duplicate
+    assert a3.sequence == 2
+    assert js.stream_info(stream).messages == 2
+
+
+async def test_publish_async(js: ferrymq.JetStream, stream: str) -> None:
+    ack = await js.publish_async(f"t{stream[1:]}.b", b"x")
+    assert ack.stream == stream
+    assert ack.sequence == 1
+
+
+def test_no_stream_is_503_and_retriable(js: ferrymq.JetStream, tok: str) -> None:
+    with pytest.raises(ferrymq.BrokerError) as e:
+        js.publish(f"nostream{tok}.x", b"x")
+    assert e.value.code == 503
+    assert e.value.code_name == "NO_RESPONDERS"
+    assert e.value.protocol == "nats"
+    assert e.value.retriable
+
+
+def test_expectations_fail_with_jetstream_codes(js: ferrymq.JetStream, stream: str) -> None:
+    subject = f"t{stream[1:]}.c"
+    js.publish(subject, b"1")
+    with pytest.raises(ferrymq.BrokerError) as e:
+        js.publish(subject, b"2", expected_last_sequence=7)
+    assert (e.value.code, e.value.code_name, e.value.retriable) == (
+        10071,
+        "STREAM_WRONG_LAST_SEQUENCE",
+        False,
+    )
+    with pytest.raises(ferrymq.BrokerError) as e:
+        js.publish(subject, b"2", expected_stream="WRONG")
+    assert e.value.code == 10060
+    assert js.publish(subject, b"2", expected_last_sequence=1, expected_stream=stream).sequence == 2
+
+
+def test_bad_input_names_the_field(js: ferrymq.JetStream, stream: str) -> None:
+    subject = f"t{stream[1:]}.d"
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
+        js.publish("a b", b"x")
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
+        js.publish("a.*", b"x")
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^headers"):
+        js.publish(subject, b"x", headers={"bad:name": "v"})
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^body"):
+        js.publish(subject, "text")  # type: ignore[arg-type]
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^name"):
+        js.create_stream("bad.name", ["x.y"])
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^storage"):
+        js.create_stream("OK", ["x.y"], storage="tape")
+
+
+def test_stream_management(js: ferrymq.JetStream, tok: str) -> None:
+    name = f"M{tok}"
+    info = js.create_stream(name, f"m{tok}.*", storage="memory", duplicate_window=30.0)
+    assert (info.name, info.subjects, info.messages) == (name, [f"m{tok}.*"], 0)
+    assert info.duplicate_window == 30.0
+    # Creating it again with the same settings is fine.
+    assert js.create_stream(name, f"m{tok}.*", storage="memory", duplicate_window=30.0).name == name
+    with pytest.raises(ferrymq.BrokerError) as e:
+        js.create_stream(f"O{tok}", f"m{tok}.*")
+    assert e.value.code == 10065  # subjects overlap
+    assert js.delete_stream(name) is True
+    assert js.delete_stream(name) is False
+    with pytest.raises(ferrymq.BrokerError) as e:
+        js.stream_info(name)
+    assert e.value.code == 10059
+
+
+def test_pull_consumer_fetches_acks_and_redelivers(js: ferrymq.JetStream, stream: str) -> None:
+    subject = f"t{stream[1:]}.e"
+    for i in range(25):
+        js.publish(subject, f"m{i}".encode(), message_id=f"id-{i}")
+    c = js.pull_consumer(stream, durable="worker", ack_wait=30.0)
+    got = []
+    while len(got) < 25:
+        batch = c.fetch(10, timeout=2.0)
+        assert batch, "messages must arrive"
+        got += batch
+    assert [m.body for m in got] == [f"m{i}".encode() for i in range(25)]
+    assert [m.message_id for m in got] == [f"id-{i}" for i in range(25)]
+    assert [m.sequence for m in got] == list(range(1, 26))
+    assert all(m.num_delivered == 1 and m.stream == stream and m.subject == subject for m in got)
+    c.ack_all(got[1:])
+    got[0].nak()
+    again = c.fetch(10, timeout=5.0)
+    assert [m.sequence for m in again] == [1]
+    assert again[0].num_delivered == 2
+    again[0].ack()
+    assert c.fetch(10, timeout=0.2) == []
+    state = c.state()
+    assert state["num_ack_pending"] == 0
+    assert state["ack_floor_stream_sequence"] == 25
+    # A durable consumer resumes where it was.
+    js.publish(subject, b"late")
+    c2 = js.pull_consumer(stream, durable="worker")
+    (late,) = c2.fetch(10, timeout=2.0)
+    assert late.body == b"late"
+    late.term()
+    assert js.delete_consumer(stream, "worker") is True
+
+
+async def test_ephemeral_consumer_async(js: ferrymq.JetStream, stream: str) -> None:
+    subject = f"t{stream[1:]}.f"
+    for i in range(3):
+        await js.publish_async(subject, bytes([i]))
+    c = js.pull_consumer(stream, filter_subject=subject, deliver="all")
+    msgs = await c.fetch_async(10, timeout=2.0)
+    assert [m.body for m in msgs] == [b"\x00", b"\x01", b"\x02"]
+    for m in msgs:
+        await m.ack_async()
+    assert await c.fetch_async(10, timeout=0.1) == []

@@ -1,0 +1,420 @@
+"""The managed async publisher over NATS JetStream, against a real nats-server.
+
+Lost or late acks are produced by a loopback proxy that holds back the server's replies (the
+publishes themselves reach the server): nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import ferrymq
+from _nats_server import HoldingProxy, NatsServer
+
+pytestmark = pytest.mark.nats
+
+
+@pytest.fixture
+def tok() -> str:
+    """A short unique token for stream names and subjects."""
+    return uuid.uuid4().hex[:10].upper()
+
+
+class Recorder(ferrymq.PublisherListener):
+    """Records every listener call in order, with the thread it ran on."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, ferrymq.Flight]] = []
+        self.threads: set[str] = set()
+        self.lock = threading.Lock()
+
+    def _add(self, kind: str, flight: ferrymq.Flight) -> None:
+        with self.lock:
+            self.events.append((kind, flight))
+            self.threads.add(threading.current_thread().name)
+
+    def published(self, flight: ferrymq.Flight) -> None:
+        self._add("published", flight)
+
+    def acked(self, flight: ferrymq.Flight) -> None:
+        self._add("acked", flight)
+
+    def completed_exceptionally(self, flight: ferrymq.Flight) -> None:
+        self._add("completed_exceptionally", flight)
+
+    def timeout(self, flight: ferrymq.Flight) -> None:
+        self._add("timeout", flight)
+
+    def kinds(self, kind: str) -> list[ferrymq.Flight]:
+        with self.lock:
+            return [f for k, f in self.events if k == kind]
+
+
+async def eventually(what: str, cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Wait until `cond()` holds (a liveness bound, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+def js(nats_server: NatsServer) -> Iterator[ferrymq.JetStream]:
+    with ferrymq.JetStream(nats_server.url) as client:
+        yield client
+
+
+@pytest.fixture
+def js_via_proxy(nats_proxy: HoldingProxy) -> Iterator[ferrymq.JetStream]:
+    with ferrymq.JetStream(nats_proxy.url, request_timeout=30.0) as client:
+        yield client
+
+
+@pytest.fixture
+def stream(js: ferrymq.JetStream, tok: str) -> Iterator[tuple[str, str]]:
+    """(stream name, subject)"""
+    name = f"P{tok}"
+    js.create_stream(name, [f"p{tok}.>"])
+    yield name, f"p{tok}.events"
+    js.delete_stream(name)
+
+
+def read_all(js: ferrymq.JetStream, stream: str, expected: int) -> list[ferrymq.JsMessage]:
+    c = js.pull_consumer(stream)
+    got: list[ferrymq.JsMessage] = []
+    while True:
+        batch = c.fetch(500, timeout=0.5)
+        if not batch:
+            break
+        got += batch
+        c.ack_all(batch)
+    assert len(got) == expected
+    return got
+
+
+def check_window(events: list[tuple[str, ferrymq.Flight]], max_in_flight: int, refill: int) -> int:
+    """Replay listener events: the in-flight count never exceeds the window, and once it reaches
+    the window nothing is published until it is back at `refill`. Returns how often it held."""
+    n = 0
+    held = False
+    holds = 0
+    for kind, _ in events:
+        if kind == "published":
+            assert not held, "published while the hold was on"
+            n += 1
+            assert n <= max_in_flight
+            if n == max_in_flight:
+                held = True
+                holds += 1
+        else:
+            n -= 1
+            if n <= refill:
+                held = False
+    assert n == 0
+    return holds
+
+
+async def test_publish_async_acks_every_message_with_stamped_ids(
+    js: ferrymq.JetStream, stream: tuple[str, str]
+) -> None:
+    name, subject = stream
+    rec = Recorder()
+    async with ferrymq.AsyncPublisher(js, id_prefix="order", max_in_flight=16, listener=rec) as pub:
+        assert pub.state == "running"
+        flights = [
+            await pub.publish_async(subject, f"body-{i}".encode(), headers={"X-N": str(i)})
+            for i in range(200)
+        ]
+    assert pub.state == "finished"
+    assert [f.id for f in flights] == [f"order-{i}" for i in range(1, 201)]
+    acks = [await f for f in flights]
+    assert [a.sequence for a in acks] == list(range(1, 201))
+    assert all(a.stream == name and not a.duplicate for a in acks)
+    assert [a.message_id for a in acks] == [f.id for f in flights]
+    for f in flights:
+        assert (f.state, f.done, f.attempts) == ("acked", True, 1)
+        assert f.publish_time is not None
+        assert f.exception is None
+        assert f.subject == f.topic == subject
+    assert flights[7].body == b"body-7"
+    assert flights[7].headers == {"X-N": "7"}
+    # The listener saw published then acked for every flight, on the event loop's thread.
+    assert rec.kinds("published") == flights
+    assert sorted(rec.kinds("acked"), key=lambda f: f.id) == sorted(flights, key=lambda f: f.id)
+    assert rec.threads == {threading.current_thread().name}
+    check_window(rec.events, 16, 0)
+    # The server stored each once, with the flight id as Nats-Msg-Id.
+    msgs = read_all(js, name, 200)
+    assert [m.message_id for m in msgs] == [f.id for f in flights]
+    assert [m.body for m in msgs] == [f.body for f in flights]
+    assert msgs[3].headers["X-N"] == "3"
+
+
+@pytest.mark.parametrize(("max_in_flight", "refill"), [(8, 0), (8, 5)])
+async def test_hold_at_max_in_flight_and_refill_at_threshold(
+    js: ferrymq.JetStream,
+    js_via_proxy: ferrymq.JetStream,
+    nats_proxy: HoldingProxy,
+    stream: tuple[str, str],
+    max_in_flight: int,
+    refill: int,
+) -> None:
+    name, subject = stream
+    rec = Recorder()
+    pub = ferrymq.AsyncPublisher(
+        js_via_proxy, max_in_flight=max_in_flight, refill_allowed_at=refill, listener=rec
+    )
+    pub.start()
+    nats_proxy.hold()  # acks are held back: the window fills and stays full
+    flights = [await pub.publish_async(subject, b"x") for _ in range(2 * max_in_flight)]
+    await eventually("the window is full", lambda: pub.in_flight == max_in_flight)
+    assert pub.held
+    # The bounded intake is full too: the caller now feels back-pressure.
+    assert pub.queued == max_in_flight
+    blocked = asyncio.ensure_future(pub.publish_async(subject, b"x"))
+    done, _ = await asyncio.wait({blocked}, timeout=0.3)
+    assert not done, "publish_async must wait while the window is held and the intake is full"
+    assert sum(f.publish_time is not None for f in flights) == max_in_flight
+    nats_proxy.release()
+    flights.append(await blocked)
+    await pub.drain()
+    assert all(f.state == "acked" for f in flights)
+    holds = check_window(rec.events, max_in_flight, refill)
+    assert holds >= 2
+    read_all(js, name, len(flights))
+
+
+async def test_timeouts_complete_futures_and_reach_the_listener(
+    js_via_proxy: ferrymq.JetStream, nats_proxy: HoldingProxy, stream: tuple[str, str]
+) -> None:
+    _, subject = stream
+    rec = Recorder()
+    async with ferrymq.AsyncPublisher(js_via_proxy, wait_timeout=0.3, listener=rec) as pub:
+        nats_proxy.hold()
+        flights = [await pub.publish_async(subject, b"x") for _ in range(5)]
+        for f in flights:
+            with pytest.raises(ferrymq.FerryTimeoutError, match="wait_timeout"):
+                await f
+            assert f.state == "timeout"
+            assert isinstance(f.exception, ferrymq.FerryTimeoutError)
+            with pytest.raises(ferrymq.FerryTimeoutError):
+                f.ack_future.result()
+        nats_proxy.release()
+    assert sorted(f.id for f in rec.kinds("timeout")) == sorted(f.id for f in flights)
+    assert rec.kinds("acked") == []
+    assert pub.in_flight == 0
+
+
+async def test_drain_waits_for_every_flight(
+    js: ferrymq.JetStream,
+    js_via_proxy: ferrymq.JetStream,
+    nats_proxy: HoldingProxy,
+    stream: tuple[str, str],
+) -> None:
+    name, subject = stream
+    rec = Recorder()
+    pub = ferrymq.AsyncPublisher(js_via_proxy, max_in_flight=10, listener=rec)
+    pub.start()
+    nats_proxy.hold()
+    flights = [await pub.publish_async(subject, str(i).encode()) for i in range(20)]
+    drain = asyncio.ensure_future(pub.drain())
+    done, _ = await asyncio.wait({drain}, timeout=0.3)
+    assert not done, "drain must wait for the held acks"
+    with pytest.raises(ferrymq.ClientClosedError, match="draining"):
+        await pub.publish_async(subject, b"late")
+    assert not any(f.done for f in flights)
+    nats_proxy.release()
+    await drain
+    assert all(f.state == "acked" for f in flights)
+    # drain returns only after the listener has seen every event.
+    assert len(rec.kinds("acked")) == 20
+    assert pub.state == "finished"
+    read_all(js, name, 20)
+
+
+async def test_retried_publish_is_stored_once(
+    js: ferrymq.JetStream,
+    js_via_proxy: ferrymq.JetStream,
+    nats_proxy: HoldingProxy,
+    stream: tuple[str, str],
+) -> None:
+    name, subject = stream
+    retry = ferrymq.RetryConfig(attempts=20, backoff=(0.02,), attempt_timeout=0.15)
+    async with ferrymq.AsyncPublisher(js_via_proxy, retry=retry, wait_timeout=20.0) as pub:
+        nats_proxy.hold()  # the first attempt is stored, but its ack is lost
+        flight = await pub.publish_async(subject, b"only once")
+        await eventually("a retry was sent", lambda: flight.attempts >= 3)
+        nats_proxy.release()
+        ack = await flight
+    # Every attempt carried the same Nats-Msg-Id: the server stored the message once and
+    # recognised the retries as duplicates.
+    assert ack.duplicate
+    assert ack.message_id == flight.id
+    assert flight.attempts >= 3
+    (msg,) = read_all(js, name, 1)
+    assert msg.message_id == flight.id
+    assert msg.body == b"only once"
+    assert js.stream_info(name).messages == 1
+
+
+async def test_failures_reach_both_the_listener_and_the_futures(
+    js: ferrymq.JetStream, tok: str
+) -> None:
+    rec = Recorder()
+    retry = ferrymq.RetryConfig(attempts=3, backoff=(0.01,))
+    async with ferrymq.AsyncPublisher(js, retry=retry, listener=rec) as pub:
+        # No stream listens on this subject: 503 no responders, retried, then failed.
+        flight = await pub.publish_async(f"nostream{tok}.x", b"x")
+        with pytest.raises(ferrymq.BrokerError) as e:
+            await flight
+    assert (e.value.code, e.value.protocol, e.value.retriable) == (503, "nats", True)
+    assert flight.attempts == 3
+    assert flight.state == "failed"
+    (failed,) = rec.kinds("completed_exceptionally")
+    assert failed == flight
+    assert isinstance(failed.exception, ferrymq.BrokerError)
+
+
+async def test_expectation_failures_are_never_retried(
+    js: ferrymq.JetStream, stream: tuple[str, str]
+) -> None:
+    name, subject = stream
+    rec = Recorder()
+    retry = ferrymq.RetryConfig(attempts=5, backoff=(0.01,))
+    async with ferrymq.AsyncPublisher(js, retry=retry, listener=rec) as pub:
+        ok = await pub.publish_async(subject, b"1", expected_stream=name)
+        wrong_stream = await pub.publish_async(subject, b"2", expected_stream="ELSEWHERE")
+        wrong_seq = await pub.publish_async(subject, b"3", expected_last_sequence=99)
+        assert (await ok).sequence == 1
+        for f, code in [(wrong_stream, 10060), (wrong_seq, 10071)]:
+            with pytest.raises(ferrymq.BrokerError) as e:
+                await f.ack_future
+            assert e.value.code == code
+            assert not e.value.retriable
+            assert f.attempts == 1
+            assert f.expectation_failed
+    assert wrong_stream.options == {"expected_stream": "ELSEWHERE"}
+    assert {f.id for f in rec.kinds("completed_exceptionally")} == {wrong_stream.id, wrong_seq.id}
+    assert js.stream_info(name).messages == 1
+
+
+async def test_stop_completes_every_future(
+    js_via_proxy: ferrymq.JetStream, nats_proxy: HoldingProxy, stream: tuple[str, str]
+) -> None:
+    _, subject = stream
+    rec = Recorder()
+    pub = ferrymq.AsyncPublisher(js_via_proxy, max_in_flight=4, listener=rec)
+    pub.start()
+    nats_proxy.hold()
+    flights = [await pub.publish_async(subject, b"x") for _ in range(8)]
+    await eventually("the window is full", lambda: pub.in_flight == 4)
+    futures = [f.ack_future for f in flights]
+    pub.stop()
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(r, ferrymq.ClientClosedError) for r in results), results
+    await eventually(
+        "the listener heard of every flight",
+        lambda: len(rec.kinds("completed_exceptionally")) == 8,
+    )
+    assert pub.state == "finished"
+    with pytest.raises(ferrymq.ClientClosedError):
+        await pub.publish_async(subject, b"x")
+    nats_proxy.release()
+
+
+async def test_user_message_id_wins(js: ferrymq.JetStream, stream: tuple[str, str]) -> None:
+    _, subject = stream
+    async with ferrymq.AsyncPublisher(js) as pub:
+        a = await pub.publish_async(subject, b"x", message_id="business-key-1")
+        b = await pub.publish_async(subject, b"x", message_id="business-key-1")
+        first, second = await a, await b
+    assert a.id == b.id == "business-key-1"
+    assert not first.duplicate
+    assert second.duplicate
+    assert first.sequence == second.sequence
+
+
+async def test_publish_a_message_object(js: ferrymq.JetStream, stream: tuple[str, str]) -> None:
+    name, subject = stream
+    msg = ferrymq.Message(subject, b"payload", properties={"k": "v"})
+    async with ferrymq.AsyncPublisher(js) as pub:
+        flight = await pub.publish_async(msg)
+        await flight
+    assert flight.message == msg
+    (got,) = read_all(js, name, 1)
+    assert got.headers["k"] == "v"
+
+
+def test_submit_without_asyncio(js: ferrymq.JetStream, stream: tuple[str, str]) -> None:
+    name, subject = stream
+    rec = Recorder()
+    with ferrymq.AsyncPublisher(js, max_in_flight=8, listener=rec) as pub:
+        futures = [pub.submit(subject, str(i).encode()) for i in range(100)]
+    acks = [f.result(timeout=10) for f in futures]
+    assert [a.sequence for a in acks] == list(range(1, 101))
+    assert len(rec.kinds("acked")) == 100
+    # Without an event loop, listener methods run on ferrymq's helper thread.
+    assert rec.threads == {"ferrymq-publisher-events"}
+    assert pub.close() is True
+    read_all(js, name, 100)
+
+
+def test_flight_result_blocks_until_done(js: ferrymq.JetStream, stream: tuple[str, str]) -> None:
+    _, subject = stream
+    pub = ferrymq.AsyncPublisher(js)
+    pub.start()
+    fut = pub.submit(subject, b"x")
+    assert fut.result(timeout=10).sequence == 1
+    assert pub.close(timeout=10)
+
+
+def test_invalid_arguments_name_the_field(js: ferrymq.JetStream) -> None:
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"max_in_flight": 5, "refill_allowed_at": 5}, "refill_allowed_at"),
+        ({"wait_timeout": 0}, "wait_timeout"),
+        ({"poll_time": -1}, "poll_time"),
+        ({"id_prefix": "has space"}, "id_prefix"),
+        ({"retry": ferrymq.RetryConfig(attempts=0)}, "retry.attempts"),
+        ({"retry": 3}, "retry"),
+        ({"listener": object()}, "listener"),
+    ]
+    for kwargs, field in cases:
+        with pytest.raises(ferrymq.InvalidArgumentError, match=f"^{field}"):
+            ferrymq.AsyncPublisher(js, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^producer"):
+        ferrymq.AsyncPublisher(object())
+    pub = ferrymq.AsyncPublisher(js)
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
+        pub.submit("bad subject", b"x")
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^headers"):
+        pub.submit("a.b", b"x", headers={"a:b": "c"})
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^body"):
+        pub.submit("a.b", "str")  # type: ignore[arg-type]
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^body"):
+        pub.submit("a.b")
+    pub.stop()
+
+
+async def test_listener_exceptions_are_logged_not_fatal(
+    js: ferrymq.JetStream, stream: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, subject = stream
+
+    class Broken:
+        def acked(self, flight: ferrymq.Flight) -> None:
+            raise RuntimeError("listener bug")
+
+    async with ferrymq.AsyncPublisher(js, listener=Broken()) as pub:
+        flights = [await pub.publish_async(subject, b"x") for _ in range(3)]
+    assert all(f.state == "acked" for f in flights)
+    assert (
+        sum("listener bug" in r.getMessage() or "acked" in r.getMessage() for r in caplog.records)
+        >= 3
+    )
