@@ -500,3 +500,22 @@ def test_namespace_is_sent(broker: EmbeddedBroker, topic: str) -> None:
         assert p.send(Message(topic, b"ns")).topic == topic
     with pytest.raises(InvalidArgumentError, match="namespace"):
         Producer(broker.endpoints, namespace="has space")
+
+
+def test_a_dropped_producer_stops_its_background_work(broker: EmbeddedBroker, topic: str) -> None:
+    import gc
+
+    p = Producer(broker.endpoints, topics=[topic], heartbeat_interval=0.1).start()
+    client_id = p.client_id
+    p.produce(Message(topic, b"x"))
+    p.flush(10)
+    del p
+    gc.collect()
+
+    def heartbeats() -> int:
+        return next((c["heartbeats"] for c in broker.clients(0) if c["client_id"] == client_id), 0)
+
+    time.sleep(0.5)
+    seen = heartbeats()
+    time.sleep(0.5)
+    assert heartbeats() == seen

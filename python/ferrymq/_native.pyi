@@ -431,7 +431,9 @@ class Transaction:
     @property
     def receipts(self) -> list[SendReceipt]: ...
     def __enter__(self) -> Transaction: ...
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool: ...
+    def __exit__(
+        self, exc_type: object = None, _exc: object = None, _tb: object = None
+    ) -> bool: ...
 
 @final
 class RocketMQProducer:
@@ -446,7 +448,7 @@ class RocketMQProducer:
         request_timeout: float | timedelta | None = None,
         max_attempts: int | None = None,
         transaction_checker: Callable[[MessageView], object] | None = None,
-        max_pending: int = 65536,
+        max_pending: int = ...,
         heartbeat_interval: float | timedelta | None = None,
         route_refresh_interval: float | timedelta | None = None,
     ) -> RocketMQProducer: ...

@@ -368,6 +368,15 @@ pub struct PyProducer {
     batcher_started: std::sync::atomic::AtomicBool,
 }
 
+impl Drop for PyProducer {
+    /// A producer dropped without `close()` stops its batcher, which releases the client; the
+    /// client's background tasks then end (without `NotifyClientTermination`).
+    fn drop(&mut self) {
+        self.state.closed.store(true, Ordering::Release);
+        self.state.wake.notify_one();
+    }
+}
+
 fn install_stack_trace_provider() {
     ferrymq_core::rocketmq::telemetry::set_stack_trace_provider(|| {
         Python::attach(|py| {
