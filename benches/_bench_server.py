@@ -59,6 +59,18 @@ class BenchServer:
         else:
             _run("create", f"group:{name}" + (":fifo" if fifo else ""))
 
+    def create_many(self, topics: dict[str, str], groups: dict[str, bool]) -> None:
+        """Create topics (name -> type) and groups (name -> fifo); one admin run if real."""
+        if self.broker is not None:
+            for t, kind in topics.items():
+                self.create_topic(t, kind)
+            for g, fifo in groups.items():
+                self.create_group(g, fifo)
+            return
+        specs = [f"topic:{t}:{kind}" for t, kind in topics.items()]
+        specs += [f"group:{g}" + (":fifo" if fifo else "") for g, fifo in groups.items()]
+        _run("create", *specs)
+
     def all_acked(self, topic: str, group: str) -> bool | None:
         """Whether ``group`` acked every message of ``topic``; ``None`` when unknown (real)."""
         if self.broker is None:

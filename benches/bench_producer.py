@@ -29,9 +29,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from _bench_server import add_arguments, open_server
-
 import ferrymq
+from _bench_server import add_arguments, open_server
 
 Rate = tuple[float, float]  # (messages/s, process CPU microseconds per message)
 

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 import ferrymq
-from ferrymq import _native
 from ferrymq.testing import EmbeddedBroker
 
 Send = Callable[..., list[str]]
@@ -41,14 +40,13 @@ async def async_wait_for(what: str, cond: Callable[[], bool], timeout: float = 3
 
 
 def make_sender(endpoints: str) -> tuple[Send, Callable[[], None]]:
-    producers: dict[str, Any] = {}
+    producers: dict[str, ferrymq.Producer] = {}
 
     def send(topic: str, n: int, *, groups: int = 0, tag: str | None = None) -> list[str]:
         """Send ``n`` messages to ``topic`` (round-robin over ``groups`` message groups)."""
         p = producers.get(topic)
         if p is None:
-            p = _native.RocketMQProducer(endpoints, topics=[topic])
-            p.start()
+            p = ferrymq.Producer(endpoints, topics=[topic]).start()
             producers[topic] = p
         ids = []
         if groups:

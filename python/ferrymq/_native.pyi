@@ -341,6 +341,10 @@ class EmbeddedBroker:
     def clients(self, endpoint: int = 0) -> list[dict[str, Any]]: ...
     def pending_transactions(self) -> list[dict[str, Any]]: ...
 
+# -- RocketMQ consumers -------------------------------------------------------------------------
+
+_Seconds = float | timedelta
+
 @final
 class Credentials:
     def __new__(
@@ -364,6 +368,9 @@ class TlsConfig:
     def insecure(self) -> bool: ...
     @property
     def server_name(self) -> str | None: ...
+
+_CredentialsArg = Credentials | tuple[str, str] | tuple[str, str, str] | None
+_TlsArg = bool | str | TlsConfig | Mapping[str, Any] | None
 
 @final
 class MessageView:

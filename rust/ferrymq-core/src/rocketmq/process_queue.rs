@@ -17,9 +17,9 @@
 //!
 //! A message stays in the cache, and counts against the limits, from the moment it is received
 //! until its lifecycle ends: acknowledged, made invisible again after a failure, forwarded to
-//! the dead-letter queue, or abandoned at shutdown. The count limit is therefore exact; the
-//! byte limit can be passed by at most one received batch, because sizes are known only after
-//! the receive.
+//! the dead-letter queue, or abandoned at shutdown. The count limit is therefore exact (slots
+//! are reserved before each receive); the byte limit can be passed by at most one received
+//! batch per receive in flight, because sizes are known only after the receive.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -133,9 +133,20 @@ impl ProcessQueue {
     /// End the lifecycle of `view`: it leaves the cache, and receive loops waiting for room are
     /// woken.
     pub(crate) fn evict(&self, view: &MessageView) {
+        self.evict_quietly(view);
+        self.stats.notify_changed();
+    }
+
+    /// [`ProcessQueue::evict`] without waking anyone (the caller calls
+    /// `ConsumerStats::notify_changed` once for a batch).
+    pub(crate) fn evict_quietly(&self, view: &MessageView) {
         self.cached_messages.fetch_sub(1, Ordering::AcqRel);
         self.cached_bytes.fetch_sub(view.size(), Ordering::AcqRel);
         self.stats.on_evicted(view.size());
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<ConsumerStats> {
+        &self.stats
     }
 }
 

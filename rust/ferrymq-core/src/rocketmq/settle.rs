@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 use crate::rocketmq::process_queue::ProcessQueue;
-use crate::rocketmq::push_consumer::Context;
+use crate::rocketmq::push_consumer::{ConsumerStats, Context};
 use crate::status;
 
 /// Interval between two attempts of a failed ack, nack or DLQ forward.
@@ -28,7 +28,7 @@ pub const SETTLE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Most entries in one `AckMessage`.
 pub const MAX_ACK_BATCH: usize = 256;
 /// Most `AckMessage` RPCs in flight per consumer.
-pub const MAX_INFLIGHT_ACKS: usize = 16;
+pub const MAX_INFLIGHT_ACKS: usize = 4;
 
 enum Kind {
     /// Ack, then evict (standard) or signal the waiting FIFO lane (which evicts).
@@ -71,12 +71,25 @@ impl Job {
 
     /// The job's lifecycle ended (settled or given up).
     fn finish(self) {
+        let stats = self.finish_quietly();
+        if let Some(stats) = stats {
+            stats.notify_changed();
+        }
+    }
+
+    /// [`Job::finish`] without waking the receive loops; returns the stats to notify (the
+    /// caller notifies once for a whole batch).
+    fn finish_quietly(self) -> Option<Arc<ConsumerStats>> {
         match self.kind {
             Kind::Ack(Some(tx)) => {
                 let _ = tx.send(());
+                None
             }
             // A FIFO lane waiting on a dropped sender evicts the message itself.
-            Kind::Ack(None) | Kind::Nack | Kind::Release => self.pq.evict(&self.view),
+            Kind::Ack(None) | Kind::Nack | Kind::Release => {
+                self.pq.evict_quietly(&self.view);
+                Some(self.pq.stats().clone())
+            }
         }
     }
 }
@@ -110,8 +123,8 @@ impl Job {
     }
 }
 
-fn same_destination(a: &MessageSource, b: &MessageSource) -> bool {
-    a.topic == b.topic && a.endpoints == b.endpoints
+fn same_destination(a: &Arc<MessageSource>, b: &Arc<MessageSource>) -> bool {
+    Arc::ptr_eq(a, b) || (a.topic == b.topic && a.endpoints == b.endpoints)
 }
 
 fn is_invalid_handle(e: &Error) -> bool {
@@ -189,11 +202,13 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
     match result {
         Ok(results) => {
             let mut results = results.into_iter();
+            let mut acked = 0;
+            let mut notify = None;
             for job in jobs {
                 match results.next() {
                     Some(Ok(())) => {
-                        ctx.stats.on_acked(1);
-                        job.finish();
+                        acked += 1;
+                        notify = job.finish_quietly().or(notify);
                     }
                     Some(Err(e)) if is_invalid_handle(&e) => {
                         ctx.stats.on_invalid_handle();
@@ -213,6 +228,10 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
                     }
                     None => retry.push(job),
                 }
+            }
+            ctx.stats.on_acked(acked);
+            if let Some(stats) = notify {
+                stats.notify_changed();
             }
         }
         Err(e) if is_invalid_handle(&e) => {
@@ -253,11 +272,18 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
 
 /// Ack one message and wait until the broker confirmed it (FIFO). Returns when the message is
 /// settled or the consumer gave up.
+///
+/// Many lanes at once (the accelerator) go through the settler, which coalesces their acks; a
+/// lone lane sends its own `AckMessage`, which saves two task hand-offs per message.
 pub(crate) async fn ack_until_done<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
     pq: &Arc<ProcessQueue>,
     view: &Arc<MessageView>,
 ) {
+    if !ctx.config.fifo_accelerator {
+        ack_inline(ctx, view).await;
+        return;
+    }
     let (tx, rx) = oneshot::channel();
     ctx.settle.submit(Job {
         pq: pq.clone(),
@@ -265,6 +291,47 @@ pub(crate) async fn ack_until_done<R: ConsumerRpc>(
         kind: Kind::Ack(Some(tx)),
     });
     let _ = rx.await;
+}
+
+async fn ack_inline<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &Arc<MessageView>) {
+    loop {
+        let result = match ctx.rpc.ack(view.source(), &[&**view]).await {
+            Ok(mut r) => r
+                .pop()
+                .unwrap_or_else(|| Err(Error::protocol("no ack result"))),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => {
+                ctx.stats.on_acked(1);
+                return;
+            }
+            Err(e) if is_invalid_handle(&e) => {
+                ctx.stats.on_invalid_handle();
+                tracing::warn!(
+                    target: "ferrymq::consumer",
+                    "ack of message {} refused ({e}); the broker will redeliver it",
+                    view.message_id()
+                );
+                return;
+            }
+            Err(e) => {
+                ctx.stats.on_settle_retry(1);
+                tracing::warn!(
+                    target: "ferrymq::consumer",
+                    "ack of message {} failed, retrying in {:?}: {e}",
+                    view.message_id(), SETTLE_RETRY_INTERVAL
+                );
+                tokio::select! {
+                    () = ctx.abandon.cancelled() => {
+                        ctx.stats.on_settle_abandoned(1);
+                        return;
+                    }
+                    () = tokio::time::sleep(SETTLE_RETRY_INTERVAL) => {}
+                }
+            }
+        }
+    }
 }
 
 async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
