@@ -1,8 +1,10 @@
 """Push-consumer throughput: ferrymq vs the official ``rocketmq-python-client``, same broker.
 
-Both clients consume pre-loaded messages from the same embedded broker, with a trivial Python
-callback, in one run. The broker runs in its own process (``ferrymq broker``), so the figures
-of this process are the client's alone. For each client the script prints:
+Both clients consume pre-loaded messages from the same server, with a trivial Python callback, in
+one run: the embedded broker in its own process (``ferrymq broker``, the default) or, with
+``--server real``, a real Apache RocketMQ 5 proxy (``scripts/rocketmq-server``; started and
+stopped by the script if it is not running). Either way the server runs outside this process,
+so the figures of this process are the client's alone. For each client the script prints:
 
 * **msg/s**: messages consumed per second of wall time, from the consumer's start until every
   message was consumed (ferrymq: and acknowledged by the broker; the official client: until its
@@ -20,6 +22,7 @@ Usage (build the extension in release mode first: ``maturin develop --release``)
 
     python benches/bench_consumer.py [--messages 200000] [--official-messages 5000]
         [--body 100] [--queues 8] [--message-groups 512] [--scenarios normal,fifo]
+        [--server embedded|real]
 
 The official client is measured on fewer messages because it is much slower; rates are
 per-second figures either way.
@@ -28,6 +31,7 @@ per-second figures either way.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -37,10 +41,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import ferrymq
+from _bench_server import add_arguments, open_server
 
 
 @dataclass
@@ -105,14 +111,14 @@ def start_broker(topics: list[dict[str, Any]], groups: list[dict[str, Any]]) -> 
 def preload(endpoints: str, topic: str, n: int, body: bytes, groups: int) -> None:
     with ferrymq.Producer(endpoints, topics=[topic]) as p:
         if groups:
-            # One batch per message group keeps each group's order and its queue.
+            # One batch per message group keeps each group's order and its queue (a FIFO batch
+            # is sent message after message); the groups load in parallel.
             per_group: list[list[ferrymq.Message]] = [[] for _ in range(groups)]
             for i in range(n):
                 g = i % groups
                 per_group[g].append(ferrymq.Message(topic, body, message_group=f"mg-{g}"))
-            for msgs in per_group:
-                for s in range(0, len(msgs), 256):
-                    p.send_batch(msgs[s : s + 256])
+            with ThreadPoolExecutor(32) as pool:
+                list(pool.map(p.send_batch, per_group))
         else:
             msgs = [ferrymq.Message(topic, body) for _ in range(min(n, 256))]
             sent = 0
@@ -147,8 +153,10 @@ def run_ferrymq(
 def shim_official_client() -> None:
     """The official push consumer computes a delivery-latency metric from the
     ``delivery_timestamp`` element of the receive stream and raises when a server omits it,
-    dropping the whole received batch (the embedded broker does not send that element). The
-    shim skips only that metric when the timestamp is missing; consumption is unchanged."""
+    dropping the whole received batch. The embedded broker now ends every receive stream with
+    that element, as the proxy does (tests/test_conformance.py), so the shim only guards against
+    servers that omit it: it skips that metric when the timestamp is missing; consumption is
+    unchanged."""
     from rocketmq.v5.client.metrics.client_metrics import ClientMetrics
 
     original = ClientMetrics.receive_after
@@ -199,6 +207,7 @@ def main() -> int:
     ap.add_argument("--message-groups", type=int, default=512)
     ap.add_argument("--scenarios", default="normal,fifo")
     ap.add_argument("--no-official", action="store_true")
+    add_arguments(ap)
     args = ap.parse_args()
     body = b"x" * args.body
     scenarios = args.scenarios.split(",")
@@ -226,9 +235,22 @@ def main() -> int:
         for (_, _, _, t, _, _, f) in plan
     ]
     groups = [{"name": g, "fifo": f} for (_, _, _, _, g, _, f) in plan]
-    proc, endpoints = start_broker(topics, groups)
     results: dict[str, dict[str, Result]] = {}
-    try:
+    with contextlib.ExitStack() as stack:
+        if args.server == "real":
+            # Topics and groups of a real server outlive the run: unique names.
+            suffix = f"-{int(time.time())}"
+            plan = [(s, c, a, t + suffix, g + suffix, n, f) for (s, c, a, t, g, n, f) in plan]
+            server = stack.enter_context(open_server(args))
+            server.create_many(
+                {t: "FIFO" if f else "NORMAL" for (_, _, _, t, _, _, f) in plan},
+                {g: f for (_, _, _, _, g, _, f) in plan},
+            )
+            endpoints = server.endpoints
+        else:
+            proc, endpoints = start_broker(topics, groups)
+            stack.callback(proc.wait, 10)
+            stack.callback(proc.terminate)
         for scenario, client, accel, topic, group, n, fifo in plan:
             preload(endpoints, topic, n, body, args.message_groups if fifo else 0)
             label = f"{scenario}/{client}"
@@ -242,11 +264,8 @@ def main() -> int:
                 f"({n:,} messages in {r.seconds:.2f} s)",
                 flush=True,
             )
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
-    print("\nsummary (trivial Python callback; broker in its own process):")
+    print(f"\nsummary (server: {args.server}; trivial Python callback; server in its own process):")
     for scenario, by_client in results.items():
         official = by_client.get("official")
         for client, r in by_client.items():

@@ -1,5 +1,7 @@
 """Producer throughput: ferrymq vs the official ``rocketmq-python-client`` (PyPI), side by side on
-the same embedded broker in one run.
+the same server in one run: the embedded broker (default) or, with ``--server real``, a real
+Apache RocketMQ 5 proxy (``scripts/rocketmq-server``; started and stopped by the script if it
+is not running).
 
 Scenarios, each with 100 B and 1 KiB bodies:
 
@@ -9,12 +11,13 @@ Scenarios, each with 100 B and 1 KiB bodies:
   ``send_batch`` (1000 messages per call).
 
 Prints, for both clients, messages/s (wall clock) and the CPU time of the whole process per
-message (client + embedded broker, which run in this process for both), with the ratios. On a
+message (client + embedded broker, which run in this process for both; with ``--server real``
+the client only: the proxy runs in its own JVM), with the ratios. On a
 shared machine the wall-clock rate depends on what else runs; the CPU cost per message does
 much less, and ``2 cores / cost`` is the rate the run would reach on two dedicated cores.
 
 Build the extension in release mode first (``maturin develop --release``), then run
-``python benches/bench_producer.py [--seconds 3]``.
+``python benches/bench_producer.py [--seconds 3] [--server embedded|real]``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 import ferrymq
-from ferrymq.testing import EmbeddedBroker
+from _bench_server import add_arguments, open_server
 
 Rate = tuple[float, float]  # (messages/s, process CPU microseconds per message)
 
@@ -137,15 +140,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     ap.add_argument("--no-official", action="store_true", help="skip the official client")
+    add_arguments(ap)
     args = ap.parse_args()
     logging.getLogger("rocketmq").setLevel(logging.ERROR)
 
-    with EmbeddedBroker(endpoints=1, when_full="drop_oldest") as broker:
-        topic = "bench"
-        broker.create_topic(topic, "NORMAL", queues=8)
-        official = None if args.no_official else official_client(broker.endpoints, topic)
+    with open_server(args, endpoints=1, when_full="drop_oldest") as server:
+        topic = server.name("bench")
+        server.create_topic(topic, "NORMAL", queues=8)
+        official = None if args.no_official else official_client(server.endpoints, topic)
         rows: list[tuple[str, int, Rate, Rate | None]] = []
-        with ferrymq.Producer(broker.endpoints, topics=[topic]) as p:
+        with ferrymq.Producer(server.endpoints, topics=[topic]) as p:
             for size in (100, 1024):
                 body = b"x" * size
                 ours = ferry_sync(p, topic, body, args.seconds)
@@ -161,6 +165,7 @@ def main() -> None:
         if official is not None:
             official.shutdown()  # type: ignore[attr-defined]
 
+    print(f"server: {args.server}")
     print(
         f"{'scenario':32} {'body':>6} | {'ferrymq':>10} {'official':>10} {'ratio':>7} msg/s"
         f" | {'ferrymq':>8} {'official':>9} {'ratio':>7} CPU us/msg | 2-core msg/s"

@@ -52,6 +52,9 @@ TEST_BROKER_OPTIONS: dict[str, Any] = {
 }
 
 _counter = itertools.count()
+#: Tells this session's names from earlier sessions': a real RocketMQ keeps its topics (and
+#: their messages) across runs, so a name must never repeat from one run to the next.
+_SESSION = uuid.uuid4().hex[:6]
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +98,7 @@ class _Unique(str):
         return self
 
     def __call__(self, prefix: str = "t") -> str:
-        return f"{prefix}-{self._base}-{next(_counter)}"
+        return f"{prefix}-{self._base}-{_SESSION}{next(_counter)}"
 
 
 @pytest.fixture

@@ -244,7 +244,9 @@ def test_push_consumer_moves_a_failing_message_to_the_dlq(
     closing.append(consumer)
     consumer.start()
     # Three deliveries (max attempts 3, back-off 1 s then 5 s), then the consumer forwards it.
+    t0 = time.monotonic()
     wait_for("three attempts", lambda: len(attempts[poison]) >= 3, timeout=90)
+    t3 = time.monotonic()
     wait_for("good acked", lambda: consumer.stats()["acked"] >= 1)
     # The dead letter is readable from the group's DLQ topic.
     dlq = f"%DLQ%{group}"
@@ -261,7 +263,12 @@ def test_push_consumer_moves_a_failing_message_to_the_dlq(
             if time.monotonic() > deadline or e.code_name != "TOPIC_NOT_FOUND":
                 raise
             time.sleep(2)
+    t_route = time.monotonic()
     dead = receive_until(reader, 1, timeout=90)
+    print(
+        f"{server.kind}: 3 attempts after {t3 - t0:.1f} s, DLQ route after {t_route - t3:.1f} s, "
+        f"dead letter read after {time.monotonic() - t_route:.1f} s"
+    )
     assert [(m.message_id, m.body, m.keys) for m in dead] == [(poison, b"poison", ("p",))]
     assert attempts[poison][:3] == [1, 2, 3]
     assert attempts[good] == [1]

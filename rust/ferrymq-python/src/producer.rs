@@ -33,12 +33,17 @@ use crate::message::PyMessage;
 use crate::message_view::PyMessageView;
 use crate::runtime::{future_into_py, RuntimeRef};
 
-/// Messages per batched `SendMessage` of the produce path.
+/// Queued messages the produce path drains at once (fewer wait `LINGER` for company).
 const MAX_BATCH: usize = 1024;
-/// Body bytes per batched `SendMessage` (stays well under gRPC's usual 4 MiB frame limit).
+/// Body bytes per chunk of the produce path.
 const MAX_BATCH_BYTES: usize = 1 << 20;
-/// Concurrent `SendMessage` calls of the produce path.
-const MAX_RPCS: usize = 16;
+/// Messages per chunk, sent with `Producer::send_each` (one `SendMessage` each).
+const MAX_CHUNK: usize = ferrymq_core::rocketmq::producer::BATCH_CONCURRENCY;
+/// Messages of the produce path in flight at once (one HTTP/2 stream each). Bounded: with
+/// hundreds of streams on a loaded machine, sends pass their deadline, the cancelled streams
+/// pile up, and the server answers GOAWAY `ENHANCE_YOUR_CALM` (h2's reset-flood guard), which
+/// fails every call on the connection.
+const MAX_IN_FLIGHT: usize = 64;
 /// Default bound of produced-but-not-yet-reported messages.
 const DEFAULT_MAX_PENDING: usize = 65_536;
 
@@ -251,7 +256,7 @@ const LINGER: Duration = Duration::from_micros(500);
 
 /// Drain the produce queue into batched sends.
 async fn batcher(producer: Producer, state: Arc<ProduceState>) {
-    let rpcs = Arc::new(Semaphore::new(MAX_RPCS));
+    let rpcs = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut lanes: HashMap<(String, String), Arc<tokio::sync::Mutex<()>>> = HashMap::new();
     loop {
         if state.queue.lock().is_empty() {
@@ -296,7 +301,7 @@ async fn batcher(producer: Producer, state: Arc<ProduceState>) {
             let mut chunks = Vec::new();
             for p in group {
                 let len = p.message.body().len();
-                if !chunk.is_empty() && (bytes + len > MAX_BATCH_BYTES || chunk.len() >= MAX_BATCH)
+                if !chunk.is_empty() && (bytes + len > MAX_BATCH_BYTES || chunk.len() >= MAX_CHUNK)
                 {
                     chunks.push(std::mem::take(&mut chunk));
                     bytes = 0;
@@ -308,7 +313,8 @@ async fn batcher(producer: Producer, state: Arc<ProduceState>) {
                 chunks.push(chunk);
             }
             for chunk in chunks {
-                let Ok(permit) = Arc::clone(&rpcs).acquire_owned().await else {
+                let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+                let Ok(permit) = Arc::clone(&rpcs).acquire_many_owned(n).await else {
                     return;
                 };
                 // FIFO groups are sent one batch at a time, in order.

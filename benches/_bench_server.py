@@ -1,0 +1,110 @@
+"""The server a Python benchmark runs against: ``--server embedded`` (an in-process
+:class:`ferrymq.testing.EmbeddedBroker`, the default) or ``--server real`` (a real Apache
+RocketMQ 5 — name server + local-mode proxy — run by ``scripts/rocketmq-server``, started if it
+is not running and stopped again afterwards unless ``--keep-server``).
+
+Both are used the same way: ``endpoints``, ``create_topic(name, kind)``,
+``create_group(name, fifo=False)``; :meth:`BenchServer.all_acked` answers only on the embedded
+broker (the real one has no cheap ack counter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ferrymq.testing import EmbeddedBroker
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rocketmq-server"
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--server",
+        choices=["embedded", "real"],
+        default="embedded",
+        help="embedded broker (default) or a real Apache RocketMQ 5 (scripts/rocketmq-server)",
+    )
+    ap.add_argument(
+        "--keep-server", action="store_true", help="leave a real server running afterwards"
+    )
+
+
+class BenchServer:
+    def __init__(self, kind: str, broker: EmbeddedBroker | None, endpoints: str) -> None:
+        self.kind = kind
+        self.broker = broker
+        self.endpoints = endpoints
+        # Real topics and groups outlive the run: make the names unique.
+        self.suffix = "" if broker is not None else f"-{int(time.time())}"
+
+    def name(self, base: str) -> str:
+        return base + self.suffix
+
+    def create_topic(self, name: str, kind: str = "NORMAL", queues: int = 8) -> None:
+        if self.broker is not None:
+            self.broker.create_topic(name, kind, queues)
+        else:
+            _run("create", f"topic:{name}:{kind}")
+
+    def create_group(self, name: str, fifo: bool = False) -> None:
+        if self.broker is not None:
+            self.broker.create_group(name, fifo=fifo)
+        else:
+            _run("create", f"group:{name}" + (":fifo" if fifo else ""))
+
+    def create_many(self, topics: dict[str, str], groups: dict[str, bool]) -> None:
+        """Create topics (name -> type) and groups (name -> fifo); one admin run if real."""
+        if self.broker is not None:
+            for t, kind in topics.items():
+                self.create_topic(t, kind)
+            for g, fifo in groups.items():
+                self.create_group(g, fifo)
+            return
+        specs = [f"topic:{t}:{kind}" for t, kind in topics.items()]
+        specs += [f"group:{g}" + (":fifo" if fifo else "") for g, fifo in groups.items()]
+        _run("create", *specs)
+
+    def all_acked(self, topic: str, group: str) -> bool | None:
+        """Whether ``group`` acked every message of ``topic``; ``None`` when unknown (real)."""
+        if self.broker is None:
+            return None
+        for q in self.broker.stats()["topics"][topic]["queues"]:
+            g = q["groups"].get(group)
+            if q["max_offset"] > q["min_offset"] and (
+                g is None or g["acked_offset"] < q["max_offset"] or g["inflight"] > 0
+            ):
+                return False
+        return True
+
+
+def _run(*args: str) -> str:
+    proc = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scripts/rocketmq-server {' '.join(args)}: {proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
+@contextmanager
+def open_server(args: argparse.Namespace, **embedded: Any) -> Iterator[BenchServer]:
+    if args.server == "embedded":
+        with EmbeddedBroker(**embedded) as broker:
+            yield BenchServer("embedded", broker, broker.endpoints)
+        return
+    running = subprocess.run([str(SCRIPT), "status"], capture_output=True, check=False)
+    started = running.returncode != 0
+    if started:
+        print("starting the real RocketMQ server (scripts/rocketmq-server start) ...", flush=True)
+        _run("start")
+    endpoints = os.environ.get("FERRYMQ_ROCKETMQ_ENDPOINTS", "127.0.0.1:8081").split(";")[0]
+    try:
+        yield BenchServer("real", None, endpoints.removeprefix("http://"))
+    finally:
+        if started and not args.keep_server:
+            _run("stop")
