@@ -10,12 +10,17 @@ import logging as _logging
 
 from . import _native
 from ._native import (
+    Credentials,
     JetStream,
     JsMessage,
     Message,
+    MessageView,
     PublishAck,
     PullConsumer,
+    SendReceipt,
     StreamInfo,
+    TlsConfig,
+    Transaction,
 )
 from .exceptions import (
     BrokerError,
@@ -28,6 +33,7 @@ from .exceptions import (
     InvalidArgumentError,
     ProtocolError,
 )
+from .producer import DeliveryCallback, Producer, TransactionResolution
 from .publisher import AsyncPublisher, Flight, PublisherListener, RetryConfig
 
 __version__: str = _native.__version__
@@ -36,6 +42,8 @@ __all__ = [
     "AsyncPublisher",
     "BrokerError",
     "ClientClosedError",
+    "Credentials",
+    "DeliveryCallback",
     "FerryConnectionError",
     "FerryError",
     "FerryTimeoutError",
@@ -46,12 +54,18 @@ __all__ = [
     "JetStream",
     "JsMessage",
     "Message",
+    "MessageView",
+    "Producer",
     "ProtocolError",
     "PublishAck",
     "PublisherListener",
     "PullConsumer",
     "RetryConfig",
+    "SendReceipt",
     "StreamInfo",
+    "TlsConfig",
+    "Transaction",
+    "TransactionResolution",
     "__version__",
     "features",
     "sync_log_level",

@@ -13,6 +13,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let fds = protox::compile(protos, ["proto"])?;
     tonic_prost_build::configure()
+        // Message bodies decode as `bytes::Bytes` slices of the receive buffer: the embedded
+        // broker stores and re-sends them without copying, and clients send shared bodies.
+        .bytes(".apache.rocketmq.v2.Message.body")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

@@ -55,13 +55,13 @@ def _parse(buf):
             value, pos = _read_varint(buf, pos)
         elif wire == 2:
             size, pos = _read_varint(buf, pos)
-            value, pos = buf[pos:pos + size], pos + size
+            value, pos = buf[pos : pos + size], pos + size
         elif wire == 1:
-            value, pos = buf[pos:pos + 8], pos + 8
+            value, pos = buf[pos : pos + 8], pos + 8
         elif wire == 5:
-            value, pos = buf[pos:pos + 4], pos + 4
+            value, pos = buf[pos : pos + 4], pos + 4
         else:
-            raise ValueError("unsupported wire type %d" % wire)
+            raise ValueError(f"unsupported wire type {wire}")
         yield number, wire, value
 
 
@@ -107,7 +107,9 @@ def describe_route(payload):
                             for en, _, ev in _parse(bv):
                                 if en == 2:
                                     fields = {an: av for an, _, av in _parse(ev)}
-                                    addr = "%s:%s" % (fields.get(1, b"").decode(), fields.get(2, 0))
+                                    addr = "{}:{}".format(
+                                        fields.get(1, b"").decode(), fields.get(2, 0)
+                                    )
                 elif n == 5:
                     if w == 2:  # packed
                         pos = 0
@@ -139,7 +141,7 @@ def main(argv):
     host, _, port = target.rpartition(":")
     metadata = (
         ("x-mq-language", "PYTHON"),
-        ("x-mq-client-id", "ferrymq-probe@%d@%s" % (os.getpid(), uuid.uuid4().hex[:8])),
+        ("x-mq-client-id", f"ferrymq-probe@{os.getpid()}@{uuid.uuid4().hex[:8]}"),
         ("x-mq-protocol-version", "v2"),
         ("x-mq-client-version", "ferrymq-probe"),
         ("x-mq-request-id", uuid.uuid4().hex),
@@ -149,24 +151,32 @@ def main(argv):
         call = channel.unary_unary("/apache.rocketmq.v2.MessagingService/QueryRoute")
         for topic in topics:
             try:
-                payload = call(query_route_request(topic, host, int(port)), metadata=metadata, timeout=timeout)
+                payload = call(
+                    query_route_request(topic, host, int(port)), metadata=metadata, timeout=timeout
+                )
             except grpc.RpcError as exc:
                 ok = False
                 if not quiet:
-                    print("%s: rpc error %s %s" % (topic, exc.code(), exc.details()))
+                    print(f"{topic}: rpc error {exc.code()} {exc.details()}")
                 continue
             code, message, queues = describe_route(payload)
             if code != CODE_OK or not queues:
                 ok = False
                 if not quiet:
-                    print("%s: code %s %s" % (topic, code, message.splitlines()[0] if message else ""))
+                    print(
+                        "{}: code {} {}".format(
+                            topic, code, message.splitlines()[0] if message else ""
+                        )
+                    )
                 continue
             if not quiet:
                 perms = sorted({q[1] for q in queues})
                 addrs = sorted({q[2] for q in queues})
                 types = sorted({t for q in queues for t in q[3]})
-                print("%s: OK %d queues perm=%s broker=%s accept=%s"
-                      % (topic, len(queues), ",".join(perms), ",".join(addrs), ",".join(types)))
+                print(
+                    f"{topic}: OK {len(queues)} queues perm={','.join(perms)} "
+                    f"broker={','.join(addrs)} accept={','.join(types)}"
+                )
     return 0 if ok else 1
 
 

@@ -4,12 +4,15 @@
 //! `cargo test`; the PyO3 binding crate (`ferrymq-python`) only converts values and releases the
 //! GIL. See `docs/architecture.md` for how the modules fit together.
 
+pub mod broker;
+pub mod columnar;
 pub mod error;
 pub mod message;
 pub mod message_id;
 pub mod nats;
 pub mod proto;
 pub mod publisher;
+pub mod rocketmq;
 pub mod selector;
 pub mod status;
 

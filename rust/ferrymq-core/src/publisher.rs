@@ -1167,5 +1167,7 @@ async fn fly(
     }
 }
 
+mod rocketmq;
+
 #[cfg(test)]
 mod tests;

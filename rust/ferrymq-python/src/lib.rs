@@ -4,12 +4,19 @@
 //! [`runtime::enter`] (blocking) or [`runtime::future_into_py`] (asyncio), and maps errors in
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
+mod broker;
+mod client_options;
+mod columns;
+mod consumer;
 mod errors;
 mod logging;
 mod message;
+mod message_view;
 mod nats;
 mod probe;
+mod producer;
 mod publisher;
+mod pull_reader;
 mod runtime;
 
 use pyo3::prelude::*;
@@ -22,6 +29,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const FEATURES: &[&str] = &[
     "rocketmq-v2",
     "embedded-broker",
+    "rocketmq-producer",
     "nats-jetstream",
     "managed-publisher",
 ];
@@ -31,13 +39,29 @@ mod _native {
     use super::*;
 
     #[pymodule_export]
+    use crate::broker::EmbeddedBroker;
+    #[pymodule_export]
+    use crate::client_options::{PyCredentials, PyTlsConfig};
+    #[pymodule_export]
+    use crate::columns::PyMessageColumns;
+    #[pymodule_export]
+    use crate::consumer::{
+        PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
+    };
+    #[pymodule_export]
     use crate::message::PyMessage;
+    #[pymodule_export]
+    use crate::message_view::PyMessageView;
     #[pymodule_export]
     use crate::nats::{PyJetStream, PyJsMessage, PyPullConsumer, PyStreamInfo};
     #[pymodule_export]
     use crate::probe::Probe;
     #[pymodule_export]
+    use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
+    #[pymodule_export]
     use crate::publisher::{PublisherCore, PyFlight, PyPublishAck};
+    #[pymodule_export]
+    use crate::pull_reader::PyPullReader;
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

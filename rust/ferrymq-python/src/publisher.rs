@@ -362,10 +362,13 @@ fn backend_of(producer: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PublishBackend>> 
     if let Ok(js) = producer.cast::<crate::nats::PyJetStream>() {
         return Ok(Arc::new(js.get().inner.clone()));
     }
+    if let Ok(p) = producer.cast::<crate::producer::PyProducer>() {
+        return Ok(Arc::new(p.get().core().clone()));
+    }
     Err(invalid(
         "producer",
         format!(
-            "expected a ferrymq.JetStream, not {}",
+            "expected a ferrymq.JetStream or a ferrymq.Producer, not {}",
             producer.get_type().name()?
         ),
     ))

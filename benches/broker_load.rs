@@ -1,0 +1,325 @@
+//! Load benchmark of the embedded broker over loopback, driven by a raw tonic client in the same
+//! process (so client and broker share the machine's cores, as in a CI run).
+//!
+//! `cargo bench --bench broker_load` prints, for 100-byte messages:
+//! * batched SendMessage (batches of `BATCH` messages, `BATCH_INFLIGHT` calls in flight): msg/s;
+//! * unary SendMessage (one message per call, `UNARY_INFLIGHT` in flight): RPC/s;
+//! * unary Heartbeat: RPC/s (the cost of an RPC without storage);
+//! * ReceiveMessage + AckMessage (batches of 256, acks batched): msg/s.
+//!
+//! Targets (issue 3, 2 cores): >= 1M msg/s batched, >= 100k unary RPC/s.
+//! `BENCH_SECS` (default 3) sets the duration of each phase; `BENCH_THREADS` (default 2) the
+//! runtime's worker threads.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrymq_core::broker::{Broker, BrokerConfig, GroupConfig, WhenFull};
+use ferrymq_core::proto;
+use ferrymq_core::proto::messaging_service_client::MessagingServiceClient;
+use ferrymq_core::proto::telemetry_command::Command;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+
+const BODY: usize = 100;
+const BATCH: usize = 256;
+const BATCH_INFLIGHT: usize = 16;
+const UNARY_INFLIGHT: usize = 128;
+const CHANNELS: usize = 4;
+
+fn req<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("x-mq-client-id", MetadataValue::from_static("bench-client"));
+    r
+}
+
+fn res(name: &str) -> Option<proto::Resource> {
+    Some(proto::Resource {
+        resource_namespace: String::new(),
+        name: name.into(),
+    })
+}
+
+fn message(topic: &str, body: &bytes::Bytes, queue: i32) -> proto::Message {
+    proto::Message {
+        topic: res(topic),
+        user_properties: Default::default(),
+        system_properties: Some(proto::SystemProperties {
+            message_id: ferrymq_core::message_id::generate(),
+            queue_id: queue,
+            ..Default::default()
+        }),
+        body: body.clone(),
+    }
+}
+
+async fn channels(addr: std::net::SocketAddr) -> Vec<MessagingServiceClient<Channel>> {
+    let mut v = Vec::new();
+    for _ in 0..CHANNELS {
+        let ch = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .initial_connection_window_size(16 * 1024 * 1024)
+            .initial_stream_window_size(8 * 1024 * 1024)
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .unwrap();
+        v.push(
+            MessagingServiceClient::new(ch)
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+        );
+    }
+    v
+}
+
+/// Run `inflight` loops of `call` for `secs`; returns the count they report per second.
+async fn drive<F, Fut>(secs: f64, inflight: usize, call: F) -> f64
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = u64> + Send,
+{
+    let call = Arc::new(call);
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..inflight {
+        let (call, stop, done) = (call.clone(), stop.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let n = call(i).await;
+                done.fetch_add(n, Ordering::Relaxed);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn settings(client: &mut MessagingServiceClient<Channel>, group: &str) {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(proto::TelemetryCommand {
+        status: None,
+        command: Some(Command::Settings(proto::Settings {
+            client_type: Some(proto::ClientType::SimpleConsumer as i32),
+            pub_sub: Some(proto::settings::PubSub::Subscription(proto::Subscription {
+                group: res(group),
+                ..Default::default()
+            })),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let mut s = client
+        .telemetry(req(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        .await
+        .unwrap()
+        .into_inner();
+    s.message().await.unwrap().unwrap();
+    std::mem::forget((tx, s));
+}
+
+async fn run(secs: f64) {
+    let broker = Broker::start(BrokerConfig {
+        max_topic_bytes: 1 << 30,
+        when_full: WhenFull::DropOldest,
+        long_polling_min: Duration::from_millis(100),
+        min_invisible: Duration::ZERO,
+        ..BrokerConfig::default()
+    })
+    .await
+    .unwrap();
+    broker.create_topic("batch", "NORMAL", 8).unwrap();
+    broker.create_topic("unary", "NORMAL", 8).unwrap();
+    broker.create_topic("recv", "NORMAL", 8).unwrap();
+    broker.create_group(GroupConfig::new("bench")).unwrap();
+    let addr = broker.addresses()[0];
+    let clients = Arc::new(channels(addr).await);
+    let body = bytes::Bytes::from(vec![b'x'; BODY]);
+
+    // Batched SendMessage.
+    let batches: Arc<Vec<proto::SendMessageRequest>> = Arc::new(
+        (0..BATCH_INFLIGHT)
+            .map(|i| proto::SendMessageRequest {
+                messages: (0..BATCH)
+                    .map(|_| message("batch", &body, (i % 8) as i32))
+                    .collect(),
+            })
+            .collect(),
+    );
+    let c = clients.clone();
+    let b = batches.clone();
+    let batched = drive(secs, BATCH_INFLIGHT, move |i| {
+        let mut client = c[i % CHANNELS].clone();
+        let r = b[i].clone();
+        async move {
+            let resp = client.send_message(req(r)).await.unwrap().into_inner();
+            assert_eq!(resp.status.unwrap().code, 20000);
+            BATCH as u64
+        }
+    })
+    .await;
+    println!(
+        "broker_load/send_batched   {:>12.0} msg/s  ({:.1} MB/s of bodies; batches of {BATCH} x {BODY} B, {BATCH_INFLIGHT} in flight)",
+        batched,
+        batched * BODY as f64 / 1e6
+    );
+
+    // Unary SendMessage.
+    let unary_msgs: Arc<Vec<proto::Message>> = Arc::new(
+        (0..UNARY_INFLIGHT)
+            .map(|i| message("unary", &body, (i % 8) as i32))
+            .collect(),
+    );
+    let c = clients.clone();
+    let u = unary_msgs.clone();
+    let unary = drive(secs, UNARY_INFLIGHT, move |i| {
+        let mut client = c[i % CHANNELS].clone();
+        let m = u[i].clone();
+        async move {
+            let resp = client
+                .send_message(req(proto::SendMessageRequest { messages: vec![m] }))
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(resp.status.unwrap().code, 20000);
+            1
+        }
+    })
+    .await;
+    println!(
+        "broker_load/send_unary     {unary:>12.0} RPC/s  (1 x {BODY} B per call, {UNARY_INFLIGHT} in flight)"
+    );
+
+    // Unary Heartbeat (needs settings first).
+    let mut first = clients[0].clone();
+    settings(&mut first, "bench").await;
+    let c = clients.clone();
+    let hb = drive(secs, UNARY_INFLIGHT, move |i| {
+        let mut client = c[i % CHANNELS].clone();
+        async move {
+            let resp = client
+                .heartbeat(req(proto::HeartbeatRequest {
+                    group: res("bench"),
+                    client_type: proto::ClientType::SimpleConsumer as i32,
+                }))
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(resp.status.unwrap().code, 20000);
+            1
+        }
+    })
+    .await;
+    println!("broker_load/heartbeat      {hb:>12.0} RPC/s  ({UNARY_INFLIGHT} in flight)");
+
+    // ReceiveMessage + AckMessage: pre-fill, then drain with batched receives and acks.
+    let fill = ((secs * 400_000.0) as usize).max(100_000);
+    let mut filler = clients[0].clone();
+    let mut sent = 0;
+    while sent < fill {
+        let msgs = (0..BATCH)
+            .map(|j| message("recv", &body, (j % 8) as i32))
+            .collect();
+        filler
+            .send_message(req(proto::SendMessageRequest { messages: msgs }))
+            .await
+            .unwrap();
+        sent += BATCH;
+    }
+    let c = clients.clone();
+    let received = Arc::new(AtomicU64::new(0));
+    let r2 = received.clone();
+    let recv = drive(secs, 8, move |i| {
+        let mut client = c[i % CHANNELS].clone();
+        let received = r2.clone();
+        async move {
+            let mut s = client
+                .receive_message(req(proto::ReceiveMessageRequest {
+                    group: res("bench"),
+                    message_queue: Some(proto::MessageQueue {
+                        topic: res("recv"),
+                        id: -1,
+                        ..Default::default()
+                    }),
+                    batch_size: 256,
+                    invisible_duration: Some(prost_types::Duration {
+                        seconds: 60,
+                        nanos: 0,
+                    }),
+                    long_polling_timeout: Some(prost_types::Duration {
+                        seconds: 0,
+                        nanos: 100_000_000,
+                    }),
+                    ..Default::default()
+                }))
+                .await
+                .unwrap()
+                .into_inner();
+            let mut entries = Vec::new();
+            while let Some(m) = s.message().await.unwrap() {
+                if let Some(proto::receive_message_response::Content::Message(m)) = m.content {
+                    let sp = m.system_properties.unwrap();
+                    entries.push(proto::AckMessageEntry {
+                        message_id: sp.message_id,
+                        receipt_handle: sp.receipt_handle.unwrap(),
+                        lite_topic: None,
+                    });
+                }
+            }
+            let n = entries.len() as u64;
+            if n > 0 {
+                let resp = client
+                    .ack_message(req(proto::AckMessageRequest {
+                        group: res("bench"),
+                        topic: res("recv"),
+                        entries,
+                    }))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert_eq!(resp.status.unwrap().code, 20000);
+            }
+            received.fetch_add(n, Ordering::Relaxed);
+            n
+        }
+    })
+    .await;
+    println!(
+        "broker_load/receive_ack    {recv:>12.0} msg/s  (receive batches of 256 + batched acks, 8 in flight; {} of {fill} drained)",
+        received.load(Ordering::Relaxed)
+    );
+    println!(
+        "targets (2 cores): send_batched >= 1,000,000 msg/s: {}; send_unary >= 100,000 RPC/s: {}",
+        if batched >= 1e6 { "met" } else { "NOT met" },
+        if unary >= 1e5 { "met" } else { "NOT met" }
+    );
+    broker.shutdown().await;
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing: run a short smoke.
+    let is_bench = std::env::args().any(|a| a == "--bench");
+    let secs: f64 = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if is_bench { 3.0 } else { 0.2 });
+    let threads: usize = std::env::var("BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run(secs));
+}

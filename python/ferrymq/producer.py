@@ -1,0 +1,218 @@
+"""``ferrymq.Producer``: one publishing API over every backend.
+
+The backend is chosen from the endpoint scheme in :func:`_backend` — the single dispatch point:
+plain ``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
+RocketMQ 5 producer (:class:`ferrymq._native.RocketMQProducer`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+from . import _native
+from ._native import Credentials, Message, MessageView, SendReceipt, TlsConfig, Transaction
+from .exceptions import FerryError, InvalidArgumentError
+
+__all__ = ["DeliveryCallback", "Producer", "TransactionResolution"]
+
+#: ``on_delivery(err, receipt)``: exactly one of the two is ``None``.
+DeliveryCallback = Callable[[FerryError | None, SendReceipt | None], object]
+
+
+class TransactionResolution(enum.Enum):
+    """What a transaction checker answers for an orphaned transaction."""
+
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+    UNKNOWN = "unknown"
+
+
+def _backend(endpoints: str | Sequence[str]) -> type[_native.RocketMQProducer]:
+    """Pick the producer implementation for ``endpoints`` (by scheme)."""
+    first = endpoints if isinstance(endpoints, str) else (endpoints[0] if endpoints else "")
+    scheme = first.split("://", 1)[0].lower() if "://" in first else ""
+    if scheme in ("", "rocketmq", "rocketmqs", "grpc", "grpcs", "http", "https"):
+        return _native.RocketMQProducer
+    raise InvalidArgumentError(f"endpoints: unsupported scheme {scheme!r} in {first!r}")
+
+
+class Producer:
+    """Publishes messages; thread-safe; use as ``with``/``async with`` or call :meth:`start`
+    and :meth:`close`.
+
+    Args:
+        endpoints: ``"host:port[;host:port]"``, optionally ``rocketmq://…``.
+        topics: topics whose routes are fetched at start (and announced to the broker, which
+            needs them for orphaned-transaction checks).
+        credentials: :class:`Credentials` or ``(access_key, secret_key)`` for request signing.
+        namespace: RocketMQ namespace.
+        tls: ``True`` (system roots), a CA file path, or :class:`TlsConfig`.
+        request_timeout: seconds (or timedelta) per request until the broker sends its own.
+        max_attempts: send attempts per message (default: the broker's, usually 3).
+        transaction_checker: ``f(MessageView) -> TransactionResolution`` for orphaned
+            transactions; runs on a ferrymq thread, never under a ferrymq lock.
+        max_pending: bound of :meth:`produce`'d messages not yet reported by :meth:`poll`.
+        heartbeat_interval, route_refresh_interval: periods of the background tasks.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Sequence[str],
+        *,
+        topics: Iterable[str] = (),
+        credentials: Credentials | tuple[str, str] | tuple[str, str, str] | None = None,
+        namespace: str | None = None,
+        tls: bool | str | TlsConfig | None = None,
+        request_timeout: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        transaction_checker: Callable[[MessageView], TransactionResolution] | None = None,
+        max_pending: int = 65536,
+        heartbeat_interval: float | timedelta | None = None,
+        route_refresh_interval: float | timedelta | None = None,
+    ) -> None:
+        backend = _backend(endpoints)
+        self._impl = backend(
+            endpoints,
+            topics=list(topics),
+            credentials=credentials,
+            namespace=namespace,
+            tls=tls,
+            request_timeout=request_timeout,
+            max_attempts=max_attempts,
+            transaction_checker=transaction_checker,
+            max_pending=max_pending,
+            heartbeat_interval=heartbeat_interval,
+            route_refresh_interval=route_refresh_interval,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> Producer:
+        """Connect, receive the broker's settings and fetch the routes of ``topics``."""
+        self._impl.start()
+        return self
+
+    async def start_async(self) -> Producer:
+        await self._impl.start_async()
+        return self
+
+    def close(self) -> None:
+        """Flush :meth:`produce`'d messages (running their callbacks), wait for in-flight
+        sends, then tell the broker. Idempotent."""
+        self._impl.close()
+
+    async def close_async(self) -> None:
+        await self._impl.close_async()
+        self._impl.poll(0)
+
+    def __enter__(self) -> Producer:
+        if not self._impl.started:
+            self._impl.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Producer:
+        if not self._impl.started:
+            await self._impl.start_async()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close_async()
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def send(self, message: Message) -> SendReceipt:
+        """Send one message; blocks (GIL released) until the broker stored it."""
+        return self._impl.send(message)
+
+    async def send_async(self, message: Message) -> SendReceipt:
+        return await self._impl.send_async(message)
+
+    def send_batch(self, messages: Iterable[Message]) -> list[SendReceipt]:
+        """Send many messages of one topic (and one kind) in one request to one queue."""
+        return self._impl.send_batch(messages)
+
+    async def send_batch_async(self, messages: Iterable[Message]) -> list[SendReceipt]:
+        return await self._impl.send_batch_async(messages)
+
+    def produce(self, message: Message, on_delivery: DeliveryCallback | None = None) -> None:
+        """Queue ``message`` without waiting; messages are sent in batches in the background.
+        ``on_delivery(err, receipt)`` runs on this thread inside :meth:`poll`/:meth:`flush`.
+        Blocks, serving callbacks, while ``max_pending`` messages are unreported."""
+        self._impl.produce(message, on_delivery)
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Run callbacks of finished deliveries, waiting up to ``timeout`` s for one."""
+        return self._impl.poll(timeout)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait for every produced message (running callbacks); returns how many remain."""
+        return self._impl.flush(timeout)
+
+    def begin_transaction(self) -> Transaction:
+        """A transaction: ``send`` half messages, then ``commit()`` or ``rollback()`` (or use it
+        as a context manager: commit on success, roll back on an exception)."""
+        return self._impl.begin_transaction()
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Recall a delayed message before delivery; returns its message id."""
+        return self._impl.recall(topic, recall_handle)
+
+    async def recall_async(self, topic: str, recall_handle: str) -> str:
+        return await self._impl.recall_async(topic, recall_handle)
+
+    # -- introspection -----------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Produced messages not yet reported."""
+        return self._impl.pending
+
+    @property
+    def client_id(self) -> str:
+        return self._impl.client_id
+
+    @property
+    def endpoints(self) -> str:
+        return self._impl.endpoints
+
+    @property
+    def namespace(self) -> str:
+        return self._impl.namespace
+
+    @property
+    def started(self) -> bool:
+        return self._impl.started
+
+    @property
+    def closed(self) -> bool:
+        return self._impl.closed
+
+    @property
+    def isolated_endpoints(self) -> list[str]:
+        """Endpoints avoided after failures, until a heartbeat succeeds."""
+        return self._impl.isolated_endpoints
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The settings in force (merged with the broker's once started)."""
+        return self._impl.settings
+
+    def __repr__(self) -> str:
+        return repr(self._impl).replace("RocketMQProducer(", "Producer(", 1)

@@ -1,0 +1,312 @@
+//! The embedded broker: an in-process Apache RocketMQ 5 (`apache.rocketmq.v2`) gRPC broker for
+//! development, tests and benchmarks, with fault injection.
+//!
+//! A [`Broker`] runs `endpoints` gRPC servers on loopback ports; each endpoint plays one
+//! RocketMQ broker with its local-mode proxy (its own port, its own client settings, its own
+//! faults). Topics spread their queues over the endpoints; any endpoint answers QueryRoute for
+//! every topic. Behaviour follows the proxy's "server rules" (rocketmq-v2 reference §6).
+//!
+//! | module | concept |
+//! | --- | --- |
+//! | [`config`] | [`BrokerConfig`]: limits and timers (proxy defaults) |
+//! | [`store`] | topics, queues (one lock each), groups, memory bound |
+//! | [`route`] | QueryRoute / QueryAssignment answers |
+//! | [`telemetry`] | client settings per endpoint, merged echo, pushed commands |
+//! | [`pop`] | receive / ack / invisibility / receipt handles / FIFO blocking / DLQ |
+//! | [`transaction`] | half messages, EndTransaction, orphan check-back |
+//! | [`timer`] | delayed delivery and RecallMessage |
+//! | [`fault`] | fault injection per endpoint |
+//! | [`auth`] | client id and HMAC-SHA1 signature checks |
+//! | [`service`] | the `MessagingService` implementation |
+//! | [`admin`] | topics/groups admin, faults, commands and inspection of a running [`Broker`] |
+
+pub mod admin;
+pub mod auth;
+pub mod config;
+pub mod fault;
+pub mod pop;
+pub mod route;
+pub mod service;
+pub mod store;
+pub mod telemetry;
+pub mod timer;
+pub mod transaction;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{BrokerConfig, Credentials, WhenFull};
+pub use fault::{Rpc, StatusFault, Unavailable};
+pub use store::{GroupConfig, TopicType};
+
+use crate::error::{Error, Result};
+use crate::proto;
+
+/// One endpoint: a port, its client sessions, its faults and call counters.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub(crate) index: usize,
+    pub(crate) addr: SocketAddr,
+    pub(crate) name: String,
+    pub(crate) clients: telemetry::Clients,
+    pub(crate) faults: fault::Faults,
+    pub(crate) calls: [AtomicU64; 17],
+    accept: Mutex<Option<JoinHandle<()>>>,
+    unavailable: Mutex<Option<Unavailable>>,
+    conn_tx: mpsc::Sender<fault::FaultIo>,
+}
+
+impl Endpoint {
+    fn start_accepting(self: &Arc<Self>, listener: TcpListener) {
+        let ep = self.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((sock, _)) => {
+                        let _ = sock.set_nodelay(true);
+                        let io = fault::FaultIo::new(sock, ep.faults.io.clone());
+                        if ep.conn_tx.send(io).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "ferrymq::broker", "accept on {}: {e}", ep.addr);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+        });
+        if let Some(old) = self.accept.lock().replace(task) {
+            old.abort();
+        }
+    }
+
+    fn stop_accepting(&self) {
+        if let Some(t) = self.accept.lock().take() {
+            t.abort();
+        }
+    }
+}
+
+/// State shared by every endpoint.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) config: BrokerConfig,
+    pub(crate) store: store::Store,
+    pub(crate) endpoints: Vec<Arc<Endpoint>>,
+    pub(crate) nonces: AtomicU32,
+    pub(crate) timer: timer::Timer,
+    pub(crate) txs: transaction::Transactions,
+    pub(crate) replies: telemetry::Replies,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Core {
+    /// The endpoint index of a broker name (`"broker-<i>"`).
+    pub(crate) fn broker_index(&self, name: &str) -> Option<usize> {
+        self.endpoints.iter().position(|e| e.name == name)
+    }
+}
+
+/// A running embedded broker. Dropping it stops the servers.
+#[derive(Debug)]
+pub struct Broker {
+    pub(crate) core: Arc<Core>,
+    servers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Broker {
+    /// Bind the endpoints' ports and start serving. Must run inside a tokio runtime.
+    pub async fn start(config: BrokerConfig) -> Result<Broker> {
+        config.validate()?;
+        let mut listeners = Vec::with_capacity(config.endpoints);
+        for i in 0..config.endpoints {
+            let port = config.ports.get(i).copied().unwrap_or(0);
+            let l = TcpListener::bind(SocketAddr::new(config.host, port))
+                .await
+                .map_err(|e| {
+                    Error::connection(format!("cannot listen on {}:{port}", config.host))
+                        .with_source(e)
+                })?;
+            listeners.push(l);
+        }
+        let shutdown = CancellationToken::new();
+        let mut endpoints = Vec::new();
+        let mut receivers = Vec::new();
+        for (i, l) in listeners.iter().enumerate() {
+            let (tx, rx) = mpsc::channel(256);
+            endpoints.push(Arc::new(Endpoint {
+                index: i,
+                addr: l.local_addr()?,
+                name: format!("broker-{i}"),
+                clients: telemetry::Clients::default(),
+                faults: fault::Faults::default(),
+                calls: Default::default(),
+                accept: Mutex::new(None),
+                unavailable: Mutex::new(None),
+                conn_tx: tx,
+            }));
+            receivers.push(rx);
+        }
+        let core = Arc::new(Core {
+            store: store::Store::new(config.endpoints),
+            config,
+            endpoints,
+            nonces: AtomicU32::new(1),
+            timer: timer::Timer::default(),
+            txs: transaction::Transactions::default(),
+            replies: telemetry::Replies::default(),
+            shutdown,
+        });
+        let mut servers = Vec::new();
+        for ((ep, l), rx) in core.endpoints.iter().zip(listeners).zip(receivers) {
+            ep.start_accepting(l);
+            servers.push(service::spawn_server(core.clone(), ep.clone(), rx));
+        }
+        servers.push(tokio::spawn(timer_task(core.clone())));
+        servers.push(tokio::spawn(transaction_task(core.clone())));
+        tracing::info!(target: "ferrymq::broker", "embedded broker listening on {}", access_point(&core));
+        Ok(Broker {
+            core,
+            servers: Mutex::new(servers),
+        })
+    }
+
+    /// The access point a client connects to: every endpoint as `host:port`, joined by `;`
+    /// (the RocketMQ clients' endpoints syntax). Any one endpoint serves every route.
+    pub fn access_point(&self) -> String {
+        access_point(&self.core)
+    }
+
+    /// The socket address of every endpoint.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        self.core.endpoints.iter().map(|e| e.addr).collect()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BrokerConfig {
+        &self.core.config
+    }
+
+    /// Stop serving: close the ports, cut connections, end background tasks.
+    pub async fn shutdown(&self) {
+        self.core.shutdown.cancel();
+        for ep in &self.core.endpoints {
+            ep.stop_accepting();
+            ep.faults.io.cut_all();
+            ep.faults.io.set_frozen(false);
+            ep.clients.reset();
+        }
+        let servers: Vec<_> = self.servers.lock().drain(..).collect();
+        for s in servers {
+            let abort = s.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), s)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+
+    /// Whether [`Broker::shutdown`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.core.shutdown.is_cancelled()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.core.shutdown.cancel();
+        for ep in &self.core.endpoints {
+            ep.stop_accepting();
+            ep.faults.io.cut_all();
+        }
+        for s in self.servers.lock().drain(..) {
+            s.abort();
+        }
+    }
+}
+
+fn access_point(core: &Core) -> String {
+    core.endpoints
+        .iter()
+        .map(|e| e.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Moves due delay messages into their queues.
+async fn timer_task(core: Arc<Core>) {
+    loop {
+        let (due, next) = core.timer.take_due(store::now_ms());
+        for d in due {
+            if let Err(e) = core
+                .store
+                .append(&d.topic, &d.queue, vec![d.msg], &core.config)
+            {
+                tracing::warn!(target: "ferrymq::broker", "delayed message dropped: {}", e.message);
+            }
+        }
+        let wait = next.map_or(Duration::from_secs(3600), |n| {
+            Duration::from_millis((n - store::now_ms()).clamp(0, 3_600_000) as u64)
+        });
+        tokio::select! {
+            () = core.shutdown.cancelled() => return,
+            () = core.timer.changed.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Checks orphaned transactions back with their producers.
+async fn transaction_task(core: Arc<Core>) {
+    let tick = (core.config.transaction_check_interval / 4)
+        .clamp(Duration::from_millis(20), Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            () = core.shutdown.cancelled() => return,
+            () = tokio::time::sleep(tick) => {}
+        }
+        let (due, _gone) = core.txs.due(
+            Instant::now(),
+            core.config.transaction_check_interval,
+            core.config.transaction_check_max,
+        );
+        for (tx_id, half) in due {
+            service::check_back(&core, &tx_id, &half);
+        }
+    }
+}
+
+/// The command a producer gets to resolve an orphaned transaction.
+pub(crate) fn recover_command(
+    tx_id: &str,
+    msg: &proto::Message,
+) -> proto::telemetry_command::Command {
+    proto::telemetry_command::Command::RecoverOrphanedTransactionCommand(
+        proto::RecoverOrphanedTransactionCommand {
+            message: Some(msg.clone()),
+            transaction_id: tx_id.to_string(),
+        },
+    )
+}
+
+/// Calls per RPC on an endpoint, for stats.
+pub(crate) fn calls_of(ep: &Endpoint) -> Vec<(Rpc, u64)> {
+    Rpc::ALL
+        .iter()
+        .map(|r| (*r, ep.calls[r.index()].load(Ordering::Relaxed)))
+        .collect()
+}

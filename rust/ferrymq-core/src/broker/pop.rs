@@ -1,0 +1,753 @@
+//! POP consumption: what ReceiveMessage, AckMessage, ChangeInvisibleDuration and
+//! ForwardMessageToDeadLetterQueue do to one queue for one consumer group.
+//!
+//! Each (queue, group) pair has a [`Cursor`]: `low` (everything below is done), `next` (nothing
+//! at or above was delivered yet) and one [`Slot`] per offset in between. A delivered message is
+//! `Inflight` with a nonce and a `visible_at` time; its receipt handle names the endpoint, queue,
+//! offset and nonce, so a handle stops working as soon as the message is acked, redelivered or
+//! given a new invisible duration (which issues a new nonce). Expired messages are redelivered
+//! with `delivery_attempt + 1`; past the group's maximum they go to the group's DLQ instead.
+//!
+//! FIFO groups: a message is not delivered while an earlier message of the same message group
+//! (same queue) is in flight or waiting for redelivery; messages without a group never block.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::store::{QueueState, Stored};
+use crate::proto;
+use crate::status;
+
+/// Most slots a FIFO receive inspects before giving up on one queue.
+const FIFO_SCAN_LIMIT: usize = 16 * 1024;
+
+/// Whether the client that received an auto-renewed message is still around.
+#[derive(Debug)]
+pub struct Liveness {
+    alive: AtomicBool,
+}
+
+impl Liveness {
+    /// A live marker.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            alive: AtomicBool::new(true),
+        })
+    }
+    /// Mark the client gone (termination, endpoint restart).
+    pub fn kill(&self) {
+        self.alive.store(false, Ordering::Release);
+    }
+    /// Whether the client is still around.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+}
+
+/// The state of one offset for one group.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// Acked, dead-lettered or filtered out.
+    Done,
+    /// Waiting for (re)delivery; only FIFO groups skip messages this way.
+    Ready { attempts: u32 },
+    /// Delivered and invisible until `visible_at`.
+    Inflight(Inflight),
+}
+
+#[derive(Debug, Clone)]
+struct Inflight {
+    nonce: u32,
+    attempts: u32,
+    visible_at: Instant,
+    held_since: Instant,
+    renew: Option<Arc<Liveness>>,
+}
+
+/// POP state of one consumer group on one queue.
+#[derive(Debug)]
+pub struct Cursor {
+    low: u64,
+    next: u64,
+    slots: VecDeque<Slot>,
+    expiry: BinaryHeap<Reverse<(Instant, u64, u32)>>,
+    inflight: usize,
+}
+
+/// A message handed out by a receive.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The stored message.
+    pub stored: Arc<Stored>,
+    /// The nonce of its receipt handle.
+    pub nonce: u32,
+    /// 1-based delivery attempt.
+    pub attempt: u32,
+}
+
+/// A message that ran out of delivery attempts and must move to the DLQ.
+#[derive(Debug)]
+pub struct DeadLetter {
+    /// The stored message.
+    pub stored: Arc<Stored>,
+    /// Deliveries so far.
+    pub attempts: u32,
+}
+
+/// A tag filter (`*`, or `a || b`); SQL filters are refused before this point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// Everything.
+    All,
+    /// Messages whose tag is one of these.
+    Tags(Vec<String>),
+}
+
+impl Filter {
+    /// Parse a RocketMQ filter expression. `Err` carries the status to answer.
+    pub fn parse(expr: Option<&proto::FilterExpression>) -> Result<Filter, (i32, String)> {
+        let Some(f) = expr else {
+            return Ok(Filter::All);
+        };
+        match proto::FilterType::try_from(f.r#type) {
+            Ok(proto::FilterType::Sql) => Err((
+                status::ILLEGAL_FILTER_EXPRESSION,
+                "SQL92 filtering is not enabled on this broker (enablePropertyFilter=false)".into(),
+            )),
+            Ok(proto::FilterType::Tag | proto::FilterType::Unspecified) => {
+                let e = f.expression.trim();
+                if e.is_empty() || e == "*" {
+                    return Ok(Filter::All);
+                }
+                let tags: Vec<String> = e
+                    .split("||")
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                if tags.is_empty() {
+                    return Err((
+                        status::ILLEGAL_FILTER_EXPRESSION,
+                        format!("bad tag expression {e:?}"),
+                    ));
+                }
+                Ok(Filter::Tags(tags))
+            }
+            Err(_) => Err((
+                status::ILLEGAL_FILTER_EXPRESSION,
+                format!("unknown filter type {}", f.r#type),
+            )),
+        }
+    }
+
+    /// Whether `m` passes.
+    pub fn matches(&self, m: &Stored) -> bool {
+        match self {
+            Filter::All => true,
+            Filter::Tags(tags) => m.tag().is_some_and(|t| tags.iter().any(|x| x == t)),
+        }
+    }
+}
+
+/// The parameters of one receive on one queue.
+#[derive(Debug)]
+pub struct Pop<'a> {
+    /// The consumer group.
+    pub group: &'a Arc<str>,
+    /// Whether the group is FIFO.
+    pub fifo: bool,
+    /// The group's maximum delivery attempts.
+    pub max_attempts: u32,
+    /// Most messages to hand out.
+    pub max: usize,
+    /// Invisible duration of delivered messages.
+    pub invisible: Duration,
+    /// Tag filter.
+    pub filter: &'a Filter,
+    /// The time of the receive.
+    pub now: Instant,
+    /// Set for auto-renewed receives: renewed while the client lives, up to `renew_max`.
+    pub renew: Option<&'a Arc<Liveness>>,
+    /// How long auto-renewal may hold a message.
+    pub renew_max: Duration,
+    /// Invisible duration added by each automatic renewal.
+    pub renew_slice: Duration,
+    /// Source of receipt-handle nonces.
+    pub nonces: &'a AtomicU32,
+}
+
+/// What a receive on one queue produced.
+#[derive(Debug, Default)]
+pub struct PopOutcome {
+    /// Messages to deliver.
+    pub deliveries: Vec<Delivery>,
+    /// Messages to move to the DLQ.
+    pub dead: Vec<DeadLetter>,
+    /// When something in this queue becomes deliverable again, if known.
+    pub next_due: Option<Instant>,
+}
+
+impl PopOutcome {
+    fn due(&mut self, at: Instant) {
+        self.next_due = Some(self.next_due.map_or(at, |d| d.min(at)));
+    }
+}
+
+/// Why a receipt handle was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandleError(pub String);
+
+impl Cursor {
+    fn new(start: u64) -> Self {
+        Self {
+            low: start,
+            next: start,
+            slots: VecDeque::new(),
+            expiry: BinaryHeap::new(),
+            inflight: 0,
+        }
+    }
+
+    /// Everything below this offset is done.
+    pub fn low(&self) -> u64 {
+        self.low
+    }
+
+    /// Messages delivered and not yet acked.
+    pub fn inflight(&self) -> usize {
+        self.inflight
+    }
+
+    /// Offsets at or above this were never delivered.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Forget offsets evicted from the queue.
+    fn sync(&mut self, base: u64) {
+        while self.low < base {
+            if let Some(Slot::Inflight(_)) = self.slots.pop_front() {
+                self.inflight -= 1;
+            }
+            self.low += 1;
+        }
+        self.next = self.next.max(base);
+    }
+
+    fn compact(&mut self) {
+        while let Some(Slot::Done) = self.slots.front() {
+            self.slots.pop_front();
+            self.low += 1;
+        }
+        if self.expiry.len() > 1024 && self.expiry.len() > 4 * self.inflight {
+            let live: Vec<_> = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| match s {
+                    Slot::Inflight(f) => {
+                        Some(Reverse((f.visible_at, self.low + i as u64, f.nonce)))
+                    }
+                    _ => None,
+                })
+                .collect();
+            self.expiry = live.into();
+        }
+    }
+
+    fn slot_mut(&mut self, offset: u64) -> Option<&mut Slot> {
+        offset
+            .checked_sub(self.low)
+            .and_then(|i| self.slots.get_mut(i as usize))
+    }
+
+    fn deliver(&mut self, offset: u64, attempts: u32, p: &Pop<'_>) -> (u32, Slot) {
+        let nonce = p.nonces.fetch_add(1, Ordering::Relaxed);
+        let visible_at = p.now + p.invisible;
+        if !p.fifo {
+            self.expiry.push(Reverse((visible_at, offset, nonce)));
+        }
+        (
+            nonce,
+            Slot::Inflight(Inflight {
+                nonce,
+                attempts: attempts + 1,
+                visible_at,
+                held_since: p.now,
+                renew: p.renew.cloned(),
+            }),
+        )
+    }
+}
+
+impl QueueState {
+    /// The cursor of `group`, created at the lowest retained offset (a fresh group reads from
+    /// the beginning, as a fresh RocketMQ broker does).
+    pub fn cursor(&mut self, group: &Arc<str>) -> &mut Cursor {
+        let base = self.base;
+        let c = self
+            .cursors
+            .entry(group.clone())
+            .or_insert_with(|| Cursor::new(base));
+        c.sync(base);
+        c
+    }
+
+    /// Receive up to `p.max` messages from this queue into `out`.
+    pub fn pop(&mut self, p: &Pop<'_>, out: &mut PopOutcome) {
+        let base = self.base;
+        let end = self.end();
+        let want = out.deliveries.len() + p.max;
+        let c = self
+            .cursors
+            .entry(p.group.clone())
+            .or_insert_with(|| Cursor::new(base));
+        c.sync(base);
+        let msgs = &self.messages;
+        let stored = |off: u64| msgs[(off - base) as usize].clone();
+        if p.fifo {
+            pop_fifo(c, p, out, want, end, &stored);
+        } else {
+            pop_normal(c, p, out, want, end, &stored);
+        }
+        c.compact();
+    }
+
+    /// Ack the message at `offset` delivered with `nonce`.
+    pub fn ack(
+        &mut self,
+        group: &Arc<str>,
+        offset: u64,
+        nonce: u32,
+        now: Instant,
+    ) -> Result<Arc<Stored>, HandleError> {
+        let stored = self.get(offset).cloned();
+        let c = self.cursor(group);
+        take_inflight(c, offset, nonce, now)?;
+        *c.slot_mut(offset).expect("checked") = Slot::Done;
+        c.inflight -= 1;
+        c.compact();
+        stored.ok_or_else(|| HandleError("the message was evicted".into()))
+    }
+
+    /// Give the message a new invisible duration; returns the new nonce.
+    pub fn change_invisible(
+        &mut self,
+        group: &Arc<str>,
+        offset: u64,
+        nonce: u32,
+        invisible: Duration,
+        now: Instant,
+        nonces: &AtomicU32,
+    ) -> Result<u32, HandleError> {
+        let c = self.cursor(group);
+        take_inflight(c, offset, nonce, now)?;
+        let new = nonces.fetch_add(1, Ordering::Relaxed);
+        let visible_at = now + invisible;
+        if let Some(Slot::Inflight(f)) = c.slot_mut(offset) {
+            f.nonce = new;
+            f.visible_at = visible_at;
+            f.renew = None;
+        }
+        c.expiry.push(Reverse((visible_at, offset, new)));
+        Ok(new)
+    }
+
+    /// Take the message out of circulation for the DLQ; returns it and its delivery attempts.
+    pub fn dead_letter(
+        &mut self,
+        group: &Arc<str>,
+        offset: u64,
+        nonce: u32,
+        now: Instant,
+    ) -> Result<(Arc<Stored>, u32), HandleError> {
+        let stored = self.get(offset).cloned();
+        let c = self.cursor(group);
+        let attempts = take_inflight(c, offset, nonce, now)?;
+        *c.slot_mut(offset).expect("checked") = Slot::Done;
+        c.inflight -= 1;
+        c.compact();
+        stored
+            .map(|s| (s, attempts))
+            .ok_or_else(|| HandleError("the message was evicted".into()))
+    }
+}
+
+/// Check that `offset` is in flight with `nonce` and not expired; returns its attempts.
+fn take_inflight(
+    c: &mut Cursor,
+    offset: u64,
+    nonce: u32,
+    now: Instant,
+) -> Result<u32, HandleError> {
+    let (low, next) = (c.low, c.next);
+    match c.slot_mut(offset) {
+        Some(Slot::Inflight(f)) if f.nonce == nonce => {
+            if f.visible_at <= now && f.renew.is_none() {
+                Err(HandleError("the receipt handle has expired".into()))
+            } else {
+                Ok(f.attempts)
+            }
+        }
+        Some(Slot::Done) | None if offset < low || offset >= next => Err(HandleError(
+            "no message in flight for this receipt handle (already acked?)".into(),
+        )),
+        _ => Err(HandleError(
+            "the receipt handle is stale (the message was redelivered or its invisible duration changed)"
+                .into(),
+        )),
+    }
+}
+
+/// Decide what to do with an expired in-flight slot: renew it (auto-renew), or make it ready.
+/// Returns `None` when renewed.
+fn expire(f: &mut Inflight, p: &Pop<'_>) -> Option<u32> {
+    if let Some(l) = &f.renew {
+        if l.is_alive() && p.now.duration_since(f.held_since) < p.renew_max {
+            f.visible_at = p.now + p.renew_slice.max(Duration::from_millis(1));
+            return None;
+        }
+    }
+    Some(f.attempts)
+}
+
+fn pop_normal(
+    c: &mut Cursor,
+    p: &Pop<'_>,
+    out: &mut PopOutcome,
+    want: usize,
+    end: u64,
+    stored: &dyn Fn(u64) -> Arc<Stored>,
+) {
+    // Redeliveries first, oldest deadline first.
+    while out.deliveries.len() < want {
+        let Some(Reverse((at, offset, nonce))) = c.expiry.peek().copied() else {
+            break;
+        };
+        if at > p.now {
+            out.due(at);
+            break;
+        }
+        c.expiry.pop();
+        let Some(Slot::Inflight(f)) = c.slot_mut(offset) else {
+            continue;
+        };
+        if f.nonce != nonce || f.visible_at > p.now {
+            continue;
+        }
+        let Some(attempts) = expire(f, p) else {
+            let at = f.visible_at;
+            c.expiry.push(Reverse((at, offset, nonce)));
+            continue;
+        };
+        let s = stored(offset);
+        if attempts >= p.max_attempts {
+            *c.slot_mut(offset).expect("present") = Slot::Done;
+            c.inflight -= 1;
+            out.dead.push(DeadLetter {
+                stored: s,
+                attempts,
+            });
+            continue;
+        }
+        let (nonce, slot) = c.deliver(offset, attempts, p);
+        *c.slot_mut(offset).expect("present") = slot;
+        out.deliveries.push(Delivery {
+            stored: s,
+            nonce,
+            attempt: attempts + 1,
+        });
+    }
+    // Then new messages.
+    while out.deliveries.len() < want && c.next < end {
+        let offset = c.next;
+        c.next += 1;
+        let s = stored(offset);
+        if !p.filter.matches(&s) {
+            c.slots.push_back(Slot::Done);
+            continue;
+        }
+        let (nonce, slot) = c.deliver(offset, 0, p);
+        c.slots.push_back(slot);
+        c.inflight += 1;
+        out.deliveries.push(Delivery {
+            stored: s,
+            nonce,
+            attempt: 1,
+        });
+    }
+}
+
+fn pop_fifo(
+    c: &mut Cursor,
+    p: &Pop<'_>,
+    out: &mut PopOutcome,
+    want: usize,
+    end: u64,
+    stored: &dyn Fn(u64) -> Arc<Stored>,
+) {
+    let mut blocked_groups: HashSet<String> = HashSet::new();
+    let mut scanned = 0usize;
+    let low = c.low;
+    for i in 0..c.slots.len() {
+        if out.deliveries.len() >= want || scanned >= FIFO_SCAN_LIMIT {
+            return;
+        }
+        scanned += 1;
+        let offset = low + i as u64;
+        let attempts = match &mut c.slots[i] {
+            Slot::Done => continue,
+            Slot::Ready { attempts } => *attempts,
+            Slot::Inflight(f) => {
+                if f.visible_at > p.now {
+                    out.due(f.visible_at);
+                    let s = stored(offset);
+                    if let Some(g) = s.message_group() {
+                        blocked_groups.insert(g.to_string());
+                    }
+                    continue;
+                }
+                match expire(f, p) {
+                    None => {
+                        out.due(f.visible_at);
+                        let s = stored(offset);
+                        if let Some(g) = s.message_group() {
+                            blocked_groups.insert(g.to_string());
+                        }
+                        continue;
+                    }
+                    Some(a) => a,
+                }
+            }
+        };
+        let s = stored(offset);
+        let group = s.message_group().map(str::to_string);
+        if group.as_ref().is_some_and(|g| blocked_groups.contains(g)) {
+            if let Slot::Inflight(_) = c.slots[i] {
+                c.slots[i] = Slot::Ready { attempts };
+                c.inflight -= 1;
+            }
+            continue;
+        }
+        let was_inflight = matches!(c.slots[i], Slot::Inflight(_));
+        if attempts >= p.max_attempts {
+            c.slots[i] = Slot::Done;
+            if was_inflight {
+                c.inflight -= 1;
+            }
+            out.dead.push(DeadLetter {
+                stored: s,
+                attempts,
+            });
+            continue;
+        }
+        let (nonce, slot) = c.deliver(offset, attempts, p);
+        c.slots[i] = slot;
+        if !was_inflight {
+            c.inflight += 1;
+        }
+        if let Some(g) = group {
+            blocked_groups.insert(g);
+        }
+        out.deliveries.push(Delivery {
+            stored: s,
+            nonce,
+            attempt: attempts + 1,
+        });
+    }
+    while out.deliveries.len() < want && c.next < end && scanned < FIFO_SCAN_LIMIT {
+        scanned += 1;
+        let offset = c.next;
+        c.next += 1;
+        let s = stored(offset);
+        if !p.filter.matches(&s) {
+            c.slots.push_back(Slot::Done);
+            continue;
+        }
+        let group = s.message_group().map(str::to_string);
+        if group.as_ref().is_some_and(|g| blocked_groups.contains(g)) {
+            c.slots.push_back(Slot::Ready { attempts: 0 });
+            continue;
+        }
+        let (nonce, slot) = c.deliver(offset, 0, p);
+        c.slots.push_back(slot);
+        c.inflight += 1;
+        if let Some(g) = group {
+            blocked_groups.insert(g);
+        }
+        out.deliveries.push(Delivery {
+            stored: s,
+            nonce,
+            attempt: 1,
+        });
+    }
+}
+
+/// Encode a receipt handle.
+pub fn encode_handle(broker: usize, queue: i32, offset: u64, nonce: u32) -> String {
+    format!("fmq1.{broker:x}.{queue:x}.{offset:x}.{nonce:x}")
+}
+
+/// Decode a receipt handle into (broker, queue, offset, nonce).
+pub fn decode_handle(h: &str) -> Option<(usize, i32, u64, u32)> {
+    let mut it = h.strip_prefix("fmq1.")?.split('.');
+    let broker = usize::from_str_radix(it.next()?, 16).ok()?;
+    let queue = i32::from_str_radix(it.next()?, 16).ok()?;
+    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+    let nonce = u32::from_str_radix(it.next()?, 16).ok()?;
+    if it.next().is_some() {
+        return None;
+    }
+    Some((broker, queue, offset, nonce))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn stored(offset: u64, group: Option<&str>) -> Arc<Stored> {
+        Arc::new(Stored {
+            offset,
+            msg: proto::Message {
+                topic: None,
+                user_properties: HashMap::new(),
+                system_properties: Some(proto::SystemProperties {
+                    message_id: format!("m{offset}"),
+                    message_group: group.map(str::to_string),
+                    ..Default::default()
+                }),
+                body: bytes::Bytes::new(),
+            },
+            size: 1,
+            store_ms: 0,
+        })
+    }
+
+    fn queue(groups: &[Option<&str>]) -> QueueState {
+        let mut q = QueueState::default();
+        for (i, g) in groups.iter().enumerate() {
+            q.messages.push_back(stored(i as u64, *g));
+        }
+        q
+    }
+
+    struct Ctx {
+        group: Arc<str>,
+        nonces: AtomicU32,
+        filter: Filter,
+    }
+
+    impl Ctx {
+        fn new() -> Self {
+            Self {
+                group: "g".into(),
+                nonces: AtomicU32::new(1),
+                filter: Filter::All,
+            }
+        }
+        fn pop(&self, q: &mut QueueState, fifo: bool, max: usize, now: Instant) -> PopOutcome {
+            let p = Pop {
+                group: &self.group,
+                fifo,
+                max_attempts: 3,
+                max,
+                invisible: Duration::from_secs(10),
+                filter: &self.filter,
+                now,
+                renew: None,
+                renew_max: Duration::from_secs(3600),
+                renew_slice: Duration::from_secs(60),
+                nonces: &self.nonces,
+            };
+            let mut out = PopOutcome::default();
+            q.pop(&p, &mut out);
+            out
+        }
+    }
+
+    fn offsets(o: &PopOutcome) -> Vec<u64> {
+        o.deliveries.iter().map(|d| d.stored.offset).collect()
+    }
+
+    #[test]
+    fn ack_and_handles() {
+        let ctx = Ctx::new();
+        let mut q = queue(&[None, None, None]);
+        let t0 = Instant::now();
+        let out = ctx.pop(&mut q, false, 2, t0);
+        assert_eq!(offsets(&out), vec![0, 1]);
+        let d = &out.deliveries[0];
+        assert_eq!(d.attempt, 1);
+        assert!(q.ack(&ctx.group, 0, d.nonce + 100, t0).is_err());
+        q.ack(&ctx.group, 0, d.nonce, t0).unwrap();
+        assert!(q.ack(&ctx.group, 0, d.nonce, t0).is_err(), "double ack");
+        assert_eq!(q.cursors[&ctx.group].low(), 1);
+        // change invisible: new nonce, old one stops working
+        let n1 = out.deliveries[1].nonce;
+        let n2 = q
+            .change_invisible(&ctx.group, 1, n1, Duration::from_secs(1), t0, &ctx.nonces)
+            .unwrap();
+        assert!(q.ack(&ctx.group, 1, n1, t0).is_err());
+        // expires after 1 s: redelivered with attempt 2, the nonce n2 handle is stale afterwards
+        let out = ctx.pop(&mut q, false, 5, t0 + Duration::from_secs(2));
+        assert_eq!(offsets(&out), vec![1, 2]);
+        assert_eq!(out.deliveries[0].attempt, 2);
+        assert!(q
+            .ack(&ctx.group, 1, n2, t0 + Duration::from_secs(2))
+            .is_err());
+    }
+
+    #[test]
+    fn expired_handle_is_refused_and_dlq_after_max_attempts() {
+        let ctx = Ctx::new();
+        let mut q = queue(&[None]);
+        let mut t = Instant::now();
+        let mut last = 0;
+        for attempt in 1..=3 {
+            let out = ctx.pop(&mut q, false, 1, t);
+            assert_eq!(out.deliveries.len(), 1);
+            assert_eq!(out.deliveries[0].attempt, attempt);
+            last = out.deliveries[0].nonce;
+            t += Duration::from_secs(11);
+        }
+        assert!(q.ack(&ctx.group, 0, last, t).is_err(), "expired");
+        let out = ctx.pop(&mut q, false, 1, t);
+        assert!(out.deliveries.is_empty());
+        assert_eq!(out.dead.len(), 1);
+        assert_eq!(out.dead[0].attempts, 3);
+        assert_eq!(q.cursors[&ctx.group].low(), 1);
+    }
+
+    #[test]
+    fn fifo_blocks_message_groups() {
+        let ctx = Ctx::new();
+        let mut q = queue(&[Some("a"), Some("a"), Some("b"), None, Some("b")]);
+        let t0 = Instant::now();
+        let out = ctx.pop(&mut q, true, 10, t0);
+        assert_eq!(offsets(&out), vec![0, 2, 3]);
+        // nothing more while a and b are in flight
+        assert!(ctx.pop(&mut q, true, 10, t0).deliveries.is_empty());
+        q.ack(&ctx.group, 2, out.deliveries[1].nonce, t0).unwrap();
+        assert_eq!(offsets(&ctx.pop(&mut q, true, 10, t0)), vec![4]);
+        // everything in flight expires: a's first message comes back before a's second one
+        let later = t0 + Duration::from_secs(11);
+        let out2 = ctx.pop(&mut q, true, 10, later);
+        assert_eq!(offsets(&out2), vec![0, 3, 4]);
+        assert_eq!(out2.deliveries[0].attempt, 2);
+        q.ack(&ctx.group, 0, out2.deliveries[0].nonce, later)
+            .unwrap();
+        assert_eq!(offsets(&ctx.pop(&mut q, true, 10, later)), vec![1]);
+    }
+
+    #[test]
+    fn handles_round_trip() {
+        let h = encode_handle(3, 7, 123_456_789, 42);
+        assert_eq!(decode_handle(&h), Some((3, 7, 123_456_789, 42)));
+        assert_eq!(decode_handle("garbage"), None);
+        assert_eq!(decode_handle("fmq1.1.2.3"), None);
+    }
+}

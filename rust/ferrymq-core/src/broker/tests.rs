@@ -1,0 +1,305 @@
+//! End-to-end tests of the broker over loopback with a raw tonic client.
+
+use std::time::Duration;
+
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+use tonic::Request;
+
+use super::*;
+use crate::proto::messaging_service_client::MessagingServiceClient;
+use crate::proto::telemetry_command::Command;
+use crate::status as code;
+
+pub(super) struct Client {
+    pub rpc: MessagingServiceClient<Channel>,
+    pub id: String,
+    pub telemetry_tx: Option<mpsc::Sender<proto::TelemetryCommand>>,
+    pub telemetry_rx: Option<tonic::Streaming<proto::TelemetryCommand>>,
+}
+
+pub(super) fn req<T>(id: &str, msg: T) -> Request<T> {
+    let mut r = Request::new(msg);
+    if !id.is_empty() {
+        r.metadata_mut()
+            .insert("x-mq-client-id", MetadataValue::try_from(id).unwrap());
+    }
+    r
+}
+
+pub(super) fn res(name: &str) -> Option<proto::Resource> {
+    Some(proto::Resource {
+        resource_namespace: String::new(),
+        name: name.into(),
+    })
+}
+
+pub(super) fn message(topic: &str, body: &'static [u8]) -> proto::Message {
+    proto::Message {
+        topic: res(topic),
+        user_properties: Default::default(),
+        system_properties: Some(proto::SystemProperties {
+            message_id: crate::message_id::generate(),
+            ..Default::default()
+        }),
+        body: bytes::Bytes::from_static(body),
+    }
+}
+
+impl Client {
+    pub async fn connect(addr: std::net::SocketAddr, id: &str) -> Client {
+        let ch = Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        Client {
+            rpc: MessagingServiceClient::new(ch),
+            id: id.into(),
+            telemetry_tx: None,
+            telemetry_rx: None,
+        }
+    }
+
+    /// Open Telemetry, send settings, return the merged echo.
+    pub async fn settings(&mut self, settings: proto::Settings) -> proto::Settings {
+        let (tx, rx) = mpsc::channel(8);
+        tx.send(proto::TelemetryCommand {
+            status: None,
+            command: Some(Command::Settings(settings)),
+        })
+        .await
+        .unwrap();
+        let mut stream = self
+            .rpc
+            .telemetry(req(
+                &self.id,
+                tokio_stream::wrappers::ReceiverStream::new(rx),
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        let echo = stream.message().await.unwrap().unwrap();
+        assert_eq!(echo.status.unwrap().code, code::OK);
+        self.telemetry_tx = Some(tx);
+        self.telemetry_rx = Some(stream);
+        match echo.command {
+            Some(Command::Settings(s)) => s,
+            other => panic!("expected settings, got {other:?}"),
+        }
+    }
+
+    pub async fn consumer(&mut self, group: &str) -> proto::Settings {
+        self.settings(proto::Settings {
+            client_type: Some(proto::ClientType::SimpleConsumer as i32),
+            pub_sub: Some(proto::settings::PubSub::Subscription(proto::Subscription {
+                group: res(group),
+                ..Default::default()
+            })),
+            ..Default::default()
+        })
+        .await
+    }
+
+    pub async fn producer(&mut self, topics: &[&str]) -> proto::Settings {
+        self.settings(proto::Settings {
+            client_type: Some(proto::ClientType::Producer as i32),
+            pub_sub: Some(proto::settings::PubSub::Publishing(proto::Publishing {
+                topics: topics.iter().map(|t| res(t).unwrap()).collect(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        })
+        .await
+    }
+
+    pub async fn send(&mut self, msgs: Vec<proto::Message>) -> proto::SendMessageResponse {
+        self.rpc
+            .send_message(req(&self.id, proto::SendMessageRequest { messages: msgs }))
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    pub async fn receive(
+        &mut self,
+        group: &str,
+        topic: &str,
+        batch: i32,
+        invisible: Duration,
+    ) -> (i32, Vec<proto::Message>) {
+        let mut r = req(
+            &self.id,
+            proto::ReceiveMessageRequest {
+                group: res(group),
+                message_queue: Some(proto::MessageQueue {
+                    topic: res(topic),
+                    id: -1,
+                    ..Default::default()
+                }),
+                batch_size: batch,
+                invisible_duration: Some(store::proto_duration(invisible)),
+                long_polling_timeout: Some(store::proto_duration(Duration::from_millis(100))),
+                ..Default::default()
+            },
+        );
+        r.set_timeout(Duration::from_secs(10));
+        let mut s = self.rpc.receive_message(r).await.unwrap().into_inner();
+        let mut status = 0;
+        let mut out = vec![];
+        while let Some(m) = s.message().await.unwrap() {
+            match m.content {
+                Some(proto::receive_message_response::Content::Status(st)) => status = st.code,
+                Some(proto::receive_message_response::Content::Message(m)) => out.push(m),
+                _ => {}
+            }
+        }
+        (status, out)
+    }
+
+    pub async fn ack(&mut self, group: &str, topic: &str, m: &proto::Message) -> i32 {
+        let sp = m.system_properties.as_ref().unwrap();
+        self.rpc
+            .ack_message(req(
+                &self.id,
+                proto::AckMessageRequest {
+                    group: res(group),
+                    topic: res(topic),
+                    entries: vec![proto::AckMessageEntry {
+                        message_id: sp.message_id.clone(),
+                        receipt_handle: sp.receipt_handle.clone().unwrap(),
+                        lite_topic: None,
+                    }],
+                },
+            ))
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+            .unwrap()
+            .code
+    }
+}
+
+fn fast() -> BrokerConfig {
+    BrokerConfig {
+        long_polling_min: Duration::from_millis(50),
+        ..BrokerConfig::for_tests()
+    }
+}
+
+#[tokio::test]
+async fn send_receive_ack_over_two_endpoints() {
+    let broker = Broker::start(BrokerConfig {
+        endpoints: 2,
+        ..fast()
+    })
+    .await
+    .unwrap();
+    broker.create_topic("t", "NORMAL", 4).unwrap();
+    broker.create_group(GroupConfig::new("g")).unwrap();
+    let addrs = broker.addresses();
+    assert_eq!(broker.access_point(), format!("{};{}", addrs[0], addrs[1]));
+
+    let mut c = Client::connect(addrs[0], "c1").await;
+    let route = c
+        .rpc
+        .query_route(req(
+            "c1",
+            proto::QueryRouteRequest {
+                topic: res("t"),
+                endpoints: None,
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(route.status.unwrap().code, code::OK);
+    assert_eq!(route.message_queues.len(), 4);
+    let ports: std::collections::BTreeSet<i32> = route
+        .message_queues
+        .iter()
+        .map(|q| {
+            q.broker
+                .as_ref()
+                .unwrap()
+                .endpoints
+                .as_ref()
+                .unwrap()
+                .addresses[0]
+                .port
+        })
+        .collect();
+    assert_eq!(ports.len(), 2, "queues spread over both endpoints");
+
+    // Receive before settings: UNRECOGNIZED_CLIENT_TYPE, as the proxy.
+    let (status, _) = c.receive("g", "t", 8, Duration::from_secs(30)).await;
+    assert_eq!(status, code::UNRECOGNIZED_CLIENT_TYPE);
+
+    let merged = c.consumer("g").await;
+    assert_eq!(merged.backoff_policy.unwrap().max_attempts, 16);
+    let sent = c
+        .send(vec![
+            message("t", b"a"),
+            message("t", b"b"),
+            message("t", b"c"),
+        ])
+        .await;
+    assert_eq!(sent.status.unwrap().code, code::OK);
+    assert_eq!(sent.entries.len(), 3);
+    assert_eq!(sent.entries[2].offset, 2, "a batch goes to one queue");
+
+    let (status, got) = c.receive("g", "t", 2, Duration::from_secs(30)).await;
+    assert_eq!(status, code::OK);
+    assert_eq!(got.len(), 2);
+    let sp = got[0].system_properties.as_ref().unwrap();
+    assert_eq!(sp.delivery_attempt, Some(1));
+    assert_eq!(
+        sp.body_digest.as_ref().unwrap().checksum,
+        format!("{:08X}", crc32fast::hash(&got[0].body))
+    );
+    for m in &got {
+        assert_eq!(c.ack("g", "t", m).await, code::OK);
+    }
+    assert_eq!(c.ack("g", "t", &got[0]).await, code::INVALID_RECEIPT_HANDLE);
+    let (_, rest) = c.receive("g", "t", 8, Duration::from_secs(30)).await;
+    assert_eq!(rest.len(), 1);
+    let (status, none) = c.receive("g", "t", 8, Duration::from_secs(30)).await;
+    assert_eq!((status, none.len()), (code::MESSAGE_NOT_FOUND, 0));
+    broker.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_id_is_required_and_types_are_enforced() {
+    let broker = Broker::start(fast()).await.unwrap();
+    broker.create_topic("fifo", "FIFO", 2).unwrap();
+    let mut c = Client::connect(broker.addresses()[0], "c1").await;
+    let r = c
+        .rpc
+        .query_route(req(
+            "",
+            proto::QueryRouteRequest {
+                topic: res("fifo"),
+                endpoints: None,
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status.unwrap().code, code::CLIENT_ID_REQUIRED);
+    let r = c.send(vec![message("fifo", b"x")]).await;
+    assert_eq!(
+        r.status.unwrap().code,
+        code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    );
+    let r = c.send(vec![message("nope", b"x")]).await;
+    assert_eq!(r.status.unwrap().code, code::TOPIC_NOT_FOUND);
+    let mut m = message("fifo", b"");
+    m.system_properties.as_mut().unwrap().message_group = Some("g".into());
+    assert_eq!(
+        c.send(vec![m.clone()]).await.status.unwrap().code,
+        code::MESSAGE_BODY_EMPTY
+    );
+    m.body = bytes::Bytes::from_static(b"ok");
+    assert_eq!(c.send(vec![m]).await.status.unwrap().code, code::OK);
+}

@@ -1,0 +1,370 @@
+//! [`MessageColumns`]: received messages laid out column by column in the Apache Arrow memory
+//! format, so that a reader (the PySpark source) can hand them to `pyarrow` without creating one
+//! Python object per message.
+//!
+//! The columns are the read schema of `ferrymq.spark` (Kafka's names first):
+//!
+//! | column | Arrow type | nullable |
+//! | --- | --- | --- |
+//! | `key` | binary | yes |
+//! | `value` | binary | no |
+//! | `topic` | utf8 | no |
+//! | `partition` | int32 | no |
+//! | `offset` | int64 | no |
+//! | `timestamp` | timestamp(us, UTC) as int64 | yes |
+//! | `properties` | map<utf8, utf8> | no (may be empty) |
+//! | `tag` | utf8 | yes |
+//! | `message_group` | utf8 | yes |
+//! | `message_id` | utf8 | yes |
+//!
+//! Variable-width columns use 32-bit offsets, so one batch holds at most `i32::MAX` bytes per
+//! column; [`MessageColumns::push`] refuses a row that would overflow (the caller starts a new
+//! batch first: see [`MessageColumns::would_fit`]). Validity bitmaps are LSB-first, one bit per
+//! row, 1 = valid, as Arrow specifies.
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+
+/// A variable-width column (binary or utf8) with an optional validity bitmap.
+#[derive(Debug, Clone, Default)]
+pub struct VarColumn {
+    offsets: Vec<i32>,
+    data: Vec<u8>,
+    validity: Vec<u8>,
+    nulls: usize,
+    nullable: bool,
+}
+
+impl VarColumn {
+    fn new(nullable: bool) -> Self {
+        Self {
+            offsets: vec![0],
+            data: Vec::new(),
+            validity: Vec::new(),
+            nulls: 0,
+            nullable,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    fn push(&mut self, v: Option<&[u8]>) {
+        let row = self.len();
+        if self.nullable {
+            if row % 8 == 0 {
+                self.validity.push(0);
+            }
+            if v.is_some() {
+                self.validity[row / 8] |= 1 << (row % 8);
+            } else {
+                self.nulls += 1;
+            }
+        }
+        if let Some(v) = v {
+            self.data.extend_from_slice(v);
+        }
+        // Callers check `would_fit` first, so the length fits in an i32.
+        self.offsets
+            .push(i32::try_from(self.data.len()).unwrap_or(i32::MAX));
+    }
+
+    /// The offsets buffer (`len + 1` little-endian i32).
+    pub fn offsets(&self) -> &[i32] {
+        &self.offsets
+    }
+    /// The data buffer.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+    /// The validity bitmap, or `None` when the column has no nulls.
+    pub fn validity(&self) -> Option<&[u8]> {
+        (self.nulls > 0).then_some(self.validity.as_slice())
+    }
+    /// How many rows are null.
+    pub fn null_count(&self) -> usize {
+        self.nulls
+    }
+    /// Bytes held by this column.
+    pub fn byte_len(&self) -> usize {
+        self.data.len() + self.offsets.len() * 4 + self.validity.len()
+    }
+}
+
+/// A fixed-width column of `T` with an optional validity bitmap.
+#[derive(Debug, Clone, Default)]
+pub struct FixedColumn<T> {
+    values: Vec<T>,
+    validity: Vec<u8>,
+    nulls: usize,
+}
+
+impl<T: Copy + Default> FixedColumn<T> {
+    fn push(&mut self, v: Option<T>) {
+        let row = self.values.len();
+        if row % 8 == 0 {
+            self.validity.push(0);
+        }
+        match v {
+            Some(v) => {
+                self.validity[row / 8] |= 1 << (row % 8);
+                self.values.push(v);
+            }
+            None => {
+                self.nulls += 1;
+                self.values.push(T::default());
+            }
+        }
+    }
+    /// The values (nulls hold `T::default()`).
+    pub fn values(&self) -> &[T] {
+        &self.values
+    }
+    /// The validity bitmap, or `None` when the column has no nulls.
+    pub fn validity(&self) -> Option<&[u8]> {
+        (self.nulls > 0).then_some(self.validity.as_slice())
+    }
+    /// How many rows are null.
+    pub fn null_count(&self) -> usize {
+        self.nulls
+    }
+}
+
+/// One received message, borrowed, as the columns want it.
+#[derive(Debug, Clone, Copy)]
+pub struct Row<'a> {
+    /// Message key (RocketMQ: the first of `keys`; NATS: the `ferrymq-key` header).
+    pub key: Option<&'a [u8]>,
+    /// Payload.
+    pub value: &'a [u8],
+    /// Topic, stream subject or JMQ topic.
+    pub topic: &'a str,
+    /// Queue id / partition.
+    pub partition: i32,
+    /// Queue offset, partition index or stream sequence.
+    pub offset: i64,
+    /// Store time (or born time) in Unix microseconds.
+    pub timestamp_us: Option<i64>,
+    /// User properties / headers.
+    pub properties: &'a [(&'a str, &'a str)],
+    /// Tag (RocketMQ).
+    pub tag: Option<&'a str>,
+    /// Message group (RocketMQ FIFO).
+    pub message_group: Option<&'a str>,
+    /// Message id.
+    pub message_id: Option<&'a str>,
+}
+
+impl Row<'_> {
+    fn var_bytes(&self) -> usize {
+        let props: usize = self.properties.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.key.map_or(0, <[u8]>::len)
+            + self.value.len()
+            + self.topic.len()
+            + props
+            + self.tag.map_or(0, str::len)
+            + self.message_group.map_or(0, str::len)
+            + self.message_id.map_or(0, str::len)
+    }
+}
+
+/// Received messages in Arrow column layout (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct MessageColumns {
+    /// `key` (binary, nullable).
+    pub key: VarColumn,
+    /// `value` (binary).
+    pub value: VarColumn,
+    /// `topic` (utf8).
+    pub topic: VarColumn,
+    /// `partition` (int32).
+    pub partition: Vec<i32>,
+    /// `offset` (int64).
+    pub offset: Vec<i64>,
+    /// `timestamp` in microseconds (nullable).
+    pub timestamp_us: FixedColumn<i64>,
+    /// `properties`: list offsets (`len + 1` i32) into `property_keys` / `property_values`.
+    pub property_offsets: Vec<i32>,
+    /// Map keys (utf8).
+    pub property_keys: VarColumn,
+    /// Map values (utf8).
+    pub property_values: VarColumn,
+    /// `tag` (utf8, nullable).
+    pub tag: VarColumn,
+    /// `message_group` (utf8, nullable).
+    pub message_group: VarColumn,
+    /// `message_id` (utf8, nullable).
+    pub message_id: VarColumn,
+    bytes: usize,
+}
+
+impl Default for MessageColumns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The most bytes one variable-width column may hold (32-bit Arrow offsets).
+const MAX_COLUMN_BYTES: usize = i32::MAX as usize;
+
+impl MessageColumns {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self {
+            key: VarColumn::new(true),
+            value: VarColumn::new(false),
+            topic: VarColumn::new(false),
+            partition: Vec::new(),
+            offset: Vec::new(),
+            timestamp_us: FixedColumn::default(),
+            property_offsets: vec![0],
+            property_keys: VarColumn::new(false),
+            property_values: VarColumn::new(false),
+            tag: VarColumn::new(true),
+            message_group: VarColumn::new(true),
+            message_id: VarColumn::new(true),
+            bytes: 0,
+        }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.offset.len()
+    }
+
+    /// Whether the batch has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.offset.is_empty()
+    }
+
+    /// Payload bytes held (variable-width data of every column).
+    pub fn byte_len(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether `row` can be added without overflowing a 32-bit offset.
+    pub fn would_fit(&self, row: &Row<'_>) -> bool {
+        // A conservative test: every variable-width column holds at most `self.bytes`.
+        self.bytes + row.var_bytes() <= MAX_COLUMN_BYTES
+    }
+
+    /// Append one message.
+    pub fn push(&mut self, row: &Row<'_>) -> Result<()> {
+        if !self.would_fit(row) {
+            return Err(Error::invalid(
+                "batch",
+                "more than 2 GiB of message data in one batch; read a smaller range",
+            ));
+        }
+        self.bytes += row.var_bytes();
+        self.key.push(row.key);
+        self.value.push(Some(row.value));
+        self.topic.push(Some(row.topic.as_bytes()));
+        self.partition.push(row.partition);
+        self.offset.push(row.offset);
+        self.timestamp_us.push(row.timestamp_us);
+        for (k, v) in row.properties {
+            self.property_keys.push(Some(k.as_bytes()));
+            self.property_values.push(Some(v.as_bytes()));
+        }
+        self.property_offsets.push(
+            i32::try_from(self.property_keys.len())
+                .map_err(|_| Error::invalid("batch", "too many properties in one batch"))?,
+        );
+        self.tag.push(row.tag.map(str::as_bytes));
+        self.message_group
+            .push(row.message_group.map(str::as_bytes));
+        self.message_id.push(row.message_id.map(str::as_bytes));
+        Ok(())
+    }
+}
+
+/// Fixed-width values that Arrow stores little-endian.
+pub trait LeBytes: Copy {
+    /// Append the little-endian bytes of `self` to `out`.
+    fn put_le(self, out: &mut Vec<u8>);
+}
+
+impl LeBytes for i32 {
+    fn put_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+
+impl LeBytes for i64 {
+    fn put_le(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+}
+
+/// A fixed-width buffer as the bytes of an Arrow buffer.
+pub fn as_le_bytes<T: LeBytes>(v: &[T]) -> Bytes {
+    let mut out = Vec::with_capacity(std::mem::size_of_val(v));
+    for x in v {
+        x.put_le(&mut out);
+    }
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row<'a>(offset: i64, key: Option<&'a [u8]>, props: &'a [(&'a str, &'a str)]) -> Row<'a> {
+        Row {
+            key,
+            value: b"hello",
+            topic: "t",
+            partition: 3,
+            offset,
+            timestamp_us: if offset == 1 { None } else { Some(offset * 10) },
+            properties: props,
+            tag: Some("tg"),
+            message_group: None,
+            message_id: Some("id"),
+        }
+    }
+
+    #[test]
+    fn lays_out_arrow_buffers() {
+        let mut c = MessageColumns::new();
+        c.push(&row(0, Some(b"k0"), &[("a", "1"), ("bb", "22")]))
+            .unwrap();
+        c.push(&row(1, None, &[])).unwrap();
+        c.push(&row(2, Some(b""), &[("c", "")])).unwrap();
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.key.offsets(), &[0, 2, 2, 2]);
+        assert_eq!(c.key.data(), b"k0");
+        // Rows 0 and 2 are valid, row 1 is null.
+        assert_eq!(c.key.validity(), Some(&[0b101][..]));
+        assert_eq!(c.key.null_count(), 1);
+        assert_eq!(c.value.validity(), None);
+        assert_eq!(c.value.offsets(), &[0, 5, 10, 15]);
+        assert_eq!(c.offset, vec![0, 1, 2]);
+        assert_eq!(c.partition, vec![3, 3, 3]);
+        assert_eq!(c.timestamp_us.values(), &[0, 0, 20]);
+        assert_eq!(c.timestamp_us.validity(), Some(&[0b101][..]));
+        assert_eq!(c.property_offsets, vec![0, 2, 2, 3]);
+        assert_eq!(c.property_keys.data(), b"abbc");
+        assert_eq!(c.property_values.offsets(), &[0, 1, 3, 3]);
+        assert_eq!(c.message_group.null_count(), 3);
+        assert!(c.tag.validity().is_none());
+    }
+
+    #[test]
+    fn validity_spans_bytes() {
+        let mut c = MessageColumns::new();
+        for i in 0..10 {
+            let key: Option<&[u8]> = if i == 9 { None } else { Some(b"k") };
+            c.push(&row(i + 2, key, &[])).unwrap();
+        }
+        assert_eq!(c.key.validity(), Some(&[0xff, 0b01][..]));
+    }
+
+    #[test]
+    fn little_endian_bytes() {
+        assert_eq!(&as_le_bytes(&[1i32, 256])[..], &[1, 0, 0, 0, 0, 1, 0, 0]);
+    }
+}

@@ -1,0 +1,755 @@
+//! The RPCs a consumer needs, behind one trait.
+//!
+//! The push consumer's process queues, consume services and settle path are written against
+//! [`ConsumerRpc`], so they are unit-tested with an in-memory fake; the production
+//! implementation sends the RPCs through the shared RocketMQ client layer (sessions, signing,
+//! telemetry settings).
+
+use std::future::Future;
+use std::time::Duration;
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::proto;
+use crate::rocketmq::client::{check_status, deadline, Client};
+use crate::rocketmq::endpoints::Endpoints;
+use crate::rocketmq::filter::FilterExpression;
+use crate::rocketmq::message_view::{MessageSource, MessageView};
+use crate::rocketmq::settings;
+use crate::rocketmq::settings::{Backoff, RetryPolicy};
+use crate::status;
+
+/// Consumer settings: what the client asked for, overwritten by what the broker issued on the
+/// telemetry stream (`Settings.subscription` and `Settings.backoff_policy`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerSettings {
+    /// Whether the group consumes in FIFO order (`consumeMessageOrderly` on the broker).
+    pub fifo: bool,
+    /// How many messages one receive may return.
+    pub receive_batch_size: u32,
+    /// How long a receive waits on the broker for messages.
+    pub long_polling_timeout: Duration,
+    /// The consumption retry policy.
+    pub retry_policy: RetryPolicy,
+}
+
+impl Default for ConsumerSettings {
+    fn default() -> Self {
+        Self {
+            fifo: false,
+            receive_batch_size: 32,
+            long_polling_timeout: Duration::from_secs(20),
+            retry_policy: default_retry_policy(),
+        }
+    }
+}
+
+/// The delays the stock proxy issues to a consumer group by default (`messageDelayLevel` 3 and up).
+const DEFAULT_DELAYS_SECS: [u64; 18] = [
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+];
+
+/// The stock proxy's default consumer retry policy: 17 attempts, customized delays. Used only
+/// until the broker's settings arrive.
+pub fn default_retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 17,
+        backoff: Backoff::Customized(
+            DEFAULT_DELAYS_SECS
+                .iter()
+                .map(|s| Duration::from_secs(*s))
+                .collect(),
+        ),
+    }
+}
+
+/// One `ReceiveMessage` call.
+#[derive(Debug, Clone)]
+pub struct ReceiveRequest {
+    /// The queue to receive from (its broker's endpoints are the target).
+    pub queue: proto::MessageQueue,
+    /// The subscription filter.
+    pub filter: FilterExpression,
+    /// Most messages to return.
+    pub batch_size: u32,
+    /// How long received messages stay invisible (simple consumers; `None` with auto-renew).
+    pub invisible_duration: Option<Duration>,
+    /// Let the broker renew invisibility until the message is settled (push consumers).
+    pub auto_renew: bool,
+    /// How long the broker may hold the call waiting for messages.
+    pub long_polling_timeout: Duration,
+}
+
+/// What a consumer sends to brokers. Every method is one RPC, without retries: retrying is the
+/// caller's policy (the push consumer retries settle operations, the simple consumer never does).
+pub trait ConsumerRpc: Send + Sync + 'static {
+    /// The current consumer settings (after the broker's telemetry echo).
+    fn settings(&self) -> ConsumerSettings;
+
+    /// The access point, which settles messages of queues whose route names no broker.
+    fn access_endpoints(&self) -> Endpoints;
+
+    /// `QueryAssignment`: the queues of `topic` this consumer group should read.
+    fn query_assignment(
+        &self,
+        topic: &str,
+    ) -> impl Future<Output = Result<Vec<proto::MessageQueue>>> + Send;
+
+    /// `ReceiveMessage`: an empty vector when there is nothing to receive (`MESSAGE_NOT_FOUND`
+    /// included); a throttled receive fails with `ErrorKind::FlowControl`.
+    fn receive(
+        &self,
+        request: ReceiveRequest,
+    ) -> impl Future<Output = Result<Vec<proto::Message>>> + Send;
+
+    /// `AckMessage` for several messages of one source: one result per entry, in order.
+    fn ack(
+        &self,
+        source: &MessageSource,
+        messages: &[&MessageView],
+    ) -> impl Future<Output = Result<Vec<Result<()>>>> + Send;
+
+    /// `ChangeInvisibleDuration`: returns the new receipt handle (the caller stores it).
+    fn change_invisible_duration(
+        &self,
+        message: &MessageView,
+        duration: Duration,
+    ) -> impl Future<Output = Result<String>> + Send;
+
+    /// `ForwardMessageToDeadLetterQueue`.
+    fn forward_to_dead_letter_queue(
+        &self,
+        message: &MessageView,
+        max_delivery_attempts: u32,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// [`ConsumerRpc`] over the shared client layer: headers, signing, channels and settings come
+/// from the [`Client`]; settings lost by a restarted broker are re-sent on the first
+/// `UNRECOGNIZED_CLIENT_TYPE`.
+#[derive(Clone, Debug)]
+pub struct ClientRpc {
+    client: Client,
+    group: proto::Resource,
+}
+
+fn is_readable_leader(q: &proto::MessageQueue) -> bool {
+    let p = q.permission;
+    (p == proto::Permission::Read as i32 || p == proto::Permission::ReadWrite as i32)
+        && q.broker.as_ref().is_some_and(|b| b.id == 0)
+}
+
+impl ClientRpc {
+    /// RPCs of `client` on behalf of consumer `group`.
+    pub fn new(client: Client, group: &str) -> Self {
+        let group = client.resource(group);
+        Self { client, group }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The group resource.
+    pub fn group(&self) -> &proto::Resource {
+        &self.group
+    }
+
+    fn timeout(&self) -> Duration {
+        self.client.settings().request_timeout
+    }
+
+    async fn failed<T>(&self, endpoints: &Endpoints, err: Error) -> Result<T> {
+        self.client.on_rpc_error(endpoints, &err).await;
+        Err(err)
+    }
+
+    /// The readable leader queues of `topic` (route cached by the client).
+    pub async fn readable_queues(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
+        let route = self.client.route(topic).await?;
+        let queues: Vec<proto::MessageQueue> = route
+            .queues()
+            .iter()
+            .filter(|q| is_readable_leader(q))
+            .cloned()
+            .collect();
+        if queues.is_empty() {
+            return Err(Error::rocketmq_status(
+                status::FORBIDDEN,
+                format!("topic {topic:?} has no readable queue"),
+            ));
+        }
+        Ok(queues)
+    }
+
+    async fn send_receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+        use proto::receive_message_response::Content;
+        let endpoints =
+            MessageSource::of_queue(&request.queue, self.client.access_endpoints()).endpoints;
+        let timeout = request.long_polling_timeout + self.timeout();
+        let req = self.client.request_with_timeout(
+            proto::ReceiveMessageRequest {
+                group: Some(self.group.clone()),
+                message_queue: Some(request.queue),
+                filter_expression: Some(request.filter.to_proto()),
+                batch_size: i32::try_from(request.batch_size).unwrap_or(i32::MAX),
+                invisible_duration: request.invisible_duration.map(settings::to_duration),
+                auto_renew: request.auto_renew,
+                long_polling_timeout: Some(settings::to_duration(request.long_polling_timeout)),
+                attempt_id: None,
+            },
+            timeout,
+        );
+        let result: Result<Vec<proto::Message>> = async {
+            let mut stub = self.client.stub(&endpoints)?;
+            let until = tokio::time::Instant::now() + timeout;
+            let mut stream = tokio::time::timeout_at(until, stub.receive_message(req))
+                .await
+                .map_err(|_| Error::timeout("receive: no answer before the deadline"))??
+                .into_inner();
+            let mut messages = Vec::new();
+            let mut code = None;
+            loop {
+                let next = tokio::time::timeout_at(until, stream.message())
+                    .await
+                    .map_err(|_| Error::timeout("receive: the stream did not end in time"))??;
+                match next {
+                    None => break,
+                    Some(r) => match r.content {
+                        Some(Content::Status(s)) => code = Some(s),
+                        Some(Content::Message(m)) => messages.push(m),
+                        Some(Content::DeliveryTimestamp(_)) | None => {}
+                    },
+                }
+            }
+            match code {
+                Some(s) if s.code == status::MESSAGE_NOT_FOUND => Ok(Vec::new()),
+                Some(s) if s.code != status::OK => Err(Error::rocketmq_status(s.code, s.message)),
+                _ => Ok(messages),
+            }
+        }
+        .await;
+        match result {
+            Ok(m) => Ok(m),
+            Err(e) => self.failed(&endpoints, e).await,
+        }
+    }
+
+    /// `ReceiveMessage` as a simple consumer (no auto-renew; the caller's invisible duration).
+    pub async fn receive_simple(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+        self.send_receive(request).await
+    }
+}
+
+impl ConsumerRpc for ClientRpc {
+    fn settings(&self) -> ConsumerSettings {
+        let s = self.client.settings();
+        let d = ConsumerSettings::default();
+        ConsumerSettings {
+            fifo: s.fifo.unwrap_or(d.fifo),
+            receive_batch_size: s
+                .receive_batch_size
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(d.receive_batch_size),
+            long_polling_timeout: s
+                .long_polling_timeout
+                .filter(|t| !t.is_zero())
+                .unwrap_or(d.long_polling_timeout),
+            retry_policy: if s.from_server {
+                s.retry_policy.clone()
+            } else {
+                d.retry_policy
+            },
+        }
+    }
+
+    fn access_endpoints(&self) -> Endpoints {
+        self.client.access_endpoints().clone()
+    }
+
+    async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
+        // Ask a broker of the topic's route (which also opens its telemetry session, so
+        // heartbeats reach it); the access point when the route has none.
+        let route = self.client.route(topic).await?;
+        let endpoints = route
+            .queues()
+            .iter()
+            .position(is_readable_leader)
+            .map_or_else(
+                || self.client.access_endpoints().clone(),
+                |i| route.queue_endpoints(i).clone(),
+            );
+        let timeout = self.timeout();
+        let req = self.client.request_with_timeout(
+            proto::QueryAssignmentRequest {
+                topic: Some(self.client.resource(topic)),
+                group: Some(self.group.clone()),
+                endpoints: Some(self.client.access_endpoints().to_proto()),
+            },
+            timeout,
+        );
+        let result: Result<Vec<proto::MessageQueue>> = async {
+            let mut stub = self.client.stub(&endpoints)?;
+            let resp = deadline(timeout, stub.query_assignment(req))
+                .await?
+                .into_inner();
+            check_status(resp.status.as_ref())?;
+            Ok(resp
+                .assignments
+                .into_iter()
+                .filter_map(|a| a.message_queue)
+                .collect())
+        }
+        .await;
+        match result {
+            Ok(q) => Ok(q),
+            Err(e) => {
+                self.failed(
+                    &endpoints,
+                    e.context(format!("assignment of topic {topic:?}")),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+        self.send_receive(request).await
+    }
+
+    async fn ack(
+        &self,
+        source: &MessageSource,
+        messages: &[&MessageView],
+    ) -> Result<Vec<Result<()>>> {
+        let timeout = self.timeout();
+        let entries: Vec<proto::AckMessageEntry> = messages
+            .iter()
+            .map(|m| proto::AckMessageEntry {
+                message_id: m.message_id().to_string(),
+                receipt_handle: m.receipt_handle().to_string(),
+                lite_topic: m.lite_topic().map(str::to_string),
+            })
+            .collect();
+        let handles: Vec<String> = entries.iter().map(|e| e.receipt_handle.clone()).collect();
+        let req = self.client.request_with_timeout(
+            proto::AckMessageRequest {
+                group: Some(self.group.clone()),
+                topic: Some(source.topic.clone()),
+                entries,
+            },
+            timeout,
+        );
+        let result: Result<Vec<Result<()>>> = async {
+            let mut stub = self.client.stub(&source.endpoints)?;
+            let resp = deadline(timeout, stub.ack_message(req)).await?.into_inner();
+            check_status(resp.status.as_ref())?;
+            let top = resp.status.unwrap_or_default();
+            let by_handle: HashMap<String, proto::Status> = resp
+                .entries
+                .into_iter()
+                .filter_map(|e| e.status.map(|s| (e.receipt_handle, s)))
+                .collect();
+            Ok(handles
+                .iter()
+                .map(|h| {
+                    let s = by_handle.get(h).unwrap_or(&top);
+                    if s.code == status::OK {
+                        Ok(())
+                    } else if s.code == status::MULTIPLE_RESULTS {
+                        Err(Error::protocol("ack: no result for this entry"))
+                    } else {
+                        Err(Error::rocketmq_status(s.code, s.message.clone()))
+                    }
+                })
+                .collect())
+        }
+        .await;
+        match result {
+            Ok(r) => Ok(r),
+            Err(e) => self.failed(&source.endpoints, e).await,
+        }
+    }
+
+    async fn change_invisible_duration(
+        &self,
+        message: &MessageView,
+        duration: Duration,
+    ) -> Result<String> {
+        let source = message.source();
+        let timeout = self.timeout();
+        let req = self.client.request_with_timeout(
+            proto::ChangeInvisibleDurationRequest {
+                group: Some(self.group.clone()),
+                topic: Some(source.topic.clone()),
+                receipt_handle: message.receipt_handle().to_string(),
+                invisible_duration: Some(settings::to_duration(duration)),
+                message_id: message.message_id().to_string(),
+                lite_topic: message.lite_topic().map(str::to_string),
+                suspend: None,
+            },
+            timeout,
+        );
+        let result: Result<String> = async {
+            let mut stub = self.client.stub(&source.endpoints)?;
+            let resp = deadline(timeout, stub.change_invisible_duration(req))
+                .await?
+                .into_inner();
+            check_status(resp.status.as_ref())?;
+            Ok(resp.receipt_handle)
+        }
+        .await;
+        match result {
+            Ok(h) => Ok(h),
+            Err(e) => self.failed(&source.endpoints, e).await,
+        }
+    }
+
+    async fn forward_to_dead_letter_queue(
+        &self,
+        message: &MessageView,
+        max_delivery_attempts: u32,
+    ) -> Result<()> {
+        let source = message.source();
+        let timeout = self.timeout();
+        let req = self.client.request_with_timeout(
+            proto::ForwardMessageToDeadLetterQueueRequest {
+                group: Some(self.group.clone()),
+                topic: Some(source.topic.clone()),
+                receipt_handle: message.receipt_handle().to_string(),
+                message_id: message.message_id().to_string(),
+                delivery_attempt: message.delivery_attempt(),
+                max_delivery_attempts: i32::try_from(max_delivery_attempts).unwrap_or(i32::MAX),
+                lite_topic: message.lite_topic().map(str::to_string),
+            },
+            timeout,
+        );
+        let result: Result<()> = async {
+            let mut stub = self.client.stub(&source.endpoints)?;
+            let resp = deadline(timeout, stub.forward_message_to_dead_letter_queue(req))
+                .await?
+                .into_inner();
+            check_status(resp.status.as_ref())
+        }
+        .await;
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => self.failed(&source.endpoints, e).await,
+        }
+    }
+}
+
+/// An in-memory broker for unit tests: POP semantics (invisible until settled), FIFO groups
+/// blocked while a message of theirs is in flight, broker-side DLQ after the last attempt, and
+/// fault injection.
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use parking_lot::Mutex;
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::error::Error;
+    use crate::status;
+
+    #[derive(Clone)]
+    struct Stored {
+        id: String,
+        body: Vec<u8>,
+        group: Option<String>,
+        queue: i32,
+        offset: i64,
+        attempt: i32,
+    }
+
+    #[derive(Default)]
+    struct State {
+        ready: HashMap<i32, VecDeque<Stored>>,
+        inflight: HashMap<String, Stored>,
+        group_inflight: HashMap<(i32, String), usize>,
+        next_handle: u64,
+        next_offset: i64,
+    }
+
+    #[derive(Default)]
+    pub(crate) struct FakeBroker {
+        me: std::sync::Weak<FakeBroker>,
+        pub(crate) settings: Mutex<ConsumerSettings>,
+        pub(crate) queues: i32,
+        state: Mutex<State>,
+        arrived: Notify,
+        pub(crate) ack_rpcs: AtomicUsize,
+        pub(crate) acked: Mutex<Vec<String>>,
+        pub(crate) nacked: Mutex<Vec<(String, i32, Duration)>>,
+        pub(crate) dlq: Mutex<Vec<(String, u32)>>,
+        pub(crate) fail_acks: AtomicUsize,
+        pub(crate) invalid_acks: AtomicUsize,
+        pub(crate) throttle_receives: AtomicUsize,
+        pub(crate) fail_receives: AtomicUsize,
+        pub(crate) receives: AtomicUsize,
+    }
+
+    impl FakeBroker {
+        pub(crate) fn new(queues: i32, settings: ConsumerSettings) -> Arc<Self> {
+            Arc::new_cyclic(|me| Self {
+                me: me.clone(),
+                settings: Mutex::new(settings),
+                queues,
+                ..Default::default()
+            })
+        }
+
+        /// Store a message on queue `queue`.
+        pub(crate) fn send(&self, queue: i32, id: &str, body: &[u8], group: Option<&str>) {
+            let mut st = self.state.lock();
+            st.next_offset += 1;
+            let s = Stored {
+                id: id.to_string(),
+                body: body.to_vec(),
+                group: group.map(Into::into),
+                queue,
+                offset: st.next_offset,
+                attempt: 1,
+            };
+            st.ready.entry(queue).or_default().push_back(s);
+            drop(st);
+            self.arrived.notify_waiters();
+        }
+
+        fn requeue(&self, mut s: Stored) {
+            let max = self.settings.lock().retry_policy.max_attempts;
+            s.attempt += 1;
+            if u32::try_from(s.attempt).unwrap_or(0) > max {
+                self.dlq.lock().push((s.id, max));
+                return;
+            }
+            self.state
+                .lock()
+                .ready
+                .entry(s.queue)
+                .or_default()
+                .push_front(s);
+            self.arrived.notify_waiters();
+        }
+
+        fn release_group(st: &mut State, s: &Stored) {
+            if let Some(g) = &s.group {
+                let key = (s.queue, g.clone());
+                if let Some(n) = st.group_inflight.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        st.group_inflight.remove(&key);
+                    }
+                }
+            }
+        }
+
+        fn take(&self, queue: i32, batch: u32) -> Vec<proto::Message> {
+            let mut st = self.state.lock();
+            let fifo = self.settings.lock().fifo;
+            let mut out = Vec::new();
+            let ready = std::mem::take(st.ready.entry(queue).or_default());
+            let mut keep = VecDeque::new();
+            let mut blocked_now: Vec<String> = Vec::new();
+            let inflight_before: Vec<String> = st
+                .group_inflight
+                .keys()
+                .filter(|(q, _)| *q == queue)
+                .map(|(_, g)| g.clone())
+                .collect();
+            for s in ready {
+                let blocked = fifo
+                    && s.group
+                        .as_ref()
+                        .is_some_and(|g| inflight_before.contains(g) || blocked_now.contains(g));
+                if out.len() >= batch as usize || blocked {
+                    if let Some(g) = &s.group {
+                        blocked_now.push(g.clone());
+                    }
+                    keep.push_back(s);
+                    continue;
+                }
+                st.next_handle += 1;
+                let handle = format!("h{}", st.next_handle);
+                if let Some(g) = &s.group {
+                    *st.group_inflight.entry((queue, g.clone())).or_default() += 1;
+                }
+                out.push(proto::Message {
+                    topic: Some(proto::Resource {
+                        resource_namespace: String::new(),
+                        name: "t".into(),
+                    }),
+                    user_properties: HashMap::new(),
+                    system_properties: Some(proto::SystemProperties {
+                        message_id: s.id.clone(),
+                        receipt_handle: Some(handle.clone()),
+                        queue_id: queue,
+                        queue_offset: Some(s.offset),
+                        delivery_attempt: Some(s.attempt),
+                        message_group: s.group.clone(),
+                        ..Default::default()
+                    }),
+                    body: bytes::Bytes::from(s.body.clone()),
+                });
+                st.inflight.insert(handle, s);
+            }
+            st.ready.insert(queue, keep);
+            out
+        }
+    }
+
+    impl ConsumerRpc for FakeBroker {
+        fn settings(&self) -> ConsumerSettings {
+            self.settings.lock().clone()
+        }
+
+        fn access_endpoints(&self) -> Endpoints {
+            crate::rocketmq::message_view::tests::endpoints()
+        }
+
+        async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
+            Ok((0..self.queues)
+                .map(|id| proto::MessageQueue {
+                    topic: Some(proto::Resource {
+                        resource_namespace: String::new(),
+                        name: topic.to_string(),
+                    }),
+                    id,
+                    permission: proto::Permission::ReadWrite as i32,
+                    broker: Some(proto::Broker {
+                        name: "b".into(),
+                        id: 0,
+                        endpoints: None,
+                    }),
+                    accept_message_types: vec![],
+                })
+                .collect())
+        }
+
+        async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+            self.receives.fetch_add(1, Ordering::Relaxed);
+            if take_one(&self.throttle_receives) {
+                return Err(Error::rocketmq_status(
+                    status::TOO_MANY_REQUESTS,
+                    "slow down",
+                ));
+            }
+            if take_one(&self.fail_receives) {
+                return Err(Error::connection("injected receive failure"));
+            }
+            let poll = request.long_polling_timeout.min(Duration::from_millis(50));
+            let deadline = tokio::time::Instant::now() + poll;
+            loop {
+                let arrived = self.arrived.notified();
+                tokio::pin!(arrived);
+                arrived.as_mut().enable();
+                let got = self.take(request.queue.id, request.batch_size);
+                if !got.is_empty() {
+                    return Ok(got);
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                    () = arrived => {}
+                }
+            }
+        }
+
+        async fn ack(
+            &self,
+            _source: &MessageSource,
+            messages: &[&MessageView],
+        ) -> Result<Vec<Result<()>>> {
+            self.ack_rpcs.fetch_add(1, Ordering::Relaxed);
+            if take_one(&self.fail_acks) {
+                return Err(Error::rocketmq_status(
+                    status::INTERNAL_SERVER_ERROR,
+                    "injected",
+                ));
+            }
+            let mut out = Vec::new();
+            for m in messages {
+                if take_one(&self.invalid_acks) {
+                    out.push(Err(Error::rocketmq_status(
+                        status::INVALID_RECEIPT_HANDLE,
+                        "injected",
+                    )));
+                    continue;
+                }
+                let mut st = self.state.lock();
+                match st.inflight.remove(&*m.receipt_handle()) {
+                    Some(s) => {
+                        Self::release_group(&mut st, &s);
+                        drop(st);
+                        self.acked.lock().push(s.id);
+                        out.push(Ok(()));
+                    }
+                    None => out.push(Err(Error::rocketmq_status(
+                        status::INVALID_RECEIPT_HANDLE,
+                        "unknown handle",
+                    ))),
+                }
+            }
+            self.arrived.notify_waiters();
+            Ok(out)
+        }
+
+        async fn change_invisible_duration(
+            &self,
+            message: &MessageView,
+            duration: Duration,
+        ) -> Result<String> {
+            let s = {
+                let mut st = self.state.lock();
+                let s = st
+                    .inflight
+                    .remove(&*message.receipt_handle())
+                    .ok_or_else(|| {
+                        Error::rocketmq_status(status::INVALID_RECEIPT_HANDLE, "unknown handle")
+                    })?;
+                Self::release_group(&mut st, &s);
+                s
+            };
+            self.nacked
+                .lock()
+                .push((s.id.clone(), message.delivery_attempt(), duration));
+            let me = self.me.upgrade().expect("the fake broker is alive");
+            tokio::spawn(async move {
+                tokio::time::sleep(duration).await;
+                me.requeue(s);
+            });
+            Ok("new-handle".to_string())
+        }
+
+        async fn forward_to_dead_letter_queue(
+            &self,
+            message: &MessageView,
+            max_delivery_attempts: u32,
+        ) -> Result<()> {
+            let mut st = self.state.lock();
+            let s = st
+                .inflight
+                .remove(&*message.receipt_handle())
+                .ok_or_else(|| {
+                    Error::rocketmq_status(status::INVALID_RECEIPT_HANDLE, "unknown handle")
+                })?;
+            Self::release_group(&mut st, &s);
+            drop(st);
+            self.dlq.lock().push((s.id, max_delivery_attempts));
+            self.arrived.notify_waiters();
+            Ok(())
+        }
+    }
+
+    fn take_one(counter: &AtomicUsize) -> bool {
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}

@@ -1,0 +1,356 @@
+//! Settling consumed messages: ack, change invisible duration ("nack"), forward to the DLQ.
+//!
+//! Each operation is retried every [`SETTLE_RETRY_INTERVAL`] until it succeeds, except when the
+//! broker answers `INVALID_RECEIPT_HANDLE` (the handle expired; the broker redelivers the
+//! message and retrying cannot help), or when the consumer gives up at the end of its shutdown
+//! deadline. A message leaves the process queue cache only once it is settled.
+//!
+//! Acks are coalesced: one settler task reads finished messages from a channel and sends one
+//! `AckMessage` with many entries per topic and broker, with at most [`MAX_INFLIGHT_ACKS`] ack
+//! RPCs in flight. While those are busy, more results accumulate and the next RPC carries
+//! them all, so batching adds no latency when the broker keeps up. The channel holds at most
+//! one job per cached message, so the cache limits bound it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::error::Error;
+use crate::rocketmq::consumer_rpc::ConsumerRpc;
+use crate::rocketmq::message_view::{MessageSource, MessageView};
+use crate::rocketmq::process_queue::ProcessQueue;
+use crate::rocketmq::push_consumer::Context;
+use crate::status;
+
+/// Interval between two attempts of a failed ack, nack or DLQ forward.
+pub const SETTLE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Most entries in one `AckMessage`.
+pub const MAX_ACK_BATCH: usize = 256;
+/// Most `AckMessage` RPCs in flight per consumer.
+pub const MAX_INFLIGHT_ACKS: usize = 16;
+
+enum Kind {
+    /// Ack, then evict (standard) or signal the waiting FIFO lane (which evicts).
+    Ack(Option<oneshot::Sender<()>>),
+    /// Change the invisible duration by the retry policy, then evict.
+    Nack,
+    /// Abandoned unconsumed at shutdown: evict without settling.
+    Release,
+}
+
+/// A message to settle.
+pub(crate) struct Job {
+    pq: Arc<ProcessQueue>,
+    view: Arc<MessageView>,
+    kind: Kind,
+}
+
+impl Job {
+    pub(crate) fn ack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
+        Self {
+            pq,
+            view,
+            kind: Kind::Ack(None),
+        }
+    }
+    pub(crate) fn nack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
+        Self {
+            pq,
+            view,
+            kind: Kind::Nack,
+        }
+    }
+    pub(crate) fn release(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
+        Self {
+            pq,
+            view,
+            kind: Kind::Release,
+        }
+    }
+
+    /// The job's lifecycle ended (settled or given up).
+    fn finish(self) {
+        match self.kind {
+            Kind::Ack(Some(tx)) => {
+                let _ = tx.send(());
+            }
+            // A FIFO lane waiting on a dropped sender evicts the message itself.
+            Kind::Ack(None) | Kind::Nack | Kind::Release => self.pq.evict(&self.view),
+        }
+    }
+}
+
+/// Where consume services send finished messages; cheap to clone, usable from any thread.
+#[derive(Clone)]
+pub(crate) struct SettleHandle {
+    tx: mpsc::UnboundedSender<Job>,
+}
+
+impl SettleHandle {
+    pub(crate) fn channel() -> (Self, mpsc::UnboundedReceiver<Job>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self { tx }, rx)
+    }
+
+    pub(crate) fn submit(&self, job: Job) {
+        if let Err(mpsc::error::SendError(job)) = self.tx.send(job) {
+            // The settler stopped (after the shutdown deadline): the message stays unsettled.
+            job.finish_unsettled();
+        }
+    }
+}
+
+impl Job {
+    fn finish_unsettled(self) {
+        match self.kind {
+            Kind::Ack(Some(tx)) => drop(tx),
+            Kind::Ack(None) | Kind::Nack | Kind::Release => self.pq.evict(&self.view),
+        }
+    }
+}
+
+fn same_destination(a: &MessageSource, b: &MessageSource) -> bool {
+    a.topic == b.topic && a.endpoints == b.endpoints
+}
+
+fn is_invalid_handle(e: &Error) -> bool {
+    e.rocketmq_code() == Some(status::INVALID_RECEIPT_HANDLE)
+}
+
+/// The settler task: batches acks and starts nacks until the consumer stops.
+pub(crate) async fn run<R: ConsumerRpc>(
+    ctx: Arc<Context<R>>,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+) {
+    let permits = Arc::new(Semaphore::new(MAX_INFLIGHT_ACKS));
+    let mut jobs: Vec<Job> = Vec::new();
+    loop {
+        let first = tokio::select! {
+            () = ctx.stopped.cancelled() => break,
+            j = rx.recv() => match j { Some(j) => j, None => break },
+        };
+        jobs.push(first);
+        while jobs.len() < MAX_ACK_BATCH {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let mut groups: Vec<Vec<Job>> = Vec::new();
+        for job in jobs.drain(..) {
+            match job.kind {
+                Kind::Ack(_) => {
+                    match groups
+                        .iter_mut()
+                        .find(|g| same_destination(g[0].view.source(), job.view.source()))
+                    {
+                        Some(g) => g.push(job),
+                        None => groups.push(vec![job]),
+                    }
+                }
+                Kind::Nack => {
+                    tokio::spawn(nack_until_done(ctx.clone(), job));
+                }
+                Kind::Release => job.finish(),
+            }
+        }
+        for group in groups {
+            let permit = tokio::select! {
+                () = ctx.stopped.cancelled() => {
+                    group.into_iter().for_each(Job::finish_unsettled);
+                    break;
+                }
+                p = permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                ack_batch(&ctx, group).await;
+                drop(permit);
+            });
+        }
+    }
+    // Stopped: whatever is still queued stays unsettled (the broker redelivers it).
+    rx.close();
+    while let Ok(job) = rx.try_recv() {
+        job.finish_unsettled();
+    }
+}
+
+async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
+    let source = jobs[0].view.source().clone();
+    let views: Vec<&MessageView> = jobs.iter().map(|j| &*j.view).collect();
+    let result = ctx.rpc.ack(&source, &views).await;
+    drop(views);
+    let mut retry = Vec::new();
+    match result {
+        Ok(results) => {
+            let mut results = results.into_iter();
+            for job in jobs {
+                match results.next() {
+                    Some(Ok(())) => {
+                        ctx.stats.on_acked(1);
+                        job.finish();
+                    }
+                    Some(Err(e)) if is_invalid_handle(&e) => {
+                        ctx.stats.on_invalid_handle();
+                        tracing::warn!(
+                            target: "ferrymq::consumer",
+                            "ack of message {} refused ({e}); the broker will redeliver it",
+                            job.view.message_id()
+                        );
+                        job.finish();
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(
+                            target: "ferrymq::consumer",
+                            "ack of message {} failed, retrying: {e}", job.view.message_id()
+                        );
+                        retry.push(job);
+                    }
+                    None => retry.push(job),
+                }
+            }
+        }
+        Err(e) if is_invalid_handle(&e) => {
+            ctx.stats.on_invalid_handle();
+            tracing::warn!(
+                target: "ferrymq::consumer",
+                "ack of {} messages refused ({e}); the broker will redeliver them", jobs.len()
+            );
+            jobs.into_iter().for_each(Job::finish);
+        }
+        Err(e) => {
+            tracing::warn!(
+                target: "ferrymq::consumer",
+                "ack of {} messages of {} failed, retrying in {:?}: {e}",
+                jobs.len(), source.topic.name, SETTLE_RETRY_INTERVAL
+            );
+            retry = jobs;
+        }
+    }
+    if !retry.is_empty() {
+        ctx.stats.on_settle_retry(retry.len());
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = ctx.abandon.cancelled() => {
+                    ctx.stats.on_settle_abandoned(retry.len());
+                    retry.into_iter().for_each(Job::finish_unsettled);
+                }
+                () = tokio::time::sleep(SETTLE_RETRY_INTERVAL) => {
+                    for job in retry {
+                        ctx.settle.submit(job);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Ack one message and wait until the broker confirmed it (FIFO). Returns when the message is
+/// settled or the consumer gave up.
+pub(crate) async fn ack_until_done<R: ConsumerRpc>(
+    ctx: &Arc<Context<R>>,
+    pq: &Arc<ProcessQueue>,
+    view: &Arc<MessageView>,
+) {
+    let (tx, rx) = oneshot::channel();
+    ctx.settle.submit(Job {
+        pq: pq.clone(),
+        view: view.clone(),
+        kind: Kind::Ack(Some(tx)),
+    });
+    let _ = rx.await;
+}
+
+async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
+    let view = &job.view;
+    let delay = ctx
+        .rpc
+        .settings()
+        .retry_policy
+        .delay(u32::try_from(view.delivery_attempt()).unwrap_or(1));
+    loop {
+        match ctx.rpc.change_invisible_duration(view, delay).await {
+            Ok(handle) => {
+                view.set_receipt_handle(&handle);
+                ctx.stats.on_nacked();
+                break;
+            }
+            Err(e) if is_invalid_handle(&e) => {
+                ctx.stats.on_invalid_handle();
+                tracing::warn!(
+                    target: "ferrymq::consumer",
+                    "changing the invisible duration of message {} was refused ({e}); the \
+                     broker will redeliver it", view.message_id()
+                );
+                break;
+            }
+            Err(e) => {
+                ctx.stats.on_settle_retry(1);
+                tracing::warn!(
+                    target: "ferrymq::consumer",
+                    "changing the invisible duration of message {} failed, retrying in {:?}: {e}",
+                    view.message_id(), SETTLE_RETRY_INTERVAL
+                );
+                tokio::select! {
+                    () = ctx.abandon.cancelled() => {
+                        ctx.stats.on_settle_abandoned(1);
+                        break;
+                    }
+                    () = tokio::time::sleep(SETTLE_RETRY_INTERVAL) => {}
+                }
+            }
+        }
+    }
+    job.finish();
+}
+
+/// Forward a FIFO message to the dead-letter queue, retrying until it succeeds (or the
+/// consumer gives up). The caller evicts the message afterwards.
+pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
+    ctx: &Arc<Context<R>>,
+    view: &Arc<MessageView>,
+    max_attempts: u32,
+) {
+    loop {
+        match ctx
+            .rpc
+            .forward_to_dead_letter_queue(view, max_attempts)
+            .await
+        {
+            Ok(()) => {
+                ctx.stats.on_dead_lettered();
+                return;
+            }
+            Err(e) if is_invalid_handle(&e) => {
+                ctx.stats.on_invalid_handle();
+                tracing::warn!(
+                    target: "ferrymq::consumer",
+                    "forwarding message {} to the dead-letter queue was refused ({e}); the \
+                     broker will redeliver it", view.message_id()
+                );
+                return;
+            }
+            Err(e) => {
+                ctx.stats.on_settle_retry(1);
+                tracing::warn!(
+                    target: "ferrymq::consumer",
+                    "forwarding message {} to the dead-letter queue failed, retrying in {:?}: {e}",
+                    view.message_id(), SETTLE_RETRY_INTERVAL
+                );
+                tokio::select! {
+                    () = ctx.abandon.cancelled() => {
+                        ctx.stats.on_settle_abandoned(1);
+                        return;
+                    }
+                    () = tokio::time::sleep(SETTLE_RETRY_INTERVAL) => {}
+                }
+            }
+        }
+    }
+}

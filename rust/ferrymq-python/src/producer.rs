@@ -1,0 +1,837 @@
+//! `ferrymq._native.RocketMQProducer` (wrapped by `ferrymq.Producer`), `SendReceipt` and
+//! `Transaction`.
+//!
+//! Three ways to send:
+//! * `send` / `send_batch` block with the GIL released; `send_async` / `send_batch_async` return
+//!   asyncio awaitables;
+//! * `produce(message, on_delivery=cb)` never waits for the broker: the message goes into a
+//!   bounded queue that a batcher task drains into batched `SendMessage` calls (many in flight on
+//!   one HTTP/2 channel). Delivery callbacks run on the caller's thread inside `poll()` /
+//!   `flush()` (and inside `produce()` when the queue is full: back-pressure), never while a Rust
+//!   lock is held.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrymq_core::rocketmq::producer::{
+    Producer, SendReceipt, Transaction, TransactionChecker, TransactionResolution,
+};
+use ferrymq_core::rocketmq::MessageView;
+use ferrymq_core::{Error, Message};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+use tokio::sync::{mpsc, Notify, Semaphore};
+
+use crate::client_options::client_options;
+use crate::errors::{invalid, to_pyerr};
+use crate::message::PyMessage;
+use crate::message_view::PyMessageView;
+use crate::runtime::{future_into_py, RuntimeRef};
+
+/// Messages per batched `SendMessage` of the produce path.
+const MAX_BATCH: usize = 1024;
+/// Body bytes per batched `SendMessage` (stays well under gRPC's usual 4 MiB frame limit).
+const MAX_BATCH_BYTES: usize = 1 << 20;
+/// Concurrent `SendMessage` calls of the produce path.
+const MAX_RPCS: usize = 64;
+/// Default bound of produced-but-not-yet-reported messages.
+const DEFAULT_MAX_PENDING: usize = 65_536;
+
+/// Where a message went.
+#[pyclass(name = "SendReceipt", module = "ferrymq", frozen)]
+pub struct PySendReceipt {
+    inner: SendReceipt,
+}
+
+impl From<SendReceipt> for PySendReceipt {
+    fn from(inner: SendReceipt) -> Self {
+        Self { inner }
+    }
+}
+
+#[pymethods]
+impl PySendReceipt {
+    #[getter]
+    fn message_id(&self) -> &str {
+        &self.inner.message_id
+    }
+    #[getter]
+    fn topic(&self) -> &str {
+        &self.inner.topic
+    }
+    #[getter]
+    fn queue_id(&self) -> i32 {
+        self.inner.queue_id
+    }
+    #[getter]
+    fn broker_name(&self) -> &str {
+        &self.inner.broker_name
+    }
+    /// The broker endpoints, `"host:port[;host:port]"`.
+    #[getter]
+    fn endpoint(&self) -> &str {
+        self.inner.endpoints.key()
+    }
+    #[getter]
+    fn offset(&self) -> i64 {
+        self.inner.offset
+    }
+    #[getter]
+    fn transaction_id(&self) -> Option<&str> {
+        self.inner.transaction_id.as_deref()
+    }
+    #[getter]
+    fn recall_handle(&self) -> Option<&str> {
+        self.inner.recall_handle.as_deref()
+    }
+    fn __repr__(&self) -> String {
+        let r = &self.inner;
+        let mut s = format!(
+            "SendReceipt(message_id={:?}, topic={:?}, queue_id={}, broker_name={:?}, \
+             endpoint={:?}, offset={}",
+            r.message_id,
+            r.topic,
+            r.queue_id,
+            r.broker_name,
+            r.endpoints.key(),
+            r.offset
+        );
+        if let Some(t) = &r.transaction_id {
+            s += &format!(", transaction_id={t:?}");
+        }
+        if let Some(h) = &r.recall_handle {
+            s += &format!(", recall_handle={h:?}");
+        }
+        s + ")"
+    }
+}
+
+/// Calls the user's `transaction_checker(view) -> TransactionResolution` on a blocking thread.
+struct PyChecker {
+    callable: Arc<Py<PyAny>>,
+}
+
+fn resolution_of(v: &Bound<'_, PyAny>) -> PyResult<TransactionResolution> {
+    if v.is_none() {
+        return Ok(TransactionResolution::Unknown);
+    }
+    if let Ok(b) = v.extract::<bool>() {
+        return Ok(if b {
+            TransactionResolution::Commit
+        } else {
+            TransactionResolution::Rollback
+        });
+    }
+    let v = if v.is_instance_of::<PyString>() {
+        v.clone()
+    } else {
+        v.getattr("value")?
+    };
+    let s: String = v.extract()?;
+    match s.to_ascii_lowercase().as_str() {
+        "commit" => Ok(TransactionResolution::Commit),
+        "rollback" => Ok(TransactionResolution::Rollback),
+        "unknown" => Ok(TransactionResolution::Unknown),
+        other => Err(invalid(
+            "transaction_checker",
+            format!("returned {other:?}; expected a ferrymq.TransactionResolution"),
+        )),
+    }
+}
+
+impl TransactionChecker for PyChecker {
+    fn check(
+        &self,
+        message: MessageView,
+        transaction_id: String,
+    ) -> BoxFuture<'static, TransactionResolution> {
+        let callable = Arc::clone(&self.callable);
+        Box::pin(async move {
+            let r = tokio::task::spawn_blocking(move || {
+                Python::attach(|py| -> PyResult<TransactionResolution> {
+                    let view = Py::new(
+                        py,
+                        PyMessageView {
+                            inner: Arc::new(message),
+                            transaction_id: Some(transaction_id),
+                        },
+                    )?;
+                    let out = callable.call1(py, (view,))?;
+                    resolution_of(out.bind(py))
+                })
+            })
+            .await;
+            match r {
+                Ok(Ok(res)) => res,
+                Ok(Err(e)) => {
+                    tracing::warn!(target: "ferrymq::producer", error = %e, "transaction_checker raised; answering UNKNOWN");
+                    TransactionResolution::Unknown
+                }
+                Err(e) => {
+                    tracing::warn!(target: "ferrymq::producer", error = %e, "transaction_checker failed; answering UNKNOWN");
+                    TransactionResolution::Unknown
+                }
+            }
+        })
+    }
+}
+
+struct Pending {
+    message: Message,
+    callback: Option<Py<PyAny>>,
+}
+
+struct Delivery {
+    callback: Option<Py<PyAny>>,
+    result: Result<SendReceipt, Error>,
+}
+
+/// State of the produce path, shared by the Python thread(s) and the batcher.
+struct ProduceState {
+    completed: Mutex<VecDeque<Delivery>>,
+    /// Produced and not yet reported by `poll()`.
+    pending: AtomicUsize,
+    /// Produced and not yet answered by the broker.
+    outstanding: AtomicUsize,
+    ready: Notify,
+    drained: Notify,
+    max_pending: usize,
+}
+
+impl ProduceState {
+    fn complete(&self, deliveries: Vec<Delivery>) {
+        let n = deliveries.len();
+        self.completed.lock().extend(deliveries);
+        self.ready.notify_waiters();
+        if self.outstanding.fetch_sub(n, Ordering::AcqRel) == n {
+            self.drained.notify_waiters();
+        }
+    }
+
+    async fn wait_ready(&self, wait: Duration) {
+        let n = self.ready.notified();
+        tokio::pin!(n);
+        n.as_mut().enable();
+        if !self.completed.lock().is_empty() {
+            return;
+        }
+        let _ = tokio::time::timeout(wait, n).await;
+    }
+
+    async fn wait_drained(&self) {
+        loop {
+            let n = self.drained.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.outstanding.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            n.await;
+        }
+    }
+}
+
+fn duplicate(e: &Error) -> Error {
+    ferrymq_core::rocketmq::route::replicate(e)
+}
+
+/// Drain the produce queue into batched sends.
+async fn batcher(producer: Producer, mut rx: mpsc::Receiver<Pending>, state: Arc<ProduceState>) {
+    let rpcs = Arc::new(Semaphore::new(MAX_RPCS));
+    let mut lanes: HashMap<(String, String), Arc<tokio::sync::Mutex<()>>> = HashMap::new();
+    let mut buf: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut buf, MAX_BATCH).await > 0 {
+        // Group by (topic, kind, message group), keeping the order within each group.
+        let mut groups: Vec<Vec<Pending>> = Vec::new();
+        for p in buf.drain(..) {
+            let m = &p.message;
+            match groups.iter_mut().find(|g| {
+                let f = &g[0].message;
+                f.topic() == m.topic()
+                    && f.kind() == m.kind()
+                    && f.message_group() == m.message_group()
+            }) {
+                Some(g) => g.push(p),
+                None => groups.push(vec![p]),
+            }
+        }
+        for group in groups {
+            let mut chunk: Vec<Pending> = Vec::new();
+            let mut bytes = 0usize;
+            let mut chunks = Vec::new();
+            for p in group {
+                let len = p.message.body().len();
+                if !chunk.is_empty() && bytes + len > MAX_BATCH_BYTES {
+                    chunks.push(std::mem::take(&mut chunk));
+                    bytes = 0;
+                }
+                bytes += len;
+                chunk.push(p);
+            }
+            if !chunk.is_empty() {
+                chunks.push(chunk);
+            }
+            for chunk in chunks {
+                let Ok(permit) = Arc::clone(&rpcs).acquire_owned().await else {
+                    return;
+                };
+                // FIFO groups are sent one batch at a time, in order.
+                let lane = match chunk[0].message.message_group() {
+                    Some(g) => {
+                        if lanes.len() > 1024 {
+                            lanes.retain(|_, l| Arc::strong_count(l) > 1);
+                        }
+                        let key = (chunk[0].message.topic().to_string(), g.to_string());
+                        let l = Arc::clone(lanes.entry(key).or_default());
+                        Some(l.lock_owned().await)
+                    }
+                    None => None,
+                };
+                let producer = producer.clone();
+                let state = Arc::clone(&state);
+                tokio::spawn(async move {
+                    let (messages, callbacks): (Vec<Message>, Vec<Option<Py<PyAny>>>) =
+                        chunk.into_iter().map(|p| (p.message, p.callback)).unzip();
+                    let deliveries = match producer.send_batch(messages).await {
+                        Ok(receipts) => callbacks
+                            .into_iter()
+                            .zip(receipts)
+                            .map(|(callback, r)| Delivery {
+                                callback,
+                                result: Ok(r),
+                            })
+                            .collect(),
+                        Err(e) => callbacks
+                            .into_iter()
+                            .map(|callback| Delivery {
+                                callback,
+                                result: Err(duplicate(&e)),
+                            })
+                            .collect(),
+                    };
+                    state.complete(deliveries);
+                    drop(lane);
+                    drop(permit);
+                });
+            }
+        }
+    }
+}
+
+/// A RocketMQ 5 producer (see `ferrymq.Producer`).
+#[pyclass(name = "RocketMQProducer", module = "ferrymq._native", frozen)]
+pub struct PyProducer {
+    rt: RuntimeRef,
+    producer: Producer,
+    state: Arc<ProduceState>,
+    tx: Mutex<Option<mpsc::Sender<Pending>>>,
+    rx: Mutex<Option<mpsc::Receiver<Pending>>>,
+}
+
+fn install_stack_trace_provider() {
+    ferrymq_core::rocketmq::telemetry::set_stack_trace_provider(|| {
+        Python::attach(|py| {
+            py.import("ferrymq._diagnostics")
+                .and_then(|m| m.call_method0("thread_stacks"))
+                .and_then(|s| s.extract::<String>())
+                .unwrap_or_else(|e| format!("cannot collect Python stacks: {e}"))
+        })
+    });
+}
+
+impl PyProducer {
+    /// The core producer (the managed publisher drives it as a backend).
+    pub fn core(&self) -> &Producer {
+        &self.producer
+    }
+
+    fn start_batcher(&self) {
+        if let Some(rx) = self.rx.lock().take() {
+            self.rt
+                .spawn(batcher(self.producer.clone(), rx, Arc::clone(&self.state)));
+        }
+    }
+
+    /// Take completed deliveries (waiting up to `wait` for one) and run their callbacks here.
+    fn serve(&self, py: Python<'_>, wait: Duration) -> PyResult<usize> {
+        let mut batch: VecDeque<Delivery> = std::mem::take(&mut *self.state.completed.lock());
+        if batch.is_empty() && !wait.is_zero() && self.state.pending.load(Ordering::Acquire) > 0 {
+            let state = Arc::clone(&self.state);
+            self.rt.block_on(py, async move {
+                state.wait_ready(wait).await;
+                Ok(())
+            })?;
+            batch = std::mem::take(&mut *self.state.completed.lock());
+        }
+        let n = batch.len();
+        self.state.pending.fetch_sub(n, Ordering::AcqRel);
+        let mut first_error: Option<PyErr> = None;
+        for d in batch {
+            match (d.callback, d.result) {
+                (Some(cb), result) => {
+                    let args = match result {
+                        Ok(r) => (py.None(), Py::new(py, PySendReceipt::from(r))?.into_any()),
+                        Err(e) => (to_pyerr(e).into_value(py).into_any(), py.None()),
+                    };
+                    if let Err(e) = cb.call1(py, args) {
+                        if first_error.is_none() {
+                            first_error = Some(e);
+                        } else {
+                            tracing::warn!(target: "ferrymq::producer", error = %e, "on_delivery callback raised");
+                        }
+                    }
+                }
+                (None, Err(e)) => {
+                    tracing::warn!(target: "ferrymq::producer", error = %e, "produce() delivery failed (no on_delivery callback)");
+                }
+                (None, Ok(_)) => {}
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    fn flush_inner(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<usize> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let wait = remaining.map_or(Duration::from_millis(100), |r| {
+                r.min(Duration::from_millis(100))
+            });
+            self.serve(py, wait)?;
+            let pending = self.state.pending.load(Ordering::Acquire);
+            if pending == 0 || remaining.is_some_and(|r| r.is_zero()) {
+                return Ok(pending);
+            }
+        }
+    }
+}
+
+fn extract_messages(messages: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
+    let mut out = Vec::new();
+    for m in messages
+        .try_iter()
+        .map_err(|_| invalid("messages", "must be an iterable of ferrymq.Message"))?
+    {
+        let m = m?;
+        let m = m
+            .cast::<PyMessage>()
+            .map_err(|_| invalid("messages", "every item must be a ferrymq.Message"))?;
+        out.push(m.get().inner.clone());
+    }
+    Ok(out)
+}
+
+fn opt_secs(field: &str, v: Option<f64>) -> PyResult<Option<Duration>> {
+    match v {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(invalid(
+            field,
+            format!("{s} is not a non-negative number of seconds"),
+        )),
+    }
+}
+
+#[pymethods]
+impl PyProducer {
+    #[new]
+    #[pyo3(signature = (endpoints, *, topics=Vec::new(), credentials=None, namespace=None, tls=None, request_timeout=None, max_attempts=None, transaction_checker=None, max_pending=DEFAULT_MAX_PENDING, heartbeat_interval=None, route_refresh_interval=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        endpoints: &Bound<'_, PyAny>,
+        topics: Vec<String>,
+        credentials: Option<&Bound<'_, PyAny>>,
+        namespace: Option<String>,
+        tls: Option<&Bound<'_, PyAny>>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
+        max_attempts: Option<i64>,
+        transaction_checker: Option<Py<PyAny>>,
+        max_pending: usize,
+        heartbeat_interval: Option<&Bound<'_, PyAny>>,
+        route_refresh_interval: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let rt = RuntimeRef::current()?;
+        let options = client_options(
+            endpoints,
+            credentials,
+            namespace,
+            tls,
+            request_timeout,
+            max_attempts,
+            heartbeat_interval,
+            route_refresh_interval,
+        )?;
+        if max_pending == 0 {
+            return Err(invalid("max_pending", "must be at least 1"));
+        }
+        let checker: Option<Arc<dyn TransactionChecker>> = match transaction_checker {
+            None => None,
+            Some(c) => {
+                let callable = Python::attach(|py| c.bind(py).is_callable());
+                if !callable {
+                    return Err(invalid("transaction_checker", "must be callable"));
+                }
+                Some(Arc::new(PyChecker {
+                    callable: Arc::new(c),
+                }))
+            }
+        };
+        install_stack_trace_provider();
+        // Construction spawns nothing, but the client layer needs a runtime context for timers.
+        let _guard = rt.handle().enter();
+        let producer = Producer::new(options, topics, checker).map_err(to_pyerr)?;
+        let (tx, rx) = mpsc::channel(max_pending);
+        Ok(Self {
+            rt,
+            producer,
+            state: Arc::new(ProduceState {
+                completed: Mutex::new(VecDeque::new()),
+                pending: AtomicUsize::new(0),
+                outstanding: AtomicUsize::new(0),
+                ready: Notify::new(),
+                drained: Notify::new(),
+                max_pending,
+            }),
+            tx: Mutex::new(Some(tx)),
+            rx: Mutex::new(Some(rx)),
+        })
+    }
+
+    /// Connect: telemetry settings and the routes of `topics`. Raises on any failure.
+    fn start(&self, py: Python<'_>) -> PyResult<()> {
+        let p = self.producer.clone();
+        self.rt.block_on(py, async move { p.start().await })?;
+        self.start_batcher();
+        Ok(())
+    }
+
+    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let p = this.producer.clone();
+        let me: Py<PyProducer> = slf.clone().unbind();
+        future_into_py(py, this.rt, async move {
+            p.start().await?;
+            me.get().start_batcher();
+            Ok(())
+        })
+    }
+
+    /// Send one message and wait for the broker's receipt.
+    fn send(&self, py: Python<'_>, message: PyRef<'_, PyMessage>) -> PyResult<PySendReceipt> {
+        let p = self.producer.clone();
+        let m = message.inner.clone();
+        self.rt
+            .block_on(py, async move { p.send(m).await.map(PySendReceipt::from) })
+    }
+
+    fn send_async<'py>(
+        &self,
+        py: Python<'py>,
+        message: PyRef<'_, PyMessage>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let p = self.producer.clone();
+        let m = message.inner.clone();
+        future_into_py(py, self.rt, async move {
+            p.send(m).await.map(PySendReceipt::from)
+        })
+    }
+
+    /// Send many messages of one topic in one request.
+    fn send_batch(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<PySendReceipt>> {
+        let msgs = extract_messages(messages)?;
+        let p = self.producer.clone();
+        self.rt.block_on(py, async move {
+            Ok(p.send_batch(msgs)
+                .await?
+                .into_iter()
+                .map(PySendReceipt::from)
+                .collect())
+        })
+    }
+
+    fn send_batch_async<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let msgs = extract_messages(messages)?;
+        let p = self.producer.clone();
+        future_into_py(py, self.rt, async move {
+            Ok(p.send_batch(msgs)
+                .await?
+                .into_iter()
+                .map(PySendReceipt::from)
+                .collect::<Vec<_>>())
+        })
+    }
+
+    /// Queue `message` for a batched send; `on_delivery(err, receipt)` runs later, on this thread,
+    /// inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are pending.
+    #[pyo3(signature = (message, on_delivery=None))]
+    fn produce(
+        &self,
+        py: Python<'_>,
+        message: PyRef<'_, PyMessage>,
+        on_delivery: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        if let Some(cb) = &on_delivery {
+            if !cb.bind(py).is_callable() {
+                return Err(invalid("on_delivery", "must be callable"));
+            }
+        }
+        self.producer.client().check_running().map_err(to_pyerr)?;
+        while self.state.pending.load(Ordering::Acquire) >= self.state.max_pending {
+            self.serve(py, Duration::from_millis(100))?;
+        }
+        let tx = self.tx.lock().clone();
+        let Some(tx) = tx else {
+            return Err(to_pyerr(Error::closed("the producer is closed")));
+        };
+        self.state.pending.fetch_add(1, Ordering::AcqRel);
+        self.state.outstanding.fetch_add(1, Ordering::AcqRel);
+        match tx.try_send(Pending {
+            message: message.inner.clone(),
+            callback: on_delivery,
+        }) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.state.pending.fetch_sub(1, Ordering::AcqRel);
+                self.state.outstanding.fetch_sub(1, Ordering::AcqRel);
+                Err(to_pyerr(match e {
+                    mpsc::error::TrySendError::Closed(_) => Error::closed("the producer is closed"),
+                    mpsc::error::TrySendError::Full(_) => {
+                        Error::internal("produce queue full below max_pending")
+                    }
+                }))
+            }
+        }
+    }
+
+    /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
+    /// returns how many were reported.
+    #[pyo3(signature = (timeout=0.0))]
+    fn poll(&self, py: Python<'_>, timeout: f64) -> PyResult<usize> {
+        let wait = opt_secs("timeout", Some(timeout))?.unwrap_or_default();
+        self.serve(py, wait)
+    }
+
+    /// Wait until every produced message is reported (or `timeout` seconds pass), running the
+    /// callbacks here; returns how many are still pending.
+    #[pyo3(signature = (timeout=None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
+        let t = opt_secs("timeout", timeout)?;
+        self.flush_inner(py, t)
+    }
+
+    /// Messages produced and not yet reported.
+    #[getter]
+    fn pending(&self) -> usize {
+        self.state.pending.load(Ordering::Acquire)
+    }
+
+    /// Start a transaction.
+    fn begin_transaction(&self) -> PyResult<PyTransaction> {
+        Ok(PyTransaction {
+            rt: self.rt,
+            inner: Arc::new(self.producer.begin_transaction().map_err(to_pyerr)?),
+        })
+    }
+
+    /// Recall a delayed message by the `recall_handle` of its receipt; returns its message id.
+    fn recall(&self, py: Python<'_>, topic: String, recall_handle: String) -> PyResult<String> {
+        let p = self.producer.clone();
+        self.rt
+            .block_on(py, async move { p.recall(&topic, &recall_handle).await })
+    }
+
+    fn recall_async<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+        recall_handle: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let p = self.producer.clone();
+        future_into_py(py, self.rt, async move {
+            p.recall(&topic, &recall_handle).await
+        })
+    }
+
+    /// Flush produced messages (running their callbacks), wait for in-flight sends, then tell
+    /// the brokers (`NotifyClientTermination`). Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let tx = self.tx.lock().take();
+        drop(tx);
+        let flushed = self.flush_inner(py, None);
+        let p = self.producer.clone();
+        self.rt.block_on(py, async move {
+            p.close().await;
+            Ok(())
+        })?;
+        flushed.map(|_| ())
+    }
+
+    /// Async `close`: waits for produced messages and in-flight sends; the facade then runs the
+    /// remaining delivery callbacks with `poll(0)`.
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let tx = self.tx.lock().take();
+        drop(tx);
+        let p = self.producer.clone();
+        let state = Arc::clone(&self.state);
+        future_into_py(py, self.rt, async move {
+            state.wait_drained().await;
+            p.close().await;
+            Ok(())
+        })
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.producer.is_closed()
+    }
+    #[getter]
+    fn started(&self) -> bool {
+        self.producer.client().is_running()
+    }
+    #[getter]
+    fn client_id(&self) -> &str {
+        self.producer.client().client_id()
+    }
+    #[getter]
+    fn endpoints(&self) -> &str {
+        self.producer.client().access_endpoints().key()
+    }
+    #[getter]
+    fn namespace(&self) -> &str {
+        self.producer.client().namespace()
+    }
+    /// Endpoints currently isolated after failures.
+    #[getter]
+    fn isolated_endpoints(&self) -> Vec<String> {
+        self.producer
+            .client()
+            .isolation()
+            .snapshot()
+            .into_iter()
+            .map(|e| e.key().to_string())
+            .collect()
+    }
+    /// The settings in force (server-merged once started).
+    #[getter]
+    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.producer.client().settings();
+        let d = PyDict::new(py);
+        d.set_item("max_attempts", s.retry_policy.max_attempts)?;
+        d.set_item("request_timeout", s.request_timeout.as_secs_f64())?;
+        d.set_item("max_body_size", s.max_body_size)?;
+        d.set_item("validate_message_type", s.validate_message_type)?;
+        d.set_item("from_server", s.from_server)?;
+        let delays: Vec<f64> = (1..=4)
+            .map(|a| s.retry_policy.delay(a).as_secs_f64())
+            .collect();
+        d.set_item("backoff", delays)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        let c = self.producer.client();
+        format!(
+            "RocketMQProducer(endpoints={:?}, client_id={:?}, namespace={:?}, started={}, closed={})",
+            c.access_endpoints().key(),
+            c.client_id(),
+            c.namespace(),
+            c.is_running(),
+            self.producer.is_closed()
+        )
+    }
+}
+
+/// A transaction: half messages become visible on `commit()`, or are dropped on `rollback()`.
+/// As a context manager it commits on success and rolls back on an exception.
+#[pyclass(name = "Transaction", module = "ferrymq", frozen)]
+pub struct PyTransaction {
+    rt: RuntimeRef,
+    inner: Arc<Transaction>,
+}
+
+#[pymethods]
+impl PyTransaction {
+    /// Send a half message (never retried).
+    fn send(&self, py: Python<'_>, message: PyRef<'_, PyMessage>) -> PyResult<PySendReceipt> {
+        let t = Arc::clone(&self.inner);
+        let m = message.inner.clone();
+        self.rt
+            .block_on(py, async move { t.send(m).await.map(PySendReceipt::from) })
+    }
+    fn send_async<'py>(
+        &self,
+        py: Python<'py>,
+        message: PyRef<'_, PyMessage>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let t = Arc::clone(&self.inner);
+        let m = message.inner.clone();
+        future_into_py(py, self.rt, async move {
+            t.send(m).await.map(PySendReceipt::from)
+        })
+    }
+    fn commit(&self, py: Python<'_>) -> PyResult<()> {
+        let t = Arc::clone(&self.inner);
+        self.rt.block_on(py, async move { t.commit().await })
+    }
+    fn rollback(&self, py: Python<'_>) -> PyResult<()> {
+        let t = Arc::clone(&self.inner);
+        self.rt.block_on(py, async move { t.rollback().await })
+    }
+    fn commit_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let t = Arc::clone(&self.inner);
+        future_into_py(py, self.rt, async move { t.commit().await })
+    }
+    fn rollback_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let t = Arc::clone(&self.inner);
+        future_into_py(py, self.rt, async move { t.rollback().await })
+    }
+    /// Receipts of the half messages sent so far.
+    #[getter]
+    fn receipts(&self) -> Vec<PySendReceipt> {
+        self.inner
+            .receipts()
+            .into_iter()
+            .map(PySendReceipt::from)
+            .collect()
+    }
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if self.inner.ended().is_some() {
+            return Ok(false);
+        }
+        if exc_type.is_some_and(|t| !t.is_none()) {
+            self.rollback(py)?;
+        } else {
+            self.commit(py)?;
+        }
+        Ok(false)
+    }
+    fn __repr__(&self) -> String {
+        format!("Transaction(messages={})", self.inner.receipts().len())
+    }
+}

@@ -1,0 +1,212 @@
+"""Fault injection of the embedded broker, each fault observed through the raw protocol."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import grpc
+import pytest
+
+from ferrymq import InvalidArgumentError
+from ferrymq.testing import STATUS_CODES as C
+from ferrymq.testing import EmbeddedBroker
+
+pytest.importorskip("rocketmq")
+
+from rmq_raw import OK, Raw, message
+
+MakeBroker = Callable[..., EmbeddedBroker]
+
+
+def _broker(make_broker: MakeBroker, **kw: object) -> EmbeddedBroker:
+    b = make_broker(**kw)
+    b.create_topic("t", "NORMAL", 2)
+    b.create_group("g")
+    return b
+
+
+def test_status_for_n_calls_of_one_rpc(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker, endpoints=2)
+    b.inject_status(0, "TOO_MANY_REQUESTS", rpc="SendMessage", count=2)
+    with Raw(b.addresses[0]) as r0, Raw(b.addresses[1]) as r1:
+        assert r0.route("t").status.code == OK, "other RPCs are not affected"
+        first = r0.send(message("t"))
+        assert first.status.code == C["TOO_MANY_REQUESTS"]
+        assert first.status.message.startswith("injected fault")
+        assert r1.send(message("t")).status.code == OK, "other endpoints are not affected"
+        assert r0.send(message("t")).status.code == C["TOO_MANY_REQUESTS"]
+        assert r0.send(message("t")).status.code == OK
+    stats = b.stats()
+    assert stats["endpoints"][0]["injected"] == 2
+    assert stats["topics"]["t"]["messages"] == 2
+
+
+def test_status_for_a_fraction_of_calls(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker)
+    b.inject_status(0, 50001, fraction=0.5, message="flaky")
+    codes = []
+    with Raw(b.addresses[0]) as r:
+        for _ in range(200):
+            codes.append(r.route("t").status.code)
+    assert set(codes) == {OK, C["INTERNAL_SERVER_ERROR"]}
+    b.clear_faults()
+    with Raw(b.addresses[0]) as r:
+        assert all(r.route("t").status.code == OK for _ in range(20))
+
+
+def test_status_on_streaming_rpcs(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker)
+    b.inject_status(0, "PROXY_TIMEOUT", rpc="ReceiveMessage", count=1)
+    b.inject_status(0, "TOO_MANY_REQUESTS", rpc="Telemetry", count=1)
+    with Raw(b.addresses[0]) as r:
+        first = r.consumer("g")
+        assert first.status.code == C["TOO_MANY_REQUESTS"]
+    with Raw(b.addresses[0]) as r:
+        assert r.consumer("g").status.code == OK
+        status, _ = r.receive("g", "t")
+        assert status.code == C["PROXY_TIMEOUT"]
+        assert r.receive("g", "t")[0].code == C["MESSAGE_NOT_FOUND"]
+
+
+def test_latency(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker)
+    b.set_latency(0, 5.0, rpc="QueryRoute")
+    with Raw(b.addresses[0]) as r:
+        with pytest.raises(grpc.RpcError) as e:
+            r.stub.QueryRoute(
+                __import__("rmq_raw").s.QueryRouteRequest(topic=__import__("rmq_raw").res("t")),
+                metadata=r.md(),
+                timeout=0.3,
+            )
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert r.send(message("t")).status.code == OK, "only QueryRoute is slowed"
+        b.set_latency(0, 0, rpc="QueryRoute")
+        assert r.route("t").status.code == OK
+
+
+def test_unavailable_refuse_then_back(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker)
+    address = b.addresses[0]
+    with Raw(address) as r:
+        assert r.route("t").status.code == OK
+        b.set_unavailable(0, "refuse")
+        with pytest.raises(grpc.RpcError) as e:
+            r.stub.QueryRoute(
+                __import__("rmq_raw").s.QueryRouteRequest(topic=__import__("rmq_raw").res("t")),
+                metadata=r.md(),
+                timeout=2,
+            )
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert b.stats()["endpoints"][0]["unavailable"] == "refuse"
+    b.set_unavailable(0, None)
+    assert b.addresses[0] == address, "same port after recovery"
+    with Raw(address) as r:
+        assert r.route("t").status.code == OK
+
+
+def test_unavailable_hang_then_back(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker)
+    rr = __import__("rmq_raw")
+    with Raw(b.addresses[0]) as r:
+        assert r.route("t").status.code == OK
+        b.set_unavailable(0, "hang")
+        with pytest.raises(grpc.RpcError) as e:
+            r.stub.QueryRoute(
+                rr.s.QueryRouteRequest(topic=rr.res("t")), metadata=r.md(), timeout=0.5
+            )
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        b.set_unavailable(0, None)
+        assert r.route("t").status.code == OK
+    with Raw(b.addresses[0]) as r2:
+        b.set_unavailable(0, "hang")
+        with pytest.raises(grpc.RpcError) as e:
+            r2.stub.QueryRoute(
+                rr.s.QueryRouteRequest(topic=rr.res("t")), metadata=r2.md(), timeout=0.5
+            )
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        b.clear_faults(0)
+
+
+def test_drop_telemetry_keeps_settings(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker)
+    with Raw(b.addresses[0]) as r:
+        assert r.consumer("g").status.code == OK
+        b.drop_telemetry(0)
+        err = r.telemetry_in.get(timeout=5)
+        assert isinstance(err, grpc.RpcError)
+        assert err.code() == grpc.StatusCode.UNAVAILABLE
+        assert r.heartbeat("g").status.code == OK, "settings survive a dropped stream"
+        assert [c["connected"] for c in b.clients(0)] == [False]
+
+
+def test_restart_forgets_clients_and_keeps_messages(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker)
+    with Raw(b.addresses[0], "c1") as r:
+        r.consumer("g")
+        r.send(message("t", b"survives"))
+        assert r.heartbeat("g").status.code == OK
+        b.restart(0)
+        err = r.telemetry_in.get(timeout=5)
+        assert isinstance(err, grpc.RpcError)
+        assert b.clients(0) == []
+    with Raw(b.addresses[0], "c1") as r:
+        assert r.heartbeat("g").status.code == C["UNRECOGNIZED_CLIENT_TYPE"]
+        assert r.receive("g", "t")[0].code == C["UNRECOGNIZED_CLIENT_TYPE"]
+        r.consumer("g")
+        assert [m.body for m in r.receive("g", "t")[1]] == [b"survives"]
+
+
+def test_memory_bound_per_topic(make_broker: MakeBroker) -> None:
+    per_message = 100 + 256
+    b = _broker(make_broker, max_body_size=100, max_topic_bytes=10 * per_message)
+    with Raw(b.addresses[0]) as r:
+        r.consumer("g")
+        for _ in range(10):
+            assert r.send(message("t", b"x" * 100)).status.code == OK
+        full = r.send(message("t", b"x" * 100))
+        assert full.status.code == C["TOO_MANY_REQUESTS"]
+        assert "full" in full.status.message
+        assert b.stats()["topics"]["t"]["bytes"] <= 10 * per_message
+        # consuming frees room: acked messages are evicted first
+        _, msgs = r.receive("g", "t", batch=4)
+        r.ack("g", "t", *msgs)
+        for _ in range(len(msgs)):
+            assert r.send(message("t", b"x" * 100)).status.code == OK
+        assert r.send(message("t", b"x" * 100)).status.code == C["TOO_MANY_REQUESTS"]
+    drop = make_broker(max_body_size=100, max_topic_bytes=3 * (10 + 256), when_full="drop_oldest")
+    drop.create_topic("t", "NORMAL", 1)
+    with Raw(drop.addresses[0]) as r:
+        for i in range(6):
+            assert r.send(message("t", bytes([i]) * 10)).status.code == OK
+    stored = drop.messages("t")
+    assert [m["offset"] for m in stored] == [3, 4, 5]
+
+
+def test_fault_arguments_are_checked(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker)
+    with pytest.raises(InvalidArgumentError, match="endpoint"):
+        b.inject_status(3, 42900)
+    with pytest.raises(InvalidArgumentError, match="rpc"):
+        b.inject_status(0, 42900, rpc="Nope")
+    with pytest.raises(InvalidArgumentError, match="fraction"):
+        b.inject_status(0, 42900, fraction=1.5)
+    with pytest.raises(InvalidArgumentError, match="code"):
+        b.inject_status(0, "NOT_A_CODE")
+    with pytest.raises(InvalidArgumentError, match="mode"):
+        b.set_unavailable(0, "sideways")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="seconds"):
+        b.set_latency(0, -1)
+    assert b.calls(0, "QueryRoute") == 0
+
+
+def test_calls_are_counted_per_rpc_and_endpoint(make_broker: MakeBroker) -> None:
+    b = _broker(make_broker, endpoints=2)
+    with Raw(b.addresses[1]) as r:
+        for _ in range(3):
+            r.route("t")
+        r.send(message("t"))
+    assert b.calls(1, "QueryRoute") == 3
+    assert b.calls(1, "SendMessage") == 1
+    assert b.calls(0, "QueryRoute") == 0
+    time.sleep(0)

@@ -1,0 +1,197 @@
+"""Foundation: version, error tree, panics, runtime helpers, fork safety, logging."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+import ferrymq
+from ferrymq import _native
+from ferrymq.exceptions import (
+    BrokerError,
+    ClientClosedError,
+    FerryConnectionError,
+    FerryError,
+    FerryTimeoutError,
+    FlowControlError,
+    InternalError,
+    InvalidArgumentError,
+    ProtocolError,
+)
+
+
+def test_version_and_features() -> None:
+    assert ferrymq.__version__ == _native.__version__
+    assert ferrymq.__version__.count(".") == 2
+    assert "rocketmq-v2" in ferrymq.features()
+
+
+def test_public_api_is_exported() -> None:
+    for name in ferrymq.__all__:
+        assert hasattr(ferrymq, name), name
+
+
+@pytest.mark.parametrize(
+    ("kind", "cls", "builtin"),
+    [
+        ("connection", FerryConnectionError, ConnectionError),
+        ("timeout", FerryTimeoutError, TimeoutError),
+        ("protocol", ProtocolError, FerryError),
+        ("broker", BrokerError, FerryError),
+        ("flow_control", FlowControlError, BrokerError),
+        ("invalid", InvalidArgumentError, ValueError),
+        ("closed", ClientClosedError, FerryError),
+        ("internal", InternalError, FerryError),
+    ],
+)
+def test_error_kinds_map_to_the_tree(kind: str, cls: type, builtin: type) -> None:
+    with pytest.raises(cls) as info:
+        _native.Probe().fail(kind)
+    assert isinstance(info.value, FerryError)
+    assert isinstance(info.value, builtin)
+    assert "injected by Probe.fail" in str(info.value)
+
+
+def test_broker_status_keeps_code_and_retriable() -> None:
+    probe = _native.Probe()
+    with pytest.raises(FlowControlError) as info:
+        probe.fail("broker", 42900)
+    assert info.value.code == 42900
+    assert info.value.code_name == "TOO_MANY_REQUESTS"
+    assert info.value.protocol == "rocketmq"
+    assert info.value.retriable is True
+
+    with pytest.raises(BrokerError) as info2:
+        probe.fail("broker", 40013)
+    assert type(info2.value) is BrokerError
+    assert info2.value.code_name == "INVALID_RECEIPT_HANDLE"
+    assert info2.value.retriable is False
+
+
+def test_panic_becomes_internal_error() -> None:
+    with pytest.raises(InternalError, match="probe panic"):
+        _native.Probe().panic()
+    # The runtime survives the panic.
+    assert _native.Probe().sleep(0.001) == 0.001
+
+
+async def test_async_panic_becomes_internal_error() -> None:
+    with pytest.raises(InternalError, match="probe panic"):
+        await _native.Probe().panic_async()
+
+
+async def test_async_call_runs_on_the_runtime() -> None:
+    probe = _native.Probe()
+    results = await asyncio.gather(*(probe.sleep_async(0.05) for _ in range(50)))
+    assert results == [0.05] * 50
+
+
+async def test_cancelling_an_async_call() -> None:
+    task = asyncio.ensure_future(_native.Probe().sleep_async(30))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_blocking_call_releases_the_gil() -> None:
+    probe = _native.Probe()
+    ticks = 0
+    stop = False
+
+    def spin() -> None:
+        nonlocal ticks
+        while not stop:
+            ticks += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        probe.sleep(0.3)
+    finally:
+        stop = True
+        t.join()
+    # A thread needing the GIL made progress while the blocking call waited.
+    assert ticks > 20
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="signals")
+def test_ctrl_c_interrupts_a_blocking_call() -> None:
+    probe = _native.Probe()
+    timer = threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        probe.sleep(30)
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_fork_safety() -> None:
+    parent_probe = _native.Probe()
+    parent_probe.sleep(0.001)  # the runtime is running in the parent
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            try:
+                parent_probe.sleep(0.001)
+                code = 1  # must not work
+            except ClientClosedError as e:
+                if "fork" not in str(e):
+                    code = 2
+            # A new object in the child gets a fresh runtime and works.
+            if _native.Probe().sleep(0.01) != 0.01:
+                code = 3
+        except BaseException:
+            code = 4
+        os.write(write_fd, bytes([code]))
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as r:
+        result = r.read(1)
+    os.waitpid(pid, 0)
+    assert result == bytes([0])
+    # The parent is unaffected.
+    assert parent_probe.sleep(0.001) == 0.001
+
+
+def test_rust_logs_reach_python_logging(caplog: pytest.LogCaptureFixture) -> None:
+    probe = _native.Probe()
+    with caplog.at_level(logging.DEBUG, logger="ferrymq"):
+        ferrymq.sync_log_level()
+        probe.log("debug", "hello from rust")
+        probe.log("trace", "too verbose")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            "hello from rust" in r.getMessage() for r in caplog.records
+        ):
+            time.sleep(0.01)
+    msgs = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    assert ("ferrymq.probe", logging.DEBUG, "hello from rust") in msgs
+    assert not any("too verbose" in m for _, _, m in msgs)
+
+
+def test_log_level_filter_applies_before_forwarding(caplog: pytest.LogCaptureFixture) -> None:
+    probe = _native.Probe()
+    with caplog.at_level(logging.WARNING, logger="ferrymq"):
+        ferrymq.sync_log_level()
+        probe.log("info", "filtered-out info")
+        probe.log("error", "kept error")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            "kept error" in r.getMessage() for r in caplog.records
+        ):
+            time.sleep(0.01)
+    text = [r.getMessage() for r in caplog.records]
+    assert "kept error" in text
+    assert "filtered-out info" not in text
