@@ -8,14 +8,20 @@ Scenarios, each with 100 B and 1 KiB bodies:
   against ferrymq's ``produce`` + ``flush`` (bounded, batched in the background) and
   ``send_batch`` (1000 messages per call).
 
-Prints messages/s of both and the ratio. Build the extension in release mode first
-(``maturin develop --release``). Run: ``python benches/bench_producer.py [--seconds 3]``.
+Prints, for both clients, messages/s (wall clock) and the CPU time of the whole process per
+message (client + embedded broker, which run in this process for both), with the ratios. On a
+shared machine the wall-clock rate depends on what else runs; the CPU cost per message does
+much less, and ``2 cores / cost`` is the rate the run would reach on two dedicated cores.
+
+Build the extension in release mode first (``maturin develop --release``), then run
+``python benches/bench_producer.py [--seconds 3]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -23,19 +29,27 @@ from concurrent.futures import Future
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
 
+Rate = tuple[float, float]  # (messages/s, process CPU microseconds per message)
 
-def timed(seconds: float, step: Callable[[], int]) -> float:
-    """Run ``step`` (returns messages done) until ``seconds`` pass; messages/s."""
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(seconds: float, step: Callable[[], int], finish: Callable[[], object] = int) -> Rate:
+    """Run ``step`` (returns messages done) until ``seconds`` pass, then ``finish``."""
     done = 0
+    cpu0 = cpu_seconds()
     start = time.perf_counter()
-    while True:
+    while time.perf_counter() - start < seconds:
         done += step()
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return done / elapsed
+    finish()
+    elapsed = time.perf_counter() - start
+    return done / elapsed, (cpu_seconds() - cpu0) / done * 1e6
 
 
-def ferry_sync(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) -> float:
+def ferry_sync(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) -> Rate:
     msg = ferrymq.Message(topic, body)
 
     def step() -> int:
@@ -46,7 +60,7 @@ def ferry_sync(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) -> 
     return timed(seconds, step)
 
 
-def ferry_produce(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) -> float:
+def ferry_produce(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) -> Rate:
     msg = ferrymq.Message(topic, body)
     errors: list[object] = []
 
@@ -59,18 +73,13 @@ def ferry_produce(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) 
             p.produce(msg, on_delivery)
         return 20_000
 
-    start = time.perf_counter()
-    done = 0
-    while time.perf_counter() - start < seconds:
-        done += step()
-    p.flush()
-    rate = done / (time.perf_counter() - start)
+    rate = timed(seconds, step, p.flush)
     if errors:
         raise RuntimeError(f"{len(errors)} deliveries failed, first: {errors[0]}")
     return rate
 
 
-def ferry_batch(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) -> float:
+def ferry_batch(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) -> Rate:
     batch = [ferrymq.Message(topic, body)] * 1000
 
     def step() -> int:
@@ -97,7 +106,7 @@ def official_message(topic: str, body: bytes) -> object:
     return m
 
 
-def official_sync(p: object, topic: str, body: bytes, seconds: float) -> float:
+def official_sync(p: object, topic: str, body: bytes, seconds: float) -> Rate:
     msg = official_message(topic, body)
 
     def step() -> int:
@@ -108,7 +117,7 @@ def official_sync(p: object, topic: str, body: bytes, seconds: float) -> float:
     return timed(seconds, step)
 
 
-def official_async(p: object, topic: str, body: bytes, seconds: float) -> float:
+def official_async(p: object, topic: str, body: bytes, seconds: float) -> Rate:
     msg = official_message(topic, body)
     window = 256
 
@@ -135,7 +144,7 @@ def main() -> None:
         topic = "bench"
         broker.create_topic(topic, "NORMAL", queues=8)
         official = None if args.no_official else official_client(broker.endpoints, topic)
-        rows: list[tuple[str, int, float, float | None]] = []
+        rows: list[tuple[str, int, Rate, Rate | None]] = []
         with ferrymq.Producer(broker.endpoints, topics=[topic]) as p:
             for size in (100, 1024):
                 body = b"x" * size
@@ -152,11 +161,23 @@ def main() -> None:
         if official is not None:
             official.shutdown()  # type: ignore[attr-defined]
 
-    print(f"{'scenario':34} {'body':>6} {'ferrymq msg/s':>15} {'official msg/s':>15} {'ratio':>8}")
-    for name, size, ours, theirs in rows:
-        t = f"{theirs:15,.0f}" if theirs else f"{'-':>15}"
-        r = f"{ours / theirs:7.1f}x" if theirs else f"{'-':>8}"
-        print(f"{name:34} {size:>5}B {ours:15,.0f} {t} {r}")
+    print(
+        f"{'scenario':32} {'body':>6} | {'ferrymq':>10} {'official':>10} {'ratio':>7} msg/s"
+        f" | {'ferrymq':>8} {'official':>9} {'ratio':>7} CPU us/msg | 2-core msg/s"
+    )
+    for name, size, (rate, cpu), theirs in rows:
+        if theirs:
+            t_rate, t_cpu = theirs
+            rt = f"{t_rate:10,.0f} {rate / t_rate:6.1f}x"
+            ct = f"{t_cpu:9.1f} {t_cpu / cpu:6.1f}x"
+        else:
+            rt, ct = f"{'-':>10} {'-':>7}", f"{'-':>9} {'-':>7}"
+        print(
+            f"{name:32} {size:>5}B | {rate:10,.0f} {rt}       | {cpu:8.2f} {ct}"
+            f"            | {2e6 / cpu:12,.0f}"
+        )
+    with open("/proc/loadavg") as f:
+        print(f"(load average during the run: {f.read().split()[0]})")
 
 
 if __name__ == "__main__":

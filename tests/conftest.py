@@ -1,4 +1,4 @@
-"""Shared pytest fixtures.
+"""Shared pytest fixtures. Each helper adds its fixtures in its own section.
 
 Servers are started once per session. The embedded broker fixtures:
 
@@ -9,19 +9,39 @@ Servers are started once per session. The embedded broker fixtures:
 * ``make_broker(**kwargs)`` — a private broker for one test (faults, several endpoints,
   credentials), closed at the end of the test. Same test timers unless overridden.
 * ``unique(prefix)`` — a fresh, valid topic/group name.
+
+Real Apache RocketMQ (tests marked ``rocketmq``):
+
+* ``rocketmq_server`` — a :class:`servers.RealServer`: the name server + local-mode proxy of
+  ``scripts/rocketmq-server``, started once per session (before the first test, so its start
+  time counts against no test's timeout) when any selected test is marked ``rocketmq``, and
+  stopped at the end of the session if this session started it (``FERRYMQ_ROCKETMQ_KEEP=1``
+  keeps it running for the next run). A server that cannot start fails those tests loudly;
+  deselect them with ``-m "not rocketmq"``.
+* ``server`` — parametrised over ``embedded`` (the ``broker`` fixture) and ``real``: the same
+  test body runs against both (``servers.Server``: ``endpoints``, ``address``, ``setup()``).
+* ``proxy_server`` — the same, but its embedded side keeps the proxy's default timers
+  (``proxy_broker``: 5 s long-polling floor, 10 s invisible floor), for conformance tests that
+  pin those limits.
+* Tests marked ``restarts_server`` run last (they stop and start the real proxy).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+# -- NATS JetStream (nats-server) -------------------------------------------------------------
 from _nats_server import HoldingProxy, NatsServer, run_nats_server
 from ferrymq.testing import EmbeddedBroker
+from servers import EmbeddedServer, RealServer, RealServerError, Server
 
 #: Broker options used by the fixtures: the proxy's rules with short timers.
 TEST_BROKER_OPTIONS: dict[str, Any] = {
@@ -40,6 +60,14 @@ def broker() -> Iterator[EmbeddedBroker]:
         yield b
 
 
+@pytest.fixture(scope="session")
+def jmq_broker() -> Iterator[EmbeddedBroker]:
+    """A broker with two RocketMQ endpoints and two JMQ4 nodes, for the JMQ4 tests."""
+    with EmbeddedBroker(endpoints=2, jmq_nodes=2, **TEST_BROKER_OPTIONS) as b:
+        b.add_jmq_app("other_app", "other_token")
+        yield b
+
+
 @pytest.fixture
 def make_broker() -> Iterator[Callable[..., EmbeddedBroker]]:
     created: list[EmbeddedBroker] = []
@@ -55,14 +83,42 @@ def make_broker() -> Iterator[Callable[..., EmbeddedBroker]]:
         b.close()
 
 
+class _Unique(str):
+    """A fresh token (``str``, for stream names and subjects) that is also callable:
+    ``unique(prefix)`` gives a fresh, valid topic/group name."""
+
+    _base: str
+
+    def __new__(cls, base: str) -> _Unique:
+        self = super().__new__(cls, uuid.uuid4().hex[:10].upper())
+        self._base = base
+        return self
+
+    def __call__(self, prefix: str = "t") -> str:
+        return f"{prefix}-{self._base}-{next(_counter)}"
+
+
 @pytest.fixture
-def unique(request: pytest.FixtureRequest) -> Callable[[str], str]:
-    base = re.sub(r"[^A-Za-z0-9_-]", "-", request.node.name)[:80]
+def unique(request: pytest.FixtureRequest) -> _Unique:
+    return _Unique(re.sub(r"[^A-Za-z0-9_-]", "-", request.node.name)[:80])
 
-    def name(prefix: str = "t") -> str:
-        return f"{prefix}-{base}-{next(_counter)}"
 
-    return name
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[NatsServer]:
+    """A nats-server with JetStream on a free loopback port and a temporary store directory,
+    started once per session. Fails (does not skip) when nats-server is not installed."""
+    with run_nats_server() as server:
+        yield server
+
+
+@pytest.fixture
+def nats_proxy(nats_server: NatsServer) -> Iterator[HoldingProxy]:
+    """A loopback proxy in front of the session's nats-server that can hold back acks."""
+    proxy = HoldingProxy(nats_server.port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,24 +167,86 @@ def spark(broker: EmbeddedBroker) -> Iterator[Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# NATS JetStream (tests marked ``nats``): one nats-server with JetStream for the whole run, on a
-# free loopback port with a temporary store. Fails (does not skip) when nats-server is missing.
+# Real Apache RocketMQ 5 (tests marked ``rocketmq``): scripts/rocketmq-server, once per session.
 # --------------------------------------------------------------------------------------------
+
+_REAL: dict[str, Any] = {}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Tests that stop and start the real proxy run last, so nothing else sees the restart.
+    items.sort(key=lambda item: item.get_closest_marker("restarts_server") is not None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Start the real server before the first test when a selected test needs it: its start
+    # (24-60 s on a loaded machine) then counts against no test's timeout.
+    if session.config.option.collectonly:
+        return
+    if not any(item.get_closest_marker("rocketmq") for item in session.items):
+        return
+    server = RealServer()
+    try:
+        if not server.running():
+            server.started_here = True  # stop it at the end even if the start fails half-way
+            _REAL["start_seconds"] = server.start()
+    except (RealServerError, subprocess.TimeoutExpired, OSError) as exc:
+        _REAL["error"] = f"the real RocketMQ server did not start: {exc}"
+    _REAL["server"] = server
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    server: RealServer | None = _REAL.get("server")
+    if server is not None and server.started_here and not os.environ.get("FERRYMQ_ROCKETMQ_KEEP"):
+        server.run("stop", check=False)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if "start_seconds" in _REAL:
+        took, where = _REAL["start_seconds"], _REAL["server"].endpoints
+        return f"real RocketMQ started in {took:.1f} s at {where}"
+    return None
 
 
 @pytest.fixture(scope="session")
-def nats_server() -> Iterator[NatsServer]:
-    """A nats-server with JetStream on a free loopback port and a temporary store directory,
-    started once per session. Fails (does not skip) when nats-server is not installed."""
-    with run_nats_server() as server:
-        yield server
+def rocketmq_server() -> RealServer:
+    if "error" in _REAL:
+        pytest.fail(_REAL["error"], pytrace=False)
+    server: RealServer | None = _REAL.get("server")
+    if server is None:  # selected indirectly (e.g. by a fixture): start it now
+        server = RealServer()
+        try:
+            if not server.running():
+                server.started_here = True
+                server.start()
+        except (RealServerError, subprocess.TimeoutExpired, OSError) as exc:
+            _REAL["error"] = f"the real RocketMQ server did not start: {exc}"
+            pytest.fail(_REAL["error"], pytrace=False)
+        _REAL["server"] = server
+    return server
 
 
-@pytest.fixture
-def nats_proxy(nats_server: NatsServer) -> Iterator[HoldingProxy]:
-    """A loopback proxy in front of the session's nats-server that can hold back acks."""
-    proxy = HoldingProxy(nats_server.port)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
+@pytest.fixture(scope="session")
+def proxy_broker() -> Iterator[EmbeddedBroker]:
+    """An embedded broker with the proxy's default rules and timers."""
+    with EmbeddedBroker(endpoints=1) as b:
+        yield b
+
+
+_SERVERS = ["embedded", pytest.param("real", marks=pytest.mark.rocketmq)]
+
+
+@pytest.fixture(params=_SERVERS)
+def server(request: pytest.FixtureRequest) -> Server:
+    if request.param == "embedded":
+        return EmbeddedServer(request.getfixturevalue("broker"))
+    real: RealServer = request.getfixturevalue("rocketmq_server")
+    return real
+
+
+@pytest.fixture(params=_SERVERS)
+def proxy_server(request: pytest.FixtureRequest) -> Server:
+    if request.param == "embedded":
+        return EmbeddedServer(request.getfixturevalue("proxy_broker"))
+    real: RealServer = request.getfixturevalue("rocketmq_server")
+    return real

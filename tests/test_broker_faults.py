@@ -79,7 +79,8 @@ def test_latency(make_broker: MakeBroker) -> None:
                 metadata=r.md(),
                 timeout=0.3,
             )
-        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # the client's deadline, or the server's enforcement of grpc-timeout (CANCELLED)
+        assert e.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
         assert r.send(message("t")).status.code == OK, "only QueryRoute is slowed"
         b.set_latency(0, 0, rpc="QueryRoute")
         assert r.route("t").status.code == OK
@@ -152,7 +153,7 @@ def test_restart_forgets_clients_and_keeps_messages(make_broker: MakeBroker) -> 
         assert b.clients(0) == []
     with Raw(b.addresses[0], "c1") as r:
         assert r.heartbeat("g").status.code == C["UNRECOGNIZED_CLIENT_TYPE"]
-        assert r.receive("g", "t")[0].code == C["UNRECOGNIZED_CLIENT_TYPE"]
+        assert r.receive("g", "t")[0].code == C["INTERNAL_SERVER_ERROR"]  # as the proxy
         r.consumer("g")
         assert [m.body for m in r.receive("g", "t")[1]] == [b"survives"]
 

@@ -37,6 +37,19 @@ def clients() -> Iterator[list[Producer | SimpleConsumer]]:
         c.shutdown()
 
 
+def _started(broker: EmbeddedBroker, client: SimpleConsumer) -> SimpleConsumer:
+    """Wait until the broker holds the client's settings.
+
+    The official SimpleConsumer does not wait for its settings to be acknowledged before
+    ``startup()`` returns (only its PushConsumer does), so a receive right after start-up can
+    race them; a real proxy then fails the receive as well. Not a broker issue."""
+    deadline = time.monotonic() + 10
+    while client.client_id not in {c["client_id"] for c in broker.clients(0)}:
+        assert time.monotonic() < deadline, "the consumer never sent its settings"
+        time.sleep(0.01)
+    return client
+
+
 def _receive_all(
     consumer: SimpleConsumer, want: int, *, ack: bool = True, rounds: int = 20
 ) -> list[Message]:
@@ -74,6 +87,7 @@ def test_normal_topic_send_receive_ack(
         _config(broker), group, {topic: FilterExpression("greeting")}, await_duration=2
     )
     consumer.startup()
+    _started(broker, consumer)
     clients.append(consumer)
     got = _receive_all(consumer, 5)
     assert sorted(m.message_id for m in got) == sorted(sent)
@@ -108,6 +122,7 @@ def test_fifo_topic_delivers_each_group_in_order(
         producer.send(m)
     consumer = SimpleConsumer(_config(broker), group, {topic: FilterExpression()}, await_duration=2)
     consumer.startup()
+    _started(broker, consumer)
     clients.append(consumer)
     # Without acks, only the head of each message group is delivered.
     heads = _receive_all(consumer, 2, ack=False, rounds=3)
@@ -136,6 +151,7 @@ def test_delay_topic_holds_messages_until_due(
     assert broker.stats()["topics"][topic]["delayed"] == 1
     consumer = SimpleConsumer(_config(broker), group, {topic: FilterExpression()}, await_duration=2)
     consumer.startup()
+    _started(broker, consumer)
     clients.append(consumer)
     got = _receive_all(consumer, 1)
     assert [m.body for m in got] == [b"later"]
@@ -192,6 +208,7 @@ def test_transaction_commit_and_orphan_check(
     orphan = producer.send(m2, tx2)
     consumer = SimpleConsumer(_config(broker), group, {topic: FilterExpression()}, await_duration=2)
     consumer.startup()
+    _started(broker, consumer)
     clients.append(consumer)
     got = _receive_all(consumer, 2)
     assert sorted(m.body for m in got) == [b"committed", b"orphan"]

@@ -183,6 +183,8 @@ def test_failed_endpoint_is_isolated_rotated_away_from_and_rejoins(
     b.create_topic(t, queues=4)
     bad, good = b.addresses[0], b.addresses[1]
     b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="SendMessage")
+    # Heartbeats fail too, so endpoint 0 cannot rejoin before the faults are cleared.
+    b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="Heartbeat")
     with Producer(b.endpoints, topics=[t], **FAST) as p:
         receipts = [p.send(Message(t, b"m%d" % i)) for i in range(10)]
         assert {r.endpoint for r in receipts} == {good}
@@ -297,16 +299,19 @@ def test_priority_message(
     assert r.topic == t
 
 
-def test_batch_goes_to_one_queue_in_one_request(
+def test_batch_sends_each_message_with_its_own_id(
     broker: EmbeddedBroker, producer: Producer, topic: str
 ) -> None:
+    # One SendMessage per message: a RocketMQ proxy stores a multi-message SendMessage under the
+    # first message's id and metadata (tests/test_conformance.py), so ferrymq never sends one.
     before = broker.calls(0, "SendMessage")
-    receipts = producer.send_batch(Message(topic, b"b%d" % i) for i in range(50))
-    assert broker.calls(0, "SendMessage") == before + 1
-    assert len({(r.endpoint, r.queue_id) for r in receipts}) == 1
-    offsets = [r.offset for r in receipts]
-    assert offsets == list(range(offsets[0], offsets[0] + 50))
+    receipts = producer.send_batch(Message(topic, b"b%d" % i, keys=[f"k{i}"]) for i in range(50))
+    assert broker.calls(0, "SendMessage") == before + 50
     assert len({r.message_id for r in receipts}) == 50
+    stored = {m["message_id"]: m for m in broker.messages(topic)}
+    for i, r in enumerate(receipts):
+        assert stored[r.message_id]["body"] == b"b%d" % i
+        assert stored[r.message_id]["keys"] == [f"k{i}"]
 
 
 # -- transactions ----------------------------------------------------------------------------
@@ -477,3 +482,21 @@ async def test_async_api(broker: EmbeddedBroker, topic: str) -> None:
         with pytest.raises(InvalidArgumentError):
             await p.begin_transaction().send_async(Message(tx_topic, b"x"))
     assert p.closed
+
+
+def test_verify_message_is_answered_not_implemented_by_a_producer(
+    broker: EmbeddedBroker, producer: Producer, topic: str
+) -> None:
+    r = producer.send(Message(topic, b"v"))
+    nonce = broker.verify_message(producer.client_id, topic, r.message_id)
+    wait_until(lambda: any(x["nonce"] == nonce for x in broker.telemetry_replies()))
+    reply = next(x for x in broker.telemetry_replies() if x["nonce"] == nonce)
+    assert reply["code"] == 50100  # NOT_IMPLEMENTED: a producer has no listener
+
+
+def test_namespace_is_sent(broker: EmbeddedBroker, topic: str) -> None:
+    with Producer(broker.endpoints, topics=[topic], namespace="ns-1") as p:
+        assert p.namespace == "ns-1"
+        assert p.send(Message(topic, b"ns")).topic == topic
+    with pytest.raises(InvalidArgumentError, match="namespace"):
+        Producer(broker.endpoints, namespace="has space")

@@ -45,10 +45,12 @@ def test_source_options_have_kafka_names_and_defaults() -> None:
         ({"subscribe": "a"}, "endpoints"),
         ({"endpoints": "h:1"}, "subscribe"),
         ({"endpoints": "h:1", "subscribe": "a,a"}, "subscribe"),
-        ({"endpoints": "h:1", "subscribe": "a", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
+        ({"endpoints": "h:1", "subscribe": "a", "maxOffsetsPerTrigger": "0"},
+         "maxOffsetsPerTrigger"),
         ({"endpoints": "h:1", "subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
         ({"endpoints": "h:1", "subscribe": "a", "startingOffsets": "{"}, "startingOffsets"),
-        ({"endpoints": "h:1", "subscribe": "a", "startingOffsets": '{"a": {"q:0": -3}}'}, "startingOffsets"),
+        ({"endpoints": "h:1", "subscribe": "a", "startingOffsets": '{"a": {"q:0": -3}}'},
+         "startingOffsets"),
         ({"endpoints": "h:1", "subscribe": "a", "endingOffsets": "x"}, "endingOffsets"),
         ({"endpoints": "h:1", "subscribe": "a", "readMode": "pop"}, "readMode"),
         ({"endpoints": "h:1", "subscribe": "a", "readMode": "receive"}, "walLocation"),
@@ -80,7 +82,9 @@ def test_sink_options() -> None:
     assert (cfg.backend, cfg.topic, cfg.batch_size, cfg.idempotence_key) == ("nats", "s", 10, True)
     with pytest.raises(InvalidArgumentError, match="idempotenceKey"):
         parse_sink_options({"endpoints": "h:1", "idempotenceKey": "always"})
-    assert "secret" not in repr(parse_sink_options({"endpoints": "h:1", "accessKey": "a", "secretKey": "secret"}))
+    assert "secret" not in repr(
+        parse_sink_options({"endpoints": "h:1", "accessKey": "a", "secretKey": "secret"})
+    )
 
 
 def _total(start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]) -> int:

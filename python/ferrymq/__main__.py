@@ -20,7 +20,7 @@ Python 3.11+):
 
   {"endpoints": 2, "ports": [8081, 8082], "auto_create": false,
    "topics": [{"name": "orders", "message_type": "FIFO", "queues": 8}],
-   "groups": [{"name": "billing", "fifo": true, "max_delivery_attempts": 16}],
+   "groups": [{"name": "billing", "fifo": true, "max_delivery_attempts": 17}],
    "options": {"long_polling_min": 5, "max_topic_bytes": 268435456}}
 
 "options" takes any keyword of ferrymq.testing.EmbeddedBroker. The first line printed is
@@ -92,7 +92,7 @@ def run_broker(args: argparse.Namespace) -> int:
             broker.create_group(
                 g["name"],
                 fifo=bool(g.get("fifo", False)),
-                max_delivery_attempts=int(g.get("max_delivery_attempts", 16)),
+                max_delivery_attempts=int(g.get("max_delivery_attempts", 17)),
             )
         print(f"ferrymq broker listening on {broker.endpoints}", flush=True)
         for t in topics:

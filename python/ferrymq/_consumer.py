@@ -5,6 +5,7 @@ started from blocking code."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -29,7 +30,7 @@ def run_batch(
         except BaseException as exc:  # the listener raised before its first await
             completion.error(i, exc)
             continue
-        task.add_done_callback(lambda t, i=i: _report(completion, i, t))
+        task.add_done_callback(functools.partial(_report, completion, i))
 
 
 def _report(completion: _Completion, i: int, task: asyncio.Future[object]) -> None:

@@ -2,18 +2,20 @@
 
 The backend is chosen from the endpoint scheme in :func:`_backend` — the single dispatch point:
 plain ``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
-RocketMQ 5 producer (:class:`ferrymq._native.RocketMQProducer`).
+RocketMQ 5 producer (:class:`ferrymq._native.RocketMQProducer`); ``jmq://host:port`` selects JMQ4
+(JoyQueue, :class:`ferrymq._jmq.JmqBackend`, which needs ``app`` and ``token``).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from . import _native
+from ._jmq import JmqBackend, is_jmq
 from ._native import Credentials, Message, MessageView, SendReceipt, TlsConfig, Transaction
 from .exceptions import FerryError, InvalidArgumentError
 
@@ -37,6 +39,8 @@ def _backend(endpoints: str | Sequence[str]) -> type[_native.RocketMQProducer]:
     scheme = first.split("://", 1)[0].lower() if "://" in first else ""
     if scheme in ("", "rocketmq", "rocketmqs", "grpc", "grpcs", "http", "https"):
         return _native.RocketMQProducer
+    if scheme == "jmq":
+        raise InvalidArgumentError("endpoints: jmq:// is served by ferrymq._jmq.JmqBackend")
     raise InvalidArgumentError(f"endpoints: unsupported scheme {scheme!r} in {first!r}")
 
 
@@ -57,6 +61,9 @@ class Producer:
             transactions; runs on a ferrymq thread, never under a ferrymq lock.
         max_pending: bound of :meth:`produce`'d messages not yet reported by :meth:`poll`.
         heartbeat_interval, route_refresh_interval: periods of the background tasks.
+        app, token: JMQ4 (``jmq://``) identity; required there, unused by RocketMQ.
+        jmq_options: further :class:`ferrymq.JmqProducer` options for ``jmq://`` (``qos``,
+            ``compression``, ``compress_threshold``, ``transaction_timeout``, ``region`` …).
     """
 
     def __init__(
@@ -73,7 +80,29 @@ class Producer:
         max_pending: int = 65536,
         heartbeat_interval: float | timedelta | None = None,
         route_refresh_interval: float | timedelta | None = None,
+        app: str | None = None,
+        token: str | None = None,
+        jmq_options: Mapping[str, Any] | None = None,
     ) -> None:
+        self._impl: _native.RocketMQProducer
+        if is_jmq(endpoints):
+            # JmqBackend offers the same methods (duck-typed); its receipts are
+            # ferrymq.JmqSendReceipt and its transactions take their topic from the first send.
+            self._impl = cast(
+                "_native.RocketMQProducer",
+                JmqBackend(
+                    endpoints,
+                    app=app,
+                    token=token,
+                    namespace=namespace,
+                    request_timeout=request_timeout,
+                    max_attempts=max_attempts,
+                    transaction_checker=transaction_checker,
+                    max_pending=max_pending,
+                    options=jmq_options,
+                ),
+            )
+            return
         backend = _backend(endpoints)
         self._impl = backend(
             endpoints,
@@ -145,7 +174,12 @@ class Producer:
         return await self._impl.send_async(message)
 
     def send_batch(self, messages: Iterable[Message]) -> list[SendReceipt]:
-        """Send many messages of one topic (and one kind) in one request to one queue."""
+        """Send many messages of one topic (and one kind); the receipts are in order.
+
+        Each message goes in its own request (many in flight at once; a FIFO message group's in
+        order), so each keeps its own id, tag, keys and properties: a RocketMQ 5 proxy stores a
+        multi-message request as one batch under the first message's id and metadata. Not
+        atomic: if some fail, the error says how many of the batch were sent."""
         return self._impl.send_batch(messages)
 
     async def send_batch_async(self, messages: Iterable[Message]) -> list[SendReceipt]:

@@ -97,8 +97,10 @@ class EmbeddedBroker:
 
     Args:
         endpoints: number of endpoints (brokers), each on its own port.
-        auto_create: create unknown topics (NORMAL, 8 queues) and consumer groups on first use.
-            Off by default, as gRPC clients of a real RocketMQ cannot rely on it.
+        auto_create: create unknown topics (NORMAL, 8 queues) on first use. Off by default, as
+            gRPC clients of a real RocketMQ cannot rely on it. Consumer groups are always
+            created on first use (with 17 delivery attempts), as RocketMQ brokers do by default
+            (``autoCreateSubscriptionGroup``).
         host: the loopback address to listen on.
         ports: fixed ports, one per endpoint (default: free ports).
         max_body_size: largest message body (4 MiB).
@@ -116,6 +118,13 @@ class EmbeddedBroker:
         max_delay: furthest delivery time of a delay message (3 days).
         access_key, secret_key: require signed requests (``UNAUTHORIZED`` otherwise).
         auto_create_queues: queues of an auto-created topic (8).
+        jmq: also serve JMQ4 (JoyQueue) on its own loopback port(s), see :attr:`jmq_endpoint`.
+            Topics of this broker are served over JMQ4 too (each queue is a partition); the
+            messages of the two protocols are stored separately. JMQ4 clients authenticate
+            with ``app="test_app", token="test_token"`` or an app added with
+            :meth:`add_jmq_app`.
+        jmq_nodes: JMQ4 broker nodes (each on its own port; partition groups are led by the
+            nodes in turn).
     """
 
     def __init__(
@@ -140,6 +149,8 @@ class EmbeddedBroker:
         access_key: str | None = None,
         secret_key: str | None = None,
         auto_create_queues: int | None = None,
+        jmq: bool = True,
+        jmq_nodes: int = 1,
     ) -> None:
         self._native = _native.EmbeddedBroker(
             endpoints=endpoints,
@@ -162,6 +173,13 @@ class EmbeddedBroker:
             secret_key=secret_key,
             auto_create_queues=auto_create_queues,
         )
+        self._jmq: _native.JmqServer | None = None
+        if jmq:
+            try:
+                self._jmq = _native.JmqServer(broker=self._native, nodes=jmq_nodes, host=host)
+            except BaseException:
+                self._native.close()
+                raise
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -182,6 +200,8 @@ class EmbeddedBroker:
 
     def close(self) -> None:
         """Stop serving (idempotent). Stored messages are discarded."""
+        if self._jmq is not None:
+            self._jmq.shutdown()
         self._native.close()
 
     def __enter__(self) -> EmbeddedBroker:
@@ -197,6 +217,26 @@ class EmbeddedBroker:
 
     def __repr__(self) -> str:
         return f"EmbeddedBroker(endpoints={self.endpoints!r})"
+
+    # -- JMQ4 ----------------------------------------------------------------------------
+
+    @property
+    def jmq_endpoint(self) -> str:
+        """``jmq://127.0.0.1:PORT``: the JMQ4 (JoyQueue) endpoint serving this broker's topics."""
+        return self.jmq.endpoint
+
+    @property
+    def jmq(self) -> _native.JmqServer:
+        """The JMQ4 server: fault injection (``fail_next``, ``set_latency``,
+        ``set_unavailable``, ``set_health``, ``set_coordinator_available``, ``set_leader``,
+        ``restart``) and inspection (``message_count``, ``nodes``)."""
+        if self._jmq is None:
+            raise _native_invalid("jmq", "this broker was created with jmq=False")
+        return self._jmq
+
+    def add_jmq_app(self, app: str, token: str) -> None:
+        """Let JMQ4 clients authenticate as ``app`` with ``token``."""
+        self.jmq.add_app(app, token)
 
     # -- admin ---------------------------------------------------------------------------
 
@@ -214,11 +254,12 @@ class EmbeddedBroker:
         self,
         name: str,
         fifo: bool = False,
-        max_delivery_attempts: int = 16,
+        max_delivery_attempts: int = 17,
         retry_backoff: Sequence[float] | None = None,
     ) -> None:
         """Create (or replace) a consumer group. ``fifo`` blocks each message group while one of
-        its messages is in flight; after ``max_delivery_attempts`` deliveries a message moves to
+        its messages is in flight; after ``max_delivery_attempts`` deliveries (17 by default:
+        RocketMQ's ``retryMaxTimes`` 16 plus the first delivery) a message moves to
         ``%DLQ%<name>``. ``retry_backoff`` (seconds) is the customized back-off echoed to
         consumers in settings (RocketMQ's 1 s, 5 s, 10 s, 30 s, 1 min … 2 h by default)."""
         self._native.create_group(

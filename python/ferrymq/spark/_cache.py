@@ -10,6 +10,7 @@ process: the Python equivalent of the Kafka connector's consumer and producer po
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Hashable
@@ -43,7 +44,7 @@ def get_or_create(key: Hashable, factory: Callable[[], T]) -> T:
         if client is None:
             client = factory()
             _clients[key] = client
-        return client  # type: ignore[no-any-return]
+        return client
 
 
 def discard(key: Hashable) -> None:
@@ -58,10 +59,8 @@ def discard(key: Hashable) -> None:
 def _close(client: Any) -> None:
     close = getattr(client, "close", None)
     if callable(close):
-        try:
+        with contextlib.suppress(Exception):  # closing is best effort at shutdown
             close()
-        except Exception:  # closing is best effort at shutdown
-            pass
 
 
 def size() -> int:

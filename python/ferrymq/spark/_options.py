@@ -15,7 +15,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from ..exceptions import InvalidArgumentError
 
@@ -38,7 +38,7 @@ __all__ = [
 Offsets = dict[str, dict[str, int]]
 
 #: ``"earliest"``, ``"latest"`` or explicit offsets where -2 means earliest and -1 latest.
-OffsetSpec = Union[Literal["earliest", "latest"], Offsets]
+OffsetSpec = Literal["earliest", "latest"] | Offsets
 
 #: Kafka's sentinels inside offsets JSON.
 EARLIEST = -2
@@ -160,11 +160,12 @@ class SourceConfig:
     read_mode: Literal["pull", "receive"] = "pull"
     wal_location: str | None = None
     invisible_duration: float = 60.0
+    poll_timeout: float = 5.0
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
     namespace: str | None = None
     request_timeout: float | None = None
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def credentials(self) -> tuple[str, str] | None:
         if self.access_key is None:
@@ -232,8 +233,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         "endpoints", "nameserver", "servers", "subscribe", "topic", "topics", "group",
         "startingoffsets", "endingoffsets", "failondataloss", "maxoffsetspertrigger",
         "maxrowsperbatch", "pullbatchsize", "minpartitions", "subexpression", "filtersubject",
-        "readmode", "wallocation", "invisibledurationms", "accesskey", "secretkey", "namespace",
-        "requesttimeoutms", "path",
+        "readmode", "wallocation", "invisibledurationms", "polltimeoutms", "accesskey",
+        "secretkey", "namespace", "requesttimeoutms", "path",
     }  # fmt: skip
     extra = tuple(sorted((k, v) for k, v in opts.items() if k not in known))
     timeout_ms = _int(opts, "requestTimeoutMs", None)
@@ -254,6 +255,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         read_mode="receive" if read_mode == "receive" else "pull",
         wal_location=wal,
         invisible_duration=_float(opts, "invisibleDurationMs", 60_000.0) / 1000.0,
+        poll_timeout=_float(opts, "pollTimeoutMs", 5_000.0) / 1000.0,
         access_key=ak,
         secret_key=sk,
         namespace=opts.get("namespace"),
@@ -276,7 +278,7 @@ class SinkConfig:
     secret_key: str | None = field(default=None, repr=False)
     namespace: str | None = None
     request_timeout: float | None = None
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     def credentials(self) -> tuple[str, str] | None:
         if self.access_key is None:

@@ -104,7 +104,7 @@ class FerryDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         cfg = parse_sink_options(self.options)
         _check_sink_schema(cfg, schema)
-        return FerryStreamWriter(cfg, schema)  # type: ignore[return-value]
+        return FerryStreamWriter(cfg, schema)
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,6 +221,21 @@ def _read_range(
         at = cols.next_offset
 
 
+def _emit(cfg: SourceConfig, batches: Iterator[pa.RecordBatch]) -> Iterator[Any]:
+    """Record batches, or (``readFormat=rows``, for comparisons) one Python tuple per row."""
+    if dict(cfg.extra).get("readformat", "arrow").lower() != "rows":
+        yield from batches
+        return
+    for rb in batches:
+        cols = []
+        for f, col in zip(rb.schema, rb.columns, strict=True):
+            values = col.to_pylist()
+            if pa.types.is_map(f.type):
+                values = [None if v is None else dict(v) for v in values]
+            cols.append(values)
+        yield from zip(*cols, strict=True)
+
+
 def _filtered(cfg: SourceConfig) -> bool:
     return bool(cfg.tag_filter and cfg.tag_filter.strip() != "*") or bool(cfg.filter_subject)
 
@@ -249,9 +264,9 @@ class FerryBatchReader(DataSourceReader):
         end = _resolve(src, self.cfg.topics, self.cfg.ending, "latest")
         return _plan(start, end, self.cfg.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         schema = _schema_for(self.cfg.backend, self.names)
-        yield from _read_range(self.cfg, schema, partition)
+        yield from _emit(self.cfg, _read_range(self.cfg, schema, partition))
 
 
 def _schema_for(backend: str, names: Sequence[str]) -> pa.Schema:
@@ -337,7 +352,9 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
                     parts[p] = max(base, min(parts[p], cap))
         return _sorted(latest)
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
         latest = self._available(start)
         self._latest = latest
         if start is None:
@@ -360,13 +377,13 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
             return ReadMaxRows(self.cfg.max_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._latest
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = _snapshot(self._src(), self.cfg.topics, "latest")
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         src = self._src()
         full_start: Offsets = {}
         for topic, parts in end.items():
@@ -376,11 +393,11 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
                 full_start[topic][p] = src.earliest(topic, p) if s is None else s
         return _plan(full_start, end, self.cfg.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         schema = _schema_for(self.cfg.backend, self.names)
-        yield from _read_range(self.cfg, schema, partition)
+        yield from _emit(self.cfg, _read_range(self.cfg, schema, partition))
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self._src().commit(end)
 
     def stop(self) -> None:
@@ -553,7 +570,7 @@ def _stream_prefix(ctx: Any, pid: int) -> str:
     return f"{query}:{batch}:{pid}"
 
 
-class FerryStreamWriter(_StreamArrowWriter):  # type: ignore[misc,valid-type]
+class FerryStreamWriter(_StreamArrowWriter):
     """``df.writeStream.format("ferrymq")``: as the batch writer, with write ids
     ``<query id>:<batch id>:<partition>:<row>`` (the same ids when Spark re-runs a batch)."""
 

@@ -26,6 +26,7 @@ them and they are recognised as already logged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -64,7 +65,7 @@ class WriteAheadLog:
                 os.unlink(os.path.join(directory, name))
 
     def segments(self) -> list[tuple[int, int, str]]:
-        out = []
+        out: list[tuple[int, int, str]] = []
         for name in os.listdir(self.dir):
             m = _SEGMENT.match(name)
             if m:
@@ -127,19 +128,56 @@ class WriteAheadLog:
 
     def message_ids(self) -> list[tuple[str, int]]:
         """``(message id, log offset)`` of every retained row."""
-        out = []
+        out: list[tuple[str, int]] = []
         for s, _, path in self.segments():
             with pa.memory_map(path) as src:
                 ids = pa.ipc.open_file(src).read_all().column("messageId").to_pylist()
             out.extend((i, s + n) for n, i in enumerate(ids) if i)
         return out
 
+    def _acked_file(self) -> str:
+        return os.path.join(self.dir, "acked-ids")
+
+    def remembered(self) -> list[str]:
+        """Ids of messages already processed and acknowledged (the most recent ones)."""
+        try:
+            with open(self._acked_file()) as f:
+                return [line.strip() for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def remember(self, ids: Sequence[str]) -> None:
+        """Durably note processed message ids, keeping the last ``_REMEMBER_ACKED``."""
+        if not ids:
+            return
+        path = self._acked_file()
+        with open(path, "a") as f:
+            f.write("".join(f"{i}\n" for i in ids))
+            f.flush()
+            os.fsync(f.fileno())
+        known = self.remembered()
+        if len(known) > 2 * _REMEMBER_ACKED:
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write("".join(f"{i}\n" for i in known[-_REMEMBER_ACKED:]))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+
     def truncate(self, upto: int) -> None:
-        """Delete segments wholly below ``upto``."""
+        """Delete segments wholly below ``upto`` (remembering their message ids, so that a
+        late redelivery of one of them is recognised after a restart)."""
         segs = self.segments()
         keep_end = max((e for s, e, _ in segs if e <= upto), default=None)
         if keep_end is None:
             return
+        ids: list[str] = []
+        for _, e, path in segs:
+            if e <= upto:
+                with pa.memory_map(path) as src:
+                    col = pa.ipc.open_file(src).read_all().column("messageId").to_pylist()
+                ids.extend(i for i in col if i)
+        self.remember(ids)
         tmp = self._marker() + ".tmp"
         with open(tmp, "w") as f:
             f.write(str(keep_end))
@@ -219,13 +257,15 @@ class ReceiveStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, int]:
         return {"wal": self._st().wal.start()}
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, int]:
         st = self._st()
         st.renew()
         st.receive_round()
         return {"wal": st.wal.end()}
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         s, e = int(start.get("wal", 0)), int(end["wal"])
         if e <= s:
             return []
@@ -244,7 +284,7 @@ class ReceiveStreamReader(DataSourceStreamReader):
         table = table.select(list(self.names))
         yield from table.to_batches()
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self._st().commit(int(end["wal"]))
 
     def stop(self) -> None:
@@ -271,7 +311,7 @@ class _ReceiveState:
             cfg.endpoints,
             cfg.group,
             subscriptions={t: filt for t in cfg.topics},
-            await_duration=1.0,
+            await_duration=cfg.poll_timeout,
             credentials=cfg.credentials(),
             namespace=cfg.namespace,
             request_timeout=cfg.request_timeout,
@@ -280,7 +320,7 @@ class _ReceiveState:
         # log offset -> (message view, received at) of messages not yet acknowledged.
         self.pending: dict[int, tuple[Any, float]] = {}
         self.by_id: dict[str, int] = dict(self.wal.message_ids())
-        self.acked: OrderedDict[str, None] = OrderedDict()
+        self.acked: OrderedDict[str, None] = OrderedDict.fromkeys(self.wal.remembered())
         self.committed = self.wal.start()
 
     def receive_round(self) -> None:
@@ -332,7 +372,5 @@ class _ReceiveState:
         self.by_id = {i: o for i, o in self.by_id.items() if o >= end}
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.consumer.close()
-        except Exception:
-            pass

@@ -7,6 +7,7 @@
 pub mod broker;
 pub mod columnar;
 pub mod error;
+pub mod jmq;
 pub mod message;
 pub mod message_id;
 pub mod nats;

@@ -4,7 +4,6 @@
 //! `01 | MAC (6) | pid low 16 bits (2) | seconds since 2021-01-01T00:00Z, low 32 bits (4) | sequence (4)`.
 //! An id is generated once per message before the first send attempt and kept on every retry.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -78,9 +77,11 @@ pub fn generate_at(now: SystemTime) -> String {
         raw[9..13].copy_from_slice(&(since as u32).to_be_bytes());
     }
     raw[13..17].copy_from_slice(&SEQUENCE.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut s = String::with_capacity(34);
     for b in raw {
-        let _ = write!(s, "{b:02X}");
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0x0f)]));
     }
     s
 }

@@ -19,7 +19,8 @@ use crate::runtime::RuntimeRef;
 /// A running embedded broker.
 #[pyclass(module = "ferrymq._native", frozen)]
 pub struct EmbeddedBroker {
-    inner: Arc<Broker>,
+    /// Also read by `JmqServer(broker=...)`, which serves JMQ4 next to it.
+    pub(crate) inner: Arc<Broker>,
     rt: RuntimeRef,
 }
 
@@ -133,7 +134,7 @@ impl EmbeddedBroker {
                 ))
             }
         };
-        let durations: [(&str, Option<f64>, &mut Duration); 9] = [
+        let durations: [(&str, Option<f64>, &mut Duration); 8] = [
             (
                 "long_polling_min",
                 long_polling_min,
@@ -162,7 +163,6 @@ impl EmbeddedBroker {
                 &mut c.transaction_check_interval,
             ),
             ("max_delay", max_delay, &mut c.max_delay),
-            ("auto_renew_max", None, &mut c.auto_renew_max),
         ];
         for (field, v, slot) in durations {
             if let Some(d) = seconds(field, v)? {
@@ -238,7 +238,7 @@ impl EmbeddedBroker {
         self.inner.delete_topic(name)
     }
 
-    #[pyo3(signature = (name, fifo=false, max_delivery_attempts=16, retry_backoff=None))]
+    #[pyo3(signature = (name, fifo=false, max_delivery_attempts=17, retry_backoff=None))]
     fn create_group(
         &self,
         name: &str,

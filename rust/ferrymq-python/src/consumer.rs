@@ -907,6 +907,15 @@ impl PySimpleConsumer {
         &self.config.group
     }
 
+    /// The client id sent to brokers (`x-mq-client-id`), once started.
+    #[getter]
+    fn client_id(&self) -> Option<String> {
+        match &*self.state.lock() {
+            SimpleState::Running(c) => Some(c.client().client_id().to_string()),
+            _ => None,
+        }
+    }
+
     /// Tell the brokers this consumer is gone. Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         match self.take_for_close() {
@@ -993,6 +1002,9 @@ impl PySimpleConsumer {
 /// How long `PushConsumer.close` waits for running callbacks and their acks by default.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The event loop thread started for an async listener run from blocking code, if any.
+type PrivateLoop = Option<Py<PyAny>>;
+
 enum PushState {
     Created,
     Starting,
@@ -1039,7 +1051,7 @@ impl PyPushConsumer {
         &self,
         py: Python<'_>,
         event_loop: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<(Arc<dyn Listener>, Option<Py<PyAny>>)> {
+    ) -> PyResult<(Arc<dyn Listener>, PrivateLoop)> {
         if !self.is_async {
             let pool = WorkerPool::start(
                 Arc::new(PySyncListener {
@@ -1105,7 +1117,7 @@ impl PyPushConsumer {
         }
     }
 
-    fn take_for_close(&self) -> Option<(Arc<PushConsumer<ClientRpc>>, Option<Py<PyAny>>)> {
+    fn take_for_close(&self) -> Option<(Arc<PushConsumer<ClientRpc>>, PrivateLoop)> {
         let mut st = self.state.lock();
         match std::mem::replace(&mut *st, PushState::Closed) {
             PushState::Running {
@@ -1296,6 +1308,15 @@ impl PyPushConsumer {
     #[getter]
     fn group(&self) -> &str {
         &self.config.group
+    }
+
+    /// The client id sent to brokers (`x-mq-client-id`), once started.
+    #[getter]
+    fn client_id(&self) -> Option<String> {
+        match &*self.state.lock() {
+            PushState::Running { consumer, .. } => Some(consumer.client().client_id().to_string()),
+            _ => None,
+        }
     }
 
     /// Stop: no new receives, running callbacks finish (up to `timeout`, default the

@@ -9,10 +9,12 @@ mod client_options;
 mod columns;
 mod consumer;
 mod errors;
+mod jmq;
 mod logging;
 mod message;
 mod message_view;
 mod nats;
+mod nats_range;
 mod probe;
 mod producer;
 mod publisher;
@@ -32,6 +34,7 @@ const FEATURES: &[&str] = &[
     "rocketmq-producer",
     "nats-jetstream",
     "managed-publisher",
+    "jmq4",
 ];
 
 #[pymodule]
@@ -49,11 +52,17 @@ mod _native {
         PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
     };
     #[pymodule_export]
+    use crate::jmq::{
+        JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,
+    };
+    #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
     use crate::message_view::PyMessageView;
     #[pymodule_export]
     use crate::nats::{PyJetStream, PyJsMessage, PyPullConsumer, PyStreamInfo};
+    #[pymodule_export]
+    use crate::nats_range::PyNatsRangeReader;
     #[pymodule_export]
     use crate::probe::Probe;
     #[pymodule_export]

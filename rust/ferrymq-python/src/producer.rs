@@ -5,8 +5,9 @@
 //! * `send` / `send_batch` block with the GIL released; `send_async` / `send_batch_async` return
 //!   asyncio awaitables;
 //! * `produce(message, on_delivery=cb)` never waits for the broker: the message goes into a
-//!   bounded queue that a batcher task drains into batched `SendMessage` calls (many in flight on
-//!   one HTTP/2 channel). Delivery callbacks run on the caller's thread inside `poll()` /
+//!   bounded queue that a batcher task drains in chunks, each sent with `Producer::send_each`
+//!   (one `SendMessage` per message, many in flight on one HTTP/2 channel). Delivery
+//!   callbacks run on the caller's thread inside `poll()` /
 //!   `flush()` (and inside `produce()` when the queue is full: back-pressure), never while a Rust
 //!   lock is held.
 
@@ -24,7 +25,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 
 use crate::client_options::client_options;
 use crate::errors::{invalid, to_pyerr};
@@ -37,7 +38,7 @@ const MAX_BATCH: usize = 1024;
 /// Body bytes per batched `SendMessage` (stays well under gRPC's usual 4 MiB frame limit).
 const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Concurrent `SendMessage` calls of the produce path.
-const MAX_RPCS: usize = 64;
+const MAX_RPCS: usize = 16;
 /// Default bound of produced-but-not-yet-reported messages.
 const DEFAULT_MAX_PENDING: usize = 65_536;
 
@@ -192,6 +193,12 @@ struct Delivery {
 
 /// State of the produce path, shared by the Python thread(s) and the batcher.
 struct ProduceState {
+    /// Produced messages waiting for the batcher (bounded by `max_pending`).
+    queue: Mutex<Vec<Pending>>,
+    /// Wakes the batcher when `queue` becomes non-empty (once per batch, not per message).
+    wake: Notify,
+    /// No more `produce()`; the batcher exits once `queue` is empty.
+    closed: std::sync::atomic::AtomicBool,
     completed: Mutex<VecDeque<Delivery>>,
     /// Produced and not yet reported by `poll()`.
     pending: AtomicUsize,
@@ -239,12 +246,36 @@ fn duplicate(e: &Error) -> Error {
     ferrymq_core::rocketmq::route::replicate(e)
 }
 
+/// How long the batcher lets a small batch fill up before sending it.
+const LINGER: Duration = Duration::from_micros(500);
+
 /// Drain the produce queue into batched sends.
-async fn batcher(producer: Producer, mut rx: mpsc::Receiver<Pending>, state: Arc<ProduceState>) {
+async fn batcher(producer: Producer, state: Arc<ProduceState>) {
     let rpcs = Arc::new(Semaphore::new(MAX_RPCS));
     let mut lanes: HashMap<(String, String), Arc<tokio::sync::Mutex<()>>> = HashMap::new();
-    let mut buf: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut buf, MAX_BATCH).await > 0 {
+    loop {
+        if state.queue.lock().is_empty() {
+            if state.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let woken = state.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if state.queue.lock().is_empty() {
+                if state.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                woken.await;
+            }
+            // A small batch waits a little for company; a full one goes at once.
+            if state.queue.lock().len() < MAX_BATCH {
+                tokio::time::sleep(LINGER).await;
+            }
+        }
+        let mut buf: Vec<Pending> = std::mem::take(&mut *state.queue.lock());
+        if buf.is_empty() {
+            continue;
+        }
         // Group by (topic, kind, message group), keeping the order within each group.
         let mut groups: Vec<Vec<Pending>> = Vec::new();
         for p in buf.drain(..) {
@@ -265,7 +296,8 @@ async fn batcher(producer: Producer, mut rx: mpsc::Receiver<Pending>, state: Arc
             let mut chunks = Vec::new();
             for p in group {
                 let len = p.message.body().len();
-                if !chunk.is_empty() && bytes + len > MAX_BATCH_BYTES {
+                if !chunk.is_empty() && (bytes + len > MAX_BATCH_BYTES || chunk.len() >= MAX_BATCH)
+                {
                     chunks.push(std::mem::take(&mut chunk));
                     bytes = 0;
                 }
@@ -296,14 +328,13 @@ async fn batcher(producer: Producer, mut rx: mpsc::Receiver<Pending>, state: Arc
                 tokio::spawn(async move {
                     let (messages, callbacks): (Vec<Message>, Vec<Option<Py<PyAny>>>) =
                         chunk.into_iter().map(|p| (p.message, p.callback)).unzip();
-                    let deliveries = match producer.send_batch(messages).await {
-                        Ok(receipts) => callbacks
+                    // One result per message: a message that failed does not make the others
+                    // of its chunk look failed (they are sent one by one, see send_batch).
+                    let deliveries = match producer.send_each(messages).await {
+                        Ok(results) => callbacks
                             .into_iter()
-                            .zip(receipts)
-                            .map(|(callback, r)| Delivery {
-                                callback,
-                                result: Ok(r),
-                            })
+                            .zip(results)
+                            .map(|(callback, result)| Delivery { callback, result })
                             .collect(),
                         Err(e) => callbacks
                             .into_iter()
@@ -328,8 +359,7 @@ pub struct PyProducer {
     rt: RuntimeRef,
     producer: Producer,
     state: Arc<ProduceState>,
-    tx: Mutex<Option<mpsc::Sender<Pending>>>,
-    rx: Mutex<Option<mpsc::Receiver<Pending>>>,
+    batcher_started: std::sync::atomic::AtomicBool,
 }
 
 fn install_stack_trace_provider() {
@@ -350,9 +380,9 @@ impl PyProducer {
     }
 
     fn start_batcher(&self) {
-        if let Some(rx) = self.rx.lock().take() {
+        if !self.batcher_started.swap(true, Ordering::AcqRel) {
             self.rt
-                .spawn(batcher(self.producer.clone(), rx, Arc::clone(&self.state)));
+                .spawn(batcher(self.producer.clone(), Arc::clone(&self.state)));
         }
     }
 
@@ -487,11 +517,13 @@ impl PyProducer {
         // Construction spawns nothing, but the client layer needs a runtime context for timers.
         let _guard = rt.handle().enter();
         let producer = Producer::new(options, topics, checker).map_err(to_pyerr)?;
-        let (tx, rx) = mpsc::channel(max_pending);
         Ok(Self {
             rt,
             producer,
             state: Arc::new(ProduceState {
+                queue: Mutex::new(Vec::new()),
+                wake: Notify::new(),
+                closed: std::sync::atomic::AtomicBool::new(false),
                 completed: Mutex::new(VecDeque::new()),
                 pending: AtomicUsize::new(0),
                 outstanding: AtomicUsize::new(0),
@@ -499,8 +531,7 @@ impl PyProducer {
                 drained: Notify::new(),
                 max_pending,
             }),
-            tx: Mutex::new(Some(tx)),
-            rx: Mutex::new(Some(rx)),
+            batcher_started: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -544,7 +575,7 @@ impl PyProducer {
         })
     }
 
-    /// Send many messages of one topic in one request.
+    /// Send many messages of one topic (one `SendMessage` each, many in flight).
     fn send_batch(
         &self,
         py: Python<'_>,
@@ -595,28 +626,23 @@ impl PyProducer {
         while self.state.pending.load(Ordering::Acquire) >= self.state.max_pending {
             self.serve(py, Duration::from_millis(100))?;
         }
-        let tx = self.tx.lock().clone();
-        let Some(tx) = tx else {
+        if self.state.closed.load(Ordering::Acquire) {
             return Err(to_pyerr(Error::closed("the producer is closed")));
-        };
+        }
         self.state.pending.fetch_add(1, Ordering::AcqRel);
         self.state.outstanding.fetch_add(1, Ordering::AcqRel);
-        match tx.try_send(Pending {
-            message: message.inner.clone(),
-            callback: on_delivery,
-        }) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.state.pending.fetch_sub(1, Ordering::AcqRel);
-                self.state.outstanding.fetch_sub(1, Ordering::AcqRel);
-                Err(to_pyerr(match e {
-                    mpsc::error::TrySendError::Closed(_) => Error::closed("the producer is closed"),
-                    mpsc::error::TrySendError::Full(_) => {
-                        Error::internal("produce queue full below max_pending")
-                    }
-                }))
-            }
+        let first = {
+            let mut q = self.state.queue.lock();
+            q.push(Pending {
+                message: message.inner.clone(),
+                callback: on_delivery,
+            });
+            q.len() == 1
+        };
+        if first {
+            self.state.wake.notify_one();
         }
+        Ok(())
     }
 
     /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
@@ -671,8 +697,8 @@ impl PyProducer {
     /// Flush produced messages (running their callbacks), wait for in-flight sends, then tell
     /// the brokers (`NotifyClientTermination`). Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let tx = self.tx.lock().take();
-        drop(tx);
+        self.state.closed.store(true, Ordering::Release);
+        self.state.wake.notify_one();
         let flushed = self.flush_inner(py, None);
         let p = self.producer.clone();
         self.rt.block_on(py, async move {
@@ -685,8 +711,8 @@ impl PyProducer {
     /// Async `close`: waits for produced messages and in-flight sends; the facade then runs the
     /// remaining delivery callbacks with `poll(0)`.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let tx = self.tx.lock().take();
-        drop(tx);
+        self.state.closed.store(true, Ordering::Release);
+        self.state.wake.notify_one();
         let p = self.producer.clone();
         let state = Arc::clone(&self.state);
         future_into_py(py, self.rt, async move {

@@ -44,7 +44,8 @@ pub struct BrokerConfig {
     pub host: IpAddr,
     /// Fixed ports, one per endpoint; empty picks free ports.
     pub ports: Vec<u16>,
-    /// Create unknown topics (NORMAL, `auto_create_queues` queues) and groups on first use.
+    /// Create unknown topics (NORMAL, `auto_create_queues` queues) on first use. (Groups are
+    /// always created on first use, as RocketMQ's `autoCreateSubscriptionGroup` does.)
     pub auto_create: bool,
     /// Queues of an auto-created topic.
     pub auto_create_queues: usize,

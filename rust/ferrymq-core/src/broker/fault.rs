@@ -8,10 +8,11 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -240,12 +241,19 @@ impl Faults {
 const IO_NORMAL: u8 = 0;
 const IO_FROZEN: u8 = 1;
 
+/// The wakers of one connection, so a cut or a thaw reaches it at once.
+#[derive(Debug, Default)]
+struct ConnWakers {
+    read: AtomicWaker,
+    write: AtomicWaker,
+}
+
 /// Socket-level switches shared by every connection of an endpoint.
 #[derive(Debug, Default)]
 pub struct IoControl {
     mode: AtomicU8,
     generation: AtomicU64,
-    wakers: Mutex<Vec<Waker>>,
+    conns: Mutex<Vec<Weak<ConnWakers>>>,
 }
 
 impl IoControl {
@@ -261,7 +269,7 @@ impl IoControl {
         self.mode.load(Ordering::SeqCst) == IO_FROZEN
     }
 
-    /// Cut every open connection (they fail on their next read or write).
+    /// Cut every open connection: they fail at once (their tasks are woken).
     pub fn cut_all(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.wake_all();
@@ -272,30 +280,34 @@ impl IoControl {
         self.generation.load(Ordering::SeqCst)
     }
 
+    fn register(&self) -> Arc<ConnWakers> {
+        let w = Arc::new(ConnWakers::default());
+        let mut conns = self.conns.lock();
+        conns.retain(|c| c.strong_count() > 0);
+        conns.push(Arc::downgrade(&w));
+        w
+    }
+
     fn wake_all(&self) {
-        for w in self.wakers.lock().drain(..) {
-            w.wake();
+        for c in self.conns.lock().iter().filter_map(Weak::upgrade) {
+            c.read.wake();
+            c.write.wake();
         }
     }
 
-    fn gate(&self, generation: u64, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.generation.load(Ordering::Acquire) != generation {
+    fn gate(&self, generation: u64, waker: &AtomicWaker, cx: &Context<'_>) -> Poll<io::Result<()>> {
+        waker.register(cx.waker());
+        if self.generation.load(Ordering::SeqCst) != generation {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::ConnectionReset,
                 "connection cut by fault injection",
             )));
         }
-        if self.mode.load(Ordering::Acquire) == IO_NORMAL {
-            return Poll::Ready(Ok(()));
+        if self.mode.load(Ordering::SeqCst) == IO_NORMAL {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
         }
-        self.wakers.lock().push(cx.waker().clone());
-        // Re-check after registering, so a concurrent thaw is not missed.
-        if self.mode.load(Ordering::SeqCst) == IO_NORMAL
-            || self.generation.load(Ordering::SeqCst) != generation
-        {
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
     }
 }
 
@@ -304,6 +316,7 @@ impl IoControl {
 pub struct FaultIo {
     inner: TcpStream,
     ctl: Arc<IoControl>,
+    wakers: Arc<ConnWakers>,
     generation: u64,
 }
 
@@ -311,11 +324,21 @@ impl FaultIo {
     /// Wrap an accepted connection.
     pub fn new(inner: TcpStream, ctl: Arc<IoControl>) -> Self {
         let generation = ctl.generation();
+        let wakers = ctl.register();
         Self {
             inner,
             ctl,
+            wakers,
             generation,
         }
+    }
+
+    fn gate_read(&self, cx: &Context<'_>) -> Poll<io::Result<()>> {
+        self.ctl.gate(self.generation, &self.wakers.read, cx)
+    }
+
+    fn gate_write(&self, cx: &Context<'_>) -> Poll<io::Result<()>> {
+        self.ctl.gate(self.generation, &self.wakers.write, cx)
     }
 }
 
@@ -326,7 +349,7 @@ impl AsyncRead for FaultIo {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        match this.ctl.gate(this.generation, cx) {
+        match this.gate_read(cx) {
             Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_read(cx, buf),
             other => other,
         }
@@ -340,7 +363,7 @@ impl AsyncWrite for FaultIo {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        match this.ctl.gate(this.generation, cx) {
+        match this.gate_write(cx) {
             Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_write(cx, buf),
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => Poll::Pending,
@@ -353,7 +376,7 @@ impl AsyncWrite for FaultIo {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        match this.ctl.gate(this.generation, cx) {
+        match this.gate_write(cx) {
             Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_write_vectored(cx, bufs),
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => Poll::Pending,
@@ -366,7 +389,7 @@ impl AsyncWrite for FaultIo {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        match this.ctl.gate(this.generation, cx) {
+        match this.gate_write(cx) {
             Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
             other => other,
         }

@@ -11,6 +11,7 @@
 //! | [`config`] | [`BrokerConfig`]: limits and timers (proxy defaults) |
 //! | [`store`] | topics, queues (one lock each), groups, memory bound |
 //! | [`route`] | QueryRoute / QueryAssignment answers |
+//! | [`send`] | SendMessage checks, message kinds, queue choice |
 //! | [`telemetry`] | client settings per endpoint, merged echo, pushed commands |
 //! | [`pop`] | receive / ack / invisibility / receipt handles / FIFO blocking / DLQ |
 //! | [`transaction`] | half messages, EndTransaction, orphan check-back |
@@ -26,6 +27,7 @@ pub mod config;
 pub mod fault;
 pub mod pop;
 pub mod route;
+pub mod send;
 pub mod service;
 pub mod store;
 pub mod telemetry;
@@ -58,6 +60,7 @@ use crate::proto;
 pub(crate) struct Endpoint {
     pub(crate) index: usize,
     pub(crate) addr: SocketAddr,
+    pub(crate) addr_str: String,
     pub(crate) name: String,
     pub(crate) clients: telemetry::Clients,
     pub(crate) faults: fault::Faults,
@@ -146,9 +149,11 @@ impl Broker {
         let mut receivers = Vec::new();
         for (i, l) in listeners.iter().enumerate() {
             let (tx, rx) = mpsc::channel(256);
+            let addr = l.local_addr()?;
             endpoints.push(Arc::new(Endpoint {
                 index: i,
-                addr: l.local_addr()?,
+                addr,
+                addr_str: addr.to_string(),
                 name: format!("broker-{i}"),
                 clients: telemetry::Clients::default(),
                 faults: fault::Faults::default(),
@@ -252,12 +257,7 @@ async fn timer_task(core: Arc<Core>) {
     loop {
         let (due, next) = core.timer.take_due(store::now_ms());
         for d in due {
-            if let Err(e) = core
-                .store
-                .append(&d.topic, &d.queue, vec![d.msg], &core.config)
-            {
-                tracing::warn!(target: "ferrymq::broker", "delayed message dropped: {}", e.message);
-            }
+            core.store.append_reserved(&d.topic, &d.queue, vec![d.msg]);
         }
         let wait = next.map_or(Duration::from_secs(3600), |n| {
             Duration::from_millis((n - store::now_ms()).clamp(0, 3_600_000) as u64)
@@ -279,11 +279,15 @@ async fn transaction_task(core: Arc<Core>) {
             () = core.shutdown.cancelled() => return,
             () = tokio::time::sleep(tick) => {}
         }
-        let (due, _gone) = core.txs.due(
+        let (due, gone) = core.txs.due(
             Instant::now(),
             core.config.transaction_check_interval,
             core.config.transaction_check_max,
         );
+        for half in gone {
+            core.store
+                .release(&half.topic, store::accounted_size(&half.msg));
+        }
         for (tx_id, half) in due {
             service::check_back(&core, &tx_id, &half);
         }

@@ -375,22 +375,18 @@ impl QueueState {
     }
 }
 
-/// Check that `offset` is in flight with `nonce` and not expired; returns its attempts.
+/// Check that `offset` is in flight with `nonce` (not redelivered since); returns its attempts.
 fn take_inflight(
     c: &mut Cursor,
     offset: u64,
     nonce: u32,
-    now: Instant,
+    _now: Instant,
 ) -> Result<u32, HandleError> {
     let (low, next) = (c.low, c.next);
     match c.slot_mut(offset) {
-        Some(Slot::Inflight(f)) if f.nonce == nonce => {
-            if f.visible_at <= now && f.renew.is_none() {
-                Err(HandleError("the receipt handle has expired".into()))
-            } else {
-                Ok(f.attempts)
-            }
-        }
+        // Past its invisible duration but not redelivered yet, the handle still works (the
+        // proxy's ack lands before the revive scan that would redeliver the message).
+        Some(Slot::Inflight(f)) if f.nonce == nonce => Ok(f.attempts),
         Some(Slot::Done) | None if offset < low || offset >= next => Err(HandleError(
             "no message in flight for this receipt handle (already acked?)".into(),
         )),
@@ -585,9 +581,32 @@ fn pop_fifo(
     }
 }
 
-/// Encode a receipt handle.
+/// Encode a receipt handle (`fmq1.<endpoint>.<queue>.<offset>.<nonce>`, lower-case hex).
 pub fn encode_handle(broker: usize, queue: i32, offset: u64, nonce: u32) -> String {
-    format!("fmq1.{broker:x}.{queue:x}.{offset:x}.{nonce:x}")
+    let mut s = String::with_capacity(48);
+    s.push_str("fmq1");
+    for v in [broker as u64, queue as u32 as u64, offset, u64::from(nonce)] {
+        s.push('.');
+        push_hex(&mut s, v);
+    }
+    s
+}
+
+/// Append `v` in lower-case hex without leading zeros (this runs once per delivered message).
+fn push_hex(s: &mut String, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 16];
+    let mut i = buf.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    s.extend(buf[i..].iter().map(|b| char::from(*b)));
 }
 
 /// Decode a receipt handle into (broker, queue, offset, nonce).
@@ -702,19 +721,31 @@ mod tests {
     }
 
     #[test]
-    fn expired_handle_is_refused_and_dlq_after_max_attempts() {
+    fn expired_handle_acks_until_the_message_is_redelivered() {
+        // As on the real proxy: past its invisible duration, the handle still acks until the
+        // message is delivered again.
+        let ctx = Ctx::new();
+        let mut q = queue(&[None, None]);
+        let t0 = Instant::now();
+        let out = ctx.pop(&mut q, false, 2, t0);
+        let late = t0 + Duration::from_secs(11);
+        q.ack(&ctx.group, 0, out.deliveries[0].nonce, late).unwrap();
+        let again = ctx.pop(&mut q, false, 5, late);
+        assert_eq!(offsets(&again), vec![1]);
+        assert!(q.ack(&ctx.group, 1, out.deliveries[1].nonce, late).is_err(), "stale");
+    }
+
+    #[test]
+    fn dlq_after_max_attempts() {
         let ctx = Ctx::new();
         let mut q = queue(&[None]);
         let mut t = Instant::now();
-        let mut last = 0;
         for attempt in 1..=3 {
             let out = ctx.pop(&mut q, false, 1, t);
             assert_eq!(out.deliveries.len(), 1);
             assert_eq!(out.deliveries[0].attempt, attempt);
-            last = out.deliveries[0].nonce;
             t += Duration::from_secs(11);
         }
-        assert!(q.ack(&ctx.group, 0, last, t).is_err(), "expired");
         let out = ctx.pop(&mut q, false, 1, t);
         assert!(out.deliveries.is_empty());
         assert_eq!(out.dead.len(), 1);
@@ -746,7 +777,17 @@ mod tests {
     #[test]
     fn handles_round_trip() {
         let h = encode_handle(3, 7, 123_456_789, 42);
+        assert_eq!(h, format!("fmq1.3.7.{:x}.2a", 123_456_789));
         assert_eq!(decode_handle(&h), Some((3, 7, 123_456_789, 42)));
+        assert_eq!(
+            decode_handle(&encode_handle(0, 0, 0, 0)),
+            Some((0, 0, 0, 0))
+        );
+        let max = encode_handle(63, i32::MAX, u64::MAX, u32::MAX);
+        assert_eq!(
+            decode_handle(&max),
+            Some((63, i32::MAX, u64::MAX, u32::MAX))
+        );
         assert_eq!(decode_handle("garbage"), None);
         assert_eq!(decode_handle("fmq1.1.2.3"), None);
     }

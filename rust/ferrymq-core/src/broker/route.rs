@@ -5,8 +5,8 @@
 //! — with their permission and the topic's accepted message types.
 //!
 //! Assignments follow the proxy's POP mode: one per endpoint that has a readable queue, with
-//! queue id `-1` ("any queue of this broker"); ReceiveMessage then pops from every readable queue
-//! of the named broker.
+//! queue id `-1` ("any queue of this broker") and, like the proxy's, no accepted message types;
+//! ReceiveMessage then pops from every readable queue of the named broker.
 
 use std::net::SocketAddr;
 
@@ -78,7 +78,7 @@ pub(crate) fn assignments(core: &Core, topic: &Topic, namespace: &str) -> Vec<pr
         resource_namespace: namespace.to_string(),
         name: topic.name.to_string(),
     };
-    let types = topic.topic_type().proto_types();
+    // The proxy's assignments carry no accept_message_types.
     topic
         .by_broker
         .iter()
@@ -90,7 +90,7 @@ pub(crate) fn assignments(core: &Core, topic: &Topic, namespace: &str) -> Vec<pr
                 id: -1,
                 permission: proto::Permission::ReadWrite as i32,
                 broker: Some(broker_of(core, b)),
-                accept_message_types: types.clone(),
+                accept_message_types: Vec::new(),
             }),
         })
         .collect()

@@ -21,13 +21,13 @@ use tonic::{Request, Response, Status, Streaming};
 use super::fault::{FaultIo, Rpc};
 use super::pop::{self, Filter, Pop, PopOutcome};
 use super::store::{
-    self, kind_to_proto, now_ms, proto_duration, readable, std_duration, valid_resource_name,
-    writable, GroupConfig, Queue, Stored, Topic,
+    self, kind_to_proto, now_ms, readable, std_duration, valid_resource_name, GroupConfig, Queue,
+    Stored, Topic,
 };
 use super::telemetry::{merge_settings, TelemetryItem, TelemetryReply};
 use super::transaction::Half;
-use super::{auth, route, Core, Endpoint};
-use crate::message::{MessageKind, RESERVED_PROPERTIES};
+use super::{auth, route, send, Core, Endpoint};
+use crate::message::MessageKind;
 use crate::proto;
 use crate::proto::messaging_service_server::{MessagingService, MessagingServiceServer};
 use crate::status as code;
@@ -38,8 +38,8 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 const MAX_DECODE: usize = 256 * 1024 * 1024;
 /// Largest receive/pull batch served in one call.
 const MAX_BATCH: usize = 1024;
-/// Longest message group accepted (`maxMessageGroupSize`).
-const MAX_MESSAGE_GROUP: usize = 64;
+/// `MESSAGE_CORRUPTED`: what the proxy answers a SendMessage without messages.
+const MESSAGE_CORRUPTED: i32 = 40016;
 
 /// Start serving `ep` on the connections its accept loop hands over.
 pub(crate) fn spawn_server(
@@ -245,8 +245,20 @@ impl EndpointService {
                 if r >= cfg.long_polling_min {
                     t = r;
                 } else {
+                    // The proxy answers ILLEGAL_POLLING_TIME only to clients that know it: a
+                    // version string >= "5.0.3" (compared as Java compares strings, so "5.0.10"
+                    // is older); BAD_REQUEST to the others and when there is no version.
+                    let version = md
+                        .get("x-mq-client-version")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("");
+                    let c = if version < "5.0.3" {
+                        code::BAD_REQUEST
+                    } else {
+                        code::ILLEGAL_POLLING_TIME
+                    };
                     return Err(st(
-                        code::ILLEGAL_POLLING_TIME,
+                        c,
                         format!(
                             "the call deadline ({} ms) is shorter than the minimum long-polling time ({} ms)",
                             r.as_millis(),
@@ -257,151 +269,6 @@ impl EndpointService {
             }
         }
         Ok(t)
-    }
-
-    /// Check one message of a send and tell its kind.
-    fn validate(
-        &self,
-        topic: &Topic,
-        m: &proto::Message,
-        now: i64,
-    ) -> Result<MessageKind, proto::Status> {
-        let cfg = &self.core.config;
-        let Some(sp) = m.system_properties.as_ref() else {
-            return Err(st(code::BAD_REQUEST, "system_properties are required"));
-        };
-        if sp.message_id.is_empty() {
-            return Err(st(
-                code::ILLEGAL_MESSAGE_ID,
-                "message_id is required (the client generates it)",
-            ));
-        }
-        if m.body.is_empty() {
-            return Err(st(code::MESSAGE_BODY_EMPTY, "the message body is empty"));
-        }
-        if m.body.len() > cfg.max_body_size {
-            return Err(st(
-                code::MESSAGE_BODY_TOO_LARGE,
-                format!(
-                    "body of {} bytes exceeds the limit of {} bytes",
-                    m.body.len(),
-                    cfg.max_body_size
-                ),
-            ));
-        }
-        if let Some(tag) = &sp.tag {
-            if tag.trim().is_empty() || tag.contains('|') {
-                return Err(st(40004, format!("illegal tag {tag:?}")));
-            }
-        }
-        if sp.keys.iter().any(|k| k.trim().is_empty()) {
-            return Err(st(40005, "message keys must not be blank"));
-        }
-        let group = sp.message_group.as_deref().filter(|g| !g.is_empty());
-        if let Some(g) = group {
-            if g.len() > MAX_MESSAGE_GROUP || g.trim().is_empty() {
-                return Err(st(
-                    code::ILLEGAL_MESSAGE_GROUP,
-                    format!("illegal message group (at most {MAX_MESSAGE_GROUP} bytes)"),
-                ));
-            }
-        }
-        let mut props = 0usize;
-        for (k, v) in &m.user_properties {
-            if k.is_empty() || RESERVED_PROPERTIES.contains(&k.as_str()) {
-                return Err(st(
-                    40007,
-                    format!("property key {k:?} is empty or reserved by RocketMQ"),
-                ));
-            }
-            props += k.len() + v.len();
-        }
-        if props > cfg.max_properties_size {
-            return Err(st(
-                code::MESSAGE_PROPERTIES_TOO_LARGE,
-                format!(
-                    "user properties of {props} bytes exceed {} bytes",
-                    cfg.max_properties_size
-                ),
-            ));
-        }
-        let tx = sp.message_type == proto::MessageType::Transaction as i32;
-        let delay = sp.delivery_timestamp.is_some();
-        let prio = sp.priority.is_some();
-        let kinds = [tx, group.is_some(), delay, prio]
-            .iter()
-            .filter(|b| **b)
-            .count();
-        if kinds > 1 {
-            return Err(st(
-                code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                "a message can be only one of TRANSACTION, FIFO (message group), DELAY \
-                 (delivery time) and PRIORITY",
-            ));
-        }
-        let kind = if tx {
-            MessageKind::Transaction
-        } else if group.is_some() {
-            MessageKind::Fifo
-        } else if delay {
-            MessageKind::Delay
-        } else if prio {
-            MessageKind::Priority
-        } else {
-            MessageKind::Normal
-        };
-        let ty = topic.topic_type();
-        if !ty.accepts(kind) {
-            return Err(st(
-                code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                format!(
-                    "topic {:?} accepts {} messages, this message is {}",
-                    topic.name,
-                    ty.as_str(),
-                    kind.as_str()
-                ),
-            ));
-        }
-        if let Some(ts) = &sp.delivery_timestamp {
-            let due = store::ms_of(ts);
-            if due - now > cfg.max_delay.as_millis() as i64 {
-                return Err(st(
-                    code::ILLEGAL_DELIVERY_TIME,
-                    format!(
-                        "delivery time is more than {} s ahead",
-                        cfg.max_delay.as_secs()
-                    ),
-                ));
-            }
-        }
-        Ok(kind)
-    }
-
-    /// Pick the queue of a send on this endpoint.
-    fn pick_queue(&self, topic: &Topic, first: &proto::Message) -> Option<Arc<Queue>> {
-        let sp = first.system_properties.as_ref();
-        let wanted = sp.map_or(-1, |s| s.queue_id);
-        if let Some(q) = topic.queue(self.ep.index, wanted) {
-            if writable(q.permission()) {
-                return Some(q.clone());
-            }
-        }
-        let mine: Vec<&Arc<Queue>> = topic.by_broker[self.ep.index]
-            .iter()
-            .map(|i| &topic.queues[*i])
-            .filter(|q| writable(q.permission()))
-            .collect();
-        if mine.is_empty() {
-            return None;
-        }
-        let i = match sp
-            .and_then(|s| s.message_group.as_deref())
-            .filter(|g| !g.is_empty())
-        {
-            Some(g) => crate::selector::fifo_queue_index(g, mine.len()),
-            None => topic.rr.fetch_add(1, Ordering::Relaxed) % mine.len(),
-        };
-        Some(mine[i].clone())
     }
 
     /// Move dead letters of `group` to its DLQ topic.
@@ -445,21 +312,14 @@ fn dlq_copy(dlq: &Topic, s: &Stored) -> proto::Message {
 }
 
 /// The message handed to a consumer for one delivery.
-fn delivered(broker: usize, q: &Queue, d: &pop::Delivery, invisible: Duration) -> proto::Message {
+/// The proxy does not tell the invisible duration in delivered messages.
+fn delivered(broker: usize, q: &Queue, d: &pop::Delivery) -> proto::Message {
     let mut m = d.stored.msg.clone();
     let sp = m.system_properties.get_or_insert_with(Default::default);
     sp.receipt_handle = Some(pop::encode_handle(broker, q.id, d.stored.offset, d.nonce));
     sp.delivery_attempt = Some(d.attempt as i32);
-    sp.invisible_duration = Some(proto_duration(invisible));
+    sp.invisible_duration = None;
     m
-}
-
-/// A CRC32 digest, upper-case hex as the clients compare it.
-fn crc32_digest(body: &[u8]) -> proto::Digest {
-    proto::Digest {
-        r#type: proto::DigestType::Crc32 as i32,
-        checksum: format!("{:08X}", crc32fast::hash(body)),
-    }
 }
 
 /// Ask a producer of the half message's topic to resolve it.
@@ -487,10 +347,25 @@ fn once<T: Send + 'static>(items: Vec<T>) -> BoxStream<T> {
     Box::pin(tokio_stream::iter(items.into_iter().map(Ok)))
 }
 
+/// The element that ends every receive stream of the proxy: the time of the answer.
+fn delivery_timestamp() -> proto::ReceiveMessageResponse {
+    proto::ReceiveMessageResponse {
+        content: Some(
+            proto::receive_message_response::Content::DeliveryTimestamp(
+                store::timestamp_ms(now_ms()),
+            ),
+        ),
+    }
+}
+
+/// A receive answer without messages: the status, then the delivery timestamp.
 fn receive_status(s: proto::Status) -> BoxStream<proto::ReceiveMessageResponse> {
-    once(vec![proto::ReceiveMessageResponse {
-        content: Some(proto::receive_message_response::Content::Status(s)),
-    }])
+    once(vec![
+        proto::ReceiveMessageResponse {
+            content: Some(proto::receive_message_response::Content::Status(s)),
+        },
+        delivery_timestamp(),
+    ])
 }
 
 fn pull_status(s: proto::Status, next: Option<i64>) -> BoxStream<proto::PullMessageResponse> {
@@ -566,21 +441,10 @@ impl MessagingService for EndpointService {
         &self,
         request: Request<proto::SendMessageRequest>,
     ) -> Result<Response<proto::SendMessageResponse>, Status> {
-        let fail = |s: proto::Status, n: usize, msgs: &[proto::Message]| {
-            let entries = (0..n)
-                .map(|i| proto::SendResultEntry {
-                    status: Some(s.clone()),
-                    message_id: msgs
-                        .get(i)
-                        .and_then(|m| m.system_properties.as_ref())
-                        .map_or(String::new(), |sp| sp.message_id.clone()),
-                    ..Default::default()
-                })
-                .collect();
-            proto::SendMessageResponse {
-                status: Some(s),
-                entries,
-            }
+        // A refused send carries no entries, only the status (as the proxy answers).
+        let fail = |s: proto::Status, _n: usize, _msgs: &[proto::Message]| proto::SendMessageResponse {
+            status: Some(s),
+            entries: Vec::new(),
         };
         let client_id = match self.admit(Rpc::SendMessage, request.metadata()).await {
             Ok(id) => id,
@@ -593,7 +457,7 @@ impl MessagingService for EndpointService {
         let n = msgs.len();
         if n == 0 {
             return Ok(Response::new(fail(
-                st(code::BAD_REQUEST, "no messages to send"),
+                st(MESSAGE_CORRUPTED, "no message to send"),
                 0,
                 &[],
             )));
@@ -614,17 +478,33 @@ impl MessagingService for EndpointService {
         }
         let topic = match self.topic(topic_res.as_ref()) {
             Ok(t) => t,
+            // The proxy checks the message type against the topic's before anything else, and an
+            // unknown topic has type UNSPECIFIED.
+            Err(s) if s.code == code::TOPIC_NOT_FOUND => {
+                return Ok(Response::new(fail(
+                    st(
+                        code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                        format!(
+                            "topic {:?} not found: TopicMessageType validate failed, the expected \
+                             type is UNSPECIFIED",
+                            resource_name(topic_res.as_ref())
+                        ),
+                    ),
+                    n,
+                    &msgs,
+                )))
+            }
             Err(s) => return Ok(Response::new(fail(s, n, &msgs))),
         };
         let now = now_ms();
         let mut kinds = Vec::with_capacity(n);
         for m in &msgs {
-            match self.validate(&topic, m, now) {
+            match send::validate(&self.core.config, &topic, m, now) {
                 Ok(k) => kinds.push(k),
                 Err(s) => return Ok(Response::new(fail(s, n, &msgs))),
             }
         }
-        let Some(queue) = self.pick_queue(&topic, &msgs[0]) else {
+        let Some(queue) = send::pick_queue(&topic, self.ep.index, &msgs[0]) else {
             return Ok(Response::new(fail(
                 st(
                     code::FORBIDDEN,
@@ -637,12 +517,11 @@ impl MessagingService for EndpointService {
                 &msgs,
             )));
         };
-        let store_host = self.ep.addr.to_string();
         for (m, k) in msgs.iter_mut().zip(&kinds) {
-            let digest = crc32_digest(&m.body);
+            let digest = send::crc32_digest(&m.body);
             if let Some(sp) = m.system_properties.as_mut() {
                 sp.message_type = kind_to_proto(*k) as i32;
-                sp.store_host.clone_from(&store_host);
+                sp.store_host.clone_from(&self.ep.addr_str);
                 sp.body_digest = Some(digest);
                 sp.receipt_handle = None;
                 sp.delivery_attempt = None;
@@ -665,6 +544,22 @@ impl MessagingService for EndpointService {
             .iter()
             .all(|k| *k != MessageKind::Transaction && *k != MessageKind::Delay)
         {
+            // The proxy stores a multi-message SendMessage as one RocketMQ batch: every message
+            // takes the first one's id, tag, keys and properties (only the bodies differ), and
+            // the answer has ONE entry: a new broker-made id, the first message's id as
+            // transaction_id and the first offset. Pinned by tests/test_conformance.py.
+            if n > 1 {
+                let head_sp = msgs[0].system_properties.clone();
+                let head_props = msgs[0].user_properties.clone();
+                for m in msgs.iter_mut().skip(1) {
+                    let digest = m.system_properties.as_ref().and_then(|sp| sp.body_digest.clone());
+                    m.system_properties.clone_from(&head_sp);
+                    if let Some(sp) = m.system_properties.as_mut() {
+                        sp.body_digest = digest;
+                    }
+                    m.user_properties.clone_from(&head_props);
+                }
+            }
             let ids: Vec<String> = msgs.iter().map(id_of).collect();
             let first = match self
                 .core
@@ -672,32 +567,40 @@ impl MessagingService for EndpointService {
                 .append(&topic, &queue, msgs, &self.core.config)
             {
                 Ok(o) => o,
-                Err(e) => {
-                    let s = st(e.code, e.message);
-                    return Ok(Response::new(proto::SendMessageResponse {
-                        status: Some(s.clone()),
-                        entries: ids
-                            .into_iter()
-                            .map(|id| proto::SendResultEntry {
-                                status: Some(s.clone()),
-                                message_id: id,
-                                ..Default::default()
-                            })
-                            .collect(),
-                    }));
-                }
+                Err(e) => return Ok(Response::new(fail(st(e.code, e.message), n, &[]))),
             };
-            for (i, id) in ids.into_iter().enumerate() {
+            if n > 1 {
                 entries.push(entry(
-                    id,
-                    (first + i as u64) as i64,
-                    String::new(),
+                    crate::message_id::generate(),
+                    first as i64,
+                    ids.into_iter().next().unwrap_or_default(),
                     String::new(),
                 ));
+            } else {
+                for (i, id) in ids.into_iter().enumerate() {
+                    entries.push(entry(
+                        id,
+                        (first + i as u64) as i64,
+                        String::new(),
+                        String::new(),
+                    ));
+                }
             }
         } else {
             for (m, k) in msgs.into_iter().zip(kinds) {
                 let id = id_of(&m);
+                if matches!(k, MessageKind::Transaction | MessageKind::Delay) {
+                    // Held messages count against the topic's bound from now on.
+                    let size = store::accounted_size(&m);
+                    if let Err(e) = self.core.store.reserve(&topic, size, &self.core.config) {
+                        entries.push(proto::SendResultEntry {
+                            status: Some(st(e.code, e.message)),
+                            message_id: id,
+                            ..Default::default()
+                        });
+                        continue;
+                    }
+                }
                 match k {
                     MessageKind::Transaction => {
                         let now_i = Instant::now();
@@ -786,7 +689,13 @@ impl MessagingService for EndpointService {
         request: Request<proto::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
         let client_id = admit_or!(self, Rpc::ReceiveMessage, request, |s| receive_status(s));
-        check!(self.require_settings(&client_id), |s| receive_status(s));
+        // Without settings (and for an unknown topic, below) the proxy fails with a
+        // NullPointerException: INTERNAL_SERVER_ERROR. We answer the same code.
+        check!(
+            self.require_settings(&client_id)
+                .map_err(|s| st(code::INTERNAL_SERVER_ERROR, s.message)),
+            |s| receive_status(s)
+        );
         let polling = check!(
             self.polling_time(
                 request.get_ref().long_polling_timeout.as_ref(),
@@ -798,21 +707,19 @@ impl MessagingService for EndpointService {
         let cfg = &self.core.config;
         let group = check!(self.group(req.group.as_ref()), |s| receive_status(s));
         let mq = req.message_queue.as_ref();
-        let topic = check!(self.topic(mq.and_then(|q| q.topic.as_ref())), |s| {
-            receive_status(s)
-        });
+        let topic = check!(
+            self.topic(mq.and_then(|q| q.topic.as_ref()))
+                .map_err(|s| st(code::INTERNAL_SERVER_ERROR, s.message)),
+            |s| receive_status(s)
+        );
         let broker = check!(self.broker_of(mq), |s| receive_status(s));
         let filter = check!(
             Filter::parse(req.filter_expression.as_ref()).map_err(|(c, m)| st(c, m)),
             |s| receive_status(s)
         );
-        if req.batch_size <= 0 {
-            return Ok(Response::new(receive_status(st(
-                code::BAD_REQUEST,
-                "batch_size must be positive",
-            ))));
-        }
-        let batch = (req.batch_size as usize).min(MAX_BATCH);
+        // A batch size of 0 (or less) long-polls for nothing, then MESSAGE_NOT_FOUND, as the
+        // proxy does.
+        let batch = usize::try_from(req.batch_size).unwrap_or(0).min(MAX_BATCH);
         let requested = req.invisible_duration.as_ref().and_then(std_duration);
         let invisible = if req.auto_renew {
             requested.unwrap_or(cfg.auto_renew_invisible)
@@ -887,7 +794,7 @@ impl MessagingService for EndpointService {
                     let mut out = PopOutcome::default();
                     q.state.lock().pop(&pop, &mut out);
                     for d in &out.deliveries {
-                        messages.push(delivered(broker, q, d, invisible));
+                        messages.push(delivered(broker, q, d));
                     }
                     dead.extend(out.dead);
                     if let Some(due) = out.next_due {
@@ -915,13 +822,14 @@ impl MessagingService for EndpointService {
                 "no new message",
             ))));
         }
-        let mut out = Vec::with_capacity(messages.len() + 1);
+        let mut out = Vec::with_capacity(messages.len() + 2);
         out.push(proto::ReceiveMessageResponse {
             content: Some(proto::receive_message_response::Content::Status(ok())),
         });
         out.extend(messages.into_iter().map(|m| proto::ReceiveMessageResponse {
             content: Some(proto::receive_message_response::Content::Message(m)),
         }));
+        out.push(delivery_timestamp());
         Ok(Response::new(once(out)))
     }
 
@@ -949,17 +857,24 @@ impl MessagingService for EndpointService {
             .entries
             .into_iter()
             .map(|e| {
-                let result = pop::decode_handle(&e.receipt_handle)
-                    .ok_or_else(|| pop::HandleError("malformed receipt handle".into()))
-                    .and_then(|(b, q, off, nonce)| {
-                        let queue = topic
-                            .queue(b, q)
-                            .ok_or_else(|| pop::HandleError("no such queue".into()))?;
-                        queue.state.lock().ack(&g, off, nonce, now)
-                    });
-                let status = match result {
-                    Ok(_) => ok(),
-                    Err(pop::HandleError(why)) => st(code::INVALID_RECEIPT_HANDLE, why),
+                // Like the proxy: a handle that does not parse is INTERNAL_SERVER_ERROR; a
+                // well-formed one is OK even when it has no effect (stale after a redelivery or
+                // a ChangeInvisibleDuration, or already acked).
+                let status = match pop::decode_handle(&e.receipt_handle) {
+                    None => st(
+                        code::INTERNAL_SERVER_ERROR,
+                        "malformed receipt handle: parse failed",
+                    ),
+                    Some((b, q, off, nonce)) => {
+                        if let Some(queue) = topic.queue(b, q) {
+                            if let Err(pop::HandleError(why)) =
+                                queue.state.lock().ack(&g, off, nonce, now)
+                            {
+                                tracing::debug!(target: "ferrymq::broker", "ack without effect: {why}");
+                            }
+                        }
+                        ok()
+                    }
                 };
                 proto::AckMessageResultEntry {
                     message_id: e.message_id,
@@ -968,6 +883,7 @@ impl MessagingService for EndpointService {
                 }
             })
             .collect();
+        topic.wake();
         let first = entries[0].status.clone().unwrap_or_else(ok);
         let same = entries
             .iter()
@@ -1016,6 +932,7 @@ impl MessagingService for EndpointService {
         );
         let dead = vec![pop::DeadLetter { stored, attempts }];
         check!(self.to_dlq(&group.name, dead), |s| answer(s));
+        topic.wake();
         Ok(Response::new(answer(ok())))
     }
 
@@ -1237,17 +1154,14 @@ impl MessagingService for EndpointService {
             ))));
         }
         if resolution == proto::TransactionResolution::Commit {
-            if let Err(e) = self.core.store.append(
-                &half.topic,
-                &half.queue,
-                vec![half.msg.clone()],
-                &self.core.config,
-            ) {
-                self.core.txs.add_back(req.transaction_id.clone(), half);
-                return Ok(Response::new(answer(st(e.code, e.message))));
-            }
+            self.core
+                .store
+                .append_reserved(&half.topic, &half.queue, vec![half.msg]);
             self.core.txs.committed.fetch_add(1, Ordering::Relaxed);
         } else {
+            self.core
+                .store
+                .release(&half.topic, store::accounted_size(&half.msg));
             self.core.txs.rolled_back.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Response::new(answer(ok())))
@@ -1341,26 +1255,33 @@ impl MessagingService for EndpointService {
             }
         };
         let g: Arc<str> = group.name.as_str().into();
-        let result = pop::decode_handle(&req.receipt_handle)
-            .ok_or_else(|| pop::HandleError("malformed receipt handle".into()))
-            .and_then(|(b, q, off, nonce)| {
-                let queue = topic
-                    .queue(b, q)
-                    .ok_or_else(|| pop::HandleError("no such queue".into()))?;
-                let r = queue.state.lock().change_invisible(
-                    &g,
-                    off,
-                    nonce,
-                    invisible,
-                    Instant::now(),
-                    &self.core.nonces,
-                );
-                r.map(|n| pop::encode_handle(b, q, off, n))
-            });
-        let handle = check!(
-            result.map_err(|pop::HandleError(why)| st(code::INVALID_RECEIPT_HANDLE, why)),
-            |s| answer(s)
-        );
+        // Like the proxy: a handle that does not parse is INTERNAL_SERVER_ERROR; a well-formed
+        // one always gets OK and a new handle. (The proxy then writes a new checkpoint, so a stale
+        // or acked message may come back; here a stale handle gets a new handle without effect.)
+        let Some((b, q, off, nonce)) = pop::decode_handle(&req.receipt_handle) else {
+            return Ok(Response::new(answer(st(
+                code::INTERNAL_SERVER_ERROR,
+                "malformed receipt handle: parse failed",
+            ))));
+        };
+        let changed = topic.queue(b, q).map(|queue| {
+            queue.state.lock().change_invisible(
+                &g,
+                off,
+                nonce,
+                invisible,
+                Instant::now(),
+                &self.core.nonces,
+            )
+        });
+        let handle = match changed {
+            Some(Ok(n)) => pop::encode_handle(b, q, off, n),
+            Some(Err(pop::HandleError(why))) => {
+                tracing::debug!(target: "ferrymq::broker", "change invisible duration without effect: {why}");
+                pop::encode_handle(b, q, off, self.core.nonces.fetch_add(1, Ordering::Relaxed))
+            }
+            None => pop::encode_handle(b, q, off, self.core.nonces.fetch_add(1, Ordering::Relaxed)),
+        };
         topic.wake();
         Ok(Response::new(proto::ChangeInvisibleDurationResponse {
             status: Some(ok()),
@@ -1386,13 +1307,18 @@ impl MessagingService for EndpointService {
             ))));
         }
         match self.core.timer.recall(&req.recall_handle, &topic.name) {
-            Some(d) => Ok(Response::new(proto::RecallMessageResponse {
-                status: Some(ok()),
-                message_id: d
-                    .msg
-                    .system_properties
-                    .map_or(String::new(), |s| s.message_id),
-            })),
+            Some(d) => {
+                self.core
+                    .store
+                    .release(&d.topic, store::accounted_size(&d.msg));
+                Ok(Response::new(proto::RecallMessageResponse {
+                    status: Some(ok()),
+                    message_id: d
+                        .msg
+                        .system_properties
+                        .map_or(String::new(), |s| s.message_id),
+                }))
+            }
             None => Ok(Response::new(answer(st(
                 40400,
                 "no pending delay message for this recall handle (already delivered or recalled)",

@@ -302,10 +302,10 @@ impl Topic {
     fn new(name: &str, ty: TopicType, queues: usize, brokers: usize) -> Topic {
         let mut all = Vec::with_capacity(queues);
         let mut by_broker = vec![Vec::new(); brokers];
-        for b in 0..brokers {
+        for (b, ids) in by_broker.iter_mut().enumerate() {
             let count = queues / brokers + usize::from(b < queues % brokers);
             for id in 0..count {
-                by_broker[b].push(all.len());
+                ids.push(all.len());
                 all.push(Arc::new(Queue {
                     broker: b,
                     id: id as i32,
@@ -367,12 +367,13 @@ pub struct GroupConfig {
 }
 
 impl GroupConfig {
-    /// A group with RocketMQ's defaults (16 attempts, not FIFO).
+    /// A group with RocketMQ's defaults (not FIFO; `retryMaxTimes` 16, i.e. 17 deliveries, the
+    /// `max_attempts` the proxy echoes in settings).
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             fifo: false,
-            max_delivery_attempts: 16,
+            max_delivery_attempts: 17,
             retry_backoff: Vec::new(),
         }
     }
@@ -524,12 +525,14 @@ impl Store {
         self.groups.read().get(name).cloned()
     }
 
-    /// Look a group up, creating it with defaults when `auto_create` is on.
-    pub fn group_or_create(&self, name: &str, config: &BrokerConfig) -> Option<Arc<GroupConfig>> {
+    /// Look a group up, creating it with defaults if it does not exist: RocketMQ brokers create
+    /// subscription groups on first use (`autoCreateSubscriptionGroup`, on by default), whatever
+    /// `auto_create` (which is about topics) says.
+    pub fn group_or_create(&self, name: &str, _config: &BrokerConfig) -> Option<Arc<GroupConfig>> {
         if let Some(g) = self.group(name) {
             return Some(g);
         }
-        if !config.auto_create || !valid_resource_name(name) {
+        if !valid_resource_name(name) {
             return None;
         }
         let mut groups = self.groups.write();
@@ -557,17 +560,25 @@ impl Store {
         msgs: Vec<proto::Message>,
         config: &BrokerConfig,
     ) -> std::result::Result<u64, AppendError> {
-        let sizes: Vec<usize> = msgs.iter().map(accounted_size).collect();
-        let total: usize = sizes.iter().sum();
+        let total: usize = msgs.iter().map(accounted_size).sum();
         self.reserve(topic, total, config)?;
+        Ok(self.append_reserved(topic, queue, msgs))
+    }
+
+    /// Append messages whose size was already reserved with [`Store::reserve`] (delayed and
+    /// half messages count against the bound from the moment they are sent).
+    pub fn append_reserved(&self, topic: &Topic, queue: &Queue, msgs: Vec<proto::Message>) -> u64 {
         let store_ms = now_ms();
         let store_ts = timestamp_ms(store_ms);
         let first;
+        let mut total = 0;
         {
             let mut st = queue.state.lock();
             first = st.end();
-            for (i, (mut m, size)) in msgs.into_iter().zip(sizes).enumerate() {
+            for (i, mut m) in msgs.into_iter().enumerate() {
                 let offset = first + i as u64;
+                let size = accounted_size(&m);
+                total += size;
                 if let Some(sp) = m.system_properties.as_mut() {
                     sp.queue_offset = Some(offset as i64);
                     sp.queue_id = queue.id;
@@ -583,11 +594,16 @@ impl Store {
             st.bytes += total;
         }
         topic.wake();
-        Ok(first)
+        first
+    }
+
+    /// Give back bytes reserved for a message that will not be stored (recalled, rolled back).
+    pub fn release(&self, topic: &Topic, bytes: usize) {
+        topic.bytes.fetch_sub(bytes, Ordering::AcqRel);
     }
 
     /// Account `want` bytes to `topic`, evicting what the policy allows when it is full.
-    fn reserve(
+    pub fn reserve(
         &self,
         topic: &Topic,
         want: usize,

@@ -232,12 +232,14 @@ async fn send_receive_ack_over_two_endpoints() {
         .collect();
     assert_eq!(ports.len(), 2, "queues spread over both endpoints");
 
-    // Receive before settings: UNRECOGNIZED_CLIENT_TYPE, as the proxy.
+    // Receive before settings: INTERNAL_SERVER_ERROR, as the proxy (a NullPointerException there).
     let (status, _) = c.receive("g", "t", 8, Duration::from_secs(30)).await;
-    assert_eq!(status, code::UNRECOGNIZED_CLIENT_TYPE);
+    assert_eq!(status, code::INTERNAL_SERVER_ERROR);
 
     let merged = c.consumer("g").await;
-    assert_eq!(merged.backoff_policy.unwrap().max_attempts, 16);
+    assert_eq!(merged.backoff_policy.unwrap().max_attempts, 17);
+    // A multi-message send is one RocketMQ batch, as on the proxy: one entry, the first
+    // message's id as transaction id, every message stored under the first one's id.
     let sent = c
         .send(vec![
             message("t", b"a"),
@@ -246,8 +248,8 @@ async fn send_receive_ack_over_two_endpoints() {
         ])
         .await;
     assert_eq!(sent.status.unwrap().code, code::OK);
-    assert_eq!(sent.entries.len(), 3);
-    assert_eq!(sent.entries[2].offset, 2, "a batch goes to one queue");
+    assert_eq!(sent.entries.len(), 1);
+    assert_eq!(sent.entries[0].offset, 0, "a batch goes to one queue");
 
     let (status, got) = c.receive("g", "t", 2, Duration::from_secs(30)).await;
     assert_eq!(status, code::OK);
@@ -261,7 +263,8 @@ async fn send_receive_ack_over_two_endpoints() {
     for m in &got {
         assert_eq!(c.ack("g", "t", m).await, code::OK);
     }
-    assert_eq!(c.ack("g", "t", &got[0]).await, code::INVALID_RECEIPT_HANDLE);
+    // Acking again has no effect and is OK, as on the proxy.
+    assert_eq!(c.ack("g", "t", &got[0]).await, code::OK);
     let (_, rest) = c.receive("g", "t", 8, Duration::from_secs(30)).await;
     assert_eq!(rest.len(), 1);
     let (status, none) = c.receive("g", "t", 8, Duration::from_secs(30)).await;
@@ -292,8 +295,13 @@ async fn client_id_is_required_and_types_are_enforced() {
         r.status.unwrap().code,
         code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
     );
+    // Unknown topic: the proxy's type check fails first (expected type UNSPECIFIED).
     let r = c.send(vec![message("nope", b"x")]).await;
-    assert_eq!(r.status.unwrap().code, code::TOPIC_NOT_FOUND);
+    assert_eq!(
+        r.status.unwrap().code,
+        code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    );
+    assert!(r.entries.is_empty());
     let mut m = message("fifo", b"");
     m.system_properties.as_mut().unwrap().message_group = Some("g".into());
     assert_eq!(
@@ -302,4 +310,154 @@ async fn client_id_is_required_and_types_are_enforced() {
     );
     m.body = bytes::Bytes::from_static(b"ok");
     assert_eq!(c.send(vec![m]).await.status.unwrap().code, code::OK);
+}
+
+#[tokio::test]
+async fn orphaned_transaction_is_checked_back_then_committed() {
+    let broker = Broker::start(BrokerConfig {
+        transaction_check_delay: Duration::from_millis(50),
+        transaction_check_interval: Duration::from_millis(50),
+        ..fast()
+    })
+    .await
+    .unwrap();
+    broker.create_topic("tx", "TRANSACTION", 1).unwrap();
+    let mut p = Client::connect(broker.addresses()[0], "p1").await;
+    p.producer(&["tx"]).await;
+    let mut m = message("tx", b"half");
+    m.system_properties.as_mut().unwrap().message_type = proto::MessageType::Transaction as i32;
+    let sent = p.send(vec![m]).await;
+    let entry = &sent.entries[0];
+    assert!(!entry.transaction_id.is_empty());
+    assert_eq!(broker.transaction_counts().pending, 1);
+    let cmd = p
+        .telemetry_rx
+        .as_mut()
+        .unwrap()
+        .message()
+        .await
+        .unwrap()
+        .unwrap();
+    let Some(Command::RecoverOrphanedTransactionCommand(rec)) = cmd.command else {
+        panic!("expected a check-back, got {cmd:?}");
+    };
+    assert_eq!(rec.transaction_id, entry.transaction_id);
+    let r = p
+        .rpc
+        .end_transaction(req(
+            "p1",
+            proto::EndTransactionRequest {
+                topic: res("tx"),
+                message_id: entry.message_id.clone(),
+                transaction_id: entry.transaction_id.clone(),
+                resolution: proto::TransactionResolution::Commit as i32,
+                source: proto::TransactionSource::SourceServerCheck as i32,
+                trace_context: String::new(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status.unwrap().code, code::OK);
+    let counts = broker.transaction_counts();
+    assert_eq!((counts.pending, counts.committed), (0, 1));
+    assert!(counts.checks >= 1);
+    assert_eq!(broker.messages("tx", 10).unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn delayed_messages_count_against_the_bound_until_recalled() {
+    let broker = Broker::start(BrokerConfig {
+        max_body_size: 10,
+        max_topic_bytes: 2 * (store::MESSAGE_OVERHEAD + 1),
+        ..fast()
+    })
+    .await
+    .unwrap();
+    broker.create_topic("d", "DELAY", 1).unwrap();
+    let mut c = Client::connect(broker.addresses()[0], "c").await;
+    let delayed = || {
+        let mut m = message("d", b"x");
+        m.system_properties.as_mut().unwrap().delivery_timestamp =
+            Some(store::timestamp_ms(store::now_ms() + 60_000));
+        m
+    };
+    let a = c.send(vec![delayed()]).await;
+    c.send(vec![delayed()]).await;
+    assert_eq!(
+        c.send(vec![delayed()]).await.status.unwrap().code,
+        code::MULTIPLE_RESULTS
+    );
+    let r = c
+        .rpc
+        .recall_message(req(
+            "c",
+            proto::RecallMessageRequest {
+                topic: res("d"),
+                recall_handle: a.entries[0].recall_handle.clone(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status.unwrap().code, code::OK);
+    assert_eq!(c.send(vec![delayed()]).await.status.unwrap().code, code::OK);
+}
+
+#[tokio::test]
+async fn refuse_and_hang_faults() {
+    let broker = Broker::start(fast()).await.unwrap();
+    broker.create_topic("t", "NORMAL", 1).unwrap();
+    let addr = broker.addresses()[0];
+    let mut c = Client::connect(addr, "c").await;
+    let route = |c: &mut Client| {
+        let mut rpc = c.rpc.clone();
+        async move {
+            let mut r = req(
+                "c",
+                proto::QueryRouteRequest {
+                    topic: res("t"),
+                    endpoints: None,
+                },
+            );
+            r.set_timeout(Duration::from_millis(300));
+            rpc.query_route(r).await.map(|r| r.into_inner())
+        }
+    };
+    assert!(route(&mut c).await.is_ok());
+    broker
+        .set_unavailable(0, Some(Unavailable::Hang))
+        .await
+        .unwrap();
+    let e = route(&mut c).await.unwrap_err();
+    assert!(
+        matches!(
+            e.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        "{e:?}"
+    );
+    broker
+        .set_unavailable(0, Some(Unavailable::Refuse))
+        .await
+        .unwrap();
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    broker.set_unavailable(0, None).await.unwrap();
+    let mut c2 = Client::connect(addr, "c").await;
+    assert_eq!(route(&mut c2).await.unwrap().status.unwrap().code, code::OK);
+    broker
+        .inject_status(
+            0,
+            StatusFault {
+                count: Some(1),
+                ..StatusFault::new(code::TOO_MANY_REQUESTS)
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        route(&mut c2).await.unwrap().status.unwrap().code,
+        code::TOO_MANY_REQUESTS
+    );
+    assert_eq!(route(&mut c2).await.unwrap().status.unwrap().code, code::OK);
+    assert_eq!(broker.calls(0, Rpc::QueryRoute).unwrap(), 4);
 }

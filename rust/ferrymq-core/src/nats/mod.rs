@@ -13,6 +13,7 @@
 
 pub mod consumer;
 pub mod error;
+pub mod range;
 pub mod stream;
 
 use std::sync::Arc;

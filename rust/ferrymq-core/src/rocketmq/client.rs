@@ -508,7 +508,7 @@ impl Client {
                 v.push(ep);
             }
         }
-        v
+        without_covered(v)
     }
 
     /// One heartbeat to `endpoints`. Success lets an isolated endpoint rejoin; lost settings
@@ -564,7 +564,7 @@ impl Client {
         }
         if prev == RUNNING {
             let timeout = self.settings().request_timeout;
-            let eps: Vec<Endpoints> = self.inner.sessions.lock().keys().cloned().collect();
+            let eps = without_covered(self.inner.sessions.lock().keys().cloned().collect());
             let notify = eps.iter().map(|ep| {
                 let req = self.request_with_timeout(
                     proto::NotifyClientTerminationRequest {
@@ -588,6 +588,18 @@ impl Client {
         self.inner.cancel.cancel();
         self.inner.sessions.lock().clear();
     }
+}
+
+/// Drop multi-address endpoints (an access point) whose every address is also a single-address
+/// endpoint of the list: requests to them would only repeat those to the brokers.
+fn without_covered(mut v: Vec<Endpoints>) -> Vec<Endpoints> {
+    let singles: std::collections::HashSet<super::endpoints::Address> = v
+        .iter()
+        .filter(|e| e.addresses().len() == 1)
+        .map(|e| e.addresses()[0].clone())
+        .collect();
+    v.retain(|e| e.addresses().len() == 1 || e.addresses().iter().any(|a| !singles.contains(a)));
+    v
 }
 
 /// The periodic tasks of a running client.
@@ -668,6 +680,15 @@ mod tests {
         );
         assert!(!c.is_running());
         assert_eq!(c.check_running().unwrap_err().kind(), ErrorKind::Closed);
+    }
+
+    #[test]
+    fn access_points_covered_by_brokers_are_skipped() {
+        let ep = |s: &str| Endpoints::parse_access_point(s).unwrap().endpoints;
+        let v = without_covered(vec![ep("a:1;b:1"), ep("a:1"), ep("b:1")]);
+        assert_eq!(v, vec![ep("a:1"), ep("b:1")]);
+        let v = without_covered(vec![ep("a:1;c:1"), ep("a:1")]);
+        assert_eq!(v.len(), 2);
     }
 
     #[test]

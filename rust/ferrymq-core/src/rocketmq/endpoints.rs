@@ -42,9 +42,13 @@ pub enum Scheme {
     DomainName,
 }
 
-/// A set of addresses serving one broker (or one access point).
+/// A set of addresses serving one broker (or one access point). Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Endpoints {
+    inner: std::sync::Arc<Inner>,
+}
+
+struct Inner {
     addresses: Vec<Address>,
     scheme: Scheme,
     key: String,
@@ -78,9 +82,11 @@ impl Endpoints {
             .collect::<Vec<_>>()
             .join(";");
         Ok(Self {
-            addresses,
-            scheme,
-            key,
+            inner: std::sync::Arc::new(Inner {
+                addresses,
+                scheme,
+                key,
+            }),
         })
     }
 
@@ -146,7 +152,7 @@ impl Endpoints {
 
     /// The wire form.
     pub fn to_proto(&self) -> proto::Endpoints {
-        let scheme = match self.scheme {
+        let scheme = match self.inner.scheme {
             Scheme::Ipv4 => proto::AddressScheme::IPv4,
             Scheme::Ipv6 => proto::AddressScheme::IPv6,
             Scheme::DomainName => proto::AddressScheme::DomainName,
@@ -154,6 +160,7 @@ impl Endpoints {
         proto::Endpoints {
             scheme: scheme as i32,
             addresses: self
+                .inner
                 .addresses
                 .iter()
                 .map(|a| proto::Address {
@@ -166,17 +173,17 @@ impl Endpoints {
 
     /// The addresses.
     pub fn addresses(&self) -> &[Address] {
-        &self.addresses
+        &self.inner.addresses
     }
 
     /// The address family.
     pub fn scheme(&self) -> Scheme {
-        self.scheme
+        self.inner.scheme
     }
 
     /// The normalised `"h1:p1;h2:p2"` form, used as a map key.
     pub fn key(&self) -> &str {
-        &self.key
+        &self.inner.key
     }
 }
 
@@ -223,23 +230,23 @@ fn parse_address(part: &str) -> Result<Address> {
 
 impl PartialEq for Endpoints {
     fn eq(&self, other: &Self) -> bool {
-        self.key == other.key
+        self.inner.key == other.inner.key
     }
 }
 impl Eq for Endpoints {}
 impl Hash for Endpoints {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.key.hash(state);
+        self.inner.key.hash(state);
     }
 }
 impl fmt::Debug for Endpoints {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Endpoints({})", self.key)
+        write!(f, "Endpoints({})", self.inner.key)
     }
 }
 impl fmt::Display for Endpoints {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.key)
+        f.write_str(&self.inner.key)
     }
 }
 

@@ -11,13 +11,17 @@
 //!      server-issued back-off first; other retries are immediate. The message id is generated
 //!      once and kept on every retry.
 //!
-//! Batches (many messages of one topic) go in one `SendMessage` to one queue.
+//! Batches (many messages of one topic) are sent message by message, many in flight at once
+//! (FIFO: in order, one at a time): a RocketMQ 5 proxy stores a multi-message `SendMessage` as
+//! ONE RocketMQ batch — every message takes the first one's id, tag, keys and properties, and
+//! the answer has a single entry — so ferrymq never sends one (see [`Producer::send_batch`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
+use futures::StreamExt as _;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -28,6 +32,9 @@ use super::telemetry::CommandHandler;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Message, MessageKind};
 use crate::{message_id, proto, status};
+
+/// Messages of one [`Producer::send_batch`] in flight at once.
+pub const BATCH_CONCURRENCY: usize = 64;
 
 /// How a transaction ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -291,9 +298,65 @@ impl Producer {
             .ok_or_else(|| Error::protocol("the broker returned no send result"))
     }
 
-    /// Publish many messages of one topic (and one kind) in one request to one queue.
+    /// Publish many messages of one topic and one kind; the receipts are in order.
+    ///
+    /// Each message travels in its own `SendMessage` with its own retries, up to
+    /// [`BATCH_CONCURRENCY`] in flight at once on the shared HTTP/2 channel; the messages of a
+    /// FIFO message group go one after the other, in order, and stop at the first failure.
+    ///
+    /// Why not one `SendMessage` with every message: the RocketMQ 5 proxy (5.3, local mode)
+    /// accepts it as one RocketMQ batch, stores every message under the FIRST message's id, tag,
+    /// keys and properties (only the bodies differ) and answers a single entry, so the ids of
+    /// messages 2..N and their metadata would be lost (pinned by `tests/test_conformance.py`;
+    /// the embedded broker does the same).
+    ///
+    /// Not atomic: if some messages fail, the error says how many of the batch were sent. Use
+    /// [`Producer::send_each`] for one result per message.
     pub async fn send_batch(&self, messages: Vec<Message>) -> Result<Vec<SendReceipt>> {
-        self.send_messages(messages, false).await
+        let n = messages.len();
+        let results = self.send_each(messages).await?;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        if failed == 0 {
+            return Ok(results.into_iter().flatten().collect());
+        }
+        let first = results
+            .into_iter()
+            .find_map(Result::err)
+            .expect("a failed result");
+        Err(first.context(format!(
+            "{failed} of the {n} messages of the batch were not sent ({} were)",
+            n - failed
+        )))
+    }
+
+    /// Publish many messages of one topic and one kind, one `SendMessage` each (see
+    /// [`Producer::send_batch`]); returns one result per message, in order. Fails as a whole only
+    /// when nothing was sent (invalid batch, closed producer).
+    pub async fn send_each(&self, messages: Vec<Message>) -> Result<Vec<Result<SendReceipt>>> {
+        let _guard = self.enter()?;
+        self.validate(&messages, false)?;
+        if messages[0].message_group().is_some() {
+            let mut out = Vec::with_capacity(messages.len());
+            let mut failed: Option<Error> = None;
+            for m in messages {
+                if let Some(e) = &failed {
+                    out.push(Err(super::route::replicate(e).context(
+                        "not sent: an earlier message of its message group failed",
+                    )));
+                    continue;
+                }
+                let r = self.send(m).await;
+                if let Err(e) = &r {
+                    failed = Some(super::route::replicate(e));
+                }
+                out.push(r);
+            }
+            return Ok(out);
+        }
+        Ok(futures::stream::iter(messages.into_iter().map(|m| self.send(m)))
+            .buffered(BATCH_CONCURRENCY)
+            .collect()
+            .await)
     }
 
     /// Start a transaction: send half messages with [`Transaction::send`], then commit or roll
@@ -419,11 +482,19 @@ impl Producer {
         Ok(kind)
     }
 
-    fn encode(&self, m: &Message, kind: MessageKind, born_ms: i64) -> proto::Message {
+    fn encode(
+        &self,
+        m: &Message,
+        kind: MessageKind,
+        born_ms: i64,
+        message_id: String,
+        queue_id: i32,
+    ) -> proto::Message {
         let system_properties = proto::SystemProperties {
             tag: m.tag().map(ToString::to_string),
             keys: m.keys().to_vec(),
-            message_id: message_id::generate(),
+            message_id,
+            queue_id,
             body_encoding: proto::Encoding::Identity as i32,
             message_type: message_type(kind) as i32,
             born_timestamp: Some(timestamp_from_ms(born_ms)),
@@ -497,10 +568,7 @@ impl Producer {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         // The ids are generated here, once, and kept on every retry.
-        let mut protos: Vec<proto::Message> = messages
-            .iter()
-            .map(|m| self.encode(m, kind, born))
-            .collect();
+        let ids: Vec<String> = messages.iter().map(|_| message_id::generate()).collect();
         let timeout = settings.request_timeout;
         let mut attempt = 0u32;
         loop {
@@ -509,16 +577,11 @@ impl Producer {
             let qi = candidates[usize::try_from(attempt - 1).unwrap_or(0) % candidates.len()];
             let queue = &route.queues()[qi];
             let endpoints = route.queue_endpoints(qi).clone();
-            for p in &mut protos {
-                if let Some(sp) = p.system_properties.as_mut() {
-                    sp.queue_id = queue.id;
-                }
-            }
-            let batch = if attempt < max_attempts {
-                protos.clone()
-            } else {
-                std::mem::take(&mut protos)
-            };
+            let batch = messages
+                .iter()
+                .zip(&ids)
+                .map(|(m, id)| self.encode(m, kind, born, id.clone(), queue.id))
+                .collect();
             // Step 6.
             match self.send_once(&endpoints, batch, timeout).await {
                 Ok(entries) => {
@@ -711,5 +774,120 @@ impl Transaction {
         .await;
         results.into_iter().collect::<Result<Vec<()>>>()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::{Broker, BrokerConfig, Rpc, StatusFault};
+    use std::time::Duration;
+
+    async fn broker(endpoints: usize) -> Broker {
+        Broker::start(BrokerConfig {
+            endpoints,
+            ..BrokerConfig::default()
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn producer(b: &Broker, topics: &[&str]) -> Producer {
+        let mut o = ClientOptions::new(b.access_point());
+        o.heartbeat_interval = Duration::from_millis(200);
+        let p = Producer::new(o, topics.iter().map(ToString::to_string).collect(), None).unwrap();
+        p.start().await.unwrap();
+        p
+    }
+
+    fn fault(code: i32, rpc: Rpc, count: Option<u64>) -> StatusFault {
+        StatusFault {
+            code,
+            message: "injected".into(),
+            rpc: Some(rpc),
+            count,
+            fraction: 1.0,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn send_batch_and_message_ids() {
+        let b = broker(1).await;
+        b.create_topic("t", "NORMAL", 4).unwrap();
+        let p = producer(&b, &["t"]).await;
+        let r = p
+            .send(Message::builder("t", "hello").tag("a").build().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            message_id::parse(&r.message_id).is_some(),
+            "{}",
+            r.message_id
+        );
+        let msgs: Vec<Message> = (0..10)
+            .map(|i| Message::builder("t", format!("m{i}")).build().unwrap())
+            .collect();
+        // One SendMessage per message (a multi-message one would lose ids on a real proxy).
+        let rs = p.send_batch(msgs).await.unwrap();
+        assert_eq!(rs.len(), 10);
+        let ids: std::collections::HashSet<_> = rs.iter().map(|r| r.message_id.clone()).collect();
+        assert_eq!(ids.len(), 10);
+        assert_eq!(b.calls(0, Rpc::SendMessage).unwrap(), 11);
+        p.close().await;
+        assert_eq!(
+            p.send(Message::builder("t", "x").build().unwrap())
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Closed
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_retry_keeps_the_message_id_and_rotates_brokers() {
+        let b = broker(2).await;
+        b.create_topic("t", "NORMAL", 2).unwrap();
+        let p = producer(&b, &["t"]).await;
+        for ep in 0..2 {
+            b.inject_status(
+                ep,
+                fault(status::INTERNAL_SERVER_ERROR, Rpc::SendMessage, Some(1)),
+            )
+            .unwrap();
+        }
+        let r = p
+            .send(Message::builder("t", "x").build().unwrap())
+            .await
+            .unwrap();
+        // Attempt 1 failed on one broker, attempt 2 on the other, attempt 3 rotated back.
+        assert_eq!(
+            b.calls(0, Rpc::SendMessage).unwrap(),
+            2 - u64::from(r.endpoints.key() != b.addresses()[0].to_string())
+        );
+        assert_eq!(
+            b.calls(0, Rpc::SendMessage).unwrap() + b.calls(1, Rpc::SendMessage).unwrap(),
+            3
+        );
+        assert_eq!(p.client().isolation().snapshot().len(), 2);
+        let stored = b.messages("t", 10).unwrap();
+        assert_eq!(stored.len(), 1);
+        let sp = stored[0].message.system_properties.as_ref().unwrap();
+        assert_eq!(sp.message_id, r.message_id);
+        p.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_sends_share_one_route_lookup() {
+        let b = broker(1).await;
+        b.create_topic("t", "NORMAL", 2).unwrap();
+        b.create_topic("u", "NORMAL", 2).unwrap();
+        let p = producer(&b, &["t"]).await;
+        let before = b.calls(0, Rpc::QueryRoute).unwrap();
+        let sends = (0..32).map(|_| p.send(Message::builder("u", "x").build().unwrap()));
+        for r in futures::future::join_all(sends).await {
+            r.unwrap();
+        }
+        assert_eq!(b.calls(0, Rpc::QueryRoute).unwrap(), before + 1);
+        p.close().await;
     }
 }

@@ -1,0 +1,1000 @@
+//! The embedded JMQ4 server: a tokio TCP server that behaves like a JoyQueue broker as the
+//! reference describes it, quirks included (§8), for tests and development.
+//!
+//! * One server has one or more *nodes* (brokers), each on its own loopback port, sharing one
+//!   [`JmqStore`]; partition groups are led by the nodes in turn, so leader routing, "not
+//!   leader" codes and the coordinator can be exercised.
+//! * Protocol sniffing on the first read (≥ 19 bytes, magic, known type), ADD_CONNECTION first
+//!   with app/token authentication, app checks on every later command, BooleanAck (-128) for
+//!   request-level failures and payload-less commands, silence for header QoS ONE_WAY, a closed
+//!   socket for undecodable frames and unknown command types, the COMMIT_ACK count bug.
+//! * Fault injection: unavailable, an error code for the next N calls, latency, per-node health,
+//!   coordinator loss, leader moves and restart (all connections dropped, data kept).
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::codec::{
+    command_type as ct, decode_frame, encode_frame_with, sniff, Frame, Header, QosLevel,
+    BOOLEAN_ACK, DEFAULT_MAX_FRAME,
+};
+use super::codes;
+use super::command::{
+    AddConnectionResponse, AnyRequest, BrokerMeta, ClientIdsResponse, CommitAckResponse,
+    CommitResponse, CoordinatorEntry, FetchAssignedPartitionResponse, FetchClusterResponse,
+    FetchHealthResponse, FetchIndexResponse, FetchPartitionMessageResponse,
+    FetchProduceFeedbackResponse, FetchTopicMessageResponse, FindCoordinatorResponse,
+    PartitionMessages, Payload, PrepareResponse, ProduceItem, ProduceMessageResponse,
+    ProduceResult, RollbackResponse, TopicMessages,
+};
+use super::store::{JmqStore, StoreConfig};
+use crate::error::{Error, Result};
+
+/// The app every embedded server knows unless configured otherwise (`bin/topic.sh` always
+/// creates `test_token`, §8.9).
+pub const DEFAULT_APP: &str = "test_app";
+/// The token of [`DEFAULT_APP`].
+pub const DEFAULT_TOKEN: &str = "test_token";
+
+/// Settings of an embedded JMQ4 server.
+#[derive(Debug, Clone)]
+pub struct JmqServerConfig {
+    /// Address to bind (loopback).
+    pub bind_host: String,
+    /// Host advertised in FETCH_CLUSTER / FIND_COORDINATOR (a real broker advertises its NIC IP).
+    pub advertised_host: Option<String>,
+    /// Number of broker nodes (each on its own port).
+    pub nodes: usize,
+    /// Fixed ports per node (0 or missing: any free port).
+    pub ports: Vec<u16>,
+    /// The data center (region) of each node; missing entries are `"default"`.
+    pub regions: Vec<String>,
+    /// Apps and tokens.
+    pub apps: Vec<(String, String)>,
+    /// Store settings.
+    pub store: StoreConfig,
+    /// Largest frame accepted.
+    pub max_frame: usize,
+}
+
+impl Default for JmqServerConfig {
+    fn default() -> Self {
+        JmqServerConfig {
+            bind_host: "127.0.0.1".into(),
+            advertised_host: None,
+            nodes: 1,
+            ports: Vec::new(),
+            regions: Vec::new(),
+            apps: vec![(DEFAULT_APP.into(), DEFAULT_TOKEN.into())],
+            store: StoreConfig::default(),
+            max_frame: DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// One broker node of the server.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// Broker id (1-based).
+    pub id: i32,
+    /// Bound address.
+    pub addr: SocketAddr,
+    /// Data center / region.
+    pub region: String,
+}
+
+#[derive(Debug, Default)]
+struct FailRule {
+    command: Option<i8>,
+    code: i32,
+    remaining: u32,
+}
+
+#[derive(Debug, Default)]
+struct Faults {
+    unavailable: bool,
+    latency: Duration,
+    rules: Vec<FailRule>,
+    health: HashMap<i32, f64>,
+    no_coordinator: bool,
+}
+
+impl Faults {
+    fn take(&mut self, command: i8) -> Option<i32> {
+        let rule = self
+            .rules
+            .iter_mut()
+            .find(|r| r.remaining > 0 && r.command.is_none_or(|c| c == command))?;
+        rule.remaining -= 1;
+        let code = rule.code;
+        self.rules.retain(|r| r.remaining > 0);
+        Some(code)
+    }
+}
+
+struct Inner {
+    store: Arc<JmqStore>,
+    nodes: Vec<NodeInfo>,
+    advertised_host: String,
+    faults: Mutex<Faults>,
+    conns: Mutex<HashMap<u64, CancellationToken>>,
+    next_conn: AtomicU64,
+    shutdown: CancellationToken,
+    max_frame: usize,
+    requests: AtomicU64,
+}
+
+/// A running embedded JMQ4 server. Dropping it shuts it down.
+pub struct JmqServer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for JmqServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JmqServer")
+            .field("nodes", &self.inner.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JmqServer {
+    /// Bind every node and start serving (needs a tokio runtime).
+    pub async fn start(config: JmqServerConfig) -> Result<JmqServer> {
+        let nodes = config.nodes.clamp(1, 64);
+        let ids: Vec<i32> = (1..=nodes as i32).collect();
+        let store = JmqStore::new(config.store.clone(), ids.clone());
+        Self::start_with_store(config, store).await
+    }
+
+    /// Start serving `store` (whose node ids must be `1..=config.nodes`).
+    pub async fn start_with_store(
+        config: JmqServerConfig,
+        store: Arc<JmqStore>,
+    ) -> Result<JmqServer> {
+        let n = config.nodes.clamp(1, 64);
+        for (app, token) in &config.apps {
+            store.add_app(app, token);
+        }
+        let mut listeners = Vec::with_capacity(n);
+        let mut infos = Vec::with_capacity(n);
+        for i in 0..n {
+            let port = config.ports.get(i).copied().unwrap_or(0);
+            let l = TcpListener::bind((config.bind_host.as_str(), port))
+                .await
+                .map_err(|e| {
+                    Error::connection(format!(
+                        "cannot bind the embedded JMQ4 server on {}:{port}",
+                        config.bind_host
+                    ))
+                    .with_source(e)
+                })?;
+            infos.push(NodeInfo {
+                id: i as i32 + 1,
+                addr: l.local_addr()?,
+                region: config
+                    .regions
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| "default".into()),
+            });
+            listeners.push(l);
+        }
+        let inner = Arc::new(Inner {
+            store,
+            advertised_host: config
+                .advertised_host
+                .clone()
+                .unwrap_or_else(|| infos[0].addr.ip().to_string()),
+            nodes: infos,
+            faults: Mutex::new(Faults::default()),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            shutdown: CancellationToken::new(),
+            max_frame: config.max_frame,
+            requests: AtomicU64::new(0),
+        });
+        for (i, l) in listeners.into_iter().enumerate() {
+            tokio::spawn(accept_loop(inner.clone(), i, l));
+        }
+        Ok(JmqServer { inner })
+    }
+
+    /// `jmq://host:port` of the first node (any node works as a bootstrap).
+    pub fn endpoint(&self) -> String {
+        format!("jmq://{}", self.inner.nodes[0].addr)
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> &[NodeInfo] {
+        &self.inner.nodes
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<JmqStore> {
+        &self.inner.store
+    }
+
+    /// Create a topic (see [`JmqStore::create_topic`]).
+    pub fn create_topic(&self, name: &str, partitions: u16) -> Result<()> {
+        self.inner.store.create_topic(name, partitions, false)
+    }
+
+    /// Register an app and its token.
+    pub fn add_app(&self, app: &str, token: &str) {
+        self.inner.store.add_app(app, token);
+    }
+
+    /// Requests handled so far (all nodes).
+    pub fn request_count(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed)
+    }
+
+    /// Connections currently open.
+    pub fn connection_count(&self) -> usize {
+        self.inner.conns.lock().len()
+    }
+
+    /// While `true`, every connection is closed and new ones are dropped at once.
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.inner.faults.lock().unavailable = unavailable;
+        if unavailable {
+            self.drop_connections();
+        }
+    }
+
+    /// Answer the next `times` requests of `command` (any command when `None`) with `code`:
+    /// a per-topic code for PRODUCE_MESSAGE and FETCH_TOPIC_MESSAGE, a BooleanAck otherwise.
+    pub fn fail_next(&self, command: Option<i8>, code: i32, times: u32) {
+        if times > 0 {
+            self.inner.faults.lock().rules.push(FailRule {
+                command,
+                code,
+                remaining: times,
+            });
+        }
+    }
+
+    /// Delay every request by `latency`.
+    pub fn set_latency(&self, latency: Duration) {
+        self.inner.faults.lock().latency = latency;
+    }
+
+    /// The FETCH_HEALTH point reported by `node` (0 = healthy, as a real server always says).
+    pub fn set_health(&self, node: i32, point: f64) {
+        self.inner.faults.lock().health.insert(node, point);
+    }
+
+    /// Make FIND_COORDINATOR report no coordinator (181) and FETCH_ASSIGNED_PARTITION fail.
+    pub fn set_coordinator_available(&self, available: bool) {
+        self.inner.faults.lock().no_coordinator = !available;
+    }
+
+    /// Move the leader of partition group `group` of `topic` to `node`.
+    pub fn set_leader(&self, topic: &str, group: i32, node: i32) -> Result<()> {
+        self.inner.store.set_leader(topic, group, node)
+    }
+
+    /// Drop every connection (as a broker restart does); data and topics are kept.
+    pub fn restart(&self) {
+        self.drop_connections();
+    }
+
+    fn drop_connections(&self) {
+        let conns: Vec<CancellationToken> = self.inner.conns.lock().values().cloned().collect();
+        for c in conns {
+            c.cancel();
+        }
+    }
+
+    /// Stop accepting and close every connection.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.drop_connections();
+    }
+
+    /// The broker id of the coordinator of `app`.
+    pub fn coordinator_of(&self, app: &str) -> i32 {
+        coordinator_of(&self.inner, app).id
+    }
+}
+
+impl Drop for JmqServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn coordinator_of<'a>(inner: &'a Inner, app: &str) -> &'a NodeInfo {
+    let h = super::message::java_string_hash(app).unsigned_abs() as usize;
+    &inner.nodes[h % inner.nodes.len()]
+}
+
+async fn accept_loop(inner: Arc<Inner>, node: usize, listener: TcpListener) {
+    loop {
+        let accepted = tokio::select! {
+            () = inner.shutdown.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        let Ok((stream, peer)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        if inner.faults.lock().unavailable {
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve(inner.clone(), node, stream, peer));
+    }
+}
+
+#[derive(Debug, Default)]
+struct ConnState {
+    app: Option<String>,
+    region: Option<String>,
+    ip: String,
+    producers: HashSet<String>,
+    consumers: HashSet<String>,
+}
+
+struct Ctx {
+    inner: Arc<Inner>,
+    node: usize,
+    conn: u64,
+    peer: SocketAddr,
+    state: Mutex<ConnState>,
+}
+
+enum Reply {
+    Typed(i8, BytesMut),
+    Ack(i32, Option<String>),
+}
+
+fn typed<P: Payload>(p: &P, version: u8) -> Reply {
+    let mut b = BytesMut::new();
+    match p.encode(version, &mut b) {
+        Ok(()) => Reply::Typed(P::TYPE, b),
+        Err(e) => Reply::Ack(codes::CN_UNKNOWN_ERROR, Some(e.to_string())),
+    }
+}
+
+async fn serve(inner: Arc<Inner>, node: usize, stream: TcpStream, peer: SocketAddr) {
+    let conn = inner.next_conn.fetch_add(1, Ordering::Relaxed);
+    let cancel = inner.shutdown.child_token();
+    inner.conns.lock().insert(conn, cancel.clone());
+    let ctx = Arc::new(Ctx {
+        inner: inner.clone(),
+        node,
+        conn,
+        peer,
+        state: Mutex::new(ConnState {
+            ip: peer.ip().to_string(),
+            ..ConnState::default()
+        }),
+    });
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Bytes>(256);
+    let writer_cancel = cancel.clone();
+    let writer = tokio::spawn(async move {
+        let mut buf = BytesMut::new();
+        loop {
+            let first = tokio::select! {
+                () = writer_cancel.cancelled() => break,
+                f = rx.recv() => f,
+            };
+            let Some(first) = first else { break };
+            buf.extend_from_slice(&first);
+            while buf.len() < 1 << 20 {
+                match rx.try_recv() {
+                    Ok(more) => buf.extend_from_slice(&more),
+                    Err(_) => break,
+                }
+            }
+            if wr.write_all(&buf).await.is_err() {
+                writer_cancel.cancel();
+                break;
+            }
+            buf.clear();
+        }
+        let _ = wr.shutdown().await;
+    });
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    // Protocol detection needs the whole 19-byte prefix in the very first read (§2.2).
+    let first = tokio::select! {
+        () = cancel.cancelled() => Ok(0),
+        r = rd.read_buf(&mut buf) => r,
+    };
+    let ok = matches!(first, Ok(n) if n > 0) && sniff(&buf);
+    if ok {
+        'conn: loop {
+            loop {
+                match decode_frame(&mut buf, inner.max_frame) {
+                    Ok(Some(frame)) => {
+                        if !dispatch(&ctx, frame, &tx).await {
+                            break 'conn;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(target: "ferrymq::jmq::server", "closing connection {conn}: {e}");
+                        break 'conn;
+                    }
+                }
+            }
+            let n = tokio::select! {
+                () = cancel.cancelled() => break,
+                r = rd.read_buf(&mut buf) => r,
+            };
+            match n {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+    cancel.cancel();
+    let _ = writer.await;
+    inner.conns.lock().remove(&conn);
+    inner.store.release_connection(conn);
+}
+
+/// Handle one frame; `false` closes the connection.
+async fn dispatch(ctx: &Arc<Ctx>, frame: Frame, tx: &mpsc::Sender<Bytes>) -> bool {
+    if frame.header.response {
+        return true;
+    }
+    let header = frame.header;
+    let req = match AnyRequest::decode(header.command_type, header.version, frame.payload) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(target: "ferrymq::jmq::server", "undecodable request: {e}");
+            return false;
+        }
+    };
+    ctx.inner.requests.fetch_add(1, Ordering::Relaxed);
+    if matches!(req, AnyRequest::AddConnection(_)) {
+        // Handled in order: everything after it depends on the binding.
+        let reply = handle(ctx, &header, req).await;
+        send(tx, &header, reply).await;
+        return true;
+    }
+    let ctx = ctx.clone();
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        let reply = handle(&ctx, &header, req).await;
+        send(&tx, &header, reply).await;
+    });
+    true
+}
+
+async fn send(tx: &mpsc::Sender<Bytes>, req: &Header, reply: Reply) {
+    if req.qos == QosLevel::OneWay {
+        // The server never answers ONE_WAY requests, not even with an error (§2, §8.7).
+        return;
+    }
+    let (ty, status, error, payload) = match reply {
+        Reply::Typed(t, p) => (t, 0u8, None, p),
+        Reply::Ack(code, msg) => (BOOLEAN_ACK, (code & 0xFF) as u8, msg, BytesMut::new()),
+    };
+    let h = Header::response_to(req, ty, status, error);
+    let mut out = BytesMut::with_capacity(payload.len() + 64);
+    if encode_frame_with(&h, &mut out, |d| {
+        d.extend_from_slice(&payload);
+        Ok(())
+    })
+    .is_ok()
+    {
+        let _ = tx.send(out.freeze()).await;
+    }
+}
+
+fn strip_group(app: &str) -> &str {
+    app.split('.').next().unwrap_or(app)
+}
+
+fn broker_meta(ctx: &Ctx, node: &NodeInfo) -> BrokerMeta {
+    let region = ctx.state.lock().region.clone();
+    BrokerMeta {
+        id: node.id,
+        host: ctx.inner.advertised_host.clone(),
+        port: i32::from(node.addr.port()),
+        data_center: node.region.clone(),
+        nearby: region.as_deref().is_none_or(|r| r == node.region),
+        weight: 100,
+        sys_code: 0,
+        permission: 3,
+    }
+}
+
+#[allow(clippy::too_many_lines)]
+async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
+    let inner = &ctx.inner;
+    let v = h.version;
+    let node_id = inner.nodes[ctx.node].id;
+    let latency = inner.faults.lock().latency;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let injected = inner.faults.lock().take(h.command_type);
+    if let Some(code) = injected {
+        if !matches!(
+            req,
+            AnyRequest::ProduceMessage(_) | AnyRequest::FetchTopicMessage(_)
+        ) {
+            return Reply::Ack(code, Some("injected fault".into()));
+        }
+    }
+    if let AnyRequest::AddConnection(r) = &req {
+        let app = strip_group(&r.app).to_string();
+        if !inner.store.authenticate(&app, &r.token) {
+            return Reply::Ack(
+                codes::CN_AUTHENTICATION_ERROR,
+                Some(format!("authentication failed for app {app:?}")),
+            );
+        }
+        let mut st = ctx.state.lock();
+        st.app = Some(app);
+        st.region = r.region.clone();
+        if !r.ip.is_empty() {
+            st.ip = r.ip.clone();
+        }
+        drop(st);
+        return typed(
+            &AddConnectionResponse {
+                connection_id: Some(format!("c{}-{}", node_id, ctx.conn)),
+                notification: None,
+            },
+            v,
+        );
+    }
+    let Some(app) = ctx.state.lock().app.clone() else {
+        return Reply::Ack(
+            codes::FW_CONNECTION_NOT_EXISTS,
+            Some("ADD_CONNECTION must be the first command".into()),
+        );
+    };
+    let check_app = |req_app: &str| -> Option<Reply> {
+        (strip_group(req_app) != app).then(|| {
+            Reply::Ack(
+                codes::FW_CONNECTION_NOT_EXISTS,
+                Some(format!("app {req_app:?} does not match the connection")),
+            )
+        })
+    };
+    let store = &inner.store;
+    match req {
+        AnyRequest::AddConnection(_) => unreachable!("handled above"),
+        AnyRequest::RemoveConnection => {
+            ctx.state.lock().app = None;
+            Reply::Ack(codes::SUCCESS, None)
+        }
+        AnyRequest::Heartbeat => Reply::Ack(codes::SUCCESS, None),
+        AnyRequest::FetchHealth => {
+            let point = inner
+                .faults
+                .lock()
+                .health
+                .get(&node_id)
+                .copied()
+                .unwrap_or(0.0);
+            typed(&FetchHealthResponse { point }, v)
+        }
+        AnyRequest::AddProducer(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            for t in &r.topics {
+                if store.check_subscription(t, &app, true) != codes::SUCCESS {
+                    return Reply::Ack(
+                        codes::CN_NO_PERMISSION,
+                        Some(format!("app {app:?} may not produce to topic {t:?}")),
+                    );
+                }
+            }
+            let mut st = ctx.state.lock();
+            st.producers.extend(r.topics.iter().cloned());
+            drop(st);
+            typed(
+                &ClientIdsResponse::<{ -ct::ADD_PRODUCER }> {
+                    ids: r
+                        .topics
+                        .iter()
+                        .map(|t| (t.clone(), format!("p{}-{t}", ctx.conn)))
+                        .collect(),
+                },
+                v,
+            )
+        }
+        AnyRequest::AddConsumer(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            for t in &r.topics {
+                if store.check_subscription(t, &app, false) != codes::SUCCESS {
+                    return Reply::Ack(
+                        codes::CN_NO_PERMISSION,
+                        Some(format!("app {app:?} may not consume topic {t:?}")),
+                    );
+                }
+            }
+            ctx.state.lock().consumers.extend(r.topics.iter().cloned());
+            typed(
+                &ClientIdsResponse::<{ -ct::ADD_CONSUMER }> {
+                    ids: r
+                        .topics
+                        .iter()
+                        .map(|t| (t.clone(), format!("c{}-{t}", ctx.conn)))
+                        .collect(),
+                },
+                v,
+            )
+        }
+        AnyRequest::RemoveProducer(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let mut st = ctx.state.lock();
+            for t in &r.topics {
+                st.producers.remove(t);
+            }
+            Reply::Ack(codes::SUCCESS, None)
+        }
+        AnyRequest::RemoveConsumer(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let mut st = ctx.state.lock();
+            for t in &r.topics {
+                st.consumers.remove(t);
+            }
+            Reply::Ack(codes::SUCCESS, None)
+        }
+        AnyRequest::FetchCluster(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let mut topics = Vec::with_capacity(r.topics.len());
+            let mut leaders = Vec::new();
+            for t in &r.topics {
+                let (meta, l) = store.topic_meta(t, &app);
+                topics.push(meta);
+                leaders.extend(l);
+            }
+            leaders.sort_unstable();
+            leaders.dedup();
+            let brokers = inner
+                .nodes
+                .iter()
+                .filter(|n| leaders.contains(&n.id))
+                .map(|n| broker_meta(ctx, n))
+                .collect();
+            typed(&FetchClusterResponse { topics, brokers }, v)
+        }
+        AnyRequest::FindCoordinator(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let none = inner.faults.lock().no_coordinator;
+            let coord = coordinator_of(inner, &app);
+            let coordinators = r
+                .topics
+                .iter()
+                .map(|t| CoordinatorEntry {
+                    topic: t.clone(),
+                    broker: (!none).then(|| broker_meta(ctx, coord)),
+                    code: if none {
+                        codes::FW_COORDINATOR_NOT_AVAILABLE
+                    } else {
+                        codes::SUCCESS
+                    },
+                })
+                .collect();
+            typed(&FindCoordinatorResponse { coordinators }, v)
+        }
+        AnyRequest::FetchAssignedPartition(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let none = inner.faults.lock().no_coordinator;
+            if none || coordinator_of(inner, &app).id != node_id {
+                return Reply::Ack(
+                    codes::FW_COORDINATOR_NOT_AVAILABLE,
+                    Some("this broker is not the coordinator".into()),
+                );
+            }
+            let member = ctx.state.lock().ip.clone();
+            let data = r
+                .topics
+                .iter()
+                .map(|(t, timeout, _)| {
+                    let session = Duration::from_millis(u64::try_from(*timeout).unwrap_or(0))
+                        .max(Duration::from_secs(1));
+                    match store.assign(t, &app, &member, session) {
+                        Ok(p) => (t.clone(), p, codes::SUCCESS),
+                        Err(code) => (t.clone(), Vec::new(), code),
+                    }
+                })
+                .collect();
+            typed(&FetchAssignedPartitionResponse { data }, v)
+        }
+        AnyRequest::FetchTopicMessage(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let ack_timeout = Duration::from_millis(if r.ack_timeout > 0 {
+                r.ack_timeout as u64
+            } else {
+                30_000
+            });
+            let long_poll = (r.topics.len() == 1 && r.long_poll_timeout > 0)
+                .then(|| Duration::from_millis(r.long_poll_timeout as u64));
+            let deadline = long_poll.map(|d| Instant::now() + d);
+            loop {
+                let changed = store.changed().notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                let mut data = Vec::with_capacity(r.topics.len());
+                let mut any = false;
+                for (t, count) in &r.topics {
+                    let code = if let Some(code) = injected {
+                        code
+                    } else if !ctx.state.lock().consumers.contains(t) {
+                        codes::FW_CONSUMER_NOT_EXISTS
+                    } else {
+                        codes::SUCCESS
+                    };
+                    let f = if code == codes::SUCCESS {
+                        store.fetch_topic(
+                            node_id,
+                            ctx.conn,
+                            t,
+                            &app,
+                            usize::try_from(*count).unwrap_or(1),
+                            ack_timeout,
+                        )
+                    } else {
+                        super::store::Fetched {
+                            messages: Vec::new(),
+                            code,
+                        }
+                    };
+                    any |= !f.messages.is_empty() || f.code != codes::SUCCESS;
+                    data.push(TopicMessages {
+                        topic: t.clone(),
+                        messages: f.messages,
+                        code: f.code,
+                    });
+                }
+                let Some(deadline) = deadline else {
+                    return typed(&FetchTopicMessageResponse { data }, v);
+                };
+                let now = Instant::now();
+                if any || now >= deadline {
+                    return typed(&FetchTopicMessageResponse { data }, v);
+                }
+                // Wake on new messages or released partitions; re-check now and then for
+                // occupations that time out.
+                let wait = (deadline - now).min(Duration::from_millis(200));
+                tokio::select! {
+                    () = &mut changed => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+        AnyRequest::FetchPartitionMessage(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let data = r
+                .topics
+                .iter()
+                .map(|(t, parts)| {
+                    let parts = parts
+                        .iter()
+                        .map(|p| {
+                            let (messages, code) = store.fetch_partition(
+                                node_id,
+                                t,
+                                &app,
+                                p.partition,
+                                p.index,
+                                usize::try_from(p.count).unwrap_or(1),
+                            );
+                            PartitionMessages {
+                                partition: p.partition,
+                                messages,
+                                code,
+                            }
+                        })
+                        .collect();
+                    (t.clone(), parts)
+                })
+                .collect();
+            typed(&FetchPartitionMessageResponse { data }, v)
+        }
+        AnyRequest::CommitAck(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let data = r
+                .topics
+                .iter()
+                .map(|(t, parts)| {
+                    let codes = parts
+                        .iter()
+                        .map(|(p, items)| (*p, store.commit_ack(t, &app, *p, items)))
+                        .collect();
+                    (t.clone(), codes)
+                })
+                .collect();
+            typed(&CommitAckResponse::<{ -ct::COMMIT_ACK }> { data }, v)
+        }
+        AnyRequest::CommitAckIndex(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let data = r
+                .topics
+                .iter()
+                .map(|(t, parts)| {
+                    let codes = parts
+                        .iter()
+                        .map(|(p, i)| (*p, store.commit_index(t, &app, *p, *i)))
+                        .collect();
+                    (t.clone(), codes)
+                })
+                .collect();
+            typed(&CommitAckResponse::<{ -ct::COMMIT_ACK_INDEX }> { data }, v)
+        }
+        AnyRequest::FetchIndex(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let data = r
+                .topics
+                .iter()
+                .map(|(t, parts)| {
+                    (
+                        t.clone(),
+                        parts
+                            .iter()
+                            .map(|p| store.fetch_index(t, &app, *p))
+                            .collect(),
+                    )
+                })
+                .collect();
+            typed(&FetchIndexResponse { data }, v)
+        }
+        AnyRequest::ProduceMessage(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            let data = r
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let n = t.messages.len();
+                    let (code, items) = if let Some(code) = injected {
+                        (
+                            code,
+                            vec![
+                                ProduceItem {
+                                    partition: -1,
+                                    index: -1,
+                                    start_time: -1
+                                };
+                                n
+                            ],
+                        )
+                    } else {
+                        store.produce(
+                            node_id,
+                            &t.topic,
+                            &app,
+                            t.tx_id.as_deref(),
+                            t.messages,
+                            Some(ctx.peer),
+                        )
+                    };
+                    ProduceResult {
+                        topic: t.topic,
+                        code,
+                        items,
+                    }
+                })
+                .collect();
+            typed(&ProduceMessageResponse { data }, v)
+        }
+        AnyRequest::Prepare(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            if !ctx.state.lock().producers.contains(&r.topic) {
+                return Reply::Ack(
+                    codes::FW_PRODUCER_NOT_EXISTS,
+                    Some(format!("no ADD_PRODUCER for topic {:?}", r.topic)),
+                );
+            }
+            let timeout = if r.timeout > 0 {
+                Duration::from_millis(r.timeout as u64)
+            } else {
+                Duration::from_secs(600)
+            };
+            match store.prepare(&r.topic, &app, r.transaction_id, timeout) {
+                Ok(tx_id) => typed(
+                    &PrepareResponse {
+                        tx_id: Some(tx_id),
+                        code: codes::SUCCESS,
+                    },
+                    v,
+                ),
+                Err(code) => typed(&PrepareResponse { tx_id: None, code }, v),
+            }
+        }
+        AnyRequest::Commit(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            typed(
+                &CommitResponse {
+                    code: store.commit(&r.topic, &app, &r.tx_id),
+                },
+                v,
+            )
+        }
+        AnyRequest::Rollback(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            typed(
+                &RollbackResponse {
+                    code: store.rollback(&r.topic, &app, &r.tx_id),
+                },
+                v,
+            )
+        }
+        AnyRequest::FetchProduceFeedback(r) => {
+            if let Some(e) = check_app(&r.app) {
+                return e;
+            }
+            typed(
+                &FetchProduceFeedbackResponse {
+                    data: store.feedback(&r.topic, &app),
+                    code: codes::SUCCESS,
+                },
+                v,
+            )
+        }
+    }
+}
+
+impl JmqServer {
+    /// Serve JMQ4 next to an embedded RocketMQ broker: the JMQ4 nodes learn the broker's topics
+    /// (a topic made with `create_topic`, by auto-creation or the admin API) on first use, each
+    /// RocketMQ queue becoming a JMQ4 partition. Messages are kept per protocol: the two wire
+    /// formats have separate stores, so a message sent over one protocol is not delivered over
+    /// the other.
+    pub async fn start_for_broker(
+        broker: &crate::broker::Broker,
+        config: JmqServerConfig,
+    ) -> Result<JmqServer> {
+        let nodes = config.nodes.clamp(1, 64);
+        let store = JmqStore::new(config.store.clone(), (1..=nodes as i32).collect());
+        let core = Arc::downgrade(&broker.core);
+        store.set_topic_source(Arc::new(move |name: &str| {
+            let core = core.upgrade()?;
+            let topic = core.store.topic(name)?;
+            u16::try_from(topic.queues.len()).ok()
+        }));
+        Self::start_with_store(config, store).await
+    }
+}

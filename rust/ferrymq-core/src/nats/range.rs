@@ -1,0 +1,243 @@
+//! Replayable reads of a JetStream stream by sequence, and pipelined batch publishes: the NATS
+//! half of the PySpark source and sink.
+//!
+//! A stream is one total order, so a Spark offset is a stream sequence (the next one to read).
+//! [`JetStream::read_range`] returns exactly the messages with `start <= sequence < end` (those
+//! matching the filter subject, if any) however often it is called, as Arrow columns, through a
+//! short-lived ephemeral pull consumer that starts at `start`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::consumer::{DeliverPolicy, PullConsumerConfig};
+use super::JetStream;
+use crate::columnar::{MessageColumns, Row};
+use crate::error::{Error, Result};
+use crate::publisher::PublishOptions;
+
+/// The header carrying the message key written by the Spark sink (NATS has no key).
+pub const KEY_HEADER: &str = "ferrymq-key";
+/// The JetStream de-duplication header.
+const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+
+/// Most messages asked for in one fetch.
+const FETCH_MAX: usize = 1000;
+/// How long a fetch may wait when the range is known to hold messages.
+const FETCH_WAIT: Duration = Duration::from_secs(2);
+/// How long a fetch waits when a filter may leave the rest of the range empty.
+const FILTERED_WAIT: Duration = Duration::from_millis(200);
+/// Consecutive empty fetches tolerated below `end` without a filter.
+const MAX_EMPTY_FETCHES: u32 = 5;
+
+/// The answer of [`JetStream::read_range`].
+#[derive(Debug, Clone)]
+pub struct StreamRange {
+    /// The messages, as Arrow columns (`partition` is 0, `offset` the stream sequence).
+    pub columns: MessageColumns,
+    /// Where the next read continues (`end` when the range is done).
+    pub next_offset: i64,
+    /// The sequence of the first message returned, if any.
+    pub first_offset: Option<i64>,
+}
+
+/// One message for [`JetStream::publish_batch`].
+#[derive(Debug, Clone)]
+pub struct BatchMessage {
+    /// Subject.
+    pub subject: String,
+    /// Payload.
+    pub body: Bytes,
+    /// Headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// `Nats-Msg-Id` (de-duplicated by the stream within its duplicate window).
+    pub message_id: String,
+}
+
+impl JetStream {
+    /// `(first sequence stored, next sequence to be written)` of `stream`: the readable range.
+    pub async fn stream_bounds(&self, stream: &str) -> Result<(i64, i64)> {
+        let info = self.stream_info(stream).await?;
+        let next = i64::try_from(info.last_sequence)
+            .map_err(|_| Error::protocol("stream sequence overflows i64"))?
+            + 1;
+        if info.messages == 0 {
+            return Ok((next, next));
+        }
+        let first = i64::try_from(info.first_sequence)
+            .map_err(|_| Error::protocol("stream sequence overflows i64"))?;
+        Ok((first.max(1), next))
+    }
+
+    /// Every message of `stream` with `start <= sequence < end` (matching `filter_subject`),
+    /// at most `max_rows` of them (continue from [`StreamRange::next_offset`]).
+    pub async fn read_range(
+        &self,
+        stream: &str,
+        filter_subject: Option<&str>,
+        start: i64,
+        end: i64,
+        max_rows: usize,
+    ) -> Result<StreamRange> {
+        if start < 1 || end < start {
+            return Err(Error::invalid(
+                "range",
+                format!("[{start}, {end}) is not a valid sequence range (sequences start at 1)"),
+            ));
+        }
+        let max_rows = max_rows.max(1);
+        let mut columns = MessageColumns::new();
+        if start == end {
+            return Ok(StreamRange {
+                columns,
+                next_offset: end,
+                first_offset: None,
+            });
+        }
+        let span = usize::try_from(end - start).unwrap_or(usize::MAX);
+        let want_total = span.min(max_rows);
+        let consumer = self
+            .pull_consumer(
+                stream,
+                &PullConsumerConfig {
+                    durable: None,
+                    filter_subject: filter_subject.map(str::to_string),
+                    deliver: DeliverPolicy::ByStartSequence(
+                        u64::try_from(start).unwrap_or_default(),
+                    ),
+                    ack_wait: Duration::from_secs(300),
+                    max_deliver: Some(1),
+                    max_ack_pending: Some(i64::try_from(want_total + 1).unwrap_or(i64::MAX)),
+                    inactive_threshold: Duration::from_secs(30),
+                },
+            )
+            .await?;
+        let result = async {
+            let mut first_offset = None;
+            let mut at = start;
+            let mut empty = 0u32;
+            'outer: while at < end && columns.len() < max_rows {
+                let want = (max_rows - columns.len())
+                    .min(usize::try_from(end - at).unwrap_or(usize::MAX))
+                    .min(FETCH_MAX);
+                let wait = if filter_subject.is_some() {
+                    FILTERED_WAIT
+                } else {
+                    FETCH_WAIT
+                };
+                let batch = consumer.fetch(want, wait).await?;
+                if batch.is_empty() {
+                    if filter_subject.is_some() {
+                        // Nothing else matches in the stream right now: the range is done.
+                        at = end;
+                        break;
+                    }
+                    empty += 1;
+                    if empty >= MAX_EMPTY_FETCHES {
+                        return Err(Error::timeout(format!(
+                            "stream {stream:?}: no message at sequence {at} below {end}"
+                        )));
+                    }
+                    continue;
+                }
+                empty = 0;
+                for m in &batch {
+                    let seq = i64::try_from(m.stream_sequence)
+                        .map_err(|_| Error::protocol("stream sequence overflows i64"))?;
+                    if seq >= end {
+                        at = end;
+                        break 'outer;
+                    }
+                    if seq < at {
+                        continue;
+                    }
+                    first_offset.get_or_insert(seq);
+                    push_js(&mut columns, m, seq)?;
+                    at = seq + 1;
+                    if m.pending == 0 && filter_subject.is_some() {
+                        // The last matching message for now: nothing else can be in range.
+                        at = end;
+                        break 'outer;
+                    }
+                    if columns.len() >= max_rows {
+                        break 'outer;
+                    }
+                }
+            }
+            Ok((at.min(end), first_offset))
+        }
+        .await;
+        if let Err(e) = self.delete_consumer(stream, consumer.name()).await {
+            tracing::debug!(target: "ferrymq::nats", error = %e, "could not delete the range consumer; it expires by itself");
+        }
+        let (next_offset, first_offset) = result?;
+        Ok(StreamRange {
+            columns,
+            next_offset,
+            first_offset,
+        })
+    }
+
+    /// Publish every message at once (pipelined) and wait for every JetStream ack. Fails with
+    /// the first error; messages are stored at least once (retries with the same message id
+    /// are de-duplicated by the stream).
+    pub async fn publish_batch(&self, messages: Vec<BatchMessage>) -> Result<usize> {
+        let options = PublishOptions::default();
+        let mut acks = Vec::with_capacity(messages.len());
+        for m in &messages {
+            acks.push(
+                self.send_raw(
+                    &m.subject,
+                    &m.message_id,
+                    &m.headers,
+                    m.body.clone(),
+                    &options,
+                )
+                .await?,
+            );
+        }
+        let n = acks.len();
+        for r in futures::future::join_all(acks).await {
+            r?;
+        }
+        Ok(n)
+    }
+}
+
+/// Append a fetched message as row `seq`.
+fn push_js(columns: &mut MessageColumns, m: &super::JsMessage, seq: i64) -> Result<()> {
+    let mut key = None;
+    let mut id = None;
+    let mut props: Vec<(&str, &str)> = Vec::with_capacity(m.headers.len());
+    for (k, v) in &m.headers {
+        if k.eq_ignore_ascii_case(KEY_HEADER) {
+            key = Some(v.as_bytes());
+        } else if k.eq_ignore_ascii_case(MSG_ID_HEADER) {
+            id = Some(v.as_str());
+        } else {
+            props.push((k.as_str(), v.as_str()));
+        }
+    }
+    // A map column holds each name once: the last value of a repeated header wins.
+    props.reverse();
+    let mut seen = std::collections::HashSet::new();
+    props.retain(|(k, _)| seen.insert(*k));
+    props.sort_unstable();
+    let micros = m
+        .published
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_micros()).ok());
+    columns.push(&Row {
+        key,
+        value: &m.body,
+        topic: &m.subject,
+        partition: 0,
+        offset: seq,
+        timestamp_us: micros,
+        properties: &props,
+        tag: None,
+        message_group: None,
+        message_id: id,
+    })
+}

@@ -1,0 +1,142 @@
+//! `_native.NatsRangeReader`: sequence-range reads of a JetStream stream as Arrow buffers and
+//! pipelined batch publishes with `Nats-Msg-Id`, for the PySpark source and sink.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferrymq_core::nats::range::BatchMessage;
+use ferrymq_core::nats::{parse_endpoints, JetStream, NatsOptions};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::columns::PyMessageColumns;
+use crate::errors::invalid;
+use crate::message::extract_body;
+use crate::runtime::RuntimeRef;
+
+/// A JetStream connection that reads sequence ranges and publishes batches.
+#[pyclass(name = "NatsRangeReader", module = "ferrymq._native", frozen)]
+pub struct PyNatsRangeReader {
+    rt: RuntimeRef,
+    js: JetStream,
+    endpoints: String,
+}
+
+fn seconds(field: &str, v: f64) -> PyResult<Duration> {
+    if v.is_finite() && v > 0.0 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(invalid(
+            field,
+            format!("{v} is not a positive number of seconds"),
+        ))
+    }
+}
+
+#[pymethods]
+impl PyNatsRangeReader {
+    /// Connect to `endpoints` (`nats://host:port[,nats://…]`).
+    #[new]
+    #[pyo3(signature = (endpoints, *, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0))]
+    fn new(
+        py: Python<'_>,
+        endpoints: String,
+        user: Option<String>,
+        password: Option<String>,
+        token: Option<String>,
+        connect_timeout: f64,
+        request_timeout: f64,
+    ) -> PyResult<Self> {
+        let rt = RuntimeRef::current()?;
+        let opts = NatsOptions {
+            endpoints: parse_endpoints(&endpoints).map_err(crate::errors::to_pyerr)?,
+            name: Some("ferrymq-spark".to_string()),
+            user,
+            password,
+            token,
+            connect_timeout: seconds("connect_timeout", connect_timeout)?,
+            request_timeout: seconds("request_timeout", request_timeout)?,
+        };
+        let js = rt.block_on(py, async move { JetStream::connect(opts).await })?;
+        Ok(Self {
+            rt,
+            js,
+            endpoints: ferrymq_core::nats::redact(&endpoints),
+        })
+    }
+
+    /// `(first sequence stored, next sequence to be written)` of `stream`.
+    fn bounds(&self, py: Python<'_>, stream: String) -> PyResult<(i64, i64)> {
+        let js = self.js.clone();
+        self.rt
+            .block_on(py, async move { js.stream_bounds(&stream).await })
+    }
+
+    /// The messages of `stream` with `start <= sequence < end` (matching `filter_subject`), at
+    /// most `max_rows` of them (continue from `next_offset`), as Arrow buffers.
+    #[pyo3(signature = (stream, start, end, max_rows=10_000, filter_subject=None))]
+    fn read_range(
+        &self,
+        py: Python<'_>,
+        stream: String,
+        start: i64,
+        end: i64,
+        max_rows: usize,
+        filter_subject: Option<String>,
+    ) -> PyResult<PyMessageColumns> {
+        if max_rows == 0 {
+            return Err(invalid("max_rows", "must be at least 1"));
+        }
+        let js = self.js.clone();
+        let r = self.rt.block_on(py, async move {
+            js.read_range(&stream, filter_subject.as_deref(), start, end, max_rows)
+                .await
+        })?;
+        Ok(PyMessageColumns::new(
+            r.columns,
+            r.next_offset,
+            r.first_offset,
+        ))
+    }
+
+    /// Publish `(subject, body, headers, message_id)` tuples pipelined and wait for every ack;
+    /// returns how many were stored (duplicates by message id count as stored).
+    fn publish_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let mut batch = Vec::new();
+        for item in messages
+            .try_iter()
+            .map_err(|_| invalid("messages", "must be an iterable of tuples"))?
+        {
+            let item = item?;
+            let t = item
+                .cast::<PyTuple>()
+                .map_err(|_| invalid("messages", "every item must be a tuple"))?;
+            if t.len() != 4 {
+                return Err(invalid(
+                    "messages",
+                    "every item must be (subject, body, headers, message_id)",
+                ));
+            }
+            let body: Bytes = extract_body(&t.get_item(1)?)?;
+            batch.push(BatchMessage {
+                subject: t.get_item(0)?.extract()?,
+                body,
+                headers: t.get_item(2)?.extract()?,
+                message_id: t.get_item(3)?.extract()?,
+            });
+        }
+        let js = self.js.clone();
+        self.rt
+            .block_on(py, async move { js.publish_batch(batch).await })
+    }
+
+    /// Close the connection.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let js = self.js.clone();
+        self.rt.block_on(py, async move { js.close().await })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("NatsRangeReader(endpoints={:?})", self.endpoints)
+    }
+}

@@ -1,0 +1,170 @@
+"""The servers a test can run against, behind one small interface.
+
+* :class:`EmbeddedServer` — ferrymq's embedded broker (:class:`ferrymq.testing.EmbeddedBroker`).
+* :class:`RealServer` — a real Apache RocketMQ 5 (name server + local-mode proxy) run by
+  ``scripts/rocketmq-server``; one per test session (the ``rocketmq_server`` fixture).
+
+Tests parametrised over both (the ``server`` and ``proxy_server`` fixtures of ``conftest.py``)
+create their own topics and groups with :meth:`Server.setup`, send and receive through ferrymq
+or the raw driver (``rmq_wire``), and assert the same behaviour on both.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from ferrymq.testing import EmbeddedBroker
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "rocketmq-server"
+
+
+def real_endpoints() -> str:
+    """The real proxy's gRPC endpoint, as ``scripts/rocketmq-server`` reads it."""
+    ep = os.environ.get("FERRYMQ_ROCKETMQ_ENDPOINTS", "127.0.0.1:8081").split(";")[0]
+    for prefix in ("http://", "https://"):
+        ep = ep.removeprefix(prefix)
+    return ep.rstrip("/")
+
+
+class Server(Protocol):
+    kind: str
+
+    @property
+    def endpoints(self) -> str: ...
+
+    @property
+    def address(self) -> str: ...
+
+    def setup(
+        self,
+        topics: Mapping[str, str] = ...,
+        groups: Iterable[str] = ...,
+        *,
+        fifo_groups: Iterable[str] = ...,
+        max_attempts: int | None = None,
+    ) -> None: ...
+
+
+class EmbeddedServer:
+    """The embedded broker behind the :class:`Server` interface."""
+
+    kind = "embedded"
+
+    def __init__(self, broker: EmbeddedBroker) -> None:
+        self.broker = broker
+
+    @property
+    def endpoints(self) -> str:
+        return self.broker.endpoints
+
+    @property
+    def address(self) -> str:
+        return self.broker.addresses[0]
+
+    def setup(
+        self,
+        topics: Mapping[str, str] = {},
+        groups: Iterable[str] = (),
+        *,
+        fifo_groups: Iterable[str] = (),
+        max_attempts: int | None = None,
+    ) -> None:
+        extra: dict[str, Any] = {}
+        if max_attempts is not None:
+            extra["max_delivery_attempts"] = max_attempts
+        for name, kind in topics.items():
+            self.broker.create_topic(name, kind, 8)
+        for g in groups:
+            self.broker.create_group(g, **extra)
+        for g in fifo_groups:
+            self.broker.create_group(g, fifo=True, **extra)
+
+    def __repr__(self) -> str:
+        return f"EmbeddedServer({self.endpoints})"
+
+
+class RealServerError(RuntimeError):
+    """``scripts/rocketmq-server`` failed; the message carries its output and the log tail."""
+
+
+class RealServer:
+    """A real Apache RocketMQ 5 (namesrv + local-mode proxy) run by ``scripts/rocketmq-server``."""
+
+    kind = "real"
+
+    def __init__(self) -> None:
+        self._endpoints = real_endpoints()
+        self.started_here = False
+
+    @property
+    def endpoints(self) -> str:
+        return self._endpoints
+
+    @property
+    def address(self) -> str:
+        return self._endpoints
+
+    def run(self, *args: str, timeout: float = 300.0, check: bool = True) -> str:
+        """Run ``scripts/rocketmq-server ARGS``; returns its output (stdout + stderr)."""
+        proc = subprocess.run(
+            [str(SCRIPT), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        out = proc.stdout + proc.stderr
+        if check and proc.returncode != 0:
+            logs = subprocess.run(
+                [str(SCRIPT), "logs"], capture_output=True, text=True, timeout=30, check=False
+            ).stdout
+            raise RealServerError(
+                f"scripts/rocketmq-server {' '.join(args)} exited {proc.returncode}:\n{out}\n"
+                f"--- server logs ---\n{logs}"
+            )
+        return out
+
+    def running(self) -> bool:
+        """Whether both JVMs are up and a QueryRoute answers OK."""
+        return (
+            subprocess.run(
+                [str(SCRIPT), "status"], capture_output=True, timeout=60, check=False
+            ).returncode
+            == 0
+        )
+
+    def start(self) -> float:
+        """Start (idempotent); returns the seconds it took."""
+        t0 = time.monotonic()
+        self.run("start")
+        return time.monotonic() - t0
+
+    def stop(self, *, kill: bool = False) -> float:
+        t0 = time.monotonic()
+        self.run("stop", *(["--kill"] if kill else []))
+        return time.monotonic() - t0
+
+    def setup(
+        self,
+        topics: Mapping[str, str] = {},
+        groups: Iterable[str] = (),
+        *,
+        fifo_groups: Iterable[str] = (),
+        max_attempts: int | None = None,
+    ) -> None:
+        """Create topics and groups with one admin JVM; returns once every route is known."""
+        suffix = f":attempts={max_attempts}" if max_attempts is not None else ""
+        specs = [f"topic:{name}:{kind}" for name, kind in topics.items()]
+        specs += [f"group:{g}{suffix}" for g in groups]
+        specs += [f"group:{g}:fifo{suffix}" for g in fifo_groups]
+        if specs:
+            self.run("create", *specs, timeout=120)
+
+    def __repr__(self) -> str:
+        return f"RealServer({self.endpoints})"

@@ -1,0 +1,591 @@
+"""RocketMQ consumers (simple and push) against the embedded broker.
+
+Every test publishes real messages with the ferrymq producer and consumes them over loopback
+gRPC; nothing is mocked. Waits poll a condition with a generous deadline; no assertion depends
+on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import ferrymq
+from ferrymq import _native
+from ferrymq.testing import EmbeddedBroker
+
+Send = Callable[..., list[str]]
+
+
+def wait_for(what: str, cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+async def async_wait_for(what: str, cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def make_sender(endpoints: str) -> tuple[Send, Callable[[], None]]:
+    producers: dict[str, Any] = {}
+
+    def send(topic: str, n: int, *, groups: int = 0, tag: str | None = None) -> list[str]:
+        """Send ``n`` messages to ``topic`` (round-robin over ``groups`` message groups)."""
+        p = producers.get(topic)
+        if p is None:
+            p = _native.RocketMQProducer(endpoints, topics=[topic])
+            p.start()
+            producers[topic] = p
+        ids = []
+        if groups:
+            for i in range(n):
+                g = f"g{i % groups}"
+                m = ferrymq.Message(topic, f"{g}:{i}".encode(), message_group=g, tag=tag)
+                ids.append(p.send(m).message_id)
+        else:
+            msgs = [ferrymq.Message(topic, f"m{i}".encode(), tag=tag) for i in range(n)]
+            for start in range(0, n, 64):
+                ids.extend(r.message_id for r in p.send_batch(msgs[start : start + 64]))
+        return ids
+
+    def close() -> None:
+        for p in producers.values():
+            p.close()
+
+    return send, close
+
+
+@pytest.fixture
+def send(broker: EmbeddedBroker) -> Iterator[Send]:
+    s, close = make_sender(broker.endpoints)
+    yield s
+    close()
+
+
+@pytest.fixture
+def topic(broker: EmbeddedBroker, unique: Callable[[str], str]) -> str:
+    name = unique("topic")
+    broker.create_topic(name, "NORMAL", 4)
+    return name
+
+
+def new_group(broker: EmbeddedBroker, unique: Callable[[str], str], **kwargs: Any) -> str:
+    name = unique("group")
+    kwargs.setdefault("retry_backoff", [0.1, 0.2, 0.3])
+    broker.create_group(name, **kwargs)
+    return name
+
+
+class Recorder:
+    """A listener that records deliveries and fails those ``fail`` says to."""
+
+    def __init__(self, fail: Callable[[ferrymq.MessageView], bool] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.deliveries: list[tuple[str, int, str | None, bytes]] = []
+        self.fail = fail
+
+    def __call__(self, m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
+        with self.lock:
+            self.deliveries.append((m.message_id, m.delivery_attempt, m.message_group, m.body))
+        if self.fail is not None and self.fail(m):
+            return ferrymq.ConsumeResult.FAILURE
+        return ferrymq.ConsumeResult.SUCCESS
+
+    def ids(self) -> set[str]:
+        with self.lock:
+            return {d[0] for d in self.deliveries}
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.deliveries)
+
+
+# -- simple consumer -------------------------------------------------------------------------
+
+
+def test_simple_consumer_receives_filters_and_acks(
+    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    tagged = set(send(topic, 10, tag="TagA"))
+    send(topic, 10, tag="TagB")
+    with ferrymq.SimpleConsumer(
+        broker.endpoints, group, subscriptions={topic: "TagA || TagC"}, await_duration=1.0
+    ) as c:
+        assert c.client_id
+        got: dict[str, ferrymq.MessageView] = {}
+        deadline = time.monotonic() + 20
+        while len(got) < 10 and time.monotonic() < deadline:
+            for m in c.receive(max_messages=8, invisible_duration=30):
+                assert m.tag == "TagA"
+                assert m.topic == topic
+                assert m.delivery_attempt == 1
+                got[m.message_id] = m
+                c.ack(m)
+        assert set(got) == tagged
+        # Everything was acked: nothing comes back.
+        assert c.receive(max_messages=8, invisible_duration=30) == []
+
+
+def test_unacked_message_is_redelivered_and_new_receipt_handle_is_used(
+    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    [sent] = send(topic, 1)
+    with ferrymq.SimpleConsumer(
+        broker.endpoints, group, subscriptions=[topic], await_duration=1.0
+    ) as c:
+
+        def receive_one() -> ferrymq.MessageView:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                ms = c.receive(1, 0.5)
+                if ms:
+                    return ms[0]
+            raise AssertionError("nothing received")
+
+        first = receive_one()
+        assert first.message_id == sent
+        assert first.delivery_attempt == 1
+        # Not acked: visible again after 0.5 s, as the second delivery.
+        second = receive_one()
+        assert second.message_id == sent
+        assert second.delivery_attempt == 2
+        # Extend its invisibility; the ack must then use the new receipt handle.
+        c.change_invisible_duration(second, 30)
+        c.ack(second)
+        assert c.receive(1, 0.5) == []
+        # The first delivery's handle is stale: like a real RocketMQ proxy, the broker answers
+        # OK and nothing happens (tests/test_conformance.py pins this).
+        c.ack(first)
+        assert c.receive(1, 0.5) == []
+
+
+async def test_simple_consumer_async_api(
+    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    sent = set(send(topic, 5))
+    got: set[str] = set()
+    async with ferrymq.SimpleConsumer(
+        broker.endpoints, group, subscriptions={topic: None}, await_duration=1.0
+    ) as c:
+        deadline = time.monotonic() + 20
+        while got != sent and time.monotonic() < deadline:
+            for m in await c.receive_async(16, 30):
+                await c.change_invisible_duration_async(m, 20)
+                await c.ack_async(m)
+                got.add(m.message_id)
+    assert got == sent
+
+
+def test_sql_filters_reach_the_broker_as_sql(
+    broker: EmbeddedBroker, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    f = ferrymq.FilterExpression.sql("a > 1 AND b = 'x'")
+    assert (f.type, f.expression) == ("SQL", "a > 1 AND b = 'x'")
+    with ferrymq.SimpleConsumer(
+        broker.endpoints, group, subscriptions={topic: f}, await_duration=1.0
+    ) as c:
+        # The embedded broker, like a proxy without enablePropertyFilter, refuses SQL92.
+        with pytest.raises(ferrymq.BrokerError) as e:
+            c.receive(1, 10)
+        assert e.value.code_name == "ILLEGAL_FILTER_EXPRESSION"
+        assert not e.value.retriable
+
+
+def test_bad_arguments_name_the_field(broker: EmbeddedBroker, topic: str) -> None:
+    with pytest.raises(ferrymq.InvalidArgumentError, match="filter"):
+        ferrymq.FilterExpression.tag("A || ")
+    with pytest.raises(ferrymq.InvalidArgumentError, match="filter"):
+        ferrymq.SimpleConsumer(broker.endpoints, "g", subscriptions={topic: "A*"})
+    with pytest.raises(ferrymq.InvalidArgumentError, match="subscriptions"):
+        ferrymq.SimpleConsumer(broker.endpoints, "g", subscriptions={"bad topic": "*"})
+    with pytest.raises(ferrymq.InvalidArgumentError, match="group"):
+        ferrymq.SimpleConsumer(broker.endpoints, " ", subscriptions=[topic])
+    with pytest.raises(ferrymq.InvalidArgumentError, match="listener"):
+        ferrymq.PushConsumer(broker.endpoints, "g", subscriptions=[topic], listener=42)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="max_cache_messages"):
+        ferrymq.PushConsumer(
+            broker.endpoints, "g", subscriptions=[topic], listener=print, max_cache_messages=0
+        )
+    with pytest.raises(ferrymq.InvalidArgumentError, match="subscriptions"):
+        ferrymq.PushConsumer(broker.endpoints, "g", subscriptions={}, listener=print)
+    c = ferrymq.SimpleConsumer(broker.endpoints, "g", subscriptions=[topic])
+    with pytest.raises(ferrymq.ClientClosedError, match="not started"):
+        c.receive(1, 10)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="invisible_duration"):
+        c.receive(1, -1)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="message"):
+        c.ack("not a message")  # type: ignore[arg-type]
+
+
+# -- push consumer ---------------------------------------------------------------------------
+
+
+def test_push_consumer_acks_and_redelivers_failures_with_backoff(
+    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    sent = send(topic, 50)
+    fail_once = set(sent[:5])
+    rec = Recorder(fail=lambda m: m.message_id in fail_once and m.delivery_attempt == 1)
+    with ferrymq.PushConsumer(
+        broker.endpoints, group, subscriptions={topic: "*"}, listener=rec
+    ) as c:
+        wait_for("all acked", lambda: c.stats()["acked"] == 50)
+        assert c.fifo is False
+        stats = c.stats()
+    assert rec.ids() == set(sent)
+    attempts = Counter(d[1] for d in rec.deliveries)
+    assert attempts == {1: 50, 2: 5}
+    assert stats["nacked"] == 5
+    assert stats["consumed_failed"] == 5
+    assert stats["cached_messages"] == 0
+    after = c.stats()
+    assert after["acked"] == 50
+    assert after["process_queues"] == 0
+
+
+def test_exceptions_and_bad_results_are_failures_and_logged(
+    broker: EmbeddedBroker,
+    send: Send,
+    topic: str,
+    unique: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    group = new_group(broker, unique)
+    boom, odd = send(topic, 2)
+    attempts: Counter[str] = Counter()
+
+    def listener(m: ferrymq.MessageView) -> Any:
+        attempts[m.message_id] += 1
+        if m.delivery_attempt == 1 and m.message_id == boom:
+            raise RuntimeError("listener exploded")
+        if m.delivery_attempt == 1:
+            return "yes please"
+        return None  # None counts as SUCCESS
+
+    with (
+        caplog.at_level(logging.ERROR, logger="ferrymq.consumer"),
+        ferrymq.PushConsumer(
+            broker.endpoints, group, subscriptions=[topic], listener=listener
+        ) as c,
+    ):
+        wait_for("both acked", lambda: c.stats()["acked"] == 2)
+        assert c.stats()["consumed_failed"] == 2
+    assert attempts == {boom: 2, odd: 2}
+    raised = [r for r in caplog.records if r.exc_info and "exploded" in str(r.exc_info[1])]
+    assert raised, caplog.text
+    assert boom in raised[0].getMessage()
+    assert any("yes please" in r.getMessage() for r in caplog.records)
+
+
+def test_max_attempts_move_the_message_to_the_dlq(
+    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique, max_delivery_attempts=3)
+    poison, good = send(topic, 2)
+    rec = Recorder(fail=lambda m: m.message_id == poison)
+    with ferrymq.PushConsumer(broker.endpoints, group, subscriptions=[topic], listener=rec) as c:
+        wait_for("dead letter", lambda: len(broker.dead_letters(group)) == 1)
+        wait_for("good acked", lambda: c.stats()["acked"] == 1)
+    assert [d["message_id"] for d in broker.dead_letters(group)] == [poison]
+    assert sorted(d[1] for d in rec.deliveries if d[0] == poison) == [1, 2, 3]
+    assert [d[1] for d in rec.deliveries if d[0] == good] == [1]
+
+
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_fifo_order_under_failures_and_dlq(
+    make_broker: Callable[..., EmbeddedBroker],
+    unique: Callable[[str], str],
+    accelerator: bool,
+) -> None:
+    # The embedded broker does not wake a waiting long poll when an ack unblocks a FIFO group,
+    # so receives that find every group blocked wait for the whole long-polling time: keep it
+    # short.
+    b = make_broker(long_polling_max=1.0)
+    topic = unique("fifo")
+    b.create_topic(topic, "FIFO", 2)
+    group = new_group(b, unique, fifo=True, max_delivery_attempts=3)
+    send, close = make_sender(b.endpoints)
+    sent = send(topic, 30, groups=3)
+    close()
+    # Message 7 (group g1) fails twice then succeeds; message 11 (group g2) always fails.
+    flaky, poison = sent[7], sent[11]
+    rec = Recorder(
+        fail=lambda m: m.message_id == poison or (m.message_id == flaky and m.delivery_attempt < 3)
+    )
+    with ferrymq.PushConsumer(
+        b.endpoints,
+        group,
+        subscriptions=[topic],
+        listener=rec,
+        fifo_accelerator=accelerator,
+    ) as c:
+        wait_for(
+            "settled",
+            lambda: c.stats()["acked"] == 29 and c.stats()["dead_lettered"] == 1,
+            timeout=90,
+        )
+        assert c.fifo is True
+        stats = c.stats()
+    assert [d["message_id"] for d in b.dead_letters(group)] == [poison]
+    assert stats["local_retries"] == 2 + 2
+    assert stats["nacked"] == 0
+    # Per message group, the first delivery of each message follows the send order, and a
+    # message's retries come before the next message of its group.
+    order = {mid: i for i, mid in enumerate(sent)}
+    by_group: dict[str | None, list[int]] = defaultdict(list)
+    for mid, _attempt, g, _body in rec.deliveries:
+        by_group[g].append(order[mid])
+    assert set(by_group) == {"g0", "g1", "g2"}
+    for g, seq in by_group.items():
+        assert seq == sorted(seq), f"group {g} out of order: {seq}"
+    assert sorted(a for m, a, _, _ in rec.deliveries if m == flaky) == [1, 2, 3]
+    assert sorted(a for m, a, _, _ in rec.deliveries if m == poison) == [1, 2, 3]
+
+
+def test_cache_limits_bound_memory_with_a_slow_listener(
+    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    send(topic, 200)
+
+    def slow(m: ferrymq.MessageView) -> None:
+        time.sleep(0.005)
+
+    with ferrymq.PushConsumer(
+        broker.endpoints,
+        group,
+        subscriptions=[topic],
+        listener=slow,
+        consumption_threads=2,
+        max_cache_messages=10,
+        max_cache_bytes=2_000,
+    ) as c:
+        wait_for("all acked", lambda: c.stats()["acked"] == 200)
+        s = c.stats()
+    assert s["max_cached_messages"] <= 10, s
+    # Sizes are known after a receive: at most one batch (10 small messages) over the limit.
+    assert s["max_cached_bytes"] <= 2_000 + 10 * 200, s
+    assert s["cache_full_waits"] > 0, s
+
+
+def test_throttled_receives_back_off_and_recover(
+    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
+) -> None:
+    b = make_broker()
+    topic = unique("topic")
+    b.create_topic(topic, "NORMAL", 2)
+    group = new_group(b, unique)
+    send, close = make_sender(b.endpoints)
+    try:
+        sent = send(topic, 20)
+        b.inject_status(0, "TOO_MANY_REQUESTS", rpc="ReceiveMessage", count=5)
+        rec = Recorder()
+        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=rec) as c:
+            wait_for("all acked", lambda: c.stats()["acked"] == 20)
+            s = c.stats()
+        assert s["receive_throttled"] == 5, s
+        assert s["receive_failures"] == 0, s
+        assert rec.ids() == set(sent)
+    finally:
+        close()
+
+
+def test_failed_acks_are_retried(
+    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
+) -> None:
+    b = make_broker()
+    topic = unique("topic")
+    b.create_topic(topic, "NORMAL", 1)
+    group = new_group(b, unique)
+    send, close = make_sender(b.endpoints)
+    try:
+        send(topic, 10)
+        b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="AckMessage", count=2)
+        rec = Recorder()
+        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=rec) as c:
+            wait_for("all acked", lambda: c.stats()["acked"] == 10)
+            s = c.stats()
+        assert s["settle_retries"] >= 2, s
+        # Acked after the retries: no redelivery.
+        assert Counter(d[1] for d in rec.deliveries) == {1: 10}
+    finally:
+        close()
+
+
+def test_shutdown_loses_nothing(
+    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
+) -> None:
+    # Messages received but not consumed at close come back after this invisibility.
+    b = make_broker(auto_renew_invisible=1.0)
+    topic = unique("topic")
+    b.create_topic(topic, "NORMAL", 4)
+    group = new_group(b, unique)
+    send, close = make_sender(b.endpoints)
+    try:
+        sent = set(send(topic, 300))
+        first = Recorder()
+
+        def slow(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
+            time.sleep(0.002)
+            return first(m)
+
+        c1 = ferrymq.PushConsumer(
+            b.endpoints, group, subscriptions=[topic], listener=slow, consumption_threads=4
+        )
+        c1.start()
+        wait_for("some consumed", lambda: first.count() >= 50)
+        c1.close()
+        s1 = c1.stats()
+        # Everything the first consumer consumed was acked before close returned.
+        assert s1["acked"] == s1["consumed_ok"] == first.count(), s1
+        assert s1["cached_messages"] == 0
+        assert first.count() < 300
+
+        second = Recorder()
+        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=second):
+            wait_for("the rest", lambda: (first.ids() | second.ids()) == sent)
+        assert first.ids() | second.ids() == sent
+        # The first consumer's acks held: none of its messages came back.
+        assert not first.ids() & second.ids()
+    finally:
+        close()
+
+
+def test_broker_restart_is_survived(
+    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
+) -> None:
+    b = make_broker()
+    topic = unique("topic")
+    b.create_topic(topic, "NORMAL", 2)
+    group = new_group(b, unique)
+    send, close = make_sender(b.endpoints)
+    try:
+        rec = Recorder()
+        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=rec) as c:
+            before = set(send(topic, 10))
+            wait_for("before restart", lambda: rec.ids() >= before)
+            b.restart(0)
+            # (The producer may see the cut connection once; that is not what is tested here.)
+            after: set[str] = set()
+            for _ in range(10):
+                try:
+                    after = set(send(topic, 10))
+                    break
+                except ferrymq.FerryError:
+                    time.sleep(0.5)
+            assert after
+            wait_for("after restart", lambda: rec.ids() >= after, timeout=60)
+            wait_for("acked", lambda: c.stats()["acked"] >= 20, timeout=60)
+            # The restarted broker knows the consumer again (settings re-sent).
+            assert any(cl["group"] == group for cl in b.clients(0))
+    finally:
+        close()
+
+
+async def test_async_listener_runs_on_the_running_loop(
+    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    sent = set(send(topic, 40))
+    loop_thread = threading.get_ident()
+    seen: list[tuple[str, int]] = []
+    running = 0
+    most = 0
+
+    async def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult | None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        seen.append((m.message_id, threading.get_ident()))
+        if m.delivery_attempt == 1 and m.body.endswith(b"7"):
+            raise ValueError("async failure")
+        return None
+
+    async with ferrymq.PushConsumer(
+        broker.endpoints, group, subscriptions=[topic], listener=listener, consumption_threads=8
+    ) as c:
+        await async_wait_for("all acked", lambda: c.stats()["acked"] == 40)
+        stats = c.stats()
+    assert {mid for mid, _ in seen} == sent
+    assert {t for _, t in seen} == {loop_thread}
+    assert 1 < most <= 8
+    assert stats["consumed_failed"] == 4
+
+
+def test_async_listener_from_blocking_code_gets_a_private_loop(
+    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    sent = set(send(topic, 10))
+    names: set[str] = set()
+    got: set[str] = set()
+
+    async def listener(m: ferrymq.MessageView) -> None:
+        names.add(threading.current_thread().name)
+        got.add(m.message_id)
+
+    with ferrymq.PushConsumer(
+        broker.endpoints, group, subscriptions=[topic], listener=listener
+    ) as c:
+        wait_for("all acked", lambda: c.stats()["acked"] == 10)
+    assert got == sent
+    assert names == {"ferrymq-listener-loop"}
+
+
+def test_verify_message_command_runs_the_listener(
+    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    [mid] = send(topic, 1)
+    rec = Recorder()
+    with ferrymq.PushConsumer(broker.endpoints, group, subscriptions=[topic], listener=rec) as c:
+        wait_for("consumed", lambda: c.stats()["acked"] == 1)
+        assert c.client_id is not None
+        nonce = broker.verify_message(c.client_id, topic, mid)
+        wait_for(
+            "verify reply",
+            lambda: any(r["nonce"] == nonce for r in broker.telemetry_replies()),
+        )
+        reply = next(r for r in broker.telemetry_replies() if r["nonce"] == nonce)
+        assert reply["code"] == 20000, reply
+    assert [d[0] for d in rec.deliveries] == [mid, mid]
+
+
+def test_closed_consumers_refuse_work(
+    broker: EmbeddedBroker, topic: str, unique: Callable[[str], str]
+) -> None:
+    group = new_group(broker, unique)
+    c = ferrymq.PushConsumer(broker.endpoints, group, subscriptions=[topic], listener=print)
+    c.start()
+    c.start()  # idempotent
+    c.close()
+    c.close()  # idempotent
+    with pytest.raises(ferrymq.ClientClosedError):
+        c.start()
+    s = ferrymq.SimpleConsumer(broker.endpoints, group, subscriptions=[topic])
+    s.start()
+    s.close()
+    with pytest.raises(ferrymq.ClientClosedError, match="closed"):
+        s.receive(1, 10)
+    assert "closed" in repr(s)

@@ -1,0 +1,333 @@
+"""JMQ4 (JoyQueue) end to end: ferrymq.JmqProducer / JmqConsumer against the JMQ4 side of
+ferrymq.testing.EmbeddedBroker (topics made with ``create_topic`` are served over JMQ4 too)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import ferrymq
+from ferrymq.testing import EmbeddedBroker
+
+APP = "test_app"
+TOKEN = "test_token"
+_ids = itertools.count()
+
+
+@pytest.fixture
+def topic(jmq_broker: EmbeddedBroker) -> str:
+    name = f"jmq-t{next(_ids)}"
+    jmq_broker.create_topic(name, queues=4)
+    return name
+
+
+@pytest.fixture
+def producer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqProducer]:
+    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
+        yield p
+
+
+def consumer(broker: EmbeddedBroker, topic: str, **kw: object) -> ferrymq.JmqConsumer:
+    return ferrymq.JmqConsumer(
+        broker.jmq_endpoint,
+        [topic],
+        app=APP,
+        token=TOKEN,
+        long_poll=0.5,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def drain(c: ferrymq.JmqConsumer, n: int, ack: bool = True) -> list[ferrymq.JmqMessage]:
+    out: list[ferrymq.JmqMessage] = []
+    for _ in range(100):
+        if len(out) >= n:
+            break
+        got = c.receive(32, wait=0.3)
+        if ack and got:
+            c.ack(got)
+        out.extend(got)
+    return out
+
+
+def test_produce_consume_ack(
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+) -> None:
+    big = b"x" * 4096
+    r = producer.send(
+        ferrymq.Message(topic, big, keys="order-1", tag="paid", properties={"k": "v=1"})
+    )
+    assert r.topic == topic
+    assert r.index >= 0
+    assert r.message_id.startswith(topic)
+    for i in range(4):
+        producer.send(ferrymq.Message(topic, f"m{i}".encode()))
+    with consumer(jmq_broker, topic) as c:
+        got = drain(c, 5)
+        assert len(got) == 5
+        first = next(m for m in got if m.body == big)
+        assert first.business_id == "order-1"
+        assert first.keys == ("order-1",)
+        assert first.tag == "paid"
+        assert first.properties == {"k": "v=1"}
+        assert first.app == APP
+        assert c.receive(10, wait=0.1) == []
+        acked = sum(c.fetch_index(topic, p)[0] for p in range(4))
+        assert acked == 5
+    assert jmq_broker.jmq.message_count(topic) == 5
+
+
+def test_batch_and_multi_topic(
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+) -> None:
+    other = topic + "-b"
+    jmq_broker.create_topic(other, queues=2)
+    receipts = producer.send_batch([ferrymq.Message(topic, b"%d" % i) for i in range(5)])
+    assert [r.index - receipts[0].index for r in receipts] == [0, 1, 2, 3, 4]
+    mixed = producer.send_batch(
+        [ferrymq.Message(other, b"a"), ferrymq.Message(topic, b"b"), ferrymq.Message(other, b"c")]
+    )
+    assert [r.topic for r in mixed] == [other, topic, other]
+    with consumer(jmq_broker, topic) as c:
+        assert len(drain(c, 6)) == 6
+
+
+@pytest.mark.parametrize("compression", ["zlib", "zip", "snappy", "none"])
+def test_compression(jmq_broker: EmbeddedBroker, topic: str, compression: str) -> None:
+    body = bytes(range(256)) * 100
+    with ferrymq.JmqProducer(
+        jmq_broker.jmq_endpoint, app=APP, token=TOKEN, compression=compression
+    ) as p:
+        p.send(ferrymq.Message(topic, body))
+    with consumer(jmq_broker, topic) as c:
+        assert drain(c, 1)[0].body == body
+
+
+def test_transactions(
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+) -> None:
+    with producer.begin_transaction(topic) as tx:
+        tx.send([ferrymq.Message(topic, b"t1"), ferrymq.Message(topic, b"t2")])
+        assert jmq_broker.jmq.message_count(topic) == 0
+    assert tx.finished
+    assert jmq_broker.jmq.message_count(topic) == 2
+    tx2 = producer.begin_transaction(topic)
+
+    def fail_inside() -> None:
+        with tx2:
+            tx2.send(ferrymq.Message(topic, b"never"))
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        fail_inside()
+    assert jmq_broker.jmq.message_count(topic) == 2
+    with pytest.raises(ferrymq.ClientClosedError):
+        tx2.commit()
+
+
+def test_transaction_feedback_calls_the_checker(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    seen: list[tuple[str, str, str]] = []
+
+    def checker(t: str, tx_id: str, transaction_id: str) -> str:
+        seen.append((t, tx_id, transaction_id))
+        return "commit"
+
+    with ferrymq.JmqProducer(
+        jmq_broker.jmq_endpoint,
+        app=APP,
+        token=TOKEN,
+        transaction_checker=checker,
+        transaction_timeout=0.05,
+        feedback_interval=3600,
+    ) as p:
+        tx = p.begin_transaction(topic, transaction_id="order-77")
+        tx.send(ferrymq.Message(topic, b"compensated"))
+        resolved = 0
+        for _ in range(50):
+            resolved += p.resolve_feedback(topic)
+            if resolved:
+                break
+            asyncio.run(asyncio.sleep(0.02))
+        assert resolved == 1
+    assert seen == [(topic, tx.tx_id, "order-77")]
+    assert jmq_broker.jmq.message_count(topic) == 1
+
+
+def test_nack_redelivers_from_the_retry_queue(
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+) -> None:
+    producer.send(ferrymq.Message(topic, b"retry-me"))
+    with consumer(jmq_broker, topic) as c:
+        first = drain(c, 1, ack=False)
+        c.nack(first, retry_type="timeout")
+        again = drain(c, 1, ack=False)
+        assert again[0].body == b"retry-me"
+        assert again[0].is_retry
+        c.ack(again)
+        with pytest.raises(ferrymq.InvalidArgumentError, match="retry_type"):
+            c.nack(again, retry_type="sometimes")
+
+
+def test_broadcast_and_coordinator(
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+) -> None:
+    producer.send_batch([ferrymq.Message(topic, b"%d" % i) for i in range(6)])
+    with (
+        consumer(jmq_broker, topic, mode="broadcast") as b1,
+        consumer(jmq_broker, topic, mode="broadcast") as b2,
+    ):
+        assert len(drain(b1, 6)) == 6
+        assert len(drain(b2, 6)) == 6
+        assert sum(b1.positions().values()) >= 6
+    with consumer(jmq_broker, topic, mode="coordinator") as c:
+        assert len(drain(c, 6)) == 6
+
+
+def test_retry_on_not_leader(make_broker: Callable[..., EmbeddedBroker]) -> None:
+    b = make_broker(jmq_nodes=2)
+    topic = "faulty"
+    b.create_topic(topic, queues=4)
+    producer = ferrymq.JmqProducer(b.jmq_endpoint, app=APP, token=TOKEN)
+    producer.send(ferrymq.Message(topic, b"warm"))
+    b.jmq.fail_next(188, command="PRODUCE_MESSAGE", times=1)
+    producer.send(ferrymq.Message(topic, b"after-188"))
+    # The leader of every partition group moves to node 2: the client follows.
+    b.jmq.set_leader(topic, 0, 2)
+    receipt = producer.send(ferrymq.Message(topic, b"moved"))
+    assert receipt.broker_id == 2
+    b.jmq.fail_next(6, command="PRODUCE_MESSAGE", times=1)
+    with pytest.raises(ferrymq.BrokerError) as e:
+        producer.send(ferrymq.Message(topic, b"bad"))
+    assert e.value.code == 6
+    assert e.value.code_name == "CN_PARAM_ERROR"
+    assert e.value.protocol == "jmq"
+    assert not e.value.retriable
+    assert b.jmq.message_count(topic) == 3
+    producer.close()
+
+
+def test_bad_input(jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer) -> None:
+    with pytest.raises(ferrymq.BrokerError) as e:
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token="wrong").start()
+    assert e.value.code == 2
+    assert "check app and token" in str(e.value)
+    with pytest.raises(ferrymq.BrokerError) as e:
+        producer.send(ferrymq.Message("no-such-topic", b"x"))
+    assert e.value.code == 189
+    assert "does not exist" in str(e.value)
+    with pytest.raises(ferrymq.BrokerError, match="does not exist"):
+        consumer(jmq_broker, "no-such-topic").start()
+    with pytest.raises(ferrymq.InvalidArgumentError, match="body"):
+        producer.send(ferrymq.Message("t", b"x" * (3 * 1024 * 1024 + 1)))
+    with pytest.raises(ferrymq.InvalidArgumentError, match="endpoint"):
+        ferrymq.JmqProducer("http://127.0.0.1:1", app=APP, token=TOKEN)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="qos"):
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN, qos="ack_flush")
+    with pytest.raises(ferrymq.InvalidArgumentError, match="token"):
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token="")
+    with pytest.raises(ferrymq.InvalidArgumentError, match="message"):
+        producer.send(b"raw bytes")  # type: ignore[arg-type]
+    with pytest.raises(ferrymq.FerryConnectionError):
+        ferrymq.JmqProducer("jmq://127.0.0.1:1", app=APP, token=TOKEN).start()
+    # A topic the app has no subscription to... is every topic for an unknown app.
+    with pytest.raises(ferrymq.BrokerError):
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="ghost", token="x").start()
+
+
+def test_closed_producer_raises(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    p = ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN)
+    p.send(ferrymq.Message(topic, b"lazy connect"))
+    p.close()
+    p.close()
+    assert p.closed
+    with pytest.raises(ferrymq.ClientClosedError):
+        p.send(ferrymq.Message(topic, b"late"))
+
+
+def test_token_is_not_in_repr(jmq_broker: EmbeddedBroker) -> None:
+    p = ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token="s3cret-token")
+    assert "s3cret" not in repr(p)
+    p.close()
+
+
+async def test_asyncio_forms(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    async with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
+        r = await p.send_async(ferrymq.Message(topic, b"async"))
+        assert r.index >= 0
+        await p.send_batch_async([ferrymq.Message(topic, b"a1"), ferrymq.Message(topic, b"a2")])
+        tx = await p.begin_transaction_async(topic)
+        async with tx:
+            await tx.send_async(ferrymq.Message(topic, b"in-tx"))
+    async with ferrymq.JmqConsumer(
+        jmq_broker.jmq_endpoint, topic, app=APP, token=TOKEN, long_poll=0.5
+    ) as c:
+        got: list[ferrymq.JmqMessage] = []
+        for _ in range(50):
+            batch = await c.receive_async(10, wait=0.3)
+            if batch:
+                await c.ack_async(batch)
+            got.extend(batch)
+            if len(got) >= 4:
+                break
+        assert sorted(m.body for m in got) == [b"a1", b"a2", b"async", b"in-tx"]
+
+
+async def test_long_poll_wakes_on_a_new_message(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    async with (
+        ferrymq.JmqConsumer(jmq_broker.jmq_endpoint, topic, app=APP, token=TOKEN) as c,
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p,
+    ):
+        waiting = asyncio.ensure_future(c.receive_async(1, wait=20.0))
+        await asyncio.sleep(0.2)
+        await p.send_async(ferrymq.Message(topic, b"wake"))
+        got = await waiting
+        assert got[0].body == b"wake"
+        await c.ack_async(got)
+
+
+def test_broker_topics_are_served_over_jmq(jmq_broker: EmbeddedBroker) -> None:
+    name = f"both-{next(_ids)}"
+    jmq_broker.create_topic(name, queues=8)
+    with (
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p,
+        consumer(jmq_broker, name) as c,
+    ):
+        r = p.send(ferrymq.Message(name, b"over jmq"))
+        assert 0 <= r.partition < 8
+        assert c.fetch_index(name, 7)[0] == 0, "each RocketMQ queue is a JMQ4 partition"
+        assert drain(c, 1)[0].body == b"over jmq"
+    assert jmq_broker.jmq_endpoint.startswith("jmq://127.0.0.1:")
+    with EmbeddedBroker(jmq=False) as plain, pytest.raises(ferrymq.InvalidArgumentError):
+        _ = plain.jmq_endpoint
+
+
+def test_other_app_and_app_mismatch(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="other_app", token="other_token") as p:
+        assert p.send(ferrymq.Message(topic, b"from other")).index >= 0
+    with pytest.raises(ferrymq.BrokerError) as e:
+        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="other_app", token=TOKEN).start()
+    assert e.value.code_name == "CN_AUTHENTICATION_ERROR"
+
+
+def test_producer_facade_dispatches_jmq(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    reports: list[tuple[object, object]] = []
+    with ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
+        r = p.send(ferrymq.Message(topic, b"via facade"))
+        assert isinstance(r, ferrymq.JmqSendReceipt)
+        assert (
+            len(p.send_batch([ferrymq.Message(topic, b"f1"), ferrymq.Message(topic, b"f2")])) == 2
+        )
+        p.produce(ferrymq.Message(topic, b"produced"), lambda err, rec: reports.append((err, rec)))
+        assert p.flush() == 0
+        with p.begin_transaction() as tx:
+            tx.send(ferrymq.Message(topic, b"facade tx"))
+        with pytest.raises(ferrymq.InvalidArgumentError, match="recall"):
+            p.recall(topic, "handle")
+    assert len(reports) == 1
+    assert reports[0][0] is None
+    assert jmq_broker.jmq.message_count(topic) == 5
+    with pytest.raises(ferrymq.InvalidArgumentError, match="app"):
+        ferrymq.Producer(jmq_broker.jmq_endpoint)
