@@ -281,7 +281,7 @@ class _Batch:
 
 class AsyncPublisher:
     """A managed async publisher over a ferrymq producer: ``ferrymq.JetStream`` (NATS) or
-    ``ferrymq.Producer`` (RocketMQ 5; started before use).
+    ``ferrymq.Producer`` (RocketMQ 5 or ``jmq://``; started before use) or ``ferrymq.JmqProducer``.
 
     Args:
         producer: the producer to publish with.
@@ -332,6 +332,7 @@ class AsyncPublisher:
         self._producer = producer
         # ferrymq.Producer is a facade over the native producer of its backend.
         native = getattr(producer, "_impl", producer)
+        native = getattr(native, "_native", native)  # the jmq:// backend of ferrymq.Producer
         self._core = _native.PublisherCore(
             native,
             id_prefix=id_prefix,

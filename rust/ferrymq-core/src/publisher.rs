@@ -1167,6 +1167,7 @@ async fn fly(
     }
 }
 
+pub mod jmq;
 mod rocketmq;
 
 #[cfg(test)]

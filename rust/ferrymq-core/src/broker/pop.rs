@@ -732,7 +732,10 @@ mod tests {
         q.ack(&ctx.group, 0, out.deliveries[0].nonce, late).unwrap();
         let again = ctx.pop(&mut q, false, 5, late);
         assert_eq!(offsets(&again), vec![1]);
-        assert!(q.ack(&ctx.group, 1, out.deliveries[1].nonce, late).is_err(), "stale");
+        assert!(
+            q.ack(&ctx.group, 1, out.deliveries[1].nonce, late).is_err(),
+            "stale"
+        );
     }
 
     #[test]

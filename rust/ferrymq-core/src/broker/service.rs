@@ -350,11 +350,9 @@ fn once<T: Send + 'static>(items: Vec<T>) -> BoxStream<T> {
 /// The element that ends every receive stream of the proxy: the time of the answer.
 fn delivery_timestamp() -> proto::ReceiveMessageResponse {
     proto::ReceiveMessageResponse {
-        content: Some(
-            proto::receive_message_response::Content::DeliveryTimestamp(
-                store::timestamp_ms(now_ms()),
-            ),
-        ),
+        content: Some(proto::receive_message_response::Content::DeliveryTimestamp(
+            store::timestamp_ms(now_ms()),
+        )),
     }
 }
 
@@ -442,10 +440,11 @@ impl MessagingService for EndpointService {
         request: Request<proto::SendMessageRequest>,
     ) -> Result<Response<proto::SendMessageResponse>, Status> {
         // A refused send carries no entries, only the status (as the proxy answers).
-        let fail = |s: proto::Status, _n: usize, _msgs: &[proto::Message]| proto::SendMessageResponse {
-            status: Some(s),
-            entries: Vec::new(),
-        };
+        let fail =
+            |s: proto::Status, _n: usize, _msgs: &[proto::Message]| proto::SendMessageResponse {
+                status: Some(s),
+                entries: Vec::new(),
+            };
         let client_id = match self.admit(Rpc::SendMessage, request.metadata()).await {
             Ok(id) => id,
             Err(s) => {
@@ -552,7 +551,10 @@ impl MessagingService for EndpointService {
                 let head_sp = msgs[0].system_properties.clone();
                 let head_props = msgs[0].user_properties.clone();
                 for m in msgs.iter_mut().skip(1) {
-                    let digest = m.system_properties.as_ref().and_then(|sp| sp.body_digest.clone());
+                    let digest = m
+                        .system_properties
+                        .as_ref()
+                        .and_then(|sp| sp.body_digest.clone());
                     m.system_properties.clone_from(&head_sp);
                     if let Some(sp) = m.system_properties.as_mut() {
                         sp.body_digest = digest;

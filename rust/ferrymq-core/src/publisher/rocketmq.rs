@@ -30,7 +30,9 @@ fn build(
     b.build()
 }
 
-fn to_message(flight: &Flight) -> Result<Message> {
+/// The shared message model of a flight: the caller's `Message`, or one built from subject,
+/// headers (as properties) and body with the flight id as key.
+pub(crate) fn to_message(flight: &Flight) -> Result<Message> {
     match flight.message() {
         Some(m) => Ok(m.clone()),
         None => build(
@@ -40,6 +42,25 @@ fn to_message(flight: &Flight) -> Result<Message> {
             Some(flight.id()),
         ),
     }
+}
+
+/// Refuse JetStream expectations on backends that have none.
+pub(crate) fn check_no_expectations(out: &Outgoing) -> Result<()> {
+    if out.options.has_expectations() {
+        return Err(Error::invalid(
+            "expected_stream",
+            "JetStream expectations (expected_*) are only supported on NATS JetStream",
+        ));
+    }
+    Ok(())
+}
+
+/// Run the shared message model's checks on `out`.
+pub(crate) fn validate_message(out: &Outgoing) -> Result<()> {
+    if out.message.is_none() {
+        build(&out.subject, &out.headers, &out.body, None)?;
+    }
+    Ok(())
 }
 
 impl PublishBackend for Producer {
@@ -65,16 +86,8 @@ impl PublishBackend for Producer {
     }
 
     fn validate(&self, out: &Outgoing) -> Result<()> {
-        if out.options.has_expectations() {
-            return Err(Error::invalid(
-                "expected_stream",
-                "JetStream expectations are not supported by RocketMQ",
-            ));
-        }
-        if out.message.is_none() {
-            build(&out.subject, &out.headers, &out.body, None)?;
-        }
-        Ok(())
+        check_no_expectations(out)?;
+        validate_message(out)
     }
 
     fn describe(&self) -> String {

@@ -353,10 +353,12 @@ impl Producer {
             }
             return Ok(out);
         }
-        Ok(futures::stream::iter(messages.into_iter().map(|m| self.send(m)))
-            .buffered(BATCH_CONCURRENCY)
-            .collect()
-            .await)
+        Ok(
+            futures::stream::iter(messages.into_iter().map(|m| self.send(m)))
+                .buffered(BATCH_CONCURRENCY)
+                .collect()
+                .await,
+        )
     }
 
     /// Start a transaction: send half messages with [`Transaction::send`], then commit or roll
