@@ -280,7 +280,8 @@ class _Batch:
 
 
 class AsyncPublisher:
-    """A managed async publisher over a ferrymq producer (``ferrymq.JetStream``, …).
+    """A managed async publisher over a ferrymq producer: ``ferrymq.JetStream`` (NATS) or
+    ``ferrymq.Producer`` (RocketMQ 5 or ``jmq://``; started before use) or ``ferrymq.JmqProducer``.
 
     Args:
         producer: the producer to publish with.
@@ -329,8 +330,11 @@ class AsyncPublisher:
             if not any(methods.values()):
                 raise InvalidArgumentError("listener: has none of the methods " + ", ".join(_KINDS))
         self._producer = producer
+        # ferrymq.Producer is a facade over the native producer of its backend.
+        native = getattr(producer, "_impl", producer)
+        native = getattr(native, "_native", native)  # the jmq:// backend of ferrymq.Producer
         self._core = _native.PublisherCore(
-            producer,
+            native,
             id_prefix=id_prefix,
             max_in_flight=max_in_flight,
             refill_allowed_at=refill_allowed_at,

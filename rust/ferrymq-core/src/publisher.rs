@@ -1167,5 +1167,8 @@ async fn fly(
     }
 }
 
+pub mod jmq;
+mod rocketmq;
+
 #[cfg(test)]
 mod tests;

@@ -218,12 +218,44 @@ fn python_checker(callback: Py<PyAny>) -> TransactionChecker {
     })
 }
 
+/// The managed publisher's backend over a (lazily connected) JMQ4 producer.
+pub struct PublishBackendJmq(Arc<ProducerState>);
+
+impl ferrymq_core::publisher::PublishBackend for PublishBackendJmq {
+    fn send(
+        &self,
+        flight: &Arc<ferrymq_core::publisher::Flight>,
+    ) -> ferrymq_core::publisher::SendFuture {
+        use futures::FutureExt;
+        let state = Arc::clone(&self.0);
+        let flight = Arc::clone(flight);
+        async move {
+            let producer = state.get().await?;
+            ferrymq_core::publisher::jmq::send_with(producer, &flight).await
+        }
+        .boxed()
+    }
+    fn validate(&self, out: &ferrymq_core::publisher::Outgoing) -> Result<(), Error> {
+        ferrymq_core::publisher::jmq::validate_for_jmq(out)
+    }
+    fn describe(&self) -> String {
+        "JMQ4 producer".to_string()
+    }
+}
+
 /// A JMQ4 producer (`jmq://host:port`).
 #[pyclass(module = "ferrymq._native", frozen)]
 pub struct JmqProducer {
     state: Arc<ProducerState>,
     rt: RuntimeRef,
     endpoint: String,
+}
+
+impl JmqProducer {
+    /// This producer as a backend of the managed publisher.
+    pub fn publish_backend(&self) -> PublishBackendJmq {
+        PublishBackendJmq(Arc::clone(&self.state))
+    }
 }
 
 #[pymethods]

@@ -389,6 +389,11 @@ fn install_stack_trace_provider() {
 }
 
 impl PyProducer {
+    /// The core producer (the managed publisher drives it as a backend).
+    pub fn core(&self) -> &Producer {
+        &self.producer
+    }
+
     fn start_batcher(&self) {
         if !self.batcher_started.swap(true, Ordering::AcqRel) {
             self.rt

@@ -362,10 +362,16 @@ fn backend_of(producer: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PublishBackend>> 
     if let Ok(js) = producer.cast::<crate::nats::PyJetStream>() {
         return Ok(Arc::new(js.get().inner.clone()));
     }
+    if let Ok(p) = producer.cast::<crate::producer::PyProducer>() {
+        return Ok(Arc::new(p.get().core().clone()));
+    }
+    if let Ok(p) = producer.cast::<crate::jmq::JmqProducer>() {
+        return Ok(Arc::new(p.get().publish_backend()));
+    }
     Err(invalid(
         "producer",
         format!(
-            "expected a ferrymq.JetStream, not {}",
+            "expected a ferrymq.JetStream, ferrymq.Producer or ferrymq.JmqProducer, not {}",
             producer.get_type().name()?
         ),
     ))

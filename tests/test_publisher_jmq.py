@@ -1,0 +1,56 @@
+"""The managed async publisher over the JMQ4 producer, against the embedded broker's JMQ4 side."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+import ferrymq
+from ferrymq.testing import EmbeddedBroker
+from test_jmq import APP, TOKEN, consumer, drain
+from test_publisher_nats import Recorder, check_window
+
+_ids = itertools.count()
+
+
+@pytest.fixture
+def topic(jmq_broker: EmbeddedBroker) -> str:
+    name = f"jmq-pub{next(_ids)}"
+    jmq_broker.create_topic(name, queues=4)
+    return name
+
+
+@pytest.fixture
+def producer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqProducer]:
+    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
+        yield p
+
+
+async def test_publish_async_over_jmq(
+    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+) -> None:
+    rec = Recorder()
+    async with ferrymq.AsyncPublisher(
+        producer, id_prefix="jmq", max_in_flight=6, refill_allowed_at=2, listener=rec
+    ) as pub:
+        flights = [await pub.publish_async(topic, f"m{i}".encode()) for i in range(30)]
+    acks = [await f for f in flights]
+    assert [f.id for f in flights] == [f"jmq-{i}" for i in range(1, 31)]
+    assert all(a.stream == topic for a in acks)
+    assert len({a.message_id for a in acks}) == 30
+    check_window(rec.events, 6, 2)
+    got = drain(consumer(jmq_broker, topic), 30)
+    assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in range(30))
+
+
+async def test_failures_over_jmq(producer: ferrymq.JmqProducer) -> None:
+    rec = Recorder()
+    async with ferrymq.AsyncPublisher(producer, listener=rec) as pub:
+        flight = await pub.publish_async(f"jmq-missing{next(_ids)}", b"x")
+        with pytest.raises(ferrymq.FerryError):
+            await flight
+    assert rec.kinds("completed_exceptionally") == [flight]
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^expected_stream"):
+        ferrymq.AsyncPublisher(producer).submit("t", b"x", expected_last_sequence=1)
