@@ -346,14 +346,16 @@ impl PullReader {
             let mut next: Option<i64> = None;
             while let Some(item) = stream.next().await {
                 match item?.content {
-                    Some(proto::pull_message_response::Content::Status(s)) => {
-                        if s.code != status::MESSAGE_NOT_FOUND {
-                            check_status(Some(&s))?;
-                        }
+                    Some(proto::pull_message_response::Content::Status(s))
+                        if s.code != status::MESSAGE_NOT_FOUND =>
+                    {
+                        check_status(Some(&s))?;
                     }
                     Some(proto::pull_message_response::Content::Message(m)) => {
                         out.messages.push(m);
                     }
+                    // MESSAGE_NOT_FOUND: nothing at this offset (yet).
+                    Some(proto::pull_message_response::Content::Status(_)) => {}
                     Some(proto::pull_message_response::Content::NextOffset(n)) => next = Some(n),
                     None => {}
                 }
