@@ -57,6 +57,7 @@ def main() -> None:
         SparkSession.builder.master("local[2]")
         .appName("ferrymq-pipeline")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
@@ -115,7 +116,8 @@ def main() -> None:
         print("restart read", run_stream(), "new orders")
         total = spark.read.parquet(out).count()
         print(f"parquet holds {total} orders (2500 expected) in {time.perf_counter() - t0:.1f}s")
-    spark.stop()
+        # Stop Spark (and the clients cached in its Python workers) before the broker.
+        spark.stop()
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def test_write_then_read_back(
             assert r.key == f"k{n}".encode()
         else:
             # No key column value: the key is the deterministic write id.
-            write_ids.add(r.key)
+            write_ids.add(bytes(r.key))
     assert len(write_ids) == 100
     # Every message carries a unique write id <job>:<partition>:<row> in its keys.
     ids = [m["keys"][-1] for m in broker.messages(topic)]
@@ -203,6 +203,9 @@ def test_stream_restart_replays_exactly(
     produce(broker, topic, 100, 60)
     second: dict[int, list[str]] = {}
     _stream_to_batches(spark, broker, topic, group, checkpoint, second)
+    if not set(second) - {last}:
+        # Spark < 4.2 wraps the source for availableNow and ends the run after the replay.
+        _stream_to_batches(spark, broker, topic, group, checkpoint, second)
     assert second[last] == first[last]
     merged = {**first, **second}
     values = [v for b in merged.values() for v in b]
