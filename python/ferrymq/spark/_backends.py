@@ -298,28 +298,29 @@ JMQ_KEY_PROPERTY = "ferrymq-key"
 _MAX_BUSINESS_ID = 100
 
 
-def _jmq_settings(
-    endpoints: str, extra: tuple[tuple[str, str], ...], namespace: str | None
-) -> dict[str, Any]:
-    opts = dict(extra)
-    return {
-        "endpoint": endpoints,
-        "app": opts["app"],
-        "token": opts["token"],
-        "region": opts.get("region"),
-        "namespace": namespace,
-    }
+class _JmqSettings:
+    """Where and as whom a JMQ4 client connects (``app`` and ``token`` are validated options)."""
 
+    def __init__(
+        self, endpoint: str, extra: tuple[tuple[str, str], ...], namespace: str | None
+    ) -> None:
+        opts = dict(extra)
+        self.endpoint = endpoint
+        self.app = opts["app"]
+        self.token = opts["token"]
+        self.region = opts.get("region")
+        self.namespace = namespace
 
-def _jmq_key(kind: str, settings: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        kind,
-        settings["endpoint"],
-        settings["app"],
-        _secret_digest(settings["token"]),
-        settings["region"],
-        settings["namespace"],
-    )
+    def key(self, kind: str) -> tuple[Any, ...]:
+        """The client cache key (the token only as a digest)."""
+        return (
+            kind,
+            self.endpoint,
+            self.app,
+            _secret_digest(self.token),
+            self.region,
+            self.namespace,
+        )
 
 
 class JmqSource:
@@ -331,15 +332,20 @@ class JmqSource:
         self.cfg = cfg
 
     def client(self) -> Any:
-        settings = _jmq_settings(self.cfg.endpoints, self.cfg.extra, self.cfg.namespace)
+        settings = _JmqSettings(self.cfg.endpoints, self.cfg.extra, self.cfg.namespace)
         timeout = self.cfg.request_timeout
 
         def make() -> Any:
             return _native.JmqRangeReader(
-                **settings, **({} if timeout is None else {"request_timeout": timeout})
+                settings.endpoint,
+                app=settings.app,
+                token=settings.token,
+                region=settings.region,
+                namespace=settings.namespace,
+                request_timeout=timeout or 10.0,
             )
 
-        return _cache.get_or_create(_jmq_key("jmq-range", settings), make)
+        return _cache.get_or_create(settings.key("jmq-range"), make)
 
     def partitions(self, topic: str) -> list[str]:
         return [str(p) for p in self.client().partitions(topic)]
@@ -389,17 +395,22 @@ class JmqSink:
         self.cfg = cfg
 
     def _producer(self) -> Any:
-        settings = _jmq_settings(self.cfg.endpoints, self.cfg.extra, self.cfg.namespace)
+        settings = _JmqSettings(self.cfg.endpoints, self.cfg.extra, self.cfg.namespace)
         timeout = self.cfg.request_timeout
 
         def make() -> Any:
             p = _native.JmqProducer(
-                **settings, **({} if timeout is None else {"request_timeout": timeout})
+                settings.endpoint,
+                app=settings.app,
+                token=settings.token,
+                region=settings.region,
+                namespace=settings.namespace,
+                request_timeout=timeout or 10.0,
             )
             p.start()
             return p
 
-        return _cache.get_or_create(_jmq_key("jmq-producer", settings), make)
+        return _cache.get_or_create(settings.key("jmq-producer"), make)
 
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
