@@ -541,3 +541,56 @@ def test_jmq_admission_control(
     )
     assert [len(seen[b]) for b in sorted(seen)] == [30, 30, 30, 10]
     assert sorted(v for b in seen.values() for v in b) == sorted(f"m{i}" for i in range(100))
+
+
+def test_jmq_stream_write_ids_are_deterministic(
+    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], tmp_path: Path
+) -> None:
+    """RocketMQ → (writeStream) → JMQ4: a re-run micro-batch sends its rows again (JMQ4 does not
+    de-duplicate: at-least-once) with the same businessIds ``<query>:<batch>:<partition>:<row>``,
+    so a consumer de-duplicating by messageId sees every row once."""
+    src, group = _setup(broker, unique)
+    dst = unique("jmq")
+    broker.create_topic(dst, queues=2)
+    produce(broker, src, 0, 40)
+    checkpoint = tmp_path / "ckpt"
+
+    def run() -> None:
+        w = (
+            _reader(spark, broker, src, group, stream=True)
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr("value", "key", "tag")
+            .writeStream.format("ferrymq")
+            .option("endpoints", broker.jmq_endpoint)
+            .option("topic", dst)
+            .option("checkpointLocation", str(checkpoint))
+        )
+        for k, v in JMQ_AUTH.items():
+            w = w.option(k, v)
+        q = w.trigger(availableNow=True).start()
+        try:
+            assert q.awaitTermination(90)
+        finally:
+            q.stop()
+        assert q.exception() is None
+
+    run()
+    for name in ("0", ".0.crc"):
+        p = checkpoint / "commits" / name
+        if p.exists():
+            os.unlink(p)
+    run()  # batch 0 again
+
+    rows = _jmq_reader(spark, broker, dst).load().collect()
+    assert len(rows) == 80  # stored twice
+    by_id: dict[str, set[bytes]] = {}
+    for r in rows:
+        by_id.setdefault(r.messageId, set()).add(r.value)
+        assert r.key == f"k{int(r.value[1:])}".encode()
+    assert len(by_id) == 40
+    assert all(len(v) == 1 for v in by_id.values())
+    assert sorted(v for vs in by_id.values() for v in vs) == sorted(
+        f"m{i}".encode() for i in range(40)
+    )
+    assert all(len(i.split(":")) == 4 and i.split(":")[1] == "0" for i in by_id)
