@@ -906,6 +906,32 @@ class PullReader:
     ) -> bool: ...
 
 @final
+class JmqRangeReader:
+    def __new__(
+        cls,
+        endpoint: str,
+        *,
+        app: str,
+        token: str,
+        region: str | None = None,
+        namespace: str | None = None,
+        request_timeout: float = 10.0,
+        max_body: int = 3145728,
+        metadata_refresh: float = 30.0,
+        client_ip: str | None = None,
+    ) -> JmqRangeReader: ...
+    def partitions(self, topic: str) -> list[int]: ...
+    def bounds(
+        self, topic: str, partitions: list[int] | None = None
+    ) -> dict[int, tuple[int, int]]: ...
+    def read_range(
+        self, topic: str, partition: int, start: int, end: int, max_rows: int = 10000
+    ) -> MessageColumns: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> JmqRangeReader: ...
+    def __exit__(self, t: object, v: object, tb: object) -> bool: ...
+
+@final
 class NatsRangeReader:
     def __new__(
         cls,

@@ -65,7 +65,7 @@ fn extract_messages(v: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn cluster_options(
+pub(crate) fn cluster_options(
     endpoint: &str,
     app: String,
     token: String,
