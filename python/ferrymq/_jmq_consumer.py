@@ -371,7 +371,8 @@ class JmqPushBackend:
         self._cond = threading.Condition()
         self._state = "created"  # created → starting → running → closing → closed
         self._receiving = False
-        self._cached = 0  # reserved by receives + received and not yet settled
+        self._reserved = 0  # cache slots reserved by receives in flight
+        self._cached = 0  # received and not yet settled
         self._cached_bytes = 0
         self._settle_queue: collections.deque[_Batch] = collections.deque()
         self._stop_settler = False
@@ -503,34 +504,37 @@ class JmqPushBackend:
         while True:
             with self._cond:
                 while self._receiving and (
-                    self._cached >= self._max_messages or self._cached_bytes >= self._max_bytes
+                    self._cached + self._reserved >= self._max_messages
+                    or self._cached_bytes >= self._max_bytes
                 ):
                     self._cond.wait()
                 if not self._receiving:
                     return
-                n = min(self._batch, self._max_messages - self._cached)
-                self._cached += n
+                n = min(self._batch, self._max_messages - self._cached - self._reserved)
+                self._reserved += n
             try:
                 messages = self._native.receive(n, PUSH_POLL)
             except ClientClosedError:
-                self._release(n, 0)
+                self._unreserve(n)
                 return
             except FerryError as e:
-                self._release(n, 0)
+                self._unreserve(n)
                 with self._cond:
                     self._stats["receive_failures"] += 1
                     _log.warning("JMQ4 receive failed (retrying in 1 s): %s", e)
                     self._cond.wait_for(lambda: not self._receiving, 1.0)
                 continue
             except BaseException:
-                self._release(n, 0)
+                self._unreserve(n)
                 raise
             if not messages:
-                self._release(n, 0)
+                self._unreserve(n)
                 continue
             batch = _Batch(messages)
             with self._cond:
-                self._cached -= n - len(messages)
+                # A JMQ4 batch is delivered whole, so a receive may bring more than n.
+                self._reserved -= n
+                self._cached += len(messages)
                 self._cached_bytes += batch.nbytes
                 st = self._stats
                 st["received"] += len(messages)
@@ -538,6 +542,11 @@ class JmqPushBackend:
                 st["max_cached_bytes"] = max(st["max_cached_bytes"], self._cached_bytes)
                 self._cond.notify_all()
             self._dispatch(batch)
+
+    def _unreserve(self, n: int) -> None:
+        with self._cond:
+            self._reserved -= n
+            self._cond.notify_all()
 
     def _release(self, n: int, nbytes: int) -> None:
         with self._cond:
