@@ -297,6 +297,8 @@ def test_bad_input(jmq_broker: EmbeddedBroker, topic: str, broker: EmbeddedBroke
             token=TOKEN,
             jmq_options={"bogus": 1},
         )
+    with pytest.raises(ferrymq.InvalidArgumentError, match="'bogus'"):
+        ferrymq.Producer(ep, app=APP, token=TOKEN, jmq_options={"bogus": 1})
     with pytest.raises(ferrymq.InvalidArgumentError, match="token"):
         ferrymq.SimpleConsumer(ep, APP, subscriptions=topic)
     with pytest.raises(ferrymq.InvalidArgumentError, match="app"):
