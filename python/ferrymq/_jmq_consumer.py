@@ -422,16 +422,18 @@ class JmqPushBackend:
         self._begin(asyncio.get_running_loop() if self._is_async else None)
 
     def _begin(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        if self._is_async:
-            if loop is None:
-                loop = _consumer.start_private_loop()
-                self._private_loop = True
-            self._loop = loop
-        else:
-            self._executor = ThreadPoolExecutor(
-                self._threads, thread_name_prefix="ferrymq-jmq-listener"
-            )
         with self._cond:
+            if self._state != "starting":  # closed while connecting
+                return
+            if self._is_async:
+                if loop is None:
+                    loop = _consumer.start_private_loop()
+                    self._private_loop = True
+                self._loop = loop
+            else:
+                self._executor = ThreadPoolExecutor(
+                    self._threads, thread_name_prefix="ferrymq-jmq-listener"
+                )
             self._state = "running"
             self._receiving = True
         self._settler = threading.Thread(
@@ -494,10 +496,6 @@ class JmqPushBackend:
         if self._private_loop and self._loop is not None:
             _consumer.stop_private_loop(self._loop)
 
-    @property
-    def started(self) -> bool:
-        return self._state in ("running", "closing", "closed")
-
     # -- receiving ------------------------------------------------------------------------
 
     def _receive_loop(self) -> None:
@@ -519,9 +517,9 @@ class JmqPushBackend:
                 return
             except FerryError as e:
                 self._unreserve(n)
+                _log.warning("JMQ4 receive failed (retrying in 1 s): %s", e)
                 with self._cond:
                     self._stats["receive_failures"] += 1
-                    _log.warning("JMQ4 receive failed (retrying in 1 s): %s", e)
                     self._cond.wait_for(lambda: not self._receiving, 1.0)
                 continue
             except BaseException:
