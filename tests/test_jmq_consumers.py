@@ -202,6 +202,25 @@ async def test_push_consumer_async_listener(jmq_broker: EmbeddedBroker, topic: s
     assert loops == {loop}
 
 
+def test_push_consumer_async_listener_from_blocking_code(
+    jmq_broker: EmbeddedBroker, topic: str
+) -> None:
+    sent = send(jmq_broker, topic, 20)
+    seen: set[bytes] = set()
+    threads: set[str] = set()
+
+    async def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
+        threads.add(threading.current_thread().name)
+        seen.add(m.body)
+        return ferrymq.ConsumeResult.SUCCESS
+
+    with ferrymq.PushConsumer(
+        jmq_broker.jmq_endpoint, APP, subscriptions=topic, listener=listener, token=TOKEN
+    ) as pc:
+        wait_for(lambda: seen == sent and pc.stats()["cached_messages"] == 0)
+    assert threads == {"ferrymq-listener-loop"}
+
+
 def test_push_listener_failure_is_nacked_and_redelivered(
     jmq_broker: EmbeddedBroker, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
