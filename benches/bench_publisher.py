@@ -206,6 +206,7 @@ def rocketmq_broker(topic: str) -> Iterator[str]:
     """`python -m ferrymq broker` in its own process, with `topic` (8 queues)."""
     config = {
         "topics": [{"name": topic, "message_type": "NORMAL", "queues": 8}],
+        "groups": [{"name": "bench-count"}],
         # Keep memory bounded over many rounds: evict old messages instead of refusing.
         "options": {"max_topic_bytes": 1 << 30, "when_full": "drop_oldest"},
     }
@@ -277,6 +278,21 @@ def official_rocketmq(
         producer.shutdown()
 
 
+class StoredCounter:
+    """Messages the broker stored on `topic` so far: the sum of the queues' end offsets."""
+
+    def __init__(self, endpoints: str, topic: str) -> None:
+        from ferrymq._native import PullReader
+
+        self.topic = topic
+        self.reader = PullReader(endpoints, "bench-count", topics=[topic])
+        self.reader.start()
+
+    def __call__(self) -> int:
+        queues = self.reader.queues(self.topic)
+        return sum(self.reader.query_offset(self.topic, q, "end") for q in queues)
+
+
 def bench_rocketmq(
     args: argparse.Namespace, results: dict[tuple[str, str, str], list[Sample]]
 ) -> str:
@@ -286,18 +302,23 @@ def bench_rocketmq(
     window = args.rocketmq_window
     topic = "bench"
     with rocketmq_broker(topic) as endpoints:
+        stored = StoredCounter(endpoints, topic)
         for mode in MODES:
             each = mode == "await-each"
             for r in range(args.rounds):
                 order = ["ferrymq", "official"] if r % 2 == 0 else ["official", "ferrymq"]
                 for who in order:
+                    before = stored()
                     if who == "ferrymq":
                         sample = asyncio.run(
                             ferrymq_rocketmq(endpoints, topic, n, payload, window, each)
                         )
                     else:
                         sample = official_rocketmq(endpoints, topic, n, payload, window, each)
+                    added = stored() - before
+                    assert added == n, f"{who}: {added} stored, expected {n}"
                     results.setdefault(("rocketmq", mode, who), []).append(sample)
+        stored.reader.close()
     return (
         f"RocketMQ: embedded broker (own process), {n} messages of {args.size} B, window {window}"
     )
@@ -310,9 +331,10 @@ def report(
     title: str, target: str, peer: str, n: int, results: dict[tuple[str, str, str], list[Sample]]
 ) -> None:
     print(title)
+    print(f"  {'':10} | {'msg/s':^27} | {'CPU us/msg':^26}")
     print(
-        f"  {'mode':10} | {'ferrymq':>9} {peer:>9} {'ratio':>6} msg/s (median)"
-        f" | {'ferrymq':>8} {peer:>9} {'ratio':>6} CPU us/msg (median)"
+        f"  {'mode':10} | {'ferrymq':>9} {peer:>9} {'ratio':>7} "
+        f"| {'ferrymq':>8} {peer:>9} {'ratio':>7}"
     )
     for mode in MODES:
         ours = results[(target, mode, "ferrymq")]
@@ -322,8 +344,8 @@ def report(
         cpu = statistics.median(c / n * 1e6 for _, c in ours)
         t_cpu = statistics.median(c / n * 1e6 for _, c in theirs)
         print(
-            f"  {mode:10} | {rate:9,.0f} {t_rate:9,.0f} {rate / t_rate:5.2f}x      "
-            f"       | {cpu:8.1f} {t_cpu:9.1f} {t_cpu / cpu:5.2f}x"
+            f"  {mode:10} | {rate:9,.0f} {t_rate:9,.0f} {rate / t_rate:6.2f}x "
+            f"| {cpu:8.1f} {t_cpu:9.1f} {t_cpu / cpu:6.2f}x"
         )
 
 
@@ -351,7 +373,10 @@ def main() -> None:
     if args.only in (None, "rocketmq"):
         titles["rocketmq"] = bench_rocketmq(args, results)
 
-    print(f"{args.rounds} rounds each, medians; ratio = ferrymq / peer (CPU: peer / ferrymq)")
+    print(
+        f"{args.rounds} rounds each, medians; ratio: ferrymq / peer for msg/s, "
+        "peer / ferrymq for CPU us/msg (higher is better for ferrymq)"
+    )
     if "nats" in titles:
         report(titles["nats"], "nats", "nats-py", args.messages, results)
     if "rocketmq" in titles:
