@@ -19,7 +19,7 @@ round is timed from the first publish until every ack is in:
 
 The servers run in their own processes, so the CPU time of this process per message (``CPU
 us/msg``) is the client's alone; on a loaded machine it varies much less than msg/s. Rounds
-alternate who goes first; the script prints medians and the ratio ferrymq / peer of the medians.
+alternate who goes first; the script prints medians and the median of the per-round ratios.
 
 ferrymq stamps every NATS message with a ``Nats-Msg-Id`` (de-duplication), which costs the server
 extra work; nats-py sends none unless ``--nats-py-msg-id`` is given. On RocketMQ the flight id is
@@ -328,7 +328,12 @@ def bench_rocketmq(
 
 
 def report(
-    title: str, target: str, peer: str, n: int, results: dict[tuple[str, str, str], list[Sample]]
+    title: str,
+    target: str,
+    peer: str,
+    n: int,
+    results: dict[tuple[str, str, str], list[Sample]],
+    verbose: bool,
 ) -> None:
     print(title)
     print(f"  {'':10} | {'msg/s':^27} | {'CPU us/msg':^26}")
@@ -339,19 +344,31 @@ def report(
     for mode in MODES:
         ours = results[(target, mode, "ferrymq")]
         theirs = results[(target, mode, peer)]
+        pairs = list(zip(ours, theirs, strict=True))
+        if verbose:
+            for i, ((s, c), (t_s, t_c)) in enumerate(pairs):
+                print(
+                    f"    round {i}   | {n / s:9,.0f} {n / t_s:9,.0f} {t_s / s:6.2f}x "
+                    f"| {c / n * 1e6:8.1f} {t_c / n * 1e6:9.1f} {t_c / c:6.2f}x"
+                )
         rate = statistics.median(n / s for s, _ in ours)
         t_rate = statistics.median(n / s for s, _ in theirs)
         cpu = statistics.median(c / n * 1e6 for _, c in ours)
         t_cpu = statistics.median(c / n * 1e6 for _, c in theirs)
+        # Each round's two runs are adjacent in time: the median of the per-round ratios is
+        # less sensitive to the machine's load changing during the run.
+        ratio = statistics.median(t_s / s for (s, _), (t_s, _) in pairs)
+        cpu_ratio = statistics.median(t_c / c for (_, c), (_, t_c) in pairs)
         print(
-            f"  {mode:10} | {rate:9,.0f} {t_rate:9,.0f} {rate / t_rate:6.2f}x "
-            f"| {cpu:8.1f} {t_cpu:9.1f} {t_cpu / cpu:6.2f}x"
+            f"  {mode:10} | {rate:9,.0f} {t_rate:9,.0f} {ratio:6.2f}x "
+            f"| {cpu:8.1f} {t_cpu:9.1f} {cpu_ratio:6.2f}x"
         )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--only", choices=["nats", "rocketmq"], help="run one comparison only")
+    ap.add_argument("-v", "--verbose", action="store_true", help="also print every round")
     ap.add_argument("-n", "--messages", type=int, default=100_000, help="NATS messages per round")
     ap.add_argument("-r", "--rounds", type=int, default=3)
     ap.add_argument("-s", "--size", type=int, default=128, help="payload bytes")
@@ -374,13 +391,20 @@ def main() -> None:
         titles["rocketmq"] = bench_rocketmq(args, results)
 
     print(
-        f"{args.rounds} rounds each, medians; ratio: ferrymq / peer for msg/s, "
-        "peer / ferrymq for CPU us/msg (higher is better for ferrymq)"
+        f"{args.rounds} rounds each; medians, and the median of the per-round ratios "
+        "(ferrymq / peer for msg/s, peer / ferrymq for CPU us/msg: higher favours ferrymq)"
     )
     if "nats" in titles:
-        report(titles["nats"], "nats", "nats-py", args.messages, results)
+        report(titles["nats"], "nats", "nats-py", args.messages, results, args.verbose)
     if "rocketmq" in titles:
-        report(titles["rocketmq"], "rocketmq", "official", args.rocketmq_messages, results)
+        report(
+            titles["rocketmq"],
+            "rocketmq",
+            "official",
+            args.rocketmq_messages,
+            results,
+            args.verbose,
+        )
     with open("/proc/loadavg") as f:
         print(f"(load average: {f.read().split()[0]}, {os.cpu_count()} cores)")
 
