@@ -1,47 +1,99 @@
-"""ferrymq's managed publisher vs nats-py's ``publish_async`` on the same nats-server, one run.
+"""ferrymq's managed publisher (``ferrymq.AsyncPublisher``) side by side with its peers, one run:
 
-Both publish the same messages (128 B by default) to a file-backed JetStream stream on a
-nats-server started here (loopback, JetStream, temporary store), with the same window of
-messages awaiting their ack (nats-py ``publish_async_max_pending`` = ferrymq ``max_in_flight``,
-ferrymq as a sliding window: ``refill_allowed_at = max_in_flight - 1``). Each round is timed
-from the first publish until every ack is in:
+* **NATS**: vs nats-py's ``publish_async`` on the same nats-server (started here: loopback,
+  JetStream, temporary store, file storage by default);
+* **RocketMQ**: ``AsyncPublisher`` over ``ferrymq.Producer`` vs the official
+  ``rocketmq-python-client``'s ``Producer.send_async`` on the same embedded broker
+  (``python -m ferrymq broker``, started here in its own process).
+
+Both sides publish the same number of messages of the same size (128 B by default) with the same
+window of messages awaiting their ack, as a sliding window (ferrymq ``max_in_flight`` = W and
+``refill_allowed_at`` = W - 1; nats-py ``publish_async_max_pending`` = W; the official RocketMQ
+client, which has no window, behind a semaphore of W released by each future's callback). Each
+round is timed from the first publish until every ack is in:
 
 * ``drain``: publish everything, then wait once (ferrymq ``drain()``, nats-py
-  ``publish_async_completed()``);
-* ``await-each``: also await every message's own ack future (``asyncio.gather``).
+  ``publish_async_completed()``, the official client: every future done);
+* ``await-each``: also await every message's own ack future (``asyncio.gather`` of the ack
+  futures; the official client: ``result()`` of every future).
 
-ferrymq stamps every message with a ``Nats-Msg-Id`` (de-duplication), which costs the server
-extra work; nats-py sends none unless ``--nats-py-msg-id`` is given.
+The servers run in their own processes, so the CPU time of this process per message (``CPU
+us/msg``) is the client's alone; on a loaded machine it varies much less than msg/s. Rounds
+alternate who goes first; the script prints medians and the median of the per-round ratios.
 
-    python benches/bench_publisher.py                 # 100k messages, 3 rounds each
-    python benches/bench_publisher.py -n 20000 -r 1   # quick
+ferrymq stamps every NATS message with a ``Nats-Msg-Id`` (de-duplication), which costs the server
+extra work; nats-py sends none unless ``--nats-py-msg-id`` is given. On RocketMQ the flight id is
+a message key.
 
-Needs ``nats-server`` (``apt-get install -y nats-server``) and ``nats-py`` (``pip install
-nats-py``). Build ferrymq with ``maturin develop --release`` first.
+    python benches/bench_publisher.py                    # both, 100k / 20k messages, 3 rounds
+    python benches/bench_publisher.py --only nats -n 20000 -r 1      # quick
+
+Needs ``nats-server`` (``apt-get install -y nats-server``), ``nats-py`` and
+``rocketmq-python-client`` (``pip install nats-py rocketmq-python-client``). Build ferrymq with
+``maturin develop --release`` first.
+
+One run of ``python benches/bench_publisher.py -r 5`` on a 2-core machine loaded by other builds
+and benchmarks (load average 4-8), medians (msg/s ferrymq vs peer, ratio; CPU us/msg, ratio):
+
+    NATS      drain       55.6k vs 24.3k  2.2x    9.2 vs  23.5  2.4x
+    NATS      await-each  44.3k vs 17.2k  2.7x   15.0 vs  27.9  1.9x
+    RocketMQ  drain        8.3k vs  1.6k  5.2x     55 vs   457  7.8x
+    RocketMQ  await-each   7.8k vs  1.6k  4.6x     70 vs   444  6.3x
+
+The NATS msg/s ratio follows the load (1.7-3.4x across runs the same night): ferrymq's I/O runs
+on Rust threads beside the Python thread and gains most when a core is free.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
+import json
+import logging
+import os
+import resource
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import ferrymq
 
+MODES = ("drain", "await-each")
+Sample = tuple[float, float]  # (seconds, CPU seconds of this process)
+
+
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class Clock:
+    """Wall and CPU time of one round."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.c0 = cpu_seconds()
+
+    def stop(self) -> Sample:
+        return time.perf_counter() - self.t0, cpu_seconds() - self.c0
+
+
+# -- NATS --------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -73,39 +125,42 @@ def nats_server() -> Iterator[tuple[str, str]]:
             proc.wait(10)
 
 
-def fresh_stream(js: ferrymq.JetStream, name: str, subject: str, storage: str) -> None:
-    js.delete_stream(name)
-    js.create_stream(name, [subject], storage=storage)
-
-
-async def run_ferrymq(
-    url: str, subject: str, n: int, payload: bytes, window: int, await_each: bool
-) -> float:
-    js = await ferrymq.JetStream.connect_async(url)
-    pub = ferrymq.AsyncPublisher(js, max_in_flight=window, refill_allowed_at=window - 1)
+async def ferrymq_round(
+    producer: Any, topic: str, n: int, payload: bytes, window: int, await_each: bool
+) -> Sample:
+    """Publish `n` messages with an AsyncPublisher over `producer`."""
+    pub = ferrymq.AsyncPublisher(producer, max_in_flight=window, refill_allowed_at=window - 1)
     pub.start()
-    t0 = time.perf_counter()
+    clock = Clock()
     if await_each:
-        futures = [(await pub.publish_async(subject, payload)).ack_future for _ in range(n)]
+        futures = [(await pub.publish_async(topic, payload)).ack_future for _ in range(n)]
         acks = await asyncio.gather(*futures)
         assert len(acks) == n
     else:
         for _ in range(n):
-            await pub.publish_async(subject, payload)
+            await pub.publish_async(topic, payload)
     await pub.drain()
-    elapsed = time.perf_counter() - t0
-    await js.close_async()
-    return elapsed
+    return clock.stop()
 
 
-async def run_nats_py(
+async def ferrymq_nats(
+    url: str, subject: str, n: int, payload: bytes, window: int, await_each: bool
+) -> Sample:
+    js = await ferrymq.JetStream.connect_async(url)
+    try:
+        return await ferrymq_round(js, subject, n, payload, window, await_each)
+    finally:
+        await js.close_async()
+
+
+async def nats_py(
     url: str, subject: str, n: int, payload: bytes, window: int, await_each: bool, msg_id: bool
-) -> float:
+) -> Sample:
     import nats
 
     nc = await nats.connect(url)
     js = nc.jetstream(publish_async_max_pending=window)
-    t0 = time.perf_counter()
+    clock = Clock()
     futures: list[Any] = []
     for i in range(n):
         headers = {"Nats-Msg-Id": f"np-{i}"} if msg_id else None
@@ -116,31 +171,17 @@ async def run_nats_py(
         acks = await asyncio.gather(*futures)
         assert len(acks) == n
     await js.publish_async_completed()
-    elapsed = time.perf_counter() - t0
+    sample = clock.stop()
     await nc.close()
-    return elapsed
+    return sample
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("-n", "--messages", type=int, default=100_000)
-    ap.add_argument("-r", "--rounds", type=int, default=3)
-    ap.add_argument("-s", "--size", type=int, default=128, help="payload bytes")
-    ap.add_argument("-w", "--window", type=int, default=4000, help="messages awaiting acks")
-    ap.add_argument("--storage", default="file", choices=["file", "memory"])
-    ap.add_argument("--nats-py-msg-id", action="store_true", help="nats-py also sends Nats-Msg-Id")
-    args = ap.parse_args()
+def bench_nats(args: argparse.Namespace, results: dict[tuple[str, str, str], list[Sample]]) -> str:
     payload = b"x" * args.size
     n = args.messages
-
     with nats_server() as (url, version):
         admin = ferrymq.JetStream(url)
-        print(
-            f"nats-server {version}, {args.storage} storage, {n} messages of {args.size} B, "
-            f"window {args.window}, {args.rounds} rounds (best / median msgs/s)"
-        )
-        results: dict[tuple[str, str], list[float]] = {}
-        for mode in ("drain", "await-each"):
+        for mode in MODES:
             each = mode == "await-each"
             for r in range(args.rounds):
                 # Alternate who goes first so that neither always gets a warmer server.
@@ -148,29 +189,235 @@ def main() -> None:
                 for who in order:
                     name = f"BENCH{r}{who.replace('-', '').upper()}"
                     subject = f"bench.{r}.{who.replace('-', '')}"
-                    fresh_stream(admin, name, subject, args.storage)
+                    admin.delete_stream(name)
+                    admin.create_stream(name, [subject], storage=args.storage)
                     if who == "ferrymq":
-                        secs = asyncio.run(run_ferrymq(url, subject, n, payload, args.window, each))
+                        coro = ferrymq_nats(url, subject, n, payload, args.window, each)
                     else:
-                        secs = asyncio.run(
-                            run_nats_py(
-                                url, subject, n, payload, args.window, each, args.nats_py_msg_id
-                            )
+                        coro = nats_py(
+                            url, subject, n, payload, args.window, each, args.nats_py_msg_id
                         )
+                    sample = asyncio.run(coro)
                     stored = admin.stream_info(name).messages
                     assert stored == n, f"{who}: {stored} stored, expected {n}"
                     admin.delete_stream(name)
-                    results.setdefault((mode, who), []).append(n / secs)
+                    results.setdefault(("nats", mode, who), []).append(sample)
         admin.close()
+    return (
+        f"NATS: {version}, {args.storage} storage, {n} messages of {args.size} B, "
+        f"window {args.window}"
+    )
 
-    for mode in ("drain", "await-each"):
-        f = results[(mode, "ferrymq")]
-        p = results[(mode, "nats-py")]
+
+# -- RocketMQ ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def rocketmq_broker(topic: str) -> Iterator[str]:
+    """`python -m ferrymq broker` in its own process, with `topic` (8 queues)."""
+    config = {
+        "topics": [{"name": topic, "message_type": "NORMAL", "queues": 8}],
+        "groups": [{"name": "bench-count"}],
+        # Keep memory bounded over many rounds: evict old messages instead of refusing.
+        "options": {"max_topic_bytes": 1 << 30, "when_full": "drop_oldest"},
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(config, f)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ferrymq", "broker", "--config", f.name],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        prefix = "ferrymq broker listening on "
+        if not line.startswith(prefix):
+            raise RuntimeError(f"broker did not start: {line!r}")
+        # Keep reading its output so that it never blocks on a full pipe.
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield line[len(prefix) :].strip()
+    finally:
+        os.unlink(f.name)
+        proc.terminate()
+        proc.wait(10)
+
+
+async def ferrymq_rocketmq(
+    endpoints: str, topic: str, n: int, payload: bytes, window: int, await_each: bool
+) -> Sample:
+    producer = ferrymq.Producer(endpoints, topics=[topic])
+    await producer.start_async()
+    try:
+        return await ferrymq_round(producer, topic, n, payload, window, await_each)
+    finally:
+        await producer.close_async()
+
+
+def official_rocketmq(
+    endpoints: str, topic: str, n: int, payload: bytes, window: int, await_each: bool
+) -> Sample:
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    producer = Producer(ClientConfiguration(endpoints, Credentials(), request_timeout=10), (topic,))
+    producer.startup()
+    try:
+        msg = Message()
+        msg.topic = topic
+        msg.body = payload
+        room = threading.BoundedSemaphore(window)
+
+        def release(_: object) -> None:
+            room.release()
+
+        clock = Clock()
+        futures: list[concurrent.futures.Future[Any]] = []
+        for _ in range(n):
+            room.acquire()
+            fut = producer.send_async(msg)
+            fut.add_done_callback(release)
+            futures.append(fut)
+        if await_each:
+            receipts = [f.result() for f in futures]
+            assert len(receipts) == n
+        else:
+            concurrent.futures.wait(futures)
+            failed = sum(1 for f in futures if f.exception() is not None)
+            assert failed == 0, f"{failed} sends failed"
+        return clock.stop()
+    finally:
+        producer.shutdown()
+
+
+class StoredCounter:
+    """Messages the broker stored on `topic` so far: the sum of the queues' end offsets."""
+
+    def __init__(self, endpoints: str, topic: str) -> None:
+        from ferrymq._native import PullReader
+
+        self.topic = topic
+        self.reader = PullReader(endpoints, "bench-count", topics=[topic])
+        self.reader.start()
+
+    def __call__(self) -> int:
+        queues = self.reader.queues(self.topic)
+        return sum(self.reader.query_offset(self.topic, q, "end") for q in queues)
+
+
+def bench_rocketmq(
+    args: argparse.Namespace, results: dict[tuple[str, str, str], list[Sample]]
+) -> str:
+    logging.getLogger("rocketmq").setLevel(logging.ERROR)
+    payload = b"x" * args.size
+    n = args.rocketmq_messages
+    window = args.rocketmq_window
+    topic = "bench"
+    with rocketmq_broker(topic) as endpoints:
+        stored = StoredCounter(endpoints, topic)
+        for mode in MODES:
+            each = mode == "await-each"
+            for r in range(args.rounds):
+                order = ["ferrymq", "official"] if r % 2 == 0 else ["official", "ferrymq"]
+                for who in order:
+                    before = stored()
+                    if who == "ferrymq":
+                        sample = asyncio.run(
+                            ferrymq_rocketmq(endpoints, topic, n, payload, window, each)
+                        )
+                    else:
+                        sample = official_rocketmq(endpoints, topic, n, payload, window, each)
+                    added = stored() - before
+                    assert added == n, f"{who}: {added} stored, expected {n}"
+                    results.setdefault(("rocketmq", mode, who), []).append(sample)
+        stored.reader.close()
+    return (
+        f"RocketMQ: embedded broker (own process), {n} messages of {args.size} B, window {window}"
+    )
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def report(
+    title: str,
+    target: str,
+    peer: str,
+    n: int,
+    results: dict[tuple[str, str, str], list[Sample]],
+    verbose: bool,
+) -> None:
+    print(title)
+    print(f"  {'':10} | {'msg/s':^27} | {'CPU us/msg':^26}")
+    print(
+        f"  {'mode':10} | {'ferrymq':>9} {peer:>9} {'ratio':>7} "
+        f"| {'ferrymq':>8} {peer:>9} {'ratio':>7}"
+    )
+    for mode in MODES:
+        ours = results[(target, mode, "ferrymq")]
+        theirs = results[(target, mode, peer)]
+        pairs = list(zip(ours, theirs, strict=True))
+        if verbose:
+            for i, ((s, c), (t_s, t_c)) in enumerate(pairs):
+                print(
+                    f"    round {i}   | {n / s:9,.0f} {n / t_s:9,.0f} {t_s / s:6.2f}x "
+                    f"| {c / n * 1e6:8.1f} {t_c / n * 1e6:9.1f} {t_c / c:6.2f}x"
+                )
+        rate = statistics.median(n / s for s, _ in ours)
+        t_rate = statistics.median(n / s for s, _ in theirs)
+        cpu = statistics.median(c / n * 1e6 for _, c in ours)
+        t_cpu = statistics.median(c / n * 1e6 for _, c in theirs)
+        # Each round's two runs are adjacent in time: the median of the per-round ratios is
+        # less sensitive to the machine's load changing during the run.
+        ratio = statistics.median(t_s / s for (s, _), (t_s, _) in pairs)
+        cpu_ratio = statistics.median(t_c / c for (_, c), (_, t_c) in pairs)
         print(
-            f"[{mode:10}] ferrymq {max(f):>10,.0f} / {statistics.median(f):>10,.0f}   "
-            f"nats-py {max(p):>10,.0f} / {statistics.median(p):>10,.0f}   "
-            f"ratio (median) {statistics.median(f) / statistics.median(p):.2f}x"
+            f"  {mode:10} | {rate:9,.0f} {t_rate:9,.0f} {ratio:6.2f}x "
+            f"| {cpu:8.1f} {t_cpu:9.1f} {cpu_ratio:6.2f}x"
         )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--only", choices=["nats", "rocketmq"], help="run one comparison only")
+    ap.add_argument("-v", "--verbose", action="store_true", help="also print every round")
+    ap.add_argument("-n", "--messages", type=int, default=100_000, help="NATS messages per round")
+    ap.add_argument("-r", "--rounds", type=int, default=3)
+    ap.add_argument("-s", "--size", type=int, default=128, help="payload bytes")
+    ap.add_argument("-w", "--window", type=int, default=4000, help="NATS: messages awaiting acks")
+    ap.add_argument("--storage", default="file", choices=["file", "memory"])
+    ap.add_argument("--nats-py-msg-id", action="store_true", help="nats-py also sends Nats-Msg-Id")
+    ap.add_argument(
+        "--rocketmq-messages", type=int, default=20_000, help="RocketMQ messages per round"
+    )
+    ap.add_argument(
+        "--rocketmq-window", type=int, default=1000, help="RocketMQ: messages awaiting acks"
+    )
+    args = ap.parse_args()
+
+    results: dict[tuple[str, str, str], list[Sample]] = {}
+    titles: dict[str, str] = {}
+    if args.only in (None, "nats"):
+        titles["nats"] = bench_nats(args, results)
+    if args.only in (None, "rocketmq"):
+        titles["rocketmq"] = bench_rocketmq(args, results)
+
+    print(
+        f"{args.rounds} rounds each; medians, and the median of the per-round ratios "
+        "(ferrymq / peer for msg/s, peer / ferrymq for CPU us/msg: higher favours ferrymq)"
+    )
+    if "nats" in titles:
+        report(titles["nats"], "nats", "nats-py", args.messages, results, args.verbose)
+    if "rocketmq" in titles:
+        report(
+            titles["rocketmq"],
+            "rocketmq",
+            "official",
+            args.rocketmq_messages,
+            results,
+            args.verbose,
+        )
+    with open("/proc/loadavg") as f:
+        print(f"(load average: {f.read().split()[0]}, {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

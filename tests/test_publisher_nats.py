@@ -304,6 +304,30 @@ async def test_expectation_failures_are_never_retried(
     assert js.stream_info(name).messages == 1
 
 
+async def test_futures_without_a_listener_get_acks_and_errors(
+    js_via_proxy: ferrymq.JetStream, nats_proxy: HoldingProxy, stream: tuple[str, str]
+) -> None:
+    """Without a listener the futures are completed by one native call per event batch."""
+    name, subject = stream
+    async with ferrymq.AsyncPublisher(js_via_proxy, wait_timeout=0.5) as pub:
+        ok = [(await pub.publish_async(subject, b"ok")).ack_future for _ in range(20)]
+        wrong = (await pub.publish_async(subject, b"w", expected_stream="ELSEWHERE")).ack_future
+        cancelled = (await pub.publish_async(subject, b"c")).ack_future
+        cancelled.cancel()
+        acks = await asyncio.gather(*ok)
+        assert [a.stream for a in acks] == [name] * 20
+        with pytest.raises(ferrymq.BrokerError) as e:
+            await wrong
+        assert e.value.code == 10060
+        nats_proxy.hold()
+        late = await pub.publish_async(subject, b"late")
+        with pytest.raises(ferrymq.FerryTimeoutError, match="wait_timeout"):
+            await late
+        nats_proxy.release()
+    assert cancelled.cancelled()
+    assert pub.in_flight == 0
+
+
 async def test_stop_completes_every_future(
     js_via_proxy: ferrymq.JetStream, nats_proxy: HoldingProxy, stream: tuple[str, str]
 ) -> None:

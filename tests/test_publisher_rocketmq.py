@@ -119,3 +119,20 @@ def test_jetstream_options_are_refused_by_rocketmq(producer: ferrymq.Producer, t
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^topic"):
         pub.submit("bad topic", b"x")
     pub.stop()
+
+
+async def test_wide_window_over_rocketmq(
+    own_broker: EmbeddedBroker, producer: ferrymq.Producer, topic: str
+) -> None:
+    """A thousand sends in flight on one HTTP/2 connection: every one is acked.
+
+    With HTTP/2 adaptive windows the client's h2 allowed only ~32 KiB of framing overhead of
+    unread DATA frames per connection and closed it (ENHANCE_YOUR_CALM) once a few hundred small
+    responses were waiting to be read.
+    """
+    n = 5000
+    async with ferrymq.AsyncPublisher(producer, max_in_flight=1000, refill_allowed_at=999) as pub:
+        futures = [(await pub.publish_async(topic, b"x" * 128)).ack_future for _ in range(n)]
+        acks = await asyncio.gather(*futures)
+    assert len({a.message_id for a in acks}) == n
+    assert len(own_broker.messages(topic)) == n

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Union
 
 from . import _native
-from ._native import FlightCore, PublishAck
+from ._native import EventBatch, FlightCore, PublishAck
 from .exceptions import FerryTimeoutError, InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -268,12 +268,12 @@ class _Batch:
 
     __slots__ = ("_events", "_lock", "done")
 
-    def __init__(self, events: list[tuple[str, FlightCore]]) -> None:
-        self._events: list[tuple[str, FlightCore]] | None = events
+    def __init__(self, events: EventBatch) -> None:
+        self._events: EventBatch | None = events
         self._lock = threading.Lock()
         self.done = threading.Event()
 
-    def take(self) -> list[tuple[str, FlightCore]] | None:
+    def take(self) -> EventBatch | None:
         with self._lock:
             events, self._events = self._events, None
             return events
@@ -604,19 +604,24 @@ class AsyncPublisher:
                     return
         events = batch.take()
         if events is not None:
-            self._deliver(events)
+            self._deliver(events, on_loop=False)
 
     def _deliver_on_loop(self, batch: _Batch) -> None:
         try:
             events = batch.take()
             if events is not None:
-                self._deliver(events)
+                self._deliver(events, on_loop=True)
         finally:
             batch.done.set()
 
-    def _deliver(self, events: list[tuple[str, FlightCore]]) -> None:
+    def _deliver(self, events: EventBatch, on_loop: bool) -> None:
         methods = self._methods
-        for kind, core in events:
+        if not methods and (on_loop or self._loop is None):
+            # Only futures to complete, and this thread may complete them (asyncio futures
+            # exist only with a loop, and then this is its thread): one native call.
+            events.settle()
+            return
+        for kind, core in events.pairs():
             if methods:
                 method = methods[kind]
                 if method is not None:

@@ -71,7 +71,7 @@ mod _native {
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
     #[pymodule_export]
-    use crate::publisher::{PublisherCore, PyFlight, PyPublishAck};
+    use crate::publisher::{PublisherCore, PyEventBatch, PyFlight, PyPublishAck};
     #[pymodule_export]
     use crate::pull_reader::PyPullReader;
 

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use ferrymq_core::publisher::{
-    Event, Events, Flight, Outcome, Outgoing, PublishAck, PublishBackend, PublishOptions,
-    Publisher, PublisherConfig, RetryPolicy, State,
+    Event, EventKind, Events, Flight, Outcome, Outgoing, PublishAck, PublishBackend,
+    PublishOptions, Publisher, PublisherConfig, RetryPolicy, State,
 };
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use tokio::sync::mpsc;
@@ -338,6 +339,76 @@ impl PyFlight {
     }
 }
 
+/// A batch of publisher events, handed to Python as one object: the event thread creates no
+/// per-event Python objects, and [`PyEventBatch::settle`] completes the callers' futures in
+/// one native loop.
+#[pyclass(name = "EventBatch", module = "ferrymq._native", frozen)]
+pub struct PyEventBatch {
+    events: Vec<Event>,
+    rt: RuntimeRef,
+}
+
+#[pymethods]
+impl PyEventBatch {
+    fn __len__(&self) -> usize {
+        self.events.len()
+    }
+    /// The events as `(kind, flight)` pairs, in order (for the listener).
+    fn pairs(&self) -> Vec<(&'static str, PyFlight)> {
+        self.events
+            .iter()
+            .map(|e| {
+                (
+                    e.kind.as_str(),
+                    PyFlight::new(Arc::clone(&e.flight), self.rt),
+                )
+            })
+            .collect()
+    }
+    /// Complete the future attached (`FlightCore._watch`) to the flight of every terminal
+    /// event, in order: `set_result(ack)` or `set_exception(error)`. Call it where that is
+    /// allowed: on the event loop of asyncio futures (any thread for `concurrent.futures`).
+    /// Futures already done (cancelled by their owner) are left alone.
+    fn settle(&self, py: Python<'_>) -> PyResult<()> {
+        let done = intern!(py, "done");
+        let mut first_error = None;
+        for e in &self.events {
+            if e.kind == EventKind::Published {
+                continue;
+            }
+            let (Some(fut), Some(outcome)) = (
+                e.flight
+                    .attachment()
+                    .and_then(|a| a.downcast_ref::<Py<PyAny>>()),
+                e.flight.outcome(),
+            ) else {
+                continue;
+            };
+            let fut = fut.bind(py);
+            if fut.call_method0(done)?.is_truthy()? {
+                continue;
+            }
+            let r = match outcome.error() {
+                Some(err) => fut.call_method1(
+                    intern!(py, "set_exception"),
+                    (to_pyerr_ref(err).into_value(py),),
+                ),
+                None => fut.call_method1(
+                    intern!(py, "set_result"),
+                    (outcome.ack().map(|a| PyPublishAck { inner: a.clone() }),),
+                ),
+            };
+            // Cancelled meanwhile (a concurrent future, from another thread): nothing to do.
+            if let Err(err) = r {
+                if !fut.call_method0(done)?.is_truthy()? && first_error.is_none() {
+                    first_error = Some(err);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
 /// Seconds as a Duration; the error names the field.
 pub fn seconds(field: &str, s: f64) -> PyResult<Duration> {
     if !s.is_finite() || s < 0.0 {
@@ -570,15 +641,15 @@ impl PublisherCore {
         })
     }
 
-    /// Up to `max` events as `(kind, flight)` pairs, waiting up to `timeout` seconds for the
-    /// first (GIL released). An empty list on timeout; None once the publisher has finished and
+    /// Up to `max` events as an `EventBatch`, waiting up to `timeout` seconds for the first
+    /// (GIL released). An empty batch on timeout; None once the publisher has finished and
     /// every event was delivered.
     fn next_events(
         &self,
         py: Python<'_>,
         max: usize,
         timeout: f64,
-    ) -> PyResult<Option<Vec<(&'static str, PyFlight)>>> {
+    ) -> PyResult<Option<PyEventBatch>> {
         let limit = seconds("timeout", timeout)?;
         let rx = Arc::clone(&self.events);
         let max = max.max(1);
@@ -597,10 +668,9 @@ impl PublisherCore {
                 Ok(_) => Ok(Some(buf)),
             }
         })?;
-        Ok(events.map(|evs| {
-            evs.into_iter()
-                .map(|e| (e.kind.as_str(), PyFlight::new(e.flight, self.rt)))
-                .collect()
+        Ok(events.map(|events| PyEventBatch {
+            events,
+            rt: self.rt,
         }))
     }
 

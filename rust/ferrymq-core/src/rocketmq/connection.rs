@@ -135,9 +135,13 @@ impl Connections {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_timeout(Duration::from_secs(10))
+            // Fixed windows, not `http2_adaptive_window`: that resets both to 64 KiB, and h2
+            // then also caps the framing overhead of unread DATA frames at 32 KiB for the
+            // connection, so ~150 small responses buffered at once (a window of concurrent
+            // sends) made it close the connection with ENHANCE_YOUR_CALM
+            // ("too_many_data_frames"). With a 16 MiB connection window that cap is 8 MiB.
             .initial_stream_window_size(Some(4 << 20))
-            .initial_connection_window_size(Some(16 << 20))
-            .http2_adaptive_window(true);
+            .initial_connection_window_size(Some(16 << 20));
         let channel = match &self.tls {
             None => endpoint.connect_lazy(),
             Some(cfg) => {
