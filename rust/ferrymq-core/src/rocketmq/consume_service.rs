@@ -116,16 +116,26 @@ async fn fifo_lane<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>, 
             pq.evict(&view);
             continue;
         }
-        consume_fifo_message(&ctx, &pq, &view).await;
-        pq.evict(&view);
+        if consume_fifo_message(&ctx, &pq, &view).await == Settled::Here {
+            pq.evict(&view);
+        }
     }
+}
+
+/// Who takes a consumed FIFO message out of the cache.
+#[derive(Debug, PartialEq, Eq)]
+enum Settled {
+    /// The lane, once `consume_fifo_message` returns.
+    Here,
+    /// The settler, once the broker confirmed the ack.
+    BySettler,
 }
 
 async fn consume_fifo_message<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
     pq: &Arc<ProcessQueue>,
     view: &Arc<MessageView>,
-) {
+) -> Settled {
     let policy = ctx.rpc.settings().retry_policy;
     let max_attempts = policy.max_attempts;
     if view.is_corrupted() {
@@ -136,7 +146,7 @@ async fn consume_fifo_message<R: ConsumerRpc>(
             view.message_id(), view.topic()
         );
         settle::forward_to_dlq_until_done(ctx, view, max_attempts).await;
-        return;
+        return Settled::Here;
     }
     loop {
         let (tx, rx) = oneshot::channel();
@@ -147,26 +157,36 @@ async fn consume_fifo_message<R: ConsumerRpc>(
         let result = match rx.await {
             Ok(Some(result)) => result,
             // Abandoned at shutdown: not consumed, not settled.
-            Ok(None) | Err(_) => return,
+            Ok(None) | Err(_) => return Settled::Here,
         };
         ctx.stats.on_consumed(result);
         match result {
-            ConsumeResult::Success => {
+            ConsumeResult::Success if ctx.config.fifo_accelerator => {
+                // A lane per message group: its next message comes after this ack.
                 settle::ack_until_done(ctx, pq, view).await;
-                return;
+                return Settled::Here;
+            }
+            ConsumeResult::Success => {
+                // One lane for the whole queue, messages of many groups. The broker holds back
+                // the next message of this message's group until the ack lands, so order per
+                // group does not need the lane to wait for it: the settler acks (coalesced,
+                // retried until done) and evicts, while the lane goes on with other groups.
+                ctx.settle
+                    .submit(settle::Job::ack(pq.clone(), view.clone()));
+                return Settled::BySettler;
             }
             ConsumeResult::Failure => {
                 if ctx.is_closing() {
-                    return;
+                    return Settled::Here;
                 }
                 let attempt = view.delivery_attempt();
                 if u32::try_from(attempt).unwrap_or(0) >= max_attempts {
                     settle::forward_to_dlq_until_done(ctx, view, max_attempts).await;
-                    return;
+                    return Settled::Here;
                 }
                 let delay = policy.delay(u32::try_from(attempt).unwrap_or(1));
                 tokio::select! {
-                    () = ctx.closing.cancelled() => return,
+                    () = ctx.closing.cancelled() => return Settled::Here,
                     () = tokio::time::sleep(delay) => {}
                 }
                 view.increment_delivery_attempt();

@@ -287,20 +287,14 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
     }
 }
 
-/// Ack one message and wait until the broker confirmed it (FIFO). Returns when the message is
-/// settled or the consumer gave up.
-///
-/// Many lanes at once (the accelerator) go through the settler, which coalesces their acks; a
-/// lone lane sends its own `AckMessage`, which saves two task hand-offs per message.
+/// Ack one message and wait until the broker confirmed it (FIFO with the accelerator: the lane
+/// of a message group goes on only after its ack). Returns when the message is settled or the
+/// consumer gave up. The settler coalesces the acks of the many lanes.
 pub(crate) async fn ack_until_done<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
     pq: &Arc<ProcessQueue>,
     view: &Arc<MessageView>,
 ) {
-    if !ctx.config.fifo_accelerator {
-        ack_inline(ctx, view).await;
-        return;
-    }
     let (tx, rx) = oneshot::channel();
     ctx.settle.submit(Job {
         pq: pq.clone(),
@@ -308,45 +302,6 @@ pub(crate) async fn ack_until_done<R: ConsumerRpc>(
         kind: Kind::Ack(Some(tx)),
     });
     let _ = rx.await;
-}
-
-async fn ack_inline<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &Arc<MessageView>) {
-    let mut failures = 0u32;
-    loop {
-        let result = match ctx.rpc.ack(view.source(), &[&**view]).await {
-            Ok(mut r) => r
-                .pop()
-                .unwrap_or_else(|| Err(Error::protocol("no ack result"))),
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(()) => {
-                ctx.stats.on_acked(1);
-                return;
-            }
-            Err(e) if is_invalid_handle(&e) => {
-                ctx.stats.on_invalid_handle();
-                tracing::warn!(
-                    target: "ferrymq::consumer",
-                    "ack of message {} refused ({e}); the broker will redeliver it",
-                    view.message_id()
-                );
-                return;
-            }
-            Err(e) => {
-                ctx.stats.on_settle_retry(1);
-                failures += 1;
-                log_retry(failures, "ack", view, &e);
-                tokio::select! {
-                    () = ctx.abandon.cancelled() => {
-                        ctx.stats.on_settle_abandoned(1);
-                        return;
-                    }
-                    () = tokio::time::sleep(SETTLE_RETRY_INTERVAL) => {}
-                }
-            }
-        }
-    }
 }
 
 async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
