@@ -13,6 +13,8 @@
 //! `fmq-bench*`), and the bench reads each thread's CPU time from `/proc/self/task`, so besides
 //! the wall-clock rate (which on a shared machine depends on what else runs) it prints the
 //! broker's CPU cost per message / RPC and the rate that cost allows on 2 dedicated cores.
+//! The global allocator is mimalloc, as in the Python extension (`--features system-alloc`
+//! measures with the system allocator).
 //! `BENCH_SECS` (default 3) sets the duration of each phase; `BENCH_THREADS` (default 2) the
 //! worker threads of each runtime.
 
@@ -21,6 +23,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+// The allocator the Python extension ships (`--features system-alloc`: the system's).
+#[cfg(not(feature = "system-alloc"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use ferrymq_core::broker::{Broker, BrokerConfig, GroupConfig, WhenFull};
 use ferrymq_core::proto;
