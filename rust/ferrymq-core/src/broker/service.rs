@@ -53,11 +53,13 @@ pub(crate) fn spawn_server(
         .max_encoding_message_size(usize::MAX);
     let incoming = ReceiverStream::new(conns).map(Ok::<_, std::io::Error>);
     tokio::spawn(async move {
+        // The one service is served directly, without a router: a router would match every
+        // request's path to pick a service, and box the service and its response future.
+        // Unknown methods are answered UNIMPLEMENTED by the service itself.
         let result = tonic::transport::Server::builder()
             .initial_connection_window_size(Some(16 * 1024 * 1024))
             .initial_stream_window_size(Some(8 * 1024 * 1024))
-            .add_service(svc)
-            .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+            .serve_with_incoming_shutdown(svc, incoming, shutdown.cancelled_owned())
             .await;
         if let Err(e) = result {
             tracing::warn!(target: "ferrymq::broker", "server stopped: {e}");
