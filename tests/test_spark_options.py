@@ -87,6 +87,22 @@ def test_sink_options() -> None:
     )
 
 
+def test_jmq_options_need_app_and_token() -> None:
+    base = {"endpoints": "jmq://127.0.0.1:50088", "subscribe": "t"}
+    for missing, given in (("app", {"token": "s3cret"}), ("token", {"app": "a"})):
+        with pytest.raises(InvalidArgumentError, match=f"'{missing}'"):
+            parse_source_options({**base, **given}, streaming=False)
+        with pytest.raises(InvalidArgumentError, match=f"'{missing}'"):
+            parse_sink_options({**base, "topic": "t", **given})
+    cfg = parse_source_options({**base, "app": "a", "token": "s3cret"}, streaming=True)
+    assert cfg.backend == "jmq"
+    assert dict(cfg.extra) == {"app": "a", "token": "s3cret"}
+    assert "s3cret" not in repr(cfg)
+    sink = parse_sink_options({**base, "topic": "t", "app": "a", "token": "s3cret"})
+    assert sink.backend == "jmq"
+    assert "s3cret" not in repr(sink)
+
+
 def _total(start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]) -> int:
     return sum(end[t][p] - start.get(t, {}).get(p, 0) for t in end for p in end[t])
 

@@ -24,13 +24,12 @@ from ._native import (
     MessageView,
     PublishAck,
     PullConsumer,
-    PushConsumer,
     SendReceipt,
-    SimpleConsumer,
     StreamInfo,
     TlsConfig,
     Transaction,
 )
+from .consumer import PushConsumer, SimpleConsumer
 from .exceptions import (
     BrokerError,
     ClientClosedError,

@@ -29,6 +29,24 @@ from .exceptions import FerryError, InvalidArgumentError
 __all__ = ["JmqBackend", "JmqOrphan", "is_jmq"]
 
 
+#: The :class:`ferrymq.JmqProducer` options ``Producer`` passes through ``jmq_options``.
+PRODUCER_OPTIONS = frozenset(
+    {
+        "region",
+        "qos",
+        "compression",
+        "compress_threshold",
+        "send_timeout",
+        "max_body",
+        "transaction_timeout",
+        "transaction_topics",
+        "feedback_interval",
+        "metadata_refresh",
+        "client_ip",
+    }
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class JmqOrphan:
     """An expired JMQ4 transaction offered to the transaction checker."""
@@ -155,6 +173,12 @@ class JmqBackend:
             collections.deque()
         )
         extra = dict(options or {})
+        unknown = sorted(set(extra) - PRODUCER_OPTIONS)
+        if unknown:
+            known = ", ".join(sorted(PRODUCER_OPTIONS))
+            raise InvalidArgumentError(
+                f"jmq_options: unknown option {unknown[0]!r} (known: {known})"
+            )
         self._native = _native.JmqProducer(
             endpoint,
             app=app,

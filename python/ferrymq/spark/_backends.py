@@ -289,6 +289,162 @@ class NatsSink:
 
 
 # --------------------------------------------------------------------------------------------
+# JMQ4 (JoyQueue): partition indices
+# --------------------------------------------------------------------------------------------
+
+#: The property carrying the row's key: the ``businessId`` holds the deterministic write id.
+JMQ_KEY_PROPERTY = "ferrymq-key"
+#: The longest ``businessId`` JMQ4 stores (characters; also at most 127 bytes).
+_MAX_BUSINESS_ID = 100
+
+
+class _JmqSettings:
+    """Where and as whom a JMQ4 client connects (``app`` and ``token`` are validated options)."""
+
+    def __init__(
+        self, endpoint: str, extra: tuple[tuple[str, str], ...], namespace: str | None
+    ) -> None:
+        opts = dict(extra)
+        self.endpoint = endpoint
+        self.app = opts["app"]
+        self.token = opts["token"]
+        self.region = opts.get("region")
+        self.namespace = namespace
+
+    def key(self, kind: str) -> tuple[Any, ...]:
+        """The client cache key (the token only as a digest)."""
+        return (
+            kind,
+            self.endpoint,
+            self.app,
+            _secret_digest(self.token),
+            self.region,
+            self.namespace,
+        )
+
+
+class JmqSource:
+    """Replayable reads of JMQ4 partitions by index: FETCH_INDEX gives each partition's
+    ``[leftIndex, rightIndex)``, FETCH_PARTITION_MESSAGE reads from a client-chosen index (no
+    consumer registration; the app's ack indices on the broker are left alone)."""
+
+    def __init__(self, cfg: SourceConfig) -> None:
+        self.cfg = cfg
+
+    def client(self) -> Any:
+        settings = _JmqSettings(self.cfg.endpoints, self.cfg.extra, self.cfg.namespace)
+        timeout = self.cfg.request_timeout
+
+        def make() -> Any:
+            return _native.JmqRangeReader(
+                settings.endpoint,
+                app=settings.app,
+                token=settings.token,
+                region=settings.region,
+                namespace=settings.namespace,
+                request_timeout=timeout or 10.0,
+            )
+
+        return _cache.get_or_create(settings.key("jmq-range"), make)
+
+    def partitions(self, topic: str) -> list[str]:
+        return [str(p) for p in self.client().partitions(topic)]
+
+    def snapshot(self, topic: str, which: str) -> dict[str, int]:
+        """The earliest or latest index of every partition of ``topic`` (one FETCH_INDEX per
+        leader broker)."""
+        side = 0 if which == "earliest" else 1
+        return {str(p): int(b[side]) for p, b in self.client().bounds(topic).items()}
+
+    def _bounds(self, topic: str, partition: str) -> tuple[int, int]:
+        p = _jmq_partition(topic, partition)
+        b = self.client().bounds(topic, [p])[p]
+        return int(b[0]), int(b[1])
+
+    def earliest(self, topic: str, partition: str) -> int:
+        return self._bounds(topic, partition)[0]
+
+    def latest(self, topic: str, partition: str) -> int:
+        return self._bounds(topic, partition)[1]
+
+    def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any:
+        return self.client().read_range(
+            topic, _jmq_partition(topic, partition), start, end, max_rows
+        )
+
+    def commit(self, offsets: Offsets) -> None:
+        """Nothing to record: the checkpoint holds the indices (committing the app's ack index
+        would move other consumers of the same app)."""
+
+
+def _jmq_partition(topic: str, partition: str) -> int:
+    try:
+        return int(partition)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"offsets: {topic}/{partition} is not a JMQ4 partition number"
+        ) from None
+
+
+class JmqSink:
+    """Batched sends with the JMQ4 producer: the deterministic write id is the ``businessId``
+    (the key JMQ4 consumers de-duplicate by), the row's key travels as property
+    ``ferrymq-key``. Rows of one message group go to one partition, in order."""
+
+    def __init__(self, cfg: SinkConfig) -> None:
+        self.cfg = cfg
+
+    def _producer(self) -> Any:
+        settings = _JmqSettings(self.cfg.endpoints, self.cfg.extra, self.cfg.namespace)
+        timeout = self.cfg.request_timeout
+
+        def make() -> Any:
+            p = _native.JmqProducer(
+                settings.endpoint,
+                app=settings.app,
+                token=settings.token,
+                region=settings.region,
+                namespace=settings.namespace,
+                request_timeout=timeout or 10.0,
+            )
+            p.start()
+            return p
+
+        return _cache.get_or_create(settings.key("jmq-producer"), make)
+
+    def send(self, messages: Sequence[OutMessage]) -> None:
+        if not messages:
+            return
+        producer = self._producer()
+        groups: dict[tuple[str, str | None], list[Any]] = {}
+        for m in messages:
+            props = dict(m.headers)
+            key = None if m.key is None else m.key.decode("utf-8", "surrogateescape")
+            if key is not None:
+                props[JMQ_KEY_PROPERTY] = key
+            business_id = m.write_id
+            if business_id is None and key is not None and _fits_business_id(key):
+                business_id = key
+            groups.setdefault((m.topic, m.message_group), []).append(
+                _native.Message(
+                    m.topic,
+                    m.value,
+                    keys=None if business_id is None else [business_id],
+                    tag=m.tag,
+                    properties=props or None,
+                    message_group=m.message_group,
+                )
+            )
+        # A batch goes to one partition (the group's, or one picked by the producer).
+        for batch in groups.values():
+            producer.send_batch(batch)
+
+
+def _fits_business_id(key: str) -> bool:
+    return len(key) <= _MAX_BUSINESS_ID and len(key.encode("utf-8", "surrogateescape")) <= 127
+
+
+# --------------------------------------------------------------------------------------------
 # Selection
 # --------------------------------------------------------------------------------------------
 
@@ -299,6 +455,8 @@ def source_for(cfg: SourceConfig) -> Source:
         return RocketMQSource(cfg)
     if cfg.backend == "nats":
         return NatsSource(cfg)
+    if cfg.backend == "jmq":
+        return JmqSource(cfg)
     raise InvalidArgumentError(
         f"option 'endpoints': reading from {cfg.backend} is not available in this build"
     )
@@ -310,6 +468,8 @@ def sink_for(cfg: SinkConfig) -> Sink:
         return RocketMQSink(cfg)
     if cfg.backend == "nats":
         return NatsSink(cfg)
+    if cfg.backend == "jmq":
+        return JmqSink(cfg)
     raise InvalidArgumentError(
         f"option 'endpoints': writing to {cfg.backend} is not available in this build"
     )

@@ -104,6 +104,13 @@ def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
     raise _bad(name, f"{raw!r} is not true or false")
 
 
+def _check_jmq(opts: dict[str, str]) -> None:
+    """JMQ4 clients authenticate as an app with its token."""
+    for name in ("app", "token"):
+        if not (opts.get(name) or "").strip():
+            raise _bad(name, "is required for a jmq:// endpoint (the JMQ4 app and its token)")
+
+
 def parse_offsets(option: str, raw: str | None, default: OffsetSpec, *, ending: bool) -> OffsetSpec:
     """Parse ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON."""
     if raw is None or raw.strip() == "":
@@ -201,6 +208,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     opts = _lower(options)
     endpoints = _endpoints(opts)
     backend = backend_of(endpoints)
+    if backend == "jmq":
+        _check_jmq(opts)
     starting = parse_offsets(
         "startingOffsets",
         opts.get("startingoffsets"),
@@ -291,6 +300,8 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkConfig:
     overrides a ``topic`` column; one of them is required (checked per row)."""
     opts = _lower(options)
     endpoints = _endpoints(opts)
+    if backend_of(endpoints) == "jmq":
+        _check_jmq(opts)
     idem = opts.get("idempotencekey", "auto").strip().lower()
     if idem not in ("auto", "none"):
         raise _bad("idempotenceKey", f"{idem!r} is not 'auto' or 'none'")

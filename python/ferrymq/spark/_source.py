@@ -135,6 +135,10 @@ def _snapshot(src: Source, topics: Sequence[str], which: str) -> Offsets:
     """The earliest or latest offset of every partition of ``topics``."""
     out: Offsets = {}
     for topic in topics:
+        bulk = getattr(src, "snapshot", None)
+        if bulk is not None:
+            out[topic] = bulk(topic, which)
+            continue
         out[topic] = {}
         for p in src.partitions(topic):
             out[topic][p] = src.earliest(topic, p) if which == "earliest" else src.latest(topic, p)
@@ -189,6 +193,10 @@ def _qualify(topic: str, given: dict[str, int], parts: Sequence[str]) -> dict[st
     return out
 
 
+#: Broker answers to a read below the partition's first stored offset (RocketMQ, JMQ4).
+_OFFSET_GONE = ("ILLEGAL_OFFSET", "FW_FETCH_MESSAGE_INDEX_OUT_OF_RANGE")
+
+
 def _read_range(
     cfg: SourceConfig, schema: pa.Schema, part: InputPartition
 ) -> Iterator[pa.RecordBatch]:
@@ -201,7 +209,7 @@ def _read_range(
         try:
             cols = src.read(part.topic, part.partition, at, part.end, cfg.max_rows_per_batch)
         except BrokerError as e:
-            if e.code_name != "ILLEGAL_OFFSET":
+            if e.code_name not in _OFFSET_GONE:
                 raise
             earliest = src.earliest(part.topic, part.partition)
             if earliest <= at:

@@ -338,6 +338,61 @@ async fn nack_goes_through_the_retry_queue() {
 }
 
 #[tokio::test]
+async fn settle_acks_and_nacks_one_fetch_in_one_request() {
+    let s = server(1).await;
+    s.create_topic("st", 1).unwrap();
+    let p = producer(&s, ProducerOptions::default()).await;
+    for b in ["a", "b", "c"] {
+        p.send(&msg("st", b)).await.unwrap();
+    }
+    let c = consumer(&s, &["st"], ConsumeMode::Clustering).await;
+    let got = drain(&c, 3, false).await;
+    assert_eq!(got.len(), 3);
+    let (nacked, acked) = got.split_at(1);
+    c.settle(acked, nacked, RetryType::Exception).await.unwrap();
+    // Only the nacked message comes back, from the retry queue.
+    let again = drain(&c, 1, true).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].body, nacked[0].body);
+    assert!(again[0].is_retry());
+    assert!(c
+        .receive(8, Duration::from_millis(100))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        c.settle(&[], nacked, RetryType::None)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+}
+
+#[tokio::test]
+async fn a_fetch_ack_timeout_overrides_the_consumers() {
+    let s = server(1).await;
+    s.create_topic("at", 1).unwrap();
+    let p = producer(&s, ProducerOptions::default()).await;
+    p.send(&msg("at", "x")).await.unwrap();
+    let c = consumer(&s, &["at"], ConsumeMode::Clustering).await;
+    let first = c
+        .receive_with(
+            8,
+            Duration::from_millis(300),
+            Some(Duration::from_millis(100)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Not acked within its 100 ms: delivered again (the consumer's own ack timeout is 30 s).
+    let again = drain(&c, 1, true).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].index, first[0].index);
+}
+
+#[tokio::test]
 async fn retriable_codes_retry_on_another_leader() {
     let s = server(2).await;
     s.create_topic("rt", 4).unwrap();

@@ -65,7 +65,7 @@ fn extract_messages(v: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn cluster_options(
+pub(crate) fn cluster_options(
     endpoint: &str,
     app: String,
     token: String,
@@ -732,6 +732,41 @@ impl PyJmqMessage {
     fn message_id(&self) -> String {
         self.inner.message_id()
     }
+    /// The partition, under its `ferrymq.MessageView` name.
+    #[getter]
+    fn queue_id(&self) -> i32 {
+        i32::from(self.inner.partition)
+    }
+    /// The index, under its `ferrymq.MessageView` name.
+    #[getter]
+    fn offset(&self) -> i64 {
+        self.inner.index
+    }
+    /// 1 for a first delivery, 2 for one from the retry queue (JMQ4 does not count retries,
+    /// so 2 means "at least the second").
+    #[getter]
+    fn delivery_attempt(&self) -> i32 {
+        if self.inner.is_retry() {
+            2
+        } else {
+            1
+        }
+    }
+    /// Always `None`: JMQ4 has no message groups.
+    #[getter]
+    fn message_group(&self) -> Option<&str> {
+        None
+    }
+    /// `send_time`, under its `ferrymq.MessageView` name.
+    #[getter]
+    fn born_timestamp(&self) -> f64 {
+        self.send_time()
+    }
+    /// `store_time`, under its `ferrymq.MessageView` name.
+    #[getter]
+    fn store_timestamp(&self) -> f64 {
+        self.store_time()
+    }
     fn __len__(&self) -> usize {
         self.inner.body.len()
     }
@@ -791,6 +826,22 @@ impl ConsumerState {
             .store(true, std::sync::atomic::Ordering::Release);
         if let Some(c) = self.client.get() {
             c.close().await;
+        }
+    }
+}
+
+fn ack_timeout_arg(v: Option<f64>) -> PyResult<Option<Duration>> {
+    match v {
+        None => Ok(None),
+        Some(v) => {
+            let d = seconds("ack_timeout", v)?;
+            if d < Duration::from_millis(1) || d.as_millis() > i32::MAX as u128 {
+                return Err(invalid(
+                    "ack_timeout",
+                    "must be between 0.001 s and 24 days",
+                ));
+            }
+            Ok(Some(d))
         }
     }
 }
@@ -889,34 +940,79 @@ impl JmqConsumer {
     }
 
     /// Receive up to `max_messages`, waiting up to `wait` seconds for the first (long poll).
-    #[pyo3(signature = (max_messages=32, wait=5.0))]
+    /// `ack_timeout` (seconds) overrides the consumer's for this fetch: how long the partition
+    /// (or retry message) stays occupied without an ack.
+    #[pyo3(signature = (max_messages=32, wait=5.0, *, ack_timeout=None))]
     fn receive(
         &self,
         py: Python<'_>,
         max_messages: usize,
         wait: f64,
+        ack_timeout: Option<f64>,
     ) -> PyResult<Vec<PyJmqMessage>> {
         check_max(max_messages)?;
         let wait = seconds("wait", wait)?;
+        let ack_timeout = ack_timeout_arg(ack_timeout)?;
         let s = self.state.clone();
         self.rt.block_on(py, async move {
-            Ok(wrap(s.get().await?.receive(max_messages, wait).await?))
+            let c = s.get().await?;
+            Ok(wrap(c.receive_with(max_messages, wait, ack_timeout).await?))
         })
     }
 
     /// Async form of `receive`.
-    #[pyo3(signature = (max_messages=32, wait=5.0))]
+    #[pyo3(signature = (max_messages=32, wait=5.0, *, ack_timeout=None))]
     fn receive_async<'py>(
         &self,
         py: Python<'py>,
         max_messages: usize,
         wait: f64,
+        ack_timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         check_max(max_messages)?;
         let wait = seconds("wait", wait)?;
+        let ack_timeout = ack_timeout_arg(ack_timeout)?;
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
-            Ok(wrap(s.get().await?.receive(max_messages, wait).await?))
+            let c = s.get().await?;
+            Ok(wrap(c.receive_with(max_messages, wait, ack_timeout).await?))
+        })
+    }
+
+    /// Settle the messages of one receive in a single COMMIT_ACK: `acks` consumed, `nacks` to
+    /// the retry queue with `retry_type`. An ack releases the partition, so settling a fetch
+    /// in two requests lets another fetch deliver its unsettled rest again.
+    #[pyo3(signature = (acks, nacks, retry_type="exception"))]
+    fn settle(
+        &self,
+        py: Python<'_>,
+        acks: &Bound<'_, PyAny>,
+        nacks: &Bound<'_, PyAny>,
+        retry_type: &str,
+    ) -> PyResult<()> {
+        let a = extract_received(acks)?;
+        let n = extract_received(nacks)?;
+        let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
+        let s = self.state.clone();
+        self.rt
+            .block_on(py, async move { s.get().await?.settle(&a, &n, rt_).await })
+    }
+
+    /// Async form of `settle`.
+    #[pyo3(signature = (acks, nacks, retry_type="exception"))]
+    fn settle_async<'py>(
+        &self,
+        py: Python<'py>,
+        acks: &Bound<'py, PyAny>,
+        nacks: &Bound<'py, PyAny>,
+        retry_type: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let a = extract_received(acks)?;
+        let n = extract_received(nacks)?;
+        let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
+        let s = self.state.clone();
+        future_into_py(py, self.rt, async move {
+            s.get().await?.settle(&a, &n, rt_).await
         })
     }
 

@@ -10,6 +10,7 @@ mod columns;
 mod consumer;
 mod errors;
 mod jmq;
+mod jmq_range;
 mod logging;
 mod message;
 mod message_view;
@@ -55,6 +56,8 @@ mod _native {
     use crate::jmq::{
         JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,
     };
+    #[pymodule_export]
+    use crate::jmq_range::PyJmqRangeReader;
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]

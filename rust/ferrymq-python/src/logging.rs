@@ -116,7 +116,9 @@ fn forward(rx: &Receiver<Record>) {
             }
         }
         let dropped = DROPPED.swap(0, Ordering::Relaxed);
-        Python::attach(|py| {
+        // `try_attach`: at interpreter shutdown there is no Python to log to (and `attach`
+        // would panic on this thread), so the forwarder stops.
+        let attached = Python::try_attach(|py| {
             let Ok(logging) = py.import("logging") else {
                 return;
             };
@@ -142,6 +144,9 @@ fn forward(rx: &Receiver<Record>) {
                 }
             }
         });
+        if attached.is_none() {
+            return;
+        }
     }
 }
 

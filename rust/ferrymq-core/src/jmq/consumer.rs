@@ -276,6 +276,18 @@ impl JmqConsumer {
         max_messages: usize,
         wait: Duration,
     ) -> Result<Vec<ReceivedMessage>> {
+        self.receive_with(max_messages, wait, None).await
+    }
+
+    /// [`receive`](Self::receive) with the ack timeout of this fetch (how long the partition,
+    /// or the retry message, stays occupied without an ack); `None` = the consumer's option.
+    /// Broadcast mode has no occupation and ignores it.
+    pub async fn receive_with(
+        &self,
+        max_messages: usize,
+        wait: Duration,
+        ack_timeout: Option<Duration>,
+    ) -> Result<Vec<ReceivedMessage>> {
         self.check_open()?;
         if max_messages == 0 || max_messages > i16::MAX as usize {
             return Err(Error::invalid(
@@ -285,7 +297,10 @@ impl JmqConsumer {
         }
         match self.inner.options.mode {
             ConsumeMode::Broadcast => self.receive_broadcast(max_messages, wait).await,
-            _ => self.receive_topic(max_messages, wait).await,
+            _ => {
+                let ack_timeout = ack_timeout.unwrap_or(self.inner.options.ack_timeout);
+                self.receive_topic(max_messages, wait, ack_timeout).await
+            }
         }
     }
 
@@ -406,6 +421,7 @@ impl JmqConsumer {
         broker: &BrokerMeta,
         count: usize,
         long_poll: Duration,
+        ack_timeout: Duration,
     ) -> Result<Vec<ReceivedMessage>> {
         let cluster = &self.inner.cluster;
         let conn = cluster.broker_connection(broker).await?;
@@ -414,8 +430,7 @@ impl JmqConsumer {
         let req = FetchTopicMessage {
             topics: vec![(topic.to_string(), count as i16)],
             app: cluster.app().to_string(),
-            ack_timeout: i32::try_from(self.inner.options.ack_timeout.as_millis())
-                .unwrap_or(i32::MAX),
+            ack_timeout: i32::try_from(ack_timeout.as_millis()).unwrap_or(i32::MAX),
             long_poll_timeout: lp,
         };
         // The read deadline must exceed the long poll (the Java client waits twice as long).
@@ -440,7 +455,12 @@ impl JmqConsumer {
         Ok(out)
     }
 
-    async fn receive_topic(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+    async fn receive_topic(
+        &self,
+        max: usize,
+        wait: Duration,
+        ack_timeout: Duration,
+    ) -> Result<Vec<ReceivedMessage>> {
         let deadline = Instant::now() + wait;
         let mut first_pass = true;
         loop {
@@ -473,7 +493,10 @@ impl JmqConsumer {
                 if !first_pass && long_poll < Duration::from_millis(1) {
                     return Ok(Vec::new());
                 }
-                match self.fetch_from(topic, broker, max, long_poll).await {
+                match self
+                    .fetch_from(topic, broker, max, long_poll, ack_timeout)
+                    .await
+                {
                     Ok(msgs) if !msgs.is_empty() => return Ok(msgs),
                     Ok(_) => {}
                     Err(e) => {
@@ -597,7 +620,37 @@ impl JmqConsumer {
         self.commit(messages, retry).await
     }
 
+    /// Settle the messages of one fetch in a single COMMIT_ACK: `acked` consumed, `nacked` to
+    /// the retry queue with `retry`. An ack releases the partition's occupation, so acking part
+    /// of a fetch in one request and the rest in another lets a concurrent fetch deliver the
+    /// unsettled rest again; this avoids that.
+    pub async fn settle(
+        &self,
+        acked: &[ReceivedMessage],
+        nacked: &[ReceivedMessage],
+        retry: RetryType,
+    ) -> Result<()> {
+        if retry == RetryType::None && !nacked.is_empty() {
+            return Err(Error::invalid(
+                "retry_type",
+                "a nack needs a retry type other than none",
+            ));
+        }
+        let items: Vec<(&ReceivedMessage, RetryType)> = acked
+            .iter()
+            .map(|m| (m, RetryType::None))
+            .chain(nacked.iter().map(|m| (m, retry)))
+            .collect();
+        self.commit_items(&items).await
+    }
+
     async fn commit(&self, messages: &[ReceivedMessage], retry: RetryType) -> Result<()> {
+        let items: Vec<(&ReceivedMessage, RetryType)> =
+            messages.iter().map(|m| (m, retry)).collect();
+        self.commit_items(&items).await
+    }
+
+    async fn commit_items(&self, messages: &[(&ReceivedMessage, RetryType)]) -> Result<()> {
         self.check_open()?;
         if messages.is_empty() || self.inner.options.mode == ConsumeMode::Broadcast {
             // Broadcast keeps its position on the client; there is nothing to ack.
@@ -607,7 +660,7 @@ impl JmqConsumer {
         // Group by broker → topic → partition.
         let mut by_broker: BTreeMap<i32, BTreeMap<String, BTreeMap<i16, Vec<AckItem>>>> =
             BTreeMap::new();
-        for m in messages {
+        for &(m, retry) in messages {
             by_broker
                 .entry(m.broker_id)
                 .or_default()

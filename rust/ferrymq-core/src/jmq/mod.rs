@@ -13,6 +13,7 @@
 //! | [`cluster`] | the session: connections per broker, the FETCH_CLUSTER cache, health, weights |
 //! | [`producer`] | PRODUCE_MESSAGE, batches, retries, transactions and feedback |
 //! | [`consumer`] | server-balanced, coordinator and broadcast consumption, acks, indices |
+//! | [`range`] | index-range reads of partitions (FETCH_INDEX bounds, FETCH_PARTITION_MESSAGE) for Spark |
 //! | [`store`] | the embedded server's topic store (partitions, acks, occupation, transactions) |
 //! | [`server`] | the embedded JMQ4 TCP server with fault injection |
 
@@ -25,6 +26,7 @@ pub mod compress;
 pub mod consumer;
 pub mod message;
 pub mod producer;
+pub mod range;
 pub mod server;
 pub mod store;
 

@@ -4,7 +4,7 @@
 //! All state sits behind one mutex and no method awaits while holding it; long polling waits on
 //! [`JmqStore::changed`] outside the lock.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -86,7 +86,10 @@ impl PartState {
 
 #[derive(Debug, Clone)]
 struct RetryEntry {
+    /// First retry index of the entry; a batch entry spans `count` indices (`id..id + count`),
+    /// as the client numbers the messages it unpacks from it.
     id: i64,
+    count: i64,
     msg: WireMessage,
     due: Instant,
 }
@@ -95,7 +98,7 @@ struct RetryEntry {
 struct AppState {
     parts: HashMap<i16, PartState>,
     retry: VecDeque<RetryEntry>,
-    retry_inflight: HashMap<i64, (RetryEntry, Instant)>,
+    retry_inflight: BTreeMap<i64, (RetryEntry, Instant)>,
     next_retry_id: i64,
     cursor: usize,
 }
@@ -745,9 +748,23 @@ impl JmqStore {
         }
         let a = t.apps.entry(app.to_string()).or_default();
         if partition == RETRY_PARTITION {
+            // Items are the indices of unpacked messages: find the entry each belongs to. An
+            // entry settles once, and goes back to the queue if any of its items asks for it.
+            let mut settled: BTreeMap<i64, bool> = BTreeMap::new();
             for it in items {
-                if let Some((e, _)) = a.retry_inflight.remove(&it.index) {
-                    if it.retry_type != RetryType::None {
+                let owner = a
+                    .retry_inflight
+                    .range(..=it.index)
+                    .next_back()
+                    .filter(|(id, (e, _))| it.index < **id + e.count.max(1))
+                    .map(|(id, _)| *id);
+                if let Some(id) = owner {
+                    *settled.entry(id).or_default() |= it.retry_type != RetryType::None;
+                }
+            }
+            for (id, again) in settled {
+                if let Some((e, _)) = a.retry_inflight.remove(&id) {
+                    if again {
                         a.retry.push_back(RetryEntry {
                             due: now + retry_delay,
                             ..e
@@ -765,17 +782,22 @@ impl JmqStore {
                 ps.occupied = None;
             }
             let part = &t.partitions[&partition];
+            // One retry entry per stored entry, however many of a batch's messages asked.
+            let mut seen = HashSet::new();
             for it in items.iter().filter(|i| i.retry_type != RetryType::None) {
                 let pos = part.position(it.index);
                 if let Some(e) = part.entries.get(pos) {
-                    to_retry.push(e.msg.clone());
+                    if seen.insert(e.index) {
+                        to_retry.push((e.msg.clone(), e.count.max(1)));
+                    }
                 }
             }
-            for msg in to_retry {
+            for (msg, count) in to_retry {
                 let id = a.next_retry_id;
-                a.next_retry_id += 1;
+                a.next_retry_id += count;
                 a.retry.push_back(RetryEntry {
                     id,
+                    count,
                     msg,
                     due: now + retry_delay,
                 });
@@ -1096,6 +1118,62 @@ mod tests {
         assert_eq!(r.messages.len(), 1);
         assert_eq!(r.messages[0].partition, RETRY_PARTITION);
         assert_eq!(r.messages[0].body, m.body);
+    }
+
+    #[test]
+    fn retried_batches_keep_their_index_span() {
+        let s = store();
+        let mut batch = msg(b"three inner messages");
+        batch.sys_code.batch = true;
+        batch.flag = 3;
+        batch.partition = 0;
+        let mut single = msg(b"single");
+        single.partition = 0;
+        s.produce(1, "t", "app", None, vec![batch, single], None);
+        let f = s.fetch_topic(1, 1, "t", "app", 10, Duration::from_secs(30));
+        assert_eq!(f.messages.len(), 2);
+        let (b, one) = (&f.messages[0], &f.messages[1]);
+        // Two of the batch's messages and the single one go to the retry queue: the batch is
+        // queued once, not twice.
+        let nack = |index| AckItem {
+            partition: 0,
+            index,
+            retry_type: RetryType::Exception,
+        };
+        let items = [nack(b.index), nack(b.index + 2), nack(one.index)];
+        assert_eq!(s.commit_ack("t", "app", 0, &items), 0);
+        let r = s.fetch_topic(1, 1, "t", "app", 10, Duration::from_secs(30));
+        assert_eq!(r.messages.len(), 2, "{:?}", r.messages);
+        let (rb, rs) = (&r.messages[0], &r.messages[1]);
+        assert_eq!(rb.body, b.body);
+        assert_eq!(rs.body, one.body);
+        // The batch's retry indices span its 3 messages, so the single one does not collide.
+        assert_eq!(rs.index, rb.index + 3);
+        // Acking the batch's last message settles the batch only; the single one stays in flight
+        // and comes back after its ack timeout.
+        let ack = AckItem {
+            partition: RETRY_PARTITION,
+            index: rb.index + 2,
+            retry_type: RetryType::None,
+        };
+        assert_eq!(s.commit_ack("t", "app", RETRY_PARTITION, &[ack]), 0);
+        let st = s.state.lock();
+        let a = &st.topics["t"].apps["app"];
+        assert_eq!(
+            a.retry_inflight.keys().copied().collect::<Vec<_>>(),
+            [rs.index]
+        );
+        drop(st);
+        // Mixed answers for one entry: a nack among acks queues it again.
+        let items = [AckItem {
+            partition: RETRY_PARTITION,
+            index: rs.index,
+            retry_type: RetryType::Exception,
+        }];
+        assert_eq!(s.commit_ack("t", "app", RETRY_PARTITION, &items), 0);
+        let again = s.fetch_topic(1, 1, "t", "app", 10, Duration::from_secs(30));
+        assert_eq!(again.messages.len(), 1);
+        assert_eq!(again.messages[0].body, one.body);
     }
 
     #[test]

@@ -351,12 +351,11 @@ impl PullReader {
                     {
                         check_status(Some(&s))?;
                     }
+                    // MESSAGE_NOT_FOUND: nothing at this offset (yet).
                     Some(proto::pull_message_response::Content::Status(_)) => {}
                     Some(proto::pull_message_response::Content::Message(m)) => {
                         out.messages.push(m);
                     }
-                    // MESSAGE_NOT_FOUND: nothing at this offset (yet).
-                    Some(proto::pull_message_response::Content::Status(_)) => {}
                     Some(proto::pull_message_response::Content::NextOffset(n)) => next = Some(n),
                     None => {}
                 }

@@ -1,0 +1,402 @@
+"""``ferrymq.SimpleConsumer`` and ``ferrymq.PushConsumer``: one consuming API over RocketMQ 5 and
+JMQ4.
+
+The backend is chosen from the endpoint scheme (as for :class:`ferrymq.Producer`): plain
+``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
+RocketMQ 5 consumers (:class:`ferrymq._native.SimpleConsumer`,
+:class:`ferrymq._native.PushConsumer`); ``jmq://host:port`` selects JMQ4
+(:mod:`ferrymq._jmq_consumer`, built on :class:`ferrymq.JmqConsumer`), where ``group`` is the
+JMQ4 app and ``token=`` is required. Differences by protocol are listed in
+:mod:`ferrymq._jmq_consumer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, cast
+
+from . import _native
+from ._jmq import is_jmq
+from ._jmq_consumer import JmqPushBackend, JmqSimpleBackend
+from ._native import ConsumeResult, Credentials, FilterExpression, MessageView, TlsConfig
+from .exceptions import InvalidArgumentError
+
+__all__ = ["Listener", "PushConsumer", "SimpleConsumer"]
+
+_Seconds = float | timedelta
+_Filter = str | FilterExpression | None
+_Subscriptions = Mapping[str, _Filter] | str | Iterable[str]
+_CredentialsArg = Credentials | tuple[str, str] | tuple[str, str, str] | None
+_TlsArg = bool | str | TlsConfig | None
+
+#: A push consumer listener: ``f(message)`` returning ``ConsumeResult`` or ``None`` (success),
+#: a plain callable or an ``async def``; raising counts as ``FAILURE``.
+Listener = Callable[[MessageView], ConsumeResult | Awaitable[ConsumeResult | None] | None]
+
+
+class SimpleConsumer:
+    """Receives messages on demand; the caller acks each (``with``/``async with``, or
+    :meth:`start` and :meth:`close`).
+
+    Args:
+        endpoints: ``"host:port[;host:port]"`` (RocketMQ 5, optionally ``rocketmq://``) or
+            ``"jmq://host:port"`` (JMQ4).
+        group: the consumer group; for JMQ4 the app.
+        subscriptions: ``{topic: filter}`` (``None``/``"*"``, a tag expression, or a
+            :class:`FilterExpression`), a topic, or a list of topics. JMQ4: topics only.
+        await_duration: long-polling time of :meth:`receive` (default 20 s).
+        credentials, namespace, tls, request_timeout: as for :class:`ferrymq.Producer`.
+        app, token: JMQ4 identity (``app`` may repeat ``group``); ``token`` is required there;
+            both are ignored by RocketMQ.
+        jmq_options: further :class:`ferrymq.JmqConsumer` options for ``jmq://`` (``mode``,
+            ``ack_timeout``, ``long_poll``, ``session_timeout``, ``region``, ``client_ip``,
+            ``metadata_refresh``); an unknown name raises :class:`InvalidArgumentError`.
+
+    For ``jmq://`` the messages are :class:`ferrymq.JmqMessage` objects (with the
+    :class:`MessageView` attribute names), ``invisible_duration`` is the fetch's ack timeout,
+    ack the messages of one :meth:`receive` together, ``change_invisible_duration`` raises and
+    :meth:`nack` sends messages to the retry queue.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Iterable[str],
+        group: str,
+        *,
+        subscriptions: _Subscriptions | None = None,
+        await_duration: _Seconds | None = None,
+        credentials: _CredentialsArg = None,
+        namespace: str | None = None,
+        tls: _TlsArg = None,
+        request_timeout: _Seconds | None = None,
+        app: str | None = None,
+        token: str | None = None,
+        jmq_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._jmq: JmqSimpleBackend | None = None
+        self._impl: _native.SimpleConsumer
+        if is_jmq(endpoints):
+            self._jmq = JmqSimpleBackend(
+                endpoints,
+                group,
+                subscriptions=subscriptions,
+                await_duration=await_duration,
+                app=app,
+                token=token,
+                namespace=namespace,
+                request_timeout=request_timeout,
+                credentials=credentials,
+                tls=tls,
+                options=jmq_options,
+            )
+            # Same methods (duck-typed); its messages are ferrymq.JmqMessage.
+            self._impl = cast("_native.SimpleConsumer", self._jmq)
+            return
+        _rocketmq_only(jmq_options=jmq_options)
+        self._impl = _native.SimpleConsumer(
+            endpoints,
+            group,
+            subscriptions=subscriptions,
+            await_duration=await_duration,
+            credentials=credentials,
+            namespace=namespace,
+            tls=tls,
+            request_timeout=request_timeout,
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> SimpleConsumer:
+        """Connect (RocketMQ: settings and routes; JMQ4: connection, topic metadata)."""
+        self._impl.start()
+        return self
+
+    async def start_async(self) -> SimpleConsumer:
+        await self._impl.start_async()
+        return self
+
+    def close(self) -> None:
+        """Close the connection (unacked messages are delivered again later). Idempotent."""
+        self._impl.close()
+
+    async def close_async(self) -> None:
+        await self._impl.close_async()
+
+    def __enter__(self) -> SimpleConsumer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> SimpleConsumer:
+        return await self.start_async()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close_async()
+
+    # -- consuming ---------------------------------------------------------------------------
+
+    def receive(
+        self, max_messages: int = 16, invisible_duration: _Seconds | None = None
+    ) -> list[MessageView]:
+        """Up to ``max_messages`` messages, waiting up to ``await_duration`` (GIL released);
+        each stays invisible to other consumers for ``invisible_duration`` (default 30 s)
+        unless acked."""
+        return self._impl.receive(max_messages, invisible_duration)
+
+    async def receive_async(
+        self, max_messages: int = 16, invisible_duration: _Seconds | None = None
+    ) -> list[MessageView]:
+        return await self._impl.receive_async(max_messages, invisible_duration)
+
+    def ack(self, message: MessageView | Iterable[MessageView]) -> None:
+        """Acknowledge a message, or a list of them (JMQ4: in one request)."""
+        if self._jmq is not None:
+            self._jmq.ack(cast("Any", message))
+        elif isinstance(message, MessageView):
+            self._impl.ack(message)
+        else:
+            for m in message:
+                self._impl.ack(m)
+
+    async def ack_async(self, message: MessageView | Iterable[MessageView]) -> None:
+        if self._jmq is not None:
+            await self._jmq.ack_async(cast("Any", message))
+        elif isinstance(message, MessageView):
+            await self._impl.ack_async(message)
+        else:
+            for m in message:
+                await self._impl.ack_async(m)
+
+    def nack(
+        self, message: MessageView | Iterable[MessageView], retry_type: str = "exception"
+    ) -> None:
+        """JMQ4 only: send messages to the broker's retry queue (``retry_type`` ``"exception"``,
+        ``"timeout"`` or ``"other"``), from which they are delivered again. RocketMQ redelivers
+        by :meth:`change_invisible_duration`."""
+        self._jmq_only("nack").nack(cast("Any", message), retry_type)
+
+    async def nack_async(
+        self, message: MessageView | Iterable[MessageView], retry_type: str = "exception"
+    ) -> None:
+        await self._jmq_only("nack").nack_async(cast("Any", message), retry_type)
+
+    def change_invisible_duration(self, message: MessageView, duration: _Seconds) -> None:
+        """RocketMQ only: make ``message`` visible again after ``duration`` (from now)."""
+        self._impl.change_invisible_duration(message, duration)
+
+    async def change_invisible_duration_async(
+        self, message: MessageView, duration: _Seconds
+    ) -> None:
+        await self._impl.change_invisible_duration_async(message, duration)
+
+    def subscribe(self, topic: str, filter: _Filter = None) -> None:
+        """RocketMQ only: add (or change) a subscription."""
+        self._impl.subscribe(topic, filter)
+
+    def unsubscribe(self, topic: str) -> None:
+        """RocketMQ only: remove a subscription."""
+        self._impl.unsubscribe(topic)
+
+    def _jmq_only(self, what: str) -> _native.JmqConsumer:
+        if self._jmq is None:
+            raise InvalidArgumentError(
+                f"{what}: RocketMQ has no {what}; use change_invisible_duration()"
+            )
+        return self._jmq.native
+
+    # -- introspection -----------------------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        return self._impl.group
+
+    @property
+    def subscriptions(self) -> dict[str, FilterExpression]:
+        return self._impl.subscriptions
+
+    @property
+    def client_id(self) -> str | None:
+        return self._impl.client_id
+
+    @property
+    def protocol(self) -> str:
+        """``"rocketmq"`` or ``"jmq4"``."""
+        return "rocketmq" if self._jmq is None else "jmq4"
+
+    def __repr__(self) -> str:
+        return repr(self._impl)
+
+
+class PushConsumer:
+    """Runs ``listener`` for every message of its subscriptions (``with``/``async with``, or
+    :meth:`start` and :meth:`close`).
+
+    ``listener(message)`` is a plain callable (run on ``consumption_threads`` threads) or an
+    ``async def`` (run on the event loop of :meth:`start_async`/``async with``, or on a private
+    loop thread after :meth:`start`). Returning ``ConsumeResult.SUCCESS`` or ``None`` acks the
+    message; ``ConsumeResult.FAILURE`` or raising (logged with its traceback on the
+    ``ferrymq.consumer`` logger) hands it back for redelivery (RocketMQ: by the retry policy;
+    JMQ4: through the broker's retry queue).
+
+    Args:
+        endpoints, group, subscriptions, credentials, namespace, tls, request_timeout, app,
+            token, jmq_options: as for :class:`SimpleConsumer`.
+        consumption_threads: listener concurrency.
+        max_cache_messages, max_cache_bytes: bounds of received but unsettled messages.
+        fifo_accelerator: RocketMQ FIFO groups: consume message groups in parallel.
+        receive_batch_size: messages per receive (default: RocketMQ's, or 32 for JMQ4).
+        max_concurrent_receives: receives in flight at once (JMQ4: receiving threads).
+        shutdown_timeout: how long :meth:`close` waits for callbacks and acks.
+    """
+
+    def __init__(
+        self,
+        endpoints: str | Iterable[str],
+        group: str,
+        *,
+        subscriptions: _Subscriptions,
+        listener: Listener,
+        consumption_threads: int = 20,
+        max_cache_messages: int = 4096,
+        max_cache_bytes: int = 67108864,
+        fifo_accelerator: bool = False,
+        receive_batch_size: int | None = None,
+        max_concurrent_receives: int = 4,
+        shutdown_timeout: _Seconds | None = None,
+        credentials: _CredentialsArg = None,
+        namespace: str | None = None,
+        tls: _TlsArg = None,
+        request_timeout: _Seconds | None = None,
+        app: str | None = None,
+        token: str | None = None,
+        jmq_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._jmq: JmqPushBackend | None = None
+        self._impl: _native.PushConsumer
+        if is_jmq(endpoints):
+            self._jmq = JmqPushBackend(
+                endpoints,
+                group,
+                subscriptions=subscriptions,
+                listener=listener,
+                consumption_threads=consumption_threads,
+                max_cache_messages=max_cache_messages,
+                max_cache_bytes=max_cache_bytes,
+                fifo_accelerator=fifo_accelerator,
+                receive_batch_size=receive_batch_size,
+                max_concurrent_receives=max_concurrent_receives,
+                shutdown_timeout=shutdown_timeout,
+                app=app,
+                token=token,
+                namespace=namespace,
+                request_timeout=request_timeout,
+                credentials=credentials,
+                tls=tls,
+                options=jmq_options,
+            )
+            self._impl = cast("_native.PushConsumer", self._jmq)
+            return
+        _rocketmq_only(jmq_options=jmq_options)
+        self._impl = _native.PushConsumer(
+            endpoints,
+            group,
+            subscriptions=subscriptions,
+            listener=listener,
+            consumption_threads=consumption_threads,
+            max_cache_messages=max_cache_messages,
+            max_cache_bytes=max_cache_bytes,
+            fifo_accelerator=fifo_accelerator,
+            receive_batch_size=receive_batch_size,
+            max_concurrent_receives=max_concurrent_receives,
+            shutdown_timeout=shutdown_timeout,
+            credentials=credentials,
+            namespace=namespace,
+            tls=tls,
+            request_timeout=request_timeout,
+        )
+
+    def start(self) -> PushConsumer:
+        """Connect and start consuming."""
+        self._impl.start()
+        return self
+
+    async def start_async(self) -> PushConsumer:
+        """Connect and start consuming; an ``async def`` listener runs on this event loop."""
+        await self._impl.start_async()
+        return self
+
+    def close(self, timeout: _Seconds | None = None) -> None:
+        """Stop receiving, wait for running callbacks and their acks (up to ``timeout``,
+        default ``shutdown_timeout``), then disconnect. Idempotent."""
+        self._impl.close(timeout)
+
+    async def close_async(self, timeout: _Seconds | None = None) -> None:
+        await self._impl.close_async(timeout)
+
+    def __enter__(self) -> PushConsumer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> PushConsumer:
+        return await self.start_async()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close_async()
+
+    def stats(self) -> dict[str, int]:
+        """Live counters (``received``, ``consumed_ok``, ``consumed_failed``, ``acked``,
+        ``nacked``, ``cached_messages``, ``cached_bytes`` …; RocketMQ reports more)."""
+        return self._impl.stats()
+
+    @property
+    def group(self) -> str:
+        return self._impl.group
+
+    @property
+    def fifo(self) -> bool | None:
+        """Whether the group is consumed in FIFO order (RocketMQ: known once started)."""
+        return self._impl.fifo
+
+    @property
+    def client_id(self) -> str | None:
+        return self._impl.client_id
+
+    @property
+    def protocol(self) -> str:
+        """``"rocketmq"`` or ``"jmq4"``."""
+        return "rocketmq" if self._jmq is None else "jmq4"
+
+    def __repr__(self) -> str:
+        return repr(self._impl)
+
+
+def _rocketmq_only(*, jmq_options: object) -> None:
+    # app and token are ignored by RocketMQ (as by ferrymq.Producer), so that one configuration
+    # serves both; JMQ4 options are refused.
+    if jmq_options is not None:
+        raise InvalidArgumentError("jmq_options: only for jmq:// endpoints")

@@ -1,0 +1,354 @@
+"""ferrymq.SimpleConsumer and ferrymq.PushConsumer over JMQ4 (``jmq://``), against the JMQ4 side
+of ferrymq.testing.EmbeddedBroker: the RocketMQ consumer API, selected by the endpoint scheme."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+import ferrymq
+from ferrymq.testing import EmbeddedBroker
+
+APP = "test_app"
+TOKEN = "test_token"
+_ids = itertools.count()
+
+
+@pytest.fixture
+def topic(jmq_broker: EmbeddedBroker) -> str:
+    name = f"jmq-c{next(_ids)}"
+    jmq_broker.create_topic(name, queues=4)
+    return name
+
+
+def send(broker: EmbeddedBroker, topic: str, n: int, *, batch: bool = False) -> set[bytes]:
+    """Send ``n`` messages, one by one or as JMQ4 batches (stored, and retried, as one entry)."""
+    bodies = [f"m{i}".encode() for i in range(n)]
+    messages = [ferrymq.Message(topic, b, keys=b.decode(), tag="t") for b in bodies]
+    with ferrymq.Producer(broker.jmq_endpoint, app=APP, token=TOKEN) as p:
+        if batch:
+            for i in range(0, n, 50):
+                p.send_batch(messages[i : i + 50])
+        else:
+            for m in messages:
+                p.send(m)
+    return set(bodies)
+
+
+def simple(broker: EmbeddedBroker, topic: str, **kw: object) -> ferrymq.SimpleConsumer:
+    return ferrymq.SimpleConsumer(
+        broker.jmq_endpoint,
+        APP,
+        subscriptions=topic,
+        token=TOKEN,
+        await_duration=0.3,
+        jmq_options={"long_poll": 0.3},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_simple_consumer_receives_and_acks(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    sent = send(jmq_broker, topic, 20, batch=True)
+    got: list[ferrymq.MessageView] = []
+    with simple(jmq_broker, topic) as c:
+        assert isinstance(c, ferrymq.SimpleConsumer)
+        assert c.protocol == "jmq4"
+        assert c.group == APP
+        assert list(c.subscriptions) == [topic]
+        for _ in range(100):
+            if len(got) >= len(sent):
+                break
+            batch = c.receive(16)
+            if batch:
+                c.ack(batch)  # the messages of one receive together
+            got.extend(batch)
+        assert c.receive(16) == []
+    assert {m.body for m in got} == sent
+    m = got[0]
+    assert isinstance(m, ferrymq.JmqMessage)
+    assert m.topic == topic
+    assert m.keys == (m.body.decode(),)
+    assert m.tag == "t"
+    assert 0 <= m.queue_id < 4
+    assert m.offset >= 0
+    assert m.delivery_attempt == 1
+    assert m.message_group is None
+    assert m.message_id == f"{topic}/{m.queue_id}/{m.offset}"
+    assert m.store_timestamp >= m.born_timestamp > 0
+    assert "token" not in repr(c)
+
+
+def test_simple_consumer_nack_redelivers(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    send(jmq_broker, topic, 1)
+    with simple(jmq_broker, topic) as c:
+        first = c.receive(16)
+        assert len(first) == 1
+        with pytest.raises(ferrymq.InvalidArgumentError, match="change_invisible_duration"):
+            c.change_invisible_duration(first[0], 5)
+        c.nack(first)
+        again: list[ferrymq.MessageView] = []
+        for _ in range(20):
+            again = c.receive(16)
+            if again:
+                break
+        assert [m.body for m in again] == [first[0].body]
+        assert again[0].delivery_attempt == 2
+        c.ack(again[0])
+        assert c.receive(16) == []
+
+
+def test_invisible_duration_is_the_ack_timeout(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    send(jmq_broker, topic, 1)
+    with simple(jmq_broker, topic) as c:
+        first = c.receive(16, invisible_duration=0.2)
+        assert len(first) == 1
+        time.sleep(0.4)  # not acked: visible again once the fetch's ack timeout passed
+        again: list[ferrymq.MessageView] = []
+        for _ in range(20):
+            again = c.receive(16)
+            if again:
+                break
+        assert [m.offset for m in again] == [first[0].offset]
+        c.ack(again)
+
+
+async def test_simple_consumer_asyncio(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    sent = send(jmq_broker, topic, 5)
+    acked: list[ferrymq.MessageView] = []
+    nacked: list[ferrymq.MessageView] = []
+    async with simple(jmq_broker, topic) as c:
+        for _ in range(100):
+            if len(acked) >= len(sent):
+                break
+            batch = await c.receive_async(16)
+            if batch and not nacked:
+                await c.nack_async(batch[0])
+                nacked.append(batch[0])
+                batch = batch[1:]
+            await c.ack_async(batch)
+            acked.extend(batch)
+        assert await c.receive_async(16) == []
+    # Every message acked once; the nacked one came back from the retry queue.
+    assert sorted(m.body for m in acked) == sorted(sent)
+    assert [m.body for m in acked if m.delivery_attempt == 2] == [nacked[0].body]
+
+
+def test_push_consumer_consumes_every_message(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    sent = send(jmq_broker, topic, 300, batch=True)
+    seen: Counter[bytes] = Counter()
+    lock = threading.Lock()
+
+    def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
+        with lock:
+            seen[m.body] += 1
+        return ferrymq.ConsumeResult.SUCCESS
+
+    with ferrymq.PushConsumer(
+        jmq_broker.jmq_endpoint,
+        APP,
+        subscriptions={topic: "*"},
+        listener=listener,
+        consumption_threads=4,
+        max_cache_messages=64,
+        token=TOKEN,
+    ) as pc:
+        assert isinstance(pc, ferrymq.PushConsumer)
+        assert pc.protocol == "jmq4"
+        wait_for(lambda: set(seen) == sent and pc.stats()["cached_messages"] == 0)
+        stats = pc.stats()
+    # Slots are reserved before each receive, but a JMQ4 batch (50 here) is delivered whole:
+    # each of the 4 receives in flight may bring one batch beyond its reservation.
+    assert stats["max_cached_messages"] <= 64 + 4 * 50
+    assert stats["acked"] >= len(sent)
+    assert stats["consumed_failed"] == 0
+    # Everything was acked: nothing comes back.
+    with simple(jmq_broker, topic) as c:
+        assert c.receive(32) == []
+
+
+async def test_push_consumer_async_listener(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    sent = send(jmq_broker, topic, 50)
+    seen: set[bytes] = set()
+    loop = asyncio.get_running_loop()
+    loops = set()
+
+    async def listener(m: ferrymq.MessageView) -> None:
+        loops.add(asyncio.get_running_loop())
+        await asyncio.sleep(0)
+        seen.add(m.body)
+
+    async with ferrymq.PushConsumer(
+        jmq_broker.jmq_endpoint, APP, subscriptions=[topic], listener=listener, token=TOKEN
+    ) as pc:
+        for _ in range(1500):
+            if seen == sent and pc.stats()["cached_messages"] == 0:
+                break
+            await asyncio.sleep(0.02)
+    assert seen == sent
+    assert loops == {loop}
+
+
+def test_push_consumer_async_listener_from_blocking_code(
+    jmq_broker: EmbeddedBroker, topic: str
+) -> None:
+    sent = send(jmq_broker, topic, 20)
+    seen: set[bytes] = set()
+    threads: set[str] = set()
+
+    async def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
+        threads.add(threading.current_thread().name)
+        seen.add(m.body)
+        return ferrymq.ConsumeResult.SUCCESS
+
+    with ferrymq.PushConsumer(
+        jmq_broker.jmq_endpoint, APP, subscriptions=topic, listener=listener, token=TOKEN
+    ) as pc:
+        wait_for(lambda: seen == sent and pc.stats()["cached_messages"] == 0)
+    assert threads == {"ferrymq-listener-loop"}
+
+
+def test_push_listener_failure_is_nacked_and_redelivered(
+    jmq_broker: EmbeddedBroker, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = send(jmq_broker, topic, 10)
+    attempts: Counter[bytes] = Counter()
+    done: set[bytes] = set()
+    lock = threading.Lock()
+
+    def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult | None:
+        with lock:
+            attempts[m.body] += 1
+            if m.delivery_attempt == 1:
+                if m.body.endswith(b"0"):
+                    return ferrymq.ConsumeResult.FAILURE
+                raise RuntimeError(f"boom {m.body!r}")
+            done.add(m.body)
+        return None
+
+    caplog.set_level(logging.ERROR, logger="ferrymq.consumer")
+    with ferrymq.PushConsumer(
+        jmq_broker.jmq_endpoint, APP, subscriptions=topic, listener=listener, token=TOKEN
+    ) as pc:
+        wait_for(lambda: done == sent and pc.stats()["cached_messages"] == 0)
+        stats = pc.stats()
+    assert all(n >= 2 for n in attempts.values())
+    assert stats["nacked"] >= 10
+    errors = [r for r in caplog.records if r.name == "ferrymq.consumer" and r.exc_info]
+    assert len(errors) >= 9
+    assert "boom" in caplog.text
+    assert "Traceback" in caplog.text
+
+
+def test_close_with_in_flight_work_loses_nothing(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    sent = send(jmq_broker, topic, 60)
+    consumed: set[bytes] = set()
+    lock = threading.Lock()
+    started = threading.Event()
+
+    def listener(m: ferrymq.MessageView) -> None:
+        started.set()
+        time.sleep(0.1)
+        with lock:
+            consumed.add(m.body)
+
+    pc = ferrymq.PushConsumer(
+        jmq_broker.jmq_endpoint,
+        APP,
+        subscriptions=topic,
+        listener=listener,
+        consumption_threads=2,
+        receive_batch_size=4,
+        max_concurrent_receives=1,
+        token=TOKEN,
+    )
+    pc.start()
+    assert started.wait(30)
+    pc.close()
+    stats = pc.stats()
+    assert stats["cached_messages"] == 0
+    assert 0 < len(consumed) < len(sent)
+    assert stats["acked"] == len(consumed)
+    pc.close()  # idempotent
+    # What the push consumer finished was acked; the rest is still there, once.
+    rest: list[bytes] = []
+    with simple(jmq_broker, topic) as c:
+        for _ in range(100):
+            batch = c.receive(32)
+            c.ack(batch)
+            rest.extend(m.body for m in batch)
+            if len(rest) + len(consumed) >= len(sent) and not batch:
+                break
+    assert not consumed & set(rest)
+    assert consumed | set(rest) == sent
+    assert len(rest) == len(set(rest))
+
+
+def test_bad_input(jmq_broker: EmbeddedBroker, topic: str, broker: EmbeddedBroker) -> None:
+    ep = jmq_broker.jmq_endpoint
+    with pytest.raises(ferrymq.BrokerError, match="check app and token"):
+        ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, token="wrong").start()
+    with pytest.raises(ferrymq.BrokerError, match="check app and token"):
+        ferrymq.PushConsumer(
+            ep, APP, subscriptions=topic, listener=lambda m: None, token="wrong"
+        ).start()
+    with pytest.raises(ferrymq.InvalidArgumentError, match="'bogus'"):
+        ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, token=TOKEN, jmq_options={"bogus": 1})
+    with pytest.raises(ferrymq.InvalidArgumentError, match="'bogus'"):
+        ferrymq.PushConsumer(
+            ep,
+            APP,
+            subscriptions=topic,
+            listener=lambda m: None,
+            token=TOKEN,
+            jmq_options={"bogus": 1},
+        )
+    with pytest.raises(ferrymq.InvalidArgumentError, match="'bogus'"):
+        ferrymq.Producer(ep, app=APP, token=TOKEN, jmq_options={"bogus": 1})
+    with pytest.raises(ferrymq.InvalidArgumentError, match="token"):
+        ferrymq.SimpleConsumer(ep, APP, subscriptions=topic)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="app"):
+        ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, app="other_app", token=TOKEN)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="subscriptions"):
+        ferrymq.SimpleConsumer(ep, APP, subscriptions={topic: "paid"}, token=TOKEN)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="subscriptions"):
+        ferrymq.SimpleConsumer(ep, APP, token=TOKEN)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="credentials"):
+        ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, token=TOKEN, credentials=("ak", "sk"))
+    with pytest.raises(ferrymq.InvalidArgumentError, match="fifo_accelerator"):
+        ferrymq.PushConsumer(
+            ep,
+            APP,
+            subscriptions=topic,
+            listener=lambda m: None,
+            token=TOKEN,
+            fifo_accelerator=True,
+        )
+    with pytest.raises(ferrymq.InvalidArgumentError, match="listener"):
+        ferrymq.PushConsumer(ep, APP, subscriptions=topic, listener=42, token=TOKEN)  # type: ignore[arg-type]
+    c = ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, token=TOKEN)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="subscribe"):
+        c.subscribe("other")
+    c.close()
+    # The RocketMQ side keeps its API; JMQ4-only parts are refused there.
+    r = ferrymq.SimpleConsumer(broker.endpoints, "g", subscriptions=topic)
+    assert r.protocol == "rocketmq"
+    assert isinstance(r, ferrymq.SimpleConsumer)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="nack"):
+        r.nack([])
+    with pytest.raises(ferrymq.InvalidArgumentError, match="jmq_options"):
+        ferrymq.SimpleConsumer(broker.endpoints, "g", subscriptions=topic, jmq_options={})
+    r.close()
