@@ -12,7 +12,11 @@
 //! The broker and the client run on two separate runtimes (threads `fmq-broker*` and
 //! `fmq-bench*`), and the bench reads each thread's CPU time from `/proc/self/task`, so besides
 //! the wall-clock rate (which on a shared machine depends on what else runs) it prints the
-//! broker's CPU cost per message / RPC and the rate that cost allows on 2 dedicated cores.
+//! broker's CPU cost per message / RPC and the rate that cost allows on 2 dedicated cores. The
+//! client's CPU per operation is printed too: the wall rate is bounded by client + broker CPU
+//! on the cores the machine gives the process.
+//! The global allocator is mimalloc, as in the Python extension (`--features system-alloc`
+//! measures with the system allocator).
 //! `BENCH_SECS` (default 3) sets the duration of each phase; `BENCH_THREADS` (default 2) the
 //! worker threads of each runtime.
 
@@ -21,6 +25,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+// The allocator the Python extension ships (`--features system-alloc`: the system's).
+#[cfg(not(feature = "system-alloc"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use ferrymq_core::broker::{Broker, BrokerConfig, GroupConfig, WhenFull};
 use ferrymq_core::proto;
@@ -111,10 +120,11 @@ fn cpu_of(prefix: &str) -> f64 {
     ticks as f64 / 100.0
 }
 
-/// A phase's figures: wall rate, and the broker's CPU per operation.
+/// A phase's figures: wall rate, and the broker's and the bench client's CPU per operation.
 struct Rate {
     per_sec: f64,
     broker_cpu_per_op: f64,
+    client_cpu_per_op: f64,
 }
 
 impl Rate {
@@ -129,11 +139,12 @@ impl Rate {
 
 fn report(name: &str, unit: &str, r: &Rate, what: &str) {
     println!(
-        "broker_load/{name:<14} {:>11.0} {unit}/s wall | broker CPU {:>6.2} us/{} -> {:>11.0} {unit}/s on 2 broker cores  ({what})",
+        "broker_load/{name:<14} {:>11.0} {unit}/s wall | broker CPU {:>6.2} us/{op} -> {:>11.0} {unit}/s on 2 broker cores | client CPU {:>6.2} us/{op}  ({what})",
         r.per_sec,
         r.broker_cpu_per_op * 1e6,
-        unit.trim_end_matches('s'),
         r.capacity_2_cores(),
+        r.client_cpu_per_op * 1e6,
+        op = unit.trim_end_matches('s'),
     );
 }
 
@@ -147,6 +158,7 @@ where
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let cpu0 = cpu_of("fmq-broker");
+    let client0 = cpu_of("fmq-bench");
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..inflight {
@@ -167,6 +179,7 @@ where
     Rate {
         per_sec: n / start.elapsed().as_secs_f64(),
         broker_cpu_per_op: (cpu_of("fmq-broker") - cpu0) / n.max(1.0),
+        client_cpu_per_op: (cpu_of("fmq-bench") - client0) / n.max(1.0),
     }
 }
 

@@ -40,6 +40,9 @@ const MAX_DECODE: usize = 256 * 1024 * 1024;
 const MAX_BATCH: usize = 1024;
 /// `MESSAGE_CORRUPTED`: what the proxy answers a SendMessage without messages.
 const MESSAGE_CORRUPTED: i32 = 40016;
+/// A SendMessage whose bodies total less than this stores copies of them, not slices of the
+/// request's receive buffer (see `send_message`). Larger requests fill most of their buffer.
+const COMPACT_BODIES_BELOW: usize = 4 * 1024;
 
 /// Start serving `ep` on the connections its accept loop hands over.
 pub(crate) fn spawn_server(
@@ -53,11 +56,13 @@ pub(crate) fn spawn_server(
         .max_encoding_message_size(usize::MAX);
     let incoming = ReceiverStream::new(conns).map(Ok::<_, std::io::Error>);
     tokio::spawn(async move {
+        // The one service is served directly, without a router: a router would match every
+        // request's path to pick a service, and box the service and its response future.
+        // Unknown methods are answered UNIMPLEMENTED by the service itself.
         let result = tonic::transport::Server::builder()
             .initial_connection_window_size(Some(16 * 1024 * 1024))
             .initial_stream_window_size(Some(8 * 1024 * 1024))
-            .add_service(svc)
-            .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+            .serve_with_incoming_shutdown(svc, incoming, shutdown.cancelled_owned())
             .await;
         if let Err(e) = result {
             tracing::warn!(target: "ferrymq::broker", "server stopped: {e}");
@@ -516,7 +521,15 @@ impl MessagingService for EndpointService {
                 &msgs,
             )));
         };
+        // A body decodes as a slice of tonic's receive buffer (at least 8 KiB), which stays
+        // allocated as long as any slice of it is stored: a small request's bodies get their own
+        // allocation, or each stored 100 B unary message would hold 8 KiB (uncounted by the
+        // topic's memory bound, and new memory to fault in on every send).
+        let compact = msgs.iter().map(|m| m.body.len()).sum::<usize>() < COMPACT_BODIES_BELOW;
         for (m, k) in msgs.iter_mut().zip(&kinds) {
+            if compact {
+                m.body = bytes::Bytes::copy_from_slice(&m.body);
+            }
             let digest = send::crc32_digest(&m.body);
             if let Some(sp) = m.system_properties.as_mut() {
                 sp.message_type = kind_to_proto(*k) as i32;
