@@ -681,6 +681,7 @@ class EventBatch:
     def pairs(self) -> list[tuple[str, FlightCore]]: ...
     def settle(self) -> None: ...
 
+@final
 class PublisherCore:
     def __new__(
         cls,
