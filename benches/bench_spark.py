@@ -99,14 +99,18 @@ def main() -> None:
     n, size = args.rows, args.size
     print(f"local[2], {n} messages of {size} B, 4 queues; best of 3 after a warm-up", flush=True)
     with EmbeddedBroker(max_topic_bytes=1 << 31) as broker:
-        if "rocketmq" in backends:
-            bench_rocketmq(spark, broker, n, size)
-        if "jmq" in backends:
-            bench_jmq(spark, broker, n, size)
-        nats = shutil.which("nats-server") or shutil.which("/usr/sbin/nats-server")
-        if nats and "nats" in backends:
-            bench_nats(spark, nats, n, size)
-    spark.stop()
+        try:
+            if "rocketmq" in backends:
+                bench_rocketmq(spark, broker, n, size)
+            if "jmq" in backends:
+                bench_jmq(spark, broker, n, size)
+            nats = shutil.which("nats-server") or shutil.which("/usr/sbin/nats-server")
+            if nats and "nats" in backends:
+                bench_nats(spark, nats, n, size)
+        finally:
+            # Spark first: its Python workers cache clients of the broker, which would log
+            # reconnect attempts if the broker went away under them.
+            spark.stop()
 
 
 def bench_rocketmq(spark: Any, broker: EmbeddedBroker, n: int, size: int) -> None:
