@@ -21,7 +21,7 @@ use ferrymq_core::rocketmq::client::ClientOptions;
 use ferrymq_core::rocketmq::consumer_rpc::ClientRpc;
 use ferrymq_core::rocketmq::filter::{FilterExpression, FilterType};
 use ferrymq_core::rocketmq::listener::{
-    BatchListener, ConsumeResult, Delivery, Listener, WorkerPool,
+    BatchListener, ConsumeResult, Delivery, Listener, Stopped, WorkerPool,
 };
 use ferrymq_core::rocketmq::message_view::MessageView;
 use ferrymq_core::rocketmq::push_consumer::{PushConsumer, PushConsumerConfig, StatsSnapshot};
@@ -280,31 +280,49 @@ struct PySyncListener {
     callback: Py<PyAny>,
 }
 
+/// Call the listener with one message; exceptions are logged and count as failure.
+fn consume_one(py: Python<'_>, f: &Bound<'_, PyAny>, m: &Arc<MessageView>) -> ConsumeResult {
+    match Bound::new(
+        py,
+        PyMessageView {
+            inner: m.clone(),
+            transaction_id: None,
+        },
+    ) {
+        Ok(view) => match f.call1((view,)) {
+            Ok(r) => interpret(py, &r, m),
+            Err(e) => {
+                log_listener_error(py, e.value(py).as_any(), m);
+                ConsumeResult::Failure
+            }
+        },
+        Err(e) => {
+            e.write_unraisable(py, None);
+            ConsumeResult::Failure
+        }
+    }
+}
+
 impl BatchListener for PySyncListener {
     fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
         Python::attach(|py| {
             let f = self.callback.bind(py);
-            for m in messages {
-                let r = match Bound::new(
-                    py,
-                    PyMessageView {
-                        inner: m.clone(),
-                        transaction_id: None,
-                    },
-                ) {
-                    Ok(view) => match f.call1((view,)) {
-                        Ok(r) => interpret(py, &r, m),
-                        Err(e) => {
-                            log_listener_error(py, e.value(py).as_any(), m);
-                            ConsumeResult::Failure
-                        }
-                    },
-                    Err(e) => {
-                        e.write_unraisable(py, None);
-                        ConsumeResult::Failure
+            results.extend(messages.iter().map(|m| consume_one(py, f, m)));
+        });
+    }
+
+    fn consume_runs(&self, runs: &[&[Arc<MessageView>]], results: &mut [Vec<ConsumeResult>]) {
+        // All runs under one GIL acquisition; each stops at its first failure.
+        Python::attach(|py| {
+            let f = self.callback.bind(py);
+            for (run, out) in runs.iter().zip(results.iter_mut()) {
+                for m in *run {
+                    let r = consume_one(py, f, m);
+                    out.push(r);
+                    if r == ConsumeResult::Failure {
+                        break;
                     }
-                };
-                results.push(r);
+                }
             }
         });
     }
@@ -518,13 +536,16 @@ impl Listener for PyAsyncListener {
         self.shared.wake.notify_one();
     }
 
-    fn shutdown(&self, timeout: Duration) -> (Vec<Delivery>, bool) {
+    fn shutdown(&self, timeout: Duration) -> Stopped {
         let deadline = Instant::now() + timeout;
-        let abandoned: Vec<Delivery> = {
+        let mut stopped = {
             let mut st = self.shared.lock();
             st.closed = true;
             self.shared.wake.notify_all();
-            st.queue.drain(..).collect()
+            Stopped {
+                deliveries: st.queue.drain(..).collect(),
+                ..Stopped::default()
+            }
         };
         if let Some(h) = self.feeder.lock().take() {
             let _ = h.join();
@@ -533,7 +554,7 @@ impl Listener for PyAsyncListener {
         while self.shared.inflight.load(Ordering::Acquire) > 0 {
             let now = Instant::now();
             if now >= deadline {
-                return (abandoned, false);
+                return stopped;
             }
             st = self
                 .shared
@@ -542,7 +563,8 @@ impl Listener for PyAsyncListener {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
-        (abandoned, true)
+        stopped.finished = true;
+        stopped
     }
 
     fn queued(&self) -> usize {

@@ -5,21 +5,23 @@
 //!   invisible duration to the retry policy's delay for that delivery attempt (the broker
 //!   redelivers, and moves the message to the DLQ after the last attempt). A corrupted message
 //!   is not shown to the listener; it is settled as a failure.
-//! * **FIFO** (groups with `consumeMessageOrderly`): messages of one lane are consumed one at a
-//!   time, oldest first. On success the message is acked, and the next one starts only after
-//!   the broker confirmed the ack (retried every second, except for `INVALID_RECEIPT_HANDLE`).
-//!   On failure it is consumed again locally after the policy's delay, until the maximum
-//!   number of attempts; then it is forwarded to the dead-letter queue (retried until it
-//!   succeeds) and the lane moves on. Without the accelerator a lane is the whole process
+//! * **FIFO** (groups with `consumeMessageOrderly`): messages of one lane are consumed in
+//!   order, oldest first, handed to the listener as runs that stop at the first failure. On
+//!   success the message is acked (retried every second, except for `INVALID_RECEIPT_HANDLE`);
+//!   the broker holds back a message group's next message until then. On failure it is
+//!   consumed again locally after the policy's delay, until the maximum number of attempts;
+//!   then it is forwarded to the dead-letter queue (retried until it succeeds) and the lane
+//!   moves on. Without the accelerator a lane is the whole process
 //!   queue; with it, each message group is its own lane, so different groups run in parallel
 //!   while every group stays strictly ordered.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
-use crate::rocketmq::listener::{ConsumeResult, Delivery};
+use crate::rocketmq::listener::{ConsumeResult, Delivery, Run};
 use crate::rocketmq::message_view::MessageView;
 use crate::rocketmq::process_queue::ProcessQueue;
 use crate::rocketmq::push_consumer::Context;
@@ -99,99 +101,95 @@ fn dispatch_fifo<R: ConsumerRpc>(
     }
 }
 
+/// Most messages of a lane handed to the listener as one [`Run`].
+pub const MAX_RUN: usize = 64;
+
 /// Consume one FIFO lane until it is empty.
+///
+/// The lane's pending messages go to the listener as runs: consumed in order by one thread,
+/// stopping at the first failure. Every success is acked through the settler (coalesced, retried
+/// until done; the settler evicts it) while the lane goes on: the broker holds back the next
+/// message of a message group until the previous one is acked, so the order per group does not
+/// need the lane to wait for the ack. A failed message is consumed again locally after the retry
+/// policy's delay, and after the last attempt forwarded to the dead-letter queue; the messages
+/// behind it wait.
 async fn fifo_lane<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>, key: String) {
+    let mut current: VecDeque<Arc<MessageView>> = VecDeque::new();
     loop {
-        let next = {
+        if current.is_empty() {
             let mut lanes = pq.fifo_lanes.lock();
-            let next = lanes.get_mut(&key).and_then(|l| l.pending.pop_front());
-            if next.is_none() {
-                lanes.remove(&key);
+            match lanes.get_mut(&key) {
+                Some(lane) if !lane.pending.is_empty() => current.extend(lane.pending.drain(..)),
+                _ => {
+                    lanes.remove(&key);
+                    return;
+                }
             }
-            next
-        };
-        let Some(view) = next else { return };
+        }
         if ctx.is_closing() {
-            // Not started: leave it to the broker, which redelivers it after its invisibility.
+            // Not started: leave them to the broker, which redelivers after their invisibility.
+            for view in current.drain(..) {
+                pq.evict(&view);
+            }
+            continue;
+        }
+        let policy = ctx.rpc.settings().retry_policy;
+        let max_attempts = policy.max_attempts;
+        if current[0].is_corrupted() {
+            let view = current.pop_front().expect("not empty");
+            tracing::warn!(
+                target: "ferrymq::consumer",
+                "FIFO message {} of {} is corrupted (digest mismatch); forwarding it to the \
+                 dead-letter queue",
+                view.message_id(), view.topic()
+            );
+            settle::forward_to_dlq_until_done(&ctx, &view, max_attempts).await;
             pq.evict(&view);
             continue;
         }
-        if consume_fifo_message(&ctx, &pq, &view).await == Settled::Here {
-            pq.evict(&view);
-        }
-    }
-}
-
-/// Who takes a consumed FIFO message out of the cache.
-#[derive(Debug, PartialEq, Eq)]
-enum Settled {
-    /// The lane, once `consume_fifo_message` returns.
-    Here,
-    /// The settler, once the broker confirmed the ack.
-    BySettler,
-}
-
-async fn consume_fifo_message<R: ConsumerRpc>(
-    ctx: &Arc<Context<R>>,
-    pq: &Arc<ProcessQueue>,
-    view: &Arc<MessageView>,
-) -> Settled {
-    let policy = ctx.rpc.settings().retry_policy;
-    let max_attempts = policy.max_attempts;
-    if view.is_corrupted() {
-        tracing::warn!(
-            target: "ferrymq::consumer",
-            "FIFO message {} of {} is corrupted (digest mismatch); forwarding it to the \
-             dead-letter queue",
-            view.message_id(), view.topic()
-        );
-        settle::forward_to_dlq_until_done(ctx, view, max_attempts).await;
-        return Settled::Here;
-    }
-    loop {
+        let run: Vec<Arc<MessageView>> = current
+            .iter()
+            .take(MAX_RUN)
+            .take_while(|v| !v.is_corrupted())
+            .cloned()
+            .collect();
         let (tx, rx) = oneshot::channel();
-        ctx.listener
-            .submit(vec![Delivery::new(view.clone(), move |outcome| {
-                let _ = tx.send(outcome);
-            })]);
-        let result = match rx.await {
-            Ok(Some(result)) => result,
+        ctx.listener.submit_run(Run::new(run, move |outcome| {
+            let _ = tx.send(outcome);
+        }));
+        let Ok(Some(results)) = rx.await else {
             // Abandoned at shutdown: not consumed, not settled.
-            Ok(None) | Err(_) => return Settled::Here,
+            for view in current.drain(..) {
+                pq.evict(&view);
+            }
+            continue;
         };
-        ctx.stats.on_consumed(result);
-        match result {
-            ConsumeResult::Success if ctx.config.fifo_accelerator => {
-                // A lane per message group: its next message comes after this ack.
-                settle::ack_until_done(ctx, pq, view).await;
-                return Settled::Here;
+        for result in results {
+            ctx.stats.on_consumed(result);
+            if result == ConsumeResult::Success {
+                let view = current.pop_front().expect("a result per run message");
+                ctx.settle.submit(settle::Job::ack(pq.clone(), view));
+                continue;
             }
-            ConsumeResult::Success => {
-                // One lane for the whole queue, messages of many groups. The broker holds back
-                // the next message of this message's group until the ack lands, so order per
-                // group does not need the lane to wait for it: the settler acks (coalesced,
-                // retried until done) and evicts, while the lane goes on with other groups.
-                ctx.settle
-                    .submit(settle::Job::ack(pq.clone(), view.clone()));
-                return Settled::BySettler;
+            let view = current[0].clone();
+            if ctx.is_closing() {
+                break;
             }
-            ConsumeResult::Failure => {
-                if ctx.is_closing() {
-                    return Settled::Here;
-                }
-                let attempt = view.delivery_attempt();
-                if u32::try_from(attempt).unwrap_or(0) >= max_attempts {
-                    settle::forward_to_dlq_until_done(ctx, view, max_attempts).await;
-                    return Settled::Here;
-                }
-                let delay = policy.delay(u32::try_from(attempt).unwrap_or(1));
-                tokio::select! {
-                    () = ctx.closing.cancelled() => return Settled::Here,
-                    () = tokio::time::sleep(delay) => {}
-                }
-                view.increment_delivery_attempt();
-                ctx.stats.on_local_retry();
+            let attempt = view.delivery_attempt();
+            if u32::try_from(attempt).unwrap_or(0) >= max_attempts {
+                settle::forward_to_dlq_until_done(&ctx, &view, max_attempts).await;
+                current.pop_front();
+                pq.evict(&view);
+                break;
             }
+            let delay = policy.delay(u32::try_from(attempt).unwrap_or(1));
+            tokio::select! {
+                () = ctx.closing.cancelled() => break,
+                () = tokio::time::sleep(delay) => {}
+            }
+            view.increment_delivery_attempt();
+            ctx.stats.on_local_retry();
+            break;
         }
     }
 }

@@ -87,16 +87,91 @@ impl std::fmt::Debug for Delivery {
     }
 }
 
+/// Receives the results of a [`Run`]'s consumed prefix, or `None` when it was abandoned unstarted.
+type RunCompletion = Box<dyn FnOnce(Option<Vec<ConsumeResult>>) + Send>;
+
+/// Consecutive messages of one FIFO lane, consumed in order by one thread in one go, stopping
+/// at the first failure: the results cover the consumed prefix (every result but the last is a
+/// success); the messages after it were not shown to the listener. Handing a lane's messages
+/// over as a run costs one thread hand-off (and, in the Python binding, one GIL acquisition)
+/// for the whole run instead of one per message.
+pub struct Run {
+    messages: Vec<Arc<MessageView>>,
+    done: Option<RunCompletion>,
+}
+
+impl Run {
+    /// A run of `messages` (at least one) whose results go to `done`.
+    pub fn new(
+        messages: Vec<Arc<MessageView>>,
+        done: impl FnOnce(Option<Vec<ConsumeResult>>) + Send + 'static,
+    ) -> Self {
+        debug_assert!(!messages.is_empty(), "a run has at least one message");
+        Self {
+            messages,
+            done: Some(Box::new(done)),
+        }
+    }
+
+    /// The messages, oldest first.
+    pub fn messages(&self) -> &[Arc<MessageView>] {
+        &self.messages
+    }
+
+    /// Report the results of the consumed prefix (at least one result: a run dropped or
+    /// completed without any counts its first message as failed).
+    pub fn complete(mut self, mut results: Vec<ConsumeResult>) {
+        if results.is_empty() {
+            results.push(ConsumeResult::Failure);
+        }
+        if let Some(done) = self.done.take() {
+            done(Some(results));
+        }
+    }
+
+    /// Give the run up without consuming it (shutdown).
+    pub fn abandon(mut self) {
+        if let Some(done) = self.done.take() {
+            done(None);
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done(Some(vec![ConsumeResult::Failure]));
+        }
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("messages", &self.messages.len())
+            .finish()
+    }
+}
+
 /// Where consume services send messages. `submit` must not block: implementations queue the
 /// batch and run user code elsewhere.
 pub trait Listener: Send + Sync + 'static {
     /// Accept a batch; every delivery is completed later, from any thread.
     fn submit(&self, batch: Vec<Delivery>);
 
-    /// Stop accepting work, abandon deliveries that have not started (they are returned), and
-    /// wait up to `timeout` for running callbacks to finish. Returns the abandoned deliveries and
-    /// whether every running callback finished in time.
-    fn shutdown(&self, timeout: Duration) -> (Vec<Delivery>, bool);
+    /// Accept a FIFO run; it is completed later, from any thread. The default consumes only the
+    /// run's first message (the lane hands over the rest again afterwards).
+    fn submit_run(&self, run: Run) {
+        let first = run.messages[0].clone();
+        self.submit(vec![Delivery::new(first, move |outcome| match outcome {
+            Some(result) => run.complete(vec![result]),
+            None => run.abandon(),
+        })]);
+    }
+
+    /// Stop accepting work, give back the deliveries and runs that have not started, and wait
+    /// up to `timeout` for running callbacks to finish.
+    fn shutdown(&self, timeout: Duration) -> Stopped;
 
     /// Deliveries waiting to start.
     fn queued(&self) -> usize;
@@ -105,11 +180,55 @@ pub trait Listener: Send + Sync + 'static {
     fn running(&self) -> usize;
 }
 
+/// What [`Listener::shutdown`] leaves behind.
+#[derive(Debug, Default)]
+pub struct Stopped {
+    /// Deliveries that never started; the caller abandons them.
+    pub deliveries: Vec<Delivery>,
+    /// Runs that never started; the caller abandons them.
+    pub runs: Vec<Run>,
+    /// Whether every running callback finished in time.
+    pub finished: bool,
+}
+
+impl Stopped {
+    /// Messages that were not consumed.
+    pub fn messages(&self) -> usize {
+        self.deliveries.len() + self.runs.iter().map(|r| r.messages.len()).sum::<usize>()
+    }
+
+    /// Abandon everything left behind (the broker redelivers it).
+    pub fn abandon(self) {
+        self.deliveries.into_iter().for_each(Delivery::abandon);
+        self.runs.into_iter().for_each(Run::abandon);
+    }
+}
+
 /// User code that consumes a batch synchronously on a worker thread.
 pub trait BatchListener: Send + Sync + 'static {
     /// Consume `messages` in order, pushing one result per message onto `results`. A result
     /// missing at the end counts as a failure.
     fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>);
+
+    /// Consume FIFO runs: each run in order, stopping it at its first failure; `results[i]`
+    /// (empty on entry) receives the results of `runs[i]`'s consumed prefix. Runs are
+    /// independent: a failure in one does not stop the others. The default calls
+    /// [`consume_batch`](Self::consume_batch) one message at a time.
+    fn consume_runs(&self, runs: &[&[Arc<MessageView>]], results: &mut [Vec<ConsumeResult>]) {
+        for (run, out) in runs.iter().zip(results.iter_mut()) {
+            for m in *run {
+                let before = out.len();
+                self.consume_batch(std::slice::from_ref(m), out);
+                out.truncate(before + 1);
+                if out.len() == before {
+                    out.push(ConsumeResult::Failure);
+                }
+                if out[before] == ConsumeResult::Failure {
+                    break;
+                }
+            }
+        }
+    }
 
     /// Wraps the whole life of a consumption thread: `run` is the thread's loop. The Python
     /// binding keeps a thread state alive across batches here, so taking the GIL per batch is
@@ -124,6 +243,9 @@ pub const TARGET_BATCH_TIME: Duration = Duration::from_millis(1);
 
 struct PoolState {
     queue: VecDeque<Delivery>,
+    runs: VecDeque<Run>,
+    /// Messages in `runs`.
+    run_messages: usize,
     closed: bool,
     idle: usize,
 }
@@ -161,6 +283,8 @@ impl WorkerPool {
         let shared = Arc::new(PoolShared {
             state: Mutex::new(PoolState {
                 queue: VecDeque::new(),
+                runs: VecDeque::new(),
+                run_messages: 0,
                 closed: false,
                 idle: 0,
             }),
@@ -207,18 +331,26 @@ fn batch_size(shared: &PoolShared, queued: usize, idle: usize) -> usize {
     n.clamp(1, shared.max_batch).min(queued)
 }
 
+/// Work one worker took from the pool.
+enum Taken {
+    Deliveries,
+    Runs,
+}
+
 fn worker(shared: &PoolShared, listener: &dyn BatchListener) {
     let mut batch: Vec<Delivery> = Vec::new();
+    let mut runs: Vec<Run> = Vec::new();
+    let mut run_results: Vec<Vec<ConsumeResult>> = Vec::new();
     let mut views: Vec<Arc<MessageView>> = Vec::new();
     let mut results: Vec<ConsumeResult> = Vec::new();
     loop {
-        {
+        let (taken, n) = {
             let mut st = shared
                 .state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             loop {
-                if !st.queue.is_empty() {
+                if !st.queue.is_empty() || !st.runs.is_empty() {
                     break;
                 }
                 if st.closed {
@@ -231,17 +363,61 @@ fn worker(shared: &PoolShared, listener: &dyn BatchListener) {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 st.idle -= 1;
             }
-            let n = batch_size(shared, st.queue.len(), st.idle + 1);
-            batch.extend(st.queue.drain(..n));
-            shared.running.fetch_add(batch.len(), Ordering::AcqRel);
-            if !st.queue.is_empty() && st.idle > 0 {
+            let taken = if st.runs.is_empty() {
+                let n = batch_size(shared, st.queue.len(), st.idle + 1);
+                batch.extend(st.queue.drain(..n));
+                (Taken::Deliveries, n)
+            } else {
+                // Whole runs (never split: a run is ordered), about one batch's worth.
+                let budget = batch_size(shared, st.run_messages, st.idle + 1);
+                let mut n = 0;
+                while let Some(run) = st.runs.front() {
+                    let len = run.messages.len();
+                    if n > 0 && n + len > budget {
+                        break;
+                    }
+                    n += len;
+                    runs.extend(st.runs.pop_front());
+                }
+                st.run_messages -= n;
+                (Taken::Runs, n)
+            };
+            shared.running.fetch_add(taken.1, Ordering::AcqRel);
+            if (!st.queue.is_empty() || !st.runs.is_empty()) && st.idle > 0 {
                 shared.work.notify_one();
             }
-        }
-        views.extend(batch.iter().map(|d| d.message.clone()));
+            taken
+        };
         let started = Instant::now();
-        listener.consume_batch(&views, &mut results);
-        let per = started.elapsed().as_nanos() / views.len() as u128;
+        let consumed = match taken {
+            Taken::Deliveries => {
+                views.extend(batch.iter().map(|d| d.message.clone()));
+                listener.consume_batch(&views, &mut results);
+                for (i, d) in batch.drain(..).enumerate() {
+                    d.complete(results.get(i).copied().unwrap_or(ConsumeResult::Failure));
+                }
+                views.clear();
+                results.clear();
+                n
+            }
+            Taken::Runs => {
+                run_results.resize_with(runs.len(), Vec::new);
+                {
+                    let slices: Vec<&[Arc<MessageView>]> =
+                        runs.iter().map(|r| r.messages.as_slice()).collect();
+                    listener.consume_runs(&slices, &mut run_results);
+                }
+                let mut consumed = 0;
+                for (run, out) in runs.drain(..).zip(run_results.iter_mut()) {
+                    let mut out = std::mem::take(out);
+                    out.truncate(run.messages.len());
+                    consumed += out.len();
+                    run.complete(out);
+                }
+                consumed
+            }
+        };
+        let per = started.elapsed().as_nanos() / consumed.max(1) as u128;
         let per = u64::try_from(per).unwrap_or(u64::MAX);
         let old = shared.mean_ns.load(Ordering::Relaxed);
         let new = if old == 0 {
@@ -250,12 +426,6 @@ fn worker(shared: &PoolShared, listener: &dyn BatchListener) {
             old - old / 8 + per / 8
         };
         shared.mean_ns.store(new, Ordering::Relaxed);
-        let n = batch.len();
-        for (i, d) in batch.drain(..).enumerate() {
-            d.complete(results.get(i).copied().unwrap_or(ConsumeResult::Failure));
-        }
-        views.clear();
-        results.clear();
         if shared.running.fetch_sub(n, Ordering::AcqRel) == n {
             let _guard = shared
                 .state
@@ -285,19 +455,38 @@ impl Listener for WorkerPool {
         }
     }
 
-    fn shutdown(&self, timeout: Duration) -> (Vec<Delivery>, bool) {
+    fn submit_run(&self, run: Run) {
+        let mut st = self.lock();
+        if st.closed {
+            drop(st);
+            run.abandon();
+            return;
+        }
+        st.run_messages += run.messages.len();
+        st.runs.push_back(run);
+        if st.idle > 0 {
+            self.shared.work.notify_one();
+        }
+    }
+
+    fn shutdown(&self, timeout: Duration) -> Stopped {
         let deadline = Instant::now() + timeout;
-        let abandoned: Vec<Delivery> = {
+        let mut stopped = {
             let mut st = self.lock();
             st.closed = true;
+            st.run_messages = 0;
             self.shared.work.notify_all();
-            st.queue.drain(..).collect()
+            Stopped {
+                deliveries: st.queue.drain(..).collect(),
+                runs: st.runs.drain(..).collect(),
+                finished: false,
+            }
         };
         let mut st = self.lock();
         while self.shared.running.load(Ordering::Acquire) > 0 {
             let now = Instant::now();
             if now >= deadline {
-                return (abandoned, false);
+                return stopped;
             }
             st = self
                 .shared
@@ -316,11 +505,13 @@ impl Listener for WorkerPool {
         for h in handles {
             let _ = h.join();
         }
-        (abandoned, true)
+        stopped.finished = true;
+        stopped
     }
 
     fn queued(&self) -> usize {
-        self.lock().queue.len()
+        let st = self.lock();
+        st.queue.len() + st.run_messages
     }
 
     fn running(&self) -> usize {
@@ -333,5 +524,127 @@ impl Drop for WorkerPool {
         let mut st = self.lock();
         st.closed = true;
         self.shared.work.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::rocketmq::message_view::tests::{source, wire_message};
+
+    fn view(id: &str) -> Arc<MessageView> {
+        Arc::new(MessageView::from_proto(wire_message(id, b"x", Some("g")), source()).unwrap())
+    }
+
+    /// Fails the ids in `fail`; records what each thread consumed, in order.
+    struct Recorder {
+        fail: Vec<&'static str>,
+        seen: Mutex<Vec<String>>,
+        slow: Duration,
+    }
+
+    impl BatchListener for Recorder {
+        fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
+            for m in messages {
+                std::thread::sleep(self.slow);
+                self.seen.lock().unwrap().push(m.message_id().to_string());
+                results.push(if self.fail.contains(&m.message_id()) {
+                    ConsumeResult::Failure
+                } else {
+                    ConsumeResult::Success
+                });
+            }
+        }
+    }
+
+    fn submit(pool: &WorkerPool, ids: &[&str]) -> mpsc::Receiver<Option<Vec<ConsumeResult>>> {
+        let (tx, rx) = mpsc::channel();
+        pool.submit_run(Run::new(ids.iter().map(|i| view(i)).collect(), move |r| {
+            tx.send(r).unwrap();
+        }));
+        rx
+    }
+
+    #[test]
+    fn a_run_stops_at_its_first_failure_and_runs_are_independent() {
+        let listener = Arc::new(Recorder {
+            fail: vec!["a2"],
+            seen: Mutex::default(),
+            slow: Duration::ZERO,
+        });
+        let pool = WorkerPool::start(listener.clone(), 1, 64).unwrap();
+        let a = submit(&pool, &["a1", "a2", "a3"]);
+        let b = submit(&pool, &["b1", "b2"]);
+        let t = Duration::from_secs(5);
+        use ConsumeResult::{Failure, Success};
+        assert_eq!(a.recv_timeout(t).unwrap(), Some(vec![Success, Failure]));
+        assert_eq!(b.recv_timeout(t).unwrap(), Some(vec![Success, Success]));
+        let seen = listener.seen.lock().unwrap().clone();
+        assert!(
+            !seen.contains(&"a3".to_string()),
+            "a3 ran after a failure: {seen:?}"
+        );
+        assert!(pool.shutdown(t).finished);
+    }
+
+    #[test]
+    fn runs_are_never_split_across_threads() {
+        let listener = Arc::new(Recorder {
+            fail: vec![],
+            seen: Mutex::default(),
+            slow: Duration::from_micros(200),
+        });
+        let pool = WorkerPool::start(listener.clone(), 4, 2).unwrap();
+        let ids: Vec<Vec<String>> = (0..8)
+            .map(|r| (0..10).map(|i| format!("r{r}-{i:02}")).collect())
+            .collect();
+        let rxs: Vec<_> = ids
+            .iter()
+            .map(|run| submit(&pool, &run.iter().map(String::as_str).collect::<Vec<_>>()))
+            .collect();
+        for rx in rxs {
+            let r = rx.recv_timeout(Duration::from_secs(5)).unwrap().unwrap();
+            assert_eq!(r, vec![ConsumeResult::Success; 10]);
+        }
+        // Four threads interleave runs, but each run's messages were consumed in order.
+        let seen = listener.seen.lock().unwrap().clone();
+        for run in &ids {
+            let order: Vec<&String> = seen.iter().filter(|s| run.contains(s)).collect();
+            assert_eq!(order, run.iter().collect::<Vec<_>>());
+        }
+        assert!(pool.shutdown(Duration::from_secs(5)).finished);
+    }
+
+    #[test]
+    fn shutdown_gives_back_unstarted_runs_and_dropped_runs_fail() {
+        let listener = Arc::new(Recorder {
+            fail: vec![],
+            seen: Mutex::default(),
+            slow: Duration::from_millis(300),
+        });
+        let pool = WorkerPool::start(listener, 1, 1).unwrap();
+        let first = submit(&pool, &["a1"]);
+        while pool.running() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let second = submit(&pool, &["b1", "b2", "b3"]);
+        assert_eq!(pool.queued(), 3);
+        let stopped = pool.shutdown(Duration::from_secs(5));
+        assert!(stopped.finished);
+        assert_eq!(stopped.messages(), 3);
+        stopped.abandon();
+        let t = Duration::from_secs(5);
+        assert_eq!(
+            first.recv_timeout(t).unwrap(),
+            Some(vec![ConsumeResult::Success])
+        );
+        assert_eq!(second.recv_timeout(t).unwrap(), None);
+        // After shutdown a run is abandoned at once; a dropped run fails its first message.
+        assert_eq!(submit(&pool, &["c1"]).recv_timeout(t).unwrap(), None);
+        let (tx, rx) = mpsc::channel();
+        drop(Run::new(vec![view("d1")], move |r| tx.send(r).unwrap()));
+        assert_eq!(rx.recv().unwrap(), Some(vec![ConsumeResult::Failure]));
     }
 }

@@ -488,14 +488,12 @@ impl<R: ConsumerRpc> PushConsumer<R> {
         // Stop the listener: unstarted deliveries come back, running ones get until the deadline.
         let listener = ctx.listener.clone();
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let (abandoned, callbacks_finished) =
-            tokio::task::spawn_blocking(move || listener.shutdown(remaining))
-                .await
-                .unwrap_or_default();
-        let abandoned_count = abandoned.len();
-        for d in abandoned {
-            d.abandon();
-        }
+        let stopped = tokio::task::spawn_blocking(move || listener.shutdown(remaining))
+            .await
+            .unwrap_or_default();
+        let abandoned_count = stopped.messages();
+        let callbacks_finished = stopped.finished;
+        stopped.abandon();
         // Outstanding acks, nacks and DLQ forwards until the deadline.
         loop {
             let changed = ctx.stats.cache_changed();

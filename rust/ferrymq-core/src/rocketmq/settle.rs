@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 
 use crate::error::Error;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
@@ -31,8 +31,8 @@ pub const MAX_ACK_BATCH: usize = 256;
 pub const MAX_INFLIGHT_ACKS: usize = 4;
 
 enum Kind {
-    /// Ack, then evict (standard) or signal the waiting FIFO lane (which evicts).
-    Ack(Option<oneshot::Sender<()>>),
+    /// Ack, then evict.
+    Ack,
     /// Change the invisible duration by the retry policy, then evict.
     Nack,
     /// Abandoned unconsumed at shutdown: evict without settling.
@@ -51,7 +51,7 @@ impl Job {
         Self {
             pq,
             view,
-            kind: Kind::Ack(None),
+            kind: Kind::Ack,
         }
     }
     pub(crate) fn nack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
@@ -80,17 +80,8 @@ impl Job {
     /// [`Job::finish`] without waking the receive loops; returns the stats to notify (the
     /// caller notifies once for a whole batch).
     fn finish_quietly(self) -> Option<Arc<ConsumerStats>> {
-        match self.kind {
-            Kind::Ack(Some(tx)) => {
-                let _ = tx.send(());
-                None
-            }
-            // A FIFO lane waiting on a dropped sender evicts the message itself.
-            Kind::Ack(None) | Kind::Nack | Kind::Release => {
-                self.pq.evict_quietly(&self.view);
-                Some(self.pq.stats().clone())
-            }
-        }
+        self.pq.evict_quietly(&self.view);
+        Some(self.pq.stats().clone())
     }
 }
 
@@ -116,10 +107,7 @@ impl SettleHandle {
 
 impl Job {
     fn finish_unsettled(self) {
-        match self.kind {
-            Kind::Ack(Some(tx)) => drop(tx),
-            Kind::Ack(None) | Kind::Nack | Kind::Release => self.pq.evict(&self.view),
-        }
+        self.pq.evict(&self.view);
     }
 }
 
@@ -170,7 +158,7 @@ pub(crate) async fn run<R: ConsumerRpc>(
         let mut groups: Vec<Vec<Job>> = Vec::new();
         for job in jobs.drain(..) {
             match job.kind {
-                Kind::Ack(_) => {
+                Kind::Ack => {
                     match groups
                         .iter_mut()
                         .find(|g| same_destination(g[0].view.source(), job.view.source()))
@@ -285,23 +273,6 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
             }
         });
     }
-}
-
-/// Ack one message and wait until the broker confirmed it (FIFO with the accelerator: the lane
-/// of a message group goes on only after its ack). Returns when the message is settled or the
-/// consumer gave up. The settler coalesces the acks of the many lanes.
-pub(crate) async fn ack_until_done<R: ConsumerRpc>(
-    ctx: &Arc<Context<R>>,
-    pq: &Arc<ProcessQueue>,
-    view: &Arc<MessageView>,
-) {
-    let (tx, rx) = oneshot::channel();
-    ctx.settle.submit(Job {
-        pq: pq.clone(),
-        view: view.clone(),
-        kind: Kind::Ack(Some(tx)),
-    });
-    let _ = rx.await;
 }
 
 async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
