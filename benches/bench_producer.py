@@ -7,8 +7,9 @@ Scenarios, each with 100 B and 1 KiB bodies:
 
 * ``sync``    — one blocking ``send`` after another (round-trip bound);
 * ``async``   — the official client's ``send_async`` futures (a window of in-flight sends)
-  against ferrymq's ``produce`` + ``flush`` (bounded, batched in the background) and
-  ``send_batch`` (1000 messages per call).
+  against ferrymq's ``produce`` + ``flush`` (bounded, batched in the background),
+  ``send_batch`` (1000 messages per call, one request each) and ``send_batch(packed=True)``
+  (1000 messages per call in one request: messages that differ only in their bodies).
 
 Prints, for both clients, messages/s (wall clock) and the CPU time of the whole process per
 message (client + embedded broker, which run in this process for both; with ``--server real``
@@ -82,11 +83,13 @@ def ferry_produce(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) 
     return rate
 
 
-def ferry_batch(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) -> Rate:
+def ferry_batch(
+    p: ferrymq.Producer, topic: str, body: bytes, seconds: float, packed: bool = False
+) -> Rate:
     batch = [ferrymq.Message(topic, body)] * 1000
 
     def step() -> int:
-        p.send_batch(batch)
+        p.send_batch(batch, packed=packed)
         return 1000
 
     return timed(seconds, step)
@@ -162,6 +165,8 @@ def main() -> None:
                 rows.append(("produce+flush vs send_async", size, ours, theirs_async))
                 ours = ferry_batch(p, topic, body, args.seconds)
                 rows.append(("send_batch(1000) vs send_async", size, ours, theirs_async))
+                ours = ferry_batch(p, topic, body, args.seconds, packed=True)
+                rows.append(("send_batch(packed) vs send_async", size, ours, theirs_async))
         if official is not None:
             official.shutdown()  # type: ignore[attr-defined]
 

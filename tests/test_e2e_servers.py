@@ -106,6 +106,42 @@ def test_send_receive_keeps_keys_tag_and_properties(
     assert consumer.receive(32, 15) == []
 
 
+def test_packed_batches_deliver_every_body_under_one_id(
+    server: Server, unique: Callable[[str], str], closing: list[Any]
+) -> None:
+    """send_batch(packed=True): many messages per SendMessage, stored as one RocketMQ batch. On
+    both servers every body arrives with the shared tag, keys and properties, under the id and
+    at the offset its receipt names (consecutive offsets of one queue)."""
+    topic, group = unique("t"), unique("g")
+    server.setup({topic: "NORMAL"}, [group])
+    producer = Producer(server.endpoints, topics=[topic]).start()
+    closing.append(producer)
+    props = {"source": "packed"}
+    batch = [
+        Message(topic, b"p-%04d" % i, tag="wanted", keys=["k"], properties=props)
+        for i in range(300)
+    ]
+    receipts = producer.send_batch(batch, packed=True)
+    assert len(receipts) == 300
+    by_body = {m.body: r for m, r in zip(batch, receipts, strict=True)}
+    consumer = ferrymq.SimpleConsumer(
+        server.endpoints, group, subscriptions={topic: "wanted"}, await_duration=5
+    )
+    closing.append(consumer)
+    consumer.start()
+    got = receive_until(consumer, 300)
+    assert sorted(m.body for m in got) == sorted(by_body)
+    for m in got:
+        r = by_body[m.body]
+        assert (m.message_id, m.offset) == (r.message_id, r.offset)
+        assert (m.tag, list(m.keys), m.properties) == ("wanted", ["k"], props)
+    # One request, one queue: the proxy picks it (not always the client's choice, which the
+    # receipt names), the embedded broker takes the client's.
+    assert len({m.queue_id for m in got}) == 1
+    if isinstance(server, EmbeddedServer):
+        assert got[0].queue_id == receipts[0].queue_id
+
+
 def test_fifo_order_per_message_group(
     server: Server, unique: Callable[[str], str], closing: list[Any]
 ) -> None:

@@ -314,6 +314,46 @@ def test_batch_sends_each_message_with_its_own_id(
         assert stored[r.message_id]["keys"] == [f"k{i}"]
 
 
+def test_packed_batch_is_one_request_and_checks_its_messages(
+    broker: EmbeddedBroker, producer: Producer, topic: str
+) -> None:
+    before = broker.calls(0, "SendMessage")
+    receipts = producer.send_batch(
+        [Message(topic, b"p%d" % i, tag="t", keys=["k"]) for i in range(50)], packed=True
+    )
+    assert broker.calls(0, "SendMessage") == before + 1
+    assert len({r.message_id for r in receipts}) == 1
+    offsets = [r.offset for r in receipts]
+    assert offsets == list(range(offsets[0], offsets[0] + 50))
+    stored = [m for m in broker.messages(topic) if m["message_id"] == receipts[0].message_id]
+    assert sorted(m["body"] for m in stored) == sorted(b"p%d" % i for i in range(50))
+    # Anything but the body differing would be lost on a proxy: refused, nothing sent.
+    for odd, field in [
+        (Message(topic, b"x", tag="u", keys=["k"]), "tag"),
+        (Message(topic, b"x", tag="t", keys=["other"]), "keys"),
+        (Message(topic, b"x", tag="t", keys=["k"], properties={"a": "b"}), "properties"),
+    ]:
+        with pytest.raises(ferrymq.InvalidArgumentError, match=f"message 1 .*{field}"):
+            producer.send_batch([Message(topic, b"y", tag="t", keys=["k"]), odd], packed=True)
+    for kind in [
+        Message(topic, b"y", delivery_time=60.0 + time.time()),
+        Message(topic, b"y", message_group="g"),
+        Message(topic, b"y", priority=1),
+    ]:
+        with pytest.raises(ferrymq.InvalidArgumentError, match="NORMAL messages only"):
+            producer.send_batch([kind], packed=True)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="must not be empty"):
+        producer.send_batch([], packed=True)
+    assert broker.calls(0, "SendMessage") == before + 1
+
+
+async def test_packed_batch_async(broker: EmbeddedBroker, topic: str) -> None:
+    async with Producer(broker.endpoints, topics=[topic]) as p:
+        receipts = await p.send_batch_async([Message(topic, b"a")] * 3000, packed=True)
+    assert len(receipts) == 3000
+    assert len({r.message_id for r in receipts}) == 3  # 1024 messages at most per request
+
+
 # -- transactions ----------------------------------------------------------------------------
 
 

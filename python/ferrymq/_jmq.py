@@ -224,10 +224,17 @@ class JmqBackend:
     async def send_async(self, message: Message) -> JmqSendReceipt:
         return await self._native.send_async(message)
 
-    def send_batch(self, messages: Iterable[Message]) -> list[JmqSendReceipt]:
+    def send_batch(
+        self, messages: Iterable[Message], *, packed: bool = False
+    ) -> list[JmqSendReceipt]:
+        # A JMQ4 batch is always one MESSAGE per topic, each message keeping its businessId.
+        del packed
         return self._native.send_batch(list(messages))
 
-    async def send_batch_async(self, messages: Iterable[Message]) -> list[JmqSendReceipt]:
+    async def send_batch_async(
+        self, messages: Iterable[Message], *, packed: bool = False
+    ) -> list[JmqSendReceipt]:
+        del packed
         return await self._native.send_batch_async(list(messages))
 
     def produce(self, message: Message, on_delivery: Callable[..., object] | None) -> None:

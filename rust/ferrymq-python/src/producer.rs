@@ -473,6 +473,18 @@ fn extract_messages(messages: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
     Ok(out)
 }
 
+async fn batch(
+    p: &Producer,
+    msgs: Vec<Message>,
+    packed: bool,
+) -> ferrymq_core::Result<Vec<SendReceipt>> {
+    if packed {
+        p.send_packed(msgs).await
+    } else {
+        p.send_batch(msgs).await
+    }
+}
+
 fn opt_secs(field: &str, v: Option<f64>) -> PyResult<Option<Duration>> {
     match v {
         None => Ok(None),
@@ -590,16 +602,19 @@ impl PyProducer {
         })
     }
 
-    /// Send many messages of one topic (one `SendMessage` each, many in flight).
+    /// Send many messages of one topic: one `SendMessage` each, many in flight, or `packed`
+    /// many to a request under one message id (messages that differ only in their bodies).
+    #[pyo3(signature = (messages, *, packed=false))]
     fn send_batch(
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
+        packed: bool,
     ) -> PyResult<Vec<PySendReceipt>> {
         let msgs = extract_messages(messages)?;
         let p = self.producer.clone();
         self.rt.block_on(py, async move {
-            Ok(p.send_batch(msgs)
+            Ok(batch(&p, msgs, packed)
                 .await?
                 .into_iter()
                 .map(PySendReceipt::from)
@@ -607,15 +622,17 @@ impl PyProducer {
         })
     }
 
+    #[pyo3(signature = (messages, *, packed=false))]
     fn send_batch_async<'py>(
         &self,
         py: Python<'py>,
         messages: &Bound<'_, PyAny>,
+        packed: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let msgs = extract_messages(messages)?;
         let p = self.producer.clone();
         future_into_py(py, self.rt, async move {
-            Ok(p.send_batch(msgs)
+            Ok(batch(&p, msgs, packed)
                 .await?
                 .into_iter()
                 .map(PySendReceipt::from)

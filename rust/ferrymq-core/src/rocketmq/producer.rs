@@ -14,7 +14,9 @@
 //! Batches (many messages of one topic) are sent message by message, many in flight at once
 //! (FIFO: in order, one at a time): a RocketMQ 5 proxy stores a multi-message `SendMessage` as
 //! ONE RocketMQ batch — every message takes the first one's id, tag, keys and properties, and
-//! the answer has a single entry — so ferrymq never sends one (see [`Producer::send_batch`]).
+//! the answer has a single entry — so [`Producer::send_batch`] never sends one. A caller whose
+//! messages differ only in their bodies can ask for exactly that: [`Producer::send_packed`] puts
+//! up to [`PACK_MAX_MESSAGES`] of them in one `SendMessage` under one message id.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,6 +37,25 @@ use crate::{message_id, proto, status};
 
 /// Messages of one [`Producer::send_batch`] in flight at once.
 pub const BATCH_CONCURRENCY: usize = 64;
+
+/// Most messages in one packed `SendMessage` ([`Producer::send_packed`]).
+pub const PACK_MAX_MESSAGES: usize = 1024;
+
+/// Bytes a packed message is counted for beyond its body when a packed batch is cut into
+/// requests: the broker checks the whole encoded batch (bodies plus each message's properties)
+/// against the same limit as one message body.
+const PACK_OVERHEAD: usize = 512;
+
+/// How [`Producer::send_messages`] sends its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// One message per request.
+    Plain,
+    /// A half message: never retried.
+    Transactional,
+    /// Many messages in one request, all under one message id.
+    Packed,
+}
 
 /// How a transaction ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -293,7 +314,7 @@ impl Producer {
 
     /// Publish one message.
     pub async fn send(&self, message: Message) -> Result<SendReceipt> {
-        let mut r = self.send_messages(vec![message], false).await?;
+        let mut r = self.send_messages(vec![message], Mode::Plain).await?;
         r.pop()
             .ok_or_else(|| Error::protocol("the broker returned no send result"))
     }
@@ -359,6 +380,78 @@ impl Producer {
                 .collect()
                 .await,
         )
+    }
+
+    /// Publish many messages that differ only in their bodies, packed many to a `SendMessage`:
+    /// the fastest way to publish, and what a RocketMQ 5 proxy stores as one RocketMQ batch.
+    ///
+    /// The messages must be NORMAL messages of one topic with the same tag, keys and
+    /// properties: a proxy stores every message of a request under the first one's id and
+    /// metadata, so anything else would be lost, and a message that differs fails the call
+    /// before anything is sent. (A proxy also puts a multi-message request on a queue of its
+    /// own choosing, ignoring any message group: FIFO, delayed, transactional and priority
+    /// messages are refused.) A request carries up to [`PACK_MAX_MESSAGES`] messages and no more
+    /// bytes than the broker's body limit; a longer batch is cut into several requests, in
+    /// flight at once. Each request is one message id — every message of it is delivered under
+    /// that id — and is retried as a whole, like one message.
+    ///
+    /// Returns one receipt per message, in order: the id consumers will see and the message's
+    /// own offset (a request takes consecutive offsets of one queue). As for every send, the
+    /// receipt's queue is the one the client chose; a proxy may place the request elsewhere.
+    /// Not atomic across requests: if some fail, the error says how many messages were sent.
+    pub async fn send_packed(&self, messages: Vec<Message>) -> Result<Vec<SendReceipt>> {
+        let _guard = self.enter()?;
+        let kind = self.validate(&messages, false)?;
+        validate_packed(&messages, kind)?;
+        let n = messages.len();
+        let limit = self.client.settings().max_body_size;
+        let mut chunks: Vec<Vec<Message>> = Vec::new();
+        let mut bytes = 0;
+        for m in messages {
+            let size = m.body().len() + PACK_OVERHEAD;
+            match chunks.last_mut() {
+                Some(c) if c.len() < PACK_MAX_MESSAGES && bytes + size <= limit => {
+                    bytes += size;
+                    c.push(m);
+                }
+                _ => {
+                    bytes = size;
+                    chunks.push(vec![m]);
+                }
+            }
+        }
+        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
+        let results: Vec<Result<Vec<SendReceipt>>> = futures::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| self.send_messages(c, Mode::Packed)),
+        )
+        .buffered(BATCH_CONCURRENCY)
+        .collect()
+        .await;
+        let mut receipts = Vec::with_capacity(n);
+        let mut first_error = None;
+        for r in results {
+            match r {
+                Ok(rs) => receipts.extend(rs),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            None => Ok(receipts),
+            Some(e) => {
+                let sent = receipts.len();
+                Err(e.context(format!(
+                    "{} of the {n} messages were not sent ({sent} were; {} requests of {:?} \
+                     messages)",
+                    n - sent,
+                    sizes.len(),
+                    sizes
+                )))
+            }
+        }
     }
 
     /// Start a transaction: send half messages with [`Transaction::send`], then commit or roll
@@ -518,12 +611,9 @@ impl Producer {
         }
     }
 
-    async fn send_messages(
-        &self,
-        messages: Vec<Message>,
-        transactional: bool,
-    ) -> Result<Vec<SendReceipt>> {
+    async fn send_messages(&self, messages: Vec<Message>, mode: Mode) -> Result<Vec<SendReceipt>> {
         let _guard = self.enter()?;
+        let transactional = mode == Mode::Transactional;
         let kind = self.validate(&messages, transactional)?;
         let topic = messages[0].topic().to_string();
         let fail = |e: Error| e.context(format!("send to topic {topic:?}"));
@@ -569,8 +659,13 @@ impl Producer {
         let born = SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        // The ids are generated here, once, and kept on every retry.
-        let ids: Vec<String> = messages.iter().map(|_| message_id::generate()).collect();
+        // The ids are generated here, once, and kept on every retry. A packed request is one
+        // message id: the proxy stores all of its messages under the first one's.
+        let ids: Vec<String> = if mode == Mode::Packed {
+            vec![message_id::generate(); messages.len()]
+        } else {
+            messages.iter().map(|_| message_id::generate()).collect()
+        };
         let timeout = settings.request_timeout;
         let mut attempt = 0u32;
         loop {
@@ -585,13 +680,30 @@ impl Producer {
                 .map(|(m, id)| self.encode(m, kind, born, id.clone(), queue.id))
                 .collect();
             // Step 6.
-            match self.send_once(&endpoints, batch, timeout).await {
+            match self.send_once(&endpoints, batch, mode, timeout).await {
                 Ok(entries) => {
                     let broker_name = queue
                         .broker
                         .as_ref()
                         .map(|b| b.name.clone())
                         .unwrap_or_default();
+                    if entries.len() < ids.len() {
+                        // A packed request answered as one RocketMQ batch: one entry, the
+                        // first offset; the messages were stored under the id sent.
+                        let e = &entries[0];
+                        return Ok((0..ids.len())
+                            .map(|i| SendReceipt {
+                                message_id: ids[0].clone(),
+                                topic: topic.clone(),
+                                queue_id: queue.id,
+                                broker_name: broker_name.clone(),
+                                endpoints: endpoints.clone(),
+                                offset: e.offset + i64::try_from(i).unwrap_or(i64::MAX),
+                                transaction_id: None,
+                                recall_handle: None,
+                            })
+                            .collect());
+                    }
                     return Ok(entries
                         .into_iter()
                         .map(|e| SendReceipt {
@@ -639,6 +751,7 @@ impl Producer {
         &self,
         endpoints: &Endpoints,
         messages: Vec<proto::Message>,
+        mode: Mode,
         timeout: std::time::Duration,
     ) -> Result<Vec<proto::SendResultEntry>> {
         let n = messages.len();
@@ -650,7 +763,9 @@ impl Producer {
             .await?
             .into_inner();
         check_status(resp.status.as_ref())?;
-        if resp.entries.len() != n {
+        // A packed request may be answered with one entry for the whole RocketMQ batch.
+        let batch_answer = mode == Mode::Packed && resp.entries.len() == 1;
+        if resp.entries.len() != n && !batch_answer {
             return Err(Error::protocol(format!(
                 "the broker answered {} results for {n} messages",
                 resp.entries.len()
@@ -666,6 +781,46 @@ impl Producer {
         }
         Ok(resp.entries)
     }
+}
+
+/// What a packed batch needs beyond [`Producer::validate`]: NORMAL messages that differ only
+/// in their bodies (a proxy keeps the first message's metadata for all).
+fn validate_packed(messages: &[Message], kind: MessageKind) -> Result<()> {
+    if kind != MessageKind::Normal {
+        // FIFO included: a proxy places a multi-message request on a queue of its own choosing,
+        // ignoring the message group, so the group's order would not hold.
+        return Err(Error::invalid(
+            "messages",
+            format!(
+                "a packed batch carries NORMAL messages only, not {} (a RocketMQ proxy puts a \
+                 multi-message request on a queue of its own choosing: no FIFO order, no \
+                 delivery time, no transaction, no priority)",
+                kind.as_str()
+            ),
+        ));
+    }
+    let first = &messages[0];
+    for (i, m) in messages.iter().enumerate().skip(1) {
+        let field = if m.tag() != first.tag() {
+            "tag"
+        } else if m.keys() != first.keys() {
+            "keys"
+        } else if m.properties() != first.properties() {
+            "properties"
+        } else {
+            continue;
+        };
+        return Err(Error::invalid(
+            "messages",
+            format!(
+                "message {i} of a packed batch has other {field} than message 0; a packed \
+                 request is stored under the first message's id, tag, keys and properties, so \
+                 its messages may differ only in their bodies (use send_batch for messages that \
+                 differ)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 struct TxState {
@@ -713,7 +868,7 @@ impl Transaction {
         self.check_open()?;
         let receipt = self
             .producer
-            .send_messages(vec![message], true)
+            .send_messages(vec![message], Mode::Transactional)
             .await?
             .pop()
             .ok_or_else(|| Error::protocol("the broker returned no send result"))?;
@@ -843,6 +998,70 @@ mod tests {
                 .kind(),
             ErrorKind::Closed
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn packed_batches_go_in_few_requests_under_one_id() {
+        let b = broker(1).await;
+        b.create_topic("t", "NORMAL", 1).unwrap();
+        let p = producer(&b, &["t"]).await;
+        let msgs = |n: usize| -> Vec<Message> {
+            (0..n)
+                .map(|i| {
+                    Message::builder("t", format!("m{i}"))
+                        .tag("a")
+                        .keys(["k"])
+                        .build()
+                        .unwrap()
+                })
+                .collect()
+        };
+        let before = b.calls(0, Rpc::SendMessage).unwrap();
+        let rs = p.send_packed(msgs(10)).await.unwrap();
+        assert_eq!(b.calls(0, Rpc::SendMessage).unwrap(), before + 1);
+        assert_eq!(rs.len(), 10);
+        assert!(rs.iter().all(|r| r.message_id == rs[0].message_id));
+        let offsets: Vec<i64> = rs.iter().map(|r| r.offset).collect();
+        assert_eq!(
+            offsets,
+            (rs[0].offset..rs[0].offset + 10).collect::<Vec<_>>()
+        );
+        let stored = b.messages("t", 100).unwrap();
+        assert_eq!(stored.len(), 10);
+        for (i, s) in stored.iter().enumerate() {
+            assert_eq!(s.message.body.as_ref(), format!("m{i}").as_bytes());
+            let sp = s.message.system_properties.as_ref().unwrap();
+            assert_eq!(
+                (sp.message_id.as_str(), sp.tag.as_deref()),
+                (rs[0].message_id.as_str(), Some("a"))
+            );
+        }
+        // Longer batches are cut into requests of at most PACK_MAX_MESSAGES, in order.
+        let before = b.calls(0, Rpc::SendMessage).unwrap();
+        let n = 2 * PACK_MAX_MESSAGES + 5;
+        let rs = p.send_packed(msgs(n)).await.unwrap();
+        assert_eq!(b.calls(0, Rpc::SendMessage).unwrap(), before + 3);
+        assert_eq!(rs.len(), n);
+        let ids: std::collections::HashSet<_> = rs.iter().map(|r| r.message_id.clone()).collect();
+        assert_eq!(ids.len(), 3);
+        // Messages that differ in more than their bodies fail before anything is sent.
+        let before = b.calls(0, Rpc::SendMessage).unwrap();
+        let mut odd = msgs(3);
+        odd[2] = Message::builder("t", "x").tag("b").build().unwrap();
+        let e = p.send_packed(odd).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(
+            e.to_string().contains("message 2") && e.to_string().contains("tag"),
+            "{e}"
+        );
+        let delayed = vec![Message::builder("t", "x")
+            .delivery_time(SystemTime::now() + std::time::Duration::from_secs(60))
+            .build()
+            .unwrap()];
+        let e = p.send_packed(delayed).await.unwrap_err();
+        assert!(e.to_string().contains("NORMAL messages only"), "{e}");
+        assert_eq!(b.calls(0, Rpc::SendMessage).unwrap(), before);
+        p.close().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
