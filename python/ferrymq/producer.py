@@ -173,9 +173,7 @@ class Producer:
     async def send_async(self, message: Message) -> SendReceipt:
         return await self._impl.send_async(message)
 
-    def send_batch(
-        self, messages: Iterable[Message], *, packed: bool = False
-    ) -> list[SendReceipt]:
+    def send_batch(self, messages: Iterable[Message], *, packed: bool = False) -> list[SendReceipt]:
         """Send many messages of one topic (and one kind); the receipts are in order.
 
         By default each message goes in its own request (many in flight at once; a FIFO message
