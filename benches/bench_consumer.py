@@ -131,7 +131,14 @@ def preload(endpoints: str, topic: str, n: int, body: bytes, groups: int) -> Non
 
 
 def run_ferrymq(
-    label: str, endpoints: str, topic: str, group: str, n: int, *, accelerator: bool
+    label: str,
+    endpoints: str,
+    topic: str,
+    group: str,
+    n: int,
+    *,
+    accelerator: bool,
+    receive_batch_size: int | None,
 ) -> Result:
     calls = 0
 
@@ -145,6 +152,7 @@ def run_ferrymq(
         subscriptions={topic: "*"},
         listener=listener,
         fifo_accelerator=accelerator,
+        receive_batch_size=receive_batch_size,
     )
     try:
         return measure(label, n, c.start, lambda: c.stats()["acked"] >= n)
@@ -209,6 +217,13 @@ def main() -> int:
     ap.add_argument("--message-groups", type=int, default=512)
     ap.add_argument("--scenarios", default="normal,fifo")
     ap.add_argument("--no-official", action="store_true")
+    ap.add_argument(
+        "--receive-batch-size",
+        type=int,
+        default=None,
+        help="ferrymq's messages per receive (default: the server's, 32; a real proxy caps it "
+        "at 32, the embedded broker at 1024)",
+    )
     add_arguments(ap)
     args = ap.parse_args()
     body = b"x" * args.body
@@ -259,7 +274,15 @@ def main() -> int:
             if client == "official":
                 r = run_official(label, endpoints, topic, group, n)
             else:
-                r = run_ferrymq(label, endpoints, topic, group, n, accelerator=accel)
+                r = run_ferrymq(
+                    label,
+                    endpoints,
+                    topic,
+                    group,
+                    n,
+                    accelerator=accel,
+                    receive_batch_size=args.receive_batch_size,
+                )
             results.setdefault(scenario, {})[client] = r
             print(
                 f"{label:<28} {r.rate:>10,.0f} msg/s  {r.cpu_us:>8.1f} CPU µs/msg  "
