@@ -459,7 +459,7 @@ impl PyProducer {
 }
 
 fn extract_messages(messages: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(messages.len().unwrap_or(0));
     for m in messages
         .try_iter()
         .map_err(|_| invalid("messages", "must be an iterable of ferrymq.Message"))?
