@@ -23,6 +23,20 @@ use crate::status;
 
 /// Most slots a FIFO receive inspects before giving up on one queue.
 const FIFO_SCAN_LIMIT: usize = 16 * 1024;
+/// A FIFO receive also gives up on a queue after this many slots in a row that it could not
+/// deliver (held back behind an earlier message of their group): with a deep backlog of a few
+/// groups, scanning on finds nothing and cost every receive the whole scan limit. Order is
+/// never at stake, only how far ahead one receive looks for another group.
+const FIFO_FRUITLESS_LIMIT: usize = 256;
+
+/// The key a FIFO pop blocks a message group by: a hash, so that scanning allocates nothing.
+/// (Two groups with the same hash would only hold each other back, never reorder.)
+fn group_key(s: &Stored) -> Option<u64> {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    s.message_group().map(|g| {
+        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(g)
+    })
+}
 
 /// Whether the client that received an auto-renewed message is still around.
 #[derive(Debug)]
@@ -484,14 +498,19 @@ fn pop_fifo(
     end: u64,
     stored: &dyn Fn(u64) -> Arc<Stored>,
 ) {
-    let mut blocked_groups: HashSet<String> = HashSet::new();
+    let mut blocked_groups: HashSet<u64> = HashSet::new();
     let mut scanned = 0usize;
+    let mut fruitless = 0usize;
     let low = c.low;
     for i in 0..c.slots.len() {
-        if out.deliveries.len() >= want || scanned >= FIFO_SCAN_LIMIT {
+        if out.deliveries.len() >= want
+            || scanned >= FIFO_SCAN_LIMIT
+            || fruitless >= FIFO_FRUITLESS_LIMIT
+        {
             return;
         }
         scanned += 1;
+        fruitless += 1;
         let offset = low + i as u64;
         let attempts = match &mut c.slots[i] {
             Slot::Done => continue,
@@ -499,18 +518,16 @@ fn pop_fifo(
             Slot::Inflight(f) => {
                 if f.visible_at > p.now {
                     out.due(f.visible_at);
-                    let s = stored(offset);
-                    if let Some(g) = s.message_group() {
-                        blocked_groups.insert(g.to_string());
+                    if let Some(g) = group_key(&stored(offset)) {
+                        blocked_groups.insert(g);
                     }
                     continue;
                 }
                 match expire(f, p) {
                     None => {
                         out.due(f.visible_at);
-                        let s = stored(offset);
-                        if let Some(g) = s.message_group() {
-                            blocked_groups.insert(g.to_string());
+                        if let Some(g) = group_key(&stored(offset)) {
+                            blocked_groups.insert(g);
                         }
                         continue;
                     }
@@ -519,8 +536,8 @@ fn pop_fifo(
             }
         };
         let s = stored(offset);
-        let group = s.message_group().map(str::to_string);
-        if group.as_ref().is_some_and(|g| blocked_groups.contains(g)) {
+        let group = group_key(&s);
+        if group.is_some_and(|g| blocked_groups.contains(&g)) {
             if let Slot::Inflight(_) = c.slots[i] {
                 c.slots[i] = Slot::Ready { attempts };
                 c.inflight -= 1;
@@ -547,14 +564,20 @@ fn pop_fifo(
         if let Some(g) = group {
             blocked_groups.insert(g);
         }
+        fruitless = 0;
         out.deliveries.push(Delivery {
             stored: s,
             nonce,
             attempt: attempts + 1,
         });
     }
-    while out.deliveries.len() < want && c.next < end && scanned < FIFO_SCAN_LIMIT {
+    while out.deliveries.len() < want
+        && c.next < end
+        && scanned < FIFO_SCAN_LIMIT
+        && fruitless < FIFO_FRUITLESS_LIMIT
+    {
         scanned += 1;
+        fruitless += 1;
         let offset = c.next;
         c.next += 1;
         let s = stored(offset);
@@ -562,8 +585,8 @@ fn pop_fifo(
             c.slots.push_back(Slot::Done);
             continue;
         }
-        let group = s.message_group().map(str::to_string);
-        if group.as_ref().is_some_and(|g| blocked_groups.contains(g)) {
+        let group = group_key(&s);
+        if group.is_some_and(|g| blocked_groups.contains(&g)) {
             c.slots.push_back(Slot::Ready { attempts: 0 });
             continue;
         }
@@ -573,6 +596,7 @@ fn pop_fifo(
         if let Some(g) = group {
             blocked_groups.insert(g);
         }
+        fruitless = 0;
         out.deliveries.push(Delivery {
             stored: s,
             nonce,
