@@ -73,6 +73,11 @@ pub(crate) fn decode(status: Option<StatusCode>, payload: &[u8]) -> Reply {
             )));
         }
     }
+    if status.is_none() {
+        if let Some(ack) = quick_ack(payload) {
+            return Ok(ack);
+        }
+    }
     let ack: PubAckJson = serde_json::from_slice(payload)
         .map_err(|e| Error::protocol(format!("{WHAT}: malformed ack: {e}")))?;
     if let Some(e) = &ack.error {
@@ -90,6 +95,78 @@ pub(crate) fn decode(status: Option<StatusCode>, payload: &[u8]) -> Reply {
             String::from_utf8_lossy(payload)
         ))),
     }
+}
+
+/// The usual shape of a successful ack, `{"stream":"S", "seq":N,"duplicate": true}` as
+/// nats-server writes it (`domain` and `duplicate` optional, keys in any order, blanks between
+/// tokens), read without serde. `None` for anything else (an error, an escaped string, another
+/// key): [`decode`] then parses it in full.
+fn quick_ack(payload: &[u8]) -> Option<JsAck> {
+    let mut rest = blank(payload).strip_prefix(b"{")?;
+    let (mut stream, mut sequence, mut duplicate, mut domain) = (None, None, false, None);
+    loop {
+        let (key, r) = json_plain_str(blank(rest))?;
+        let r = blank(blank(r).strip_prefix(b":")?);
+        rest = match key {
+            b"stream" | b"domain" => {
+                let (v, r) = json_plain_str(r)?;
+                let v = std::str::from_utf8(v).ok()?;
+                if key == b"stream" {
+                    stream = Some(v);
+                } else {
+                    domain = Some(v);
+                }
+                r
+            }
+            b"seq" => {
+                let digits = r.iter().take_while(|c| c.is_ascii_digit()).count();
+                sequence = Some(
+                    std::str::from_utf8(&r[..digits])
+                        .ok()?
+                        .parse::<u64>()
+                        .ok()?,
+                );
+                &r[digits..]
+            }
+            b"duplicate" => match r.strip_prefix(b"true") {
+                Some(r) => {
+                    duplicate = true;
+                    r
+                }
+                None => r.strip_prefix(b"false")?,
+            },
+            _ => return None,
+        };
+        match blank(rest) {
+            [b',', r @ ..] => rest = r,
+            [b'}', r @ ..] if blank(r).is_empty() => break,
+            _ => return None,
+        }
+    }
+    Some(JsAck {
+        stream: stream?.to_string(),
+        sequence: sequence?,
+        duplicate,
+        domain: domain.filter(|d| !d.is_empty()).map(str::to_string),
+    })
+}
+
+/// `s` without leading JSON whitespace.
+fn blank(s: &[u8]) -> &[u8] {
+    let n = s
+        .iter()
+        .take_while(|c| matches!(c, b' ' | b'\t' | b'\r' | b'\n'))
+        .count();
+    &s[n..]
+}
+
+/// A JSON string without escapes at the start of `s`: its contents and what follows it.
+fn json_plain_str(s: &[u8]) -> Option<(&[u8], &[u8])> {
+    let s = s.strip_prefix(b"\"")?;
+    let end = s
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+    (s[end] == b'"').then(|| (&s[..end], &s[end + 1..]))
 }
 
 struct Pending {
@@ -363,6 +440,55 @@ mod tests {
         assert_eq!(a.domain.as_deref(), Some("hub"));
         let a = decode(None, br#"{"stream":"S","seq":1,"domain":""}"#).unwrap();
         assert_eq!(a.domain, None);
+    }
+
+    #[test]
+    fn the_quick_path_agrees_with_serde_or_steps_aside() {
+        for ok in [
+            // What nats-server 2.9 writes.
+            &br#"{"stream":"P", "seq":1}"#[..],
+            br#"{"stream":"P", "seq":1,"duplicate": true}"#,
+            br#"{"stream":"P", "domain":"hub", "seq":3}"#,
+            br#"{"stream":"S","seq":7}"#,
+            br#" { "stream" : "S" , "seq" : 7 } "#,
+            br#"{"stream":"ORDERS","seq":18446744073709551615,"duplicate":true}"#,
+            br#"{"stream":"S","seq":1,"domain":"hub","duplicate":false}"#,
+            br#"{"seq":2,"stream":"S","domain":""}"#,
+        ] {
+            let quick = quick_ack(ok).unwrap_or_else(|| panic!("{ok:?}"));
+            let full: PubAckJson = serde_json::from_slice(ok).unwrap();
+            assert_eq!(quick.stream, full.stream.unwrap());
+            assert_eq!(quick.sequence, full.seq.unwrap());
+            assert_eq!(quick.duplicate, full.duplicate);
+            assert_eq!(quick.domain, full.domain.filter(|d| !d.is_empty()));
+        }
+        for other in [
+            &br#"{"error":{"code":400,"err_code":10071,"description":"x"}}"#[..],
+            br#"{"stream":"S\u0041","seq":7}"#,
+            br#"{"stream":"S","seq":7,"extra":1}"#,
+            br#"{"stream":"S","seq":-1}"#,
+            br#"{"stream":"S"}"#,
+            br#"{"stream":"S","seq":7}x"#,
+            br#"{"stream":"S","seq":7,}"#,
+            br#"{"stream":"S","seq":"7"}"#,
+            b"",
+            b"{",
+        ] {
+            assert_eq!(quick_ack(other), None, "{other:?}");
+        }
+        // What steps aside is still parsed in full.
+        assert_eq!(
+            decode(None, br#"{"stream":"S\u0041","seq":7}"#)
+                .unwrap()
+                .stream,
+            "SA"
+        );
+        assert_eq!(
+            decode(None, br#"{ "stream":"S","seq":7 }"#)
+                .unwrap()
+                .sequence,
+            7
+        );
     }
 
     #[test]

@@ -385,7 +385,26 @@ impl JetStream {
         body: Bytes,
         options: &PublishOptions,
     ) -> SendFuture {
-        let prepared = validate_publish_subject(subject)
+        self.send_checked(subject, id, headers, body, options, true)
+    }
+
+    /// [`send_raw`](Self::send_raw), checking the subject only with `check_subject` (the
+    /// managed publisher checked it when the message was accepted).
+    fn send_checked(
+        &self,
+        subject: &str,
+        id: &str,
+        headers: &[(String, String)],
+        body: Bytes,
+        options: &PublishOptions,
+        check_subject: bool,
+    ) -> SendFuture {
+        let checked = if check_subject {
+            validate_publish_subject(subject)
+        } else {
+            Ok(())
+        };
+        let prepared = checked
             .and_then(|()| build_headers(id, headers, options))
             .map(|h| (async_nats::Subject::from(subject), h));
         let inner = Arc::clone(&self.inner);
@@ -463,12 +482,14 @@ impl JetStream {
 
 impl PublishBackend for JetStream {
     fn send(&self, flight: &Arc<Flight>) -> SendFuture {
-        self.send_raw(
+        // `validate` checked the subject when the flight was prepared.
+        self.send_checked(
             flight.subject(),
             flight.id(),
             flight.headers(),
             flight.body().clone(),
             flight.options(),
+            false,
         )
     }
 
