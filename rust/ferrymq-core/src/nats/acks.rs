@@ -287,7 +287,7 @@ impl AckMux {
         next
     }
 
-    /// Refuse new publishes and fail every pending one with a connection error.
+    /// Refuse new publishes (saying `why`) and fail every pending one with a connection error.
     pub(crate) fn close(&self, why: &'static str) {
         let pending = {
             let mut st = self.state.lock();
@@ -365,7 +365,7 @@ where
             () = mux.wake.notified() => {}
         }
     }
-    mux.close(CLOSED);
+    mux.close("the connection is closed");
 }
 
 /// The future of one publish's ack. Dropping it before the ack arrives forgets the entry.
