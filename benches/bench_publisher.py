@@ -42,7 +42,7 @@ JetStream acks read through one wildcard inbox subscription per connection; Rock
     RocketMQ  drain        8.3k vs  1.6k  5.2x     55 vs   457  7.8x
     RocketMQ  await-each   7.8k vs  1.6k  4.6x     70 vs   444  6.3x
 
-The NATS msg/s ratio follows the load (drain 2.1-3.0x, await-each 1.8-2.3x across four runs
+The NATS msg/s ratio follows the load (drain 2.1-3.0x, await-each 1.8-2.3x across three runs
 the same hour, load average 3-5; CPU us/msg ratios 3.1-3.3x and 2.1-2.5x): ferrymq's I/O runs on
 Rust threads beside the Python thread and gains most when a core is free; nats-server itself
 takes about half of the two cores. In ``await-each`` the Python thread (an asyncio future per
