@@ -32,16 +32,22 @@ Needs ``nats-server`` (``apt-get install -y nats-server``), ``nats-py`` and
 ``rocketmq-python-client`` (``pip install nats-py rocketmq-python-client``). Build ferrymq with
 ``maturin develop --release`` first.
 
-One run of ``python benches/bench_publisher.py -r 5`` on a 2-core machine loaded by other builds
-and benchmarks (load average 4-8), medians (msg/s ferrymq vs peer, ratio; CPU us/msg, ratio):
+Medians on a 2-core machine shared with other builds and benchmarks (msg/s ferrymq vs peer,
+ratio; CPU us/msg, ratio). NATS: one run of ``--only nats -r 5`` (load average 3-4), with
+JetStream acks read through one wildcard inbox subscription per connection; RocketMQ: one run of
+``-r 5`` (load average 4-8):
 
-    NATS      drain       55.6k vs 24.3k  2.2x    9.2 vs  23.5  2.4x
-    NATS      await-each  44.3k vs 17.2k  2.7x   15.0 vs  27.9  1.9x
+    NATS      drain      113.0k vs 39.4k  3.0x    6.2 vs  19.6  3.3x
+    NATS      await-each  64.2k vs 29.7k  2.2x   13.0 vs  25.6  2.1x
     RocketMQ  drain        8.3k vs  1.6k  5.2x     55 vs   457  7.8x
     RocketMQ  await-each   7.8k vs  1.6k  4.6x     70 vs   444  6.3x
 
-The NATS msg/s ratio follows the load (1.7-3.4x across runs the same night): ferrymq's I/O runs
-on Rust threads beside the Python thread and gains most when a core is free.
+The NATS msg/s ratio follows the load (drain 2.1-3.0x, await-each 1.8-2.3x across three runs
+the same hour, load average 3-5; CPU us/msg ratios 3.1-3.3x and 2.1-2.5x): ferrymq's I/O runs on
+Rust threads beside the Python thread and gains most when a core is free; nats-server itself
+takes about half of the two cores. In ``await-each`` the Python thread (an asyncio future per
+message, and the garbage collector walking the 100k of them that the round holds) is what
+limits ferrymq.
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ pub fn status_error(code: i32, what: impl Display, detail: impl Display) -> Erro
     )
 }
 
-fn api_error(what: &str, e: &jetstream::Error) -> Error {
+/// The error of a JetStream API reply (`{"error": {"code", "err_code", "description"}}`).
+pub(crate) fn api_error(what: &str, e: &jetstream::Error) -> Error {
     let code = i32::try_from(e.error_code().0).unwrap_or(i32::MAX);
     // Errors without an err_code carry the HTTP-like code (e.g. 503).
     let code = if code == 0 {
@@ -86,6 +87,15 @@ fn api_error(what: &str, e: &jetstream::Error) -> Error {
         code
     };
     status_error(code, what, e)
+}
+
+/// "No responders" (status 503): retriable.
+pub(crate) fn no_responders(what: &str) -> Error {
+    status_error(
+        NO_RESPONDERS,
+        what,
+        "no responders (no stream listens on this subject, or JetStream is not enabled)",
+    )
 }
 
 /// How one async-nats error kind maps onto ours.
@@ -113,6 +123,23 @@ impl Classify for PublishErrorKind {
             PublishErrorKind::MaxPayloadExceeded => Class::Invalid("body"),
             _ => Class::Other,
         }
+    }
+}
+
+impl Classify for async_nats::client::PublishErrorKind {
+    fn class(&self) -> Class<'_> {
+        use async_nats::client::PublishErrorKind as K;
+        match self {
+            K::MaxPayloadExceeded => Class::Invalid("body"),
+            K::InvalidSubject => Class::Invalid("subject"),
+            K::Send => Class::Connection,
+        }
+    }
+}
+
+impl Classify for async_nats::client::SubscribeErrorKind {
+    fn class(&self) -> Class<'_> {
+        Class::Connection
     }
 }
 
@@ -226,11 +253,7 @@ where
     }
     match class {
         Class::Api(_) => unreachable!("handled above"),
-        Class::NoResponders => status_error(
-            NO_RESPONDERS,
-            what,
-            "no responders (no stream listens on this subject, or JetStream is not enabled)",
-        ),
+        Class::NoResponders => no_responders(what),
         Class::Timeout => Error::timeout(format!("{what}: {detail}")),
         Class::Connection => Error::connection(format!("{what}: {detail}")),
         Class::Invalid(field) => Error::invalid(field, format!("{what}: {detail}")),

@@ -3,7 +3,8 @@
 //! * [`JetStream`]: a connection to `nats://` endpoints with a JetStream context: publish with
 //!   `Nats-Msg-Id` (de-duplication within the stream's `duplicate_window`) and expectations,
 //!   waiting for the JetStream ack; the [`PublishBackend`](crate::publisher::PublishBackend) of
-//!   the managed publisher.
+//!   the managed publisher. Publishes are plain NATS publishes whose acks come back through one
+//!   wildcard inbox subscription per connection ([`acks`]).
 //! * [`stream`]: stream management (create with subjects, info, delete), mostly for tests.
 //! * [`consumer`]: a pull consumer (fetch batches, ack / nak / term).
 //! * [`error`]: the mapping of async-nats errors (JetStream codes keep their `err_code`).
@@ -11,6 +12,7 @@
 //! async-nats is built without its `server_2_10`+ features, so APIs nats-server 2.9 lacks
 //! (multi-filter consumers, per-message TTL, batch publish, …) do not exist here.
 
+mod acks;
 pub mod consumer;
 pub mod error;
 pub mod range;
@@ -23,11 +25,11 @@ use async_nats::header::{
     HeaderMap, HeaderName, HeaderValue, NATS_EXPECTED_LAST_MESSAGE_ID, NATS_EXPECTED_LAST_SEQUENCE,
     NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, NATS_EXPECTED_STREAM, NATS_MESSAGE_ID,
 };
-use async_nats::jetstream::context::PublishAckFuture;
-use async_nats::jetstream::{self, message::PublishMessage};
+use async_nats::jetstream;
 use async_nats::{ConnectOptions, ServerAddr};
 use bytes::Bytes;
 use futures::FutureExt;
+use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 use crate::publisher::{
@@ -231,6 +233,39 @@ struct Inner {
     client: async_nats::Client,
     context: jetstream::Context,
     endpoints: String,
+    request_timeout: Duration,
+    /// The publish acks, set up by the first publish.
+    acks: OnceCell<Arc<acks::AckMux>>,
+}
+
+impl Inner {
+    /// The ack mux, subscribing to its inbox and starting its task on first use.
+    async fn acks(&self) -> Result<&Arc<acks::AckMux>> {
+        self.acks
+            .get_or_try_init(|| async {
+                let mux = acks::AckMux::new(
+                    format!("{}.", self.client.new_inbox()),
+                    self.request_timeout,
+                );
+                let sub = self
+                    .client
+                    .subscribe(mux.wildcard())
+                    .await
+                    .map_err(|e| error::map("publish: subscribe to the ack inbox", e))?;
+                tokio::spawn(acks::run(Arc::clone(&mux), sub));
+                Ok(mux)
+            })
+            .await
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Ends the ack task, which holds the subscription (and so the connection) open.
+        if let Some(mux) = self.acks.get() {
+            mux.close("the JetStream connection was dropped");
+        }
+    }
 }
 
 /// A JetStream connection. Cheap to clone.
@@ -246,10 +281,6 @@ impl std::fmt::Debug for JetStream {
             .finish_non_exhaustive()
     }
 }
-
-/// Permits of async-nats's own ack window. The managed publisher keeps its own window, so
-/// this one only has to be larger than any sensible `max_in_flight`.
-const CONTEXT_ACK_WINDOW: usize = 1 << 20;
 
 impl JetStream {
     /// Connect to the endpoints of `opts`.
@@ -298,11 +329,10 @@ impl JetStream {
         .await
         .map_err(|_| Error::timeout(format!("connect to {endpoints}: timed out")))?
         .map_err(|e| error::map(&format!("connect to {endpoints}"), e))?;
+        // The context serves the JetStream API (streams, consumers); publishes go through
+        // `Inner::acks`.
         let context = jetstream::ContextBuilder::new()
             .timeout(opts.request_timeout)
-            .ack_timeout(opts.request_timeout)
-            .max_ack_inflight(CONTEXT_ACK_WINDOW)
-            .backpressure_on_inflight(true)
             .build(client.clone());
         tracing::debug!(target: "ferrymq::nats", "connected to {endpoints}");
         Ok(Self {
@@ -310,6 +340,8 @@ impl JetStream {
                 client,
                 context,
                 endpoints,
+                request_timeout: opts.request_timeout,
+                acks: OnceCell::new(),
             }),
         })
     }
@@ -343,7 +375,8 @@ impl JetStream {
     }
 
     /// Start one publish of `subject` with message id `id`: resolves once the message is handed
-    /// to the connection, yielding the future of its JetStream ack.
+    /// to the connection, yielding the future of its JetStream ack (which fails with a time-out
+    /// after `request_timeout`).
     pub fn send_raw(
         &self,
         subject: &str,
@@ -352,32 +385,49 @@ impl JetStream {
         body: Bytes,
         options: &PublishOptions,
     ) -> SendFuture {
-        let prepared = validate_publish_subject(subject)
+        self.send_checked(subject, id, headers, body, options, true)
+    }
+
+    /// [`send_raw`](Self::send_raw), checking the subject only with `check_subject` (the
+    /// managed publisher checked it when the message was accepted).
+    fn send_checked(
+        &self,
+        subject: &str,
+        id: &str,
+        headers: &[(String, String)],
+        body: Bytes,
+        options: &PublishOptions,
+        check_subject: bool,
+    ) -> SendFuture {
+        let checked = if check_subject {
+            validate_publish_subject(subject)
+        } else {
+            Ok(())
+        };
+        let prepared = checked
             .and_then(|()| build_headers(id, headers, options))
-            .map(|h| {
-                (
-                    subject.to_string(),
-                    PublishMessage::build().payload(body).headers(h),
-                )
-            });
+            .map(|h| (async_nats::Subject::from(subject), h));
         let inner = Arc::clone(&self.inner);
         let id = id.to_string();
         async move {
-            let (subject, msg) = prepared?;
-            let what = "publish";
-            let ack: PublishAckFuture = inner
-                .context
-                .send_publish(subject, msg)
+            let (subject, headers) = prepared?;
+            let (reply, ack) = inner.acks().await?.register()?;
+            if let Err(e) = inner
+                .client
+                .publish_with_reply_and_headers(subject, reply, headers, body)
                 .await
-                .map_err(|e| error::map(what, e))?;
+            {
+                ack.cancel();
+                return Err(error::map("publish", e));
+            }
             let fut: AckFuture = async move {
-                let a = ack.await.map_err(|e| error::map(what, e))?;
+                let a = ack.await?;
                 Ok(PublishAck {
                     message_id: id,
                     stream: a.stream,
                     sequence: a.sequence,
                     duplicate: a.duplicate,
-                    domain: (!a.domain.is_empty()).then_some(a.domain),
+                    domain: a.domain,
                 })
             }
             .boxed();
@@ -432,12 +482,14 @@ impl JetStream {
 
 impl PublishBackend for JetStream {
     fn send(&self, flight: &Arc<Flight>) -> SendFuture {
-        self.send_raw(
+        // `validate` checked the subject when the flight was prepared.
+        self.send_checked(
             flight.subject(),
             flight.id(),
             flight.headers(),
             flight.body().clone(),
             flight.options(),
+            false,
         )
     }
 
