@@ -12,7 +12,8 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 use ferrymq_core::Error;
@@ -26,6 +27,29 @@ use crate::errors::to_pyerr;
 
 static CURRENT: Mutex<Option<RuntimeRef>> = Mutex::new(None);
 
+/// This process's id, refreshed in a forked child by a `pthread_atfork` handler: the fork check
+/// runs on every call (every publish, every blocking method), and `getpid` is a system call.
+static PID: AtomicU32 = AtomicU32::new(0);
+static AT_FORK: Once = Once::new();
+
+extern "C" fn refresh_pid() {
+    PID.store(std::process::id(), Ordering::Relaxed);
+}
+
+/// The id of this process (cached; correct after `fork()`).
+fn pid() -> u32 {
+    AT_FORK.call_once(|| {
+        refresh_pid();
+        // SAFETY: registers a child handler that only stores getpid() into an atomic, which is
+        // async-signal-safe, as a handler run in a forked child must be.
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(refresh_pid)) };
+        if rc != 0 {
+            tracing::warn!(target: "ferrymq", "pthread_atfork failed ({rc}); fork detection may miss a fork");
+        }
+    });
+    PID.load(Ordering::Relaxed)
+}
+
 /// A handle on the runtime of one process.
 #[derive(Clone, Copy, Debug)]
 pub struct RuntimeRef {
@@ -36,7 +60,7 @@ pub struct RuntimeRef {
 impl RuntimeRef {
     /// The runtime of this process, created on first use (and again after `fork()`).
     pub fn current() -> PyResult<RuntimeRef> {
-        let pid = std::process::id();
+        let pid = pid();
         let mut slot = CURRENT
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -70,7 +94,7 @@ impl RuntimeRef {
 
     /// Fail if this handle belongs to the parent of a forked process.
     pub fn check(&self) -> Result<(), Error> {
-        if self.pid == std::process::id() {
+        if self.pid == pid() {
             Ok(())
         } else {
             Err(Error::closed(
