@@ -142,27 +142,24 @@ where
     T: Send + 'static,
 {
     rt.check().map_err(to_pyerr)?;
-    let mut task = rt.spawn(AssertUnwindSafe(fut).catch_unwind());
+    // Driven on this thread (inside the runtime's context; its workers run the connections),
+    // not spawned: a blocking call then costs one thread hand-off less each way.
+    let mut fut = Box::pin(AssertUnwindSafe(fut).catch_unwind());
     loop {
         let step = py.detach(|| {
             rt.handle().block_on(async {
                 tokio::select! {
-                    r = &mut task => Some(r),
+                    r = &mut fut => Some(r),
                     () = tokio::time::sleep(SIGNAL_POLL) => None,
                 }
             })
         });
         match step {
-            Some(Ok(Ok(v))) => return v.map_err(to_pyerr),
-            Some(Ok(Err(panic))) => return Err(to_pyerr(panic_error(&*panic))),
-            Some(Err(join)) => {
-                return Err(to_pyerr(Error::internal(format!(
-                    "ferrymq task failed: {join}"
-                ))))
-            }
+            Some(Ok(v)) => return v.map_err(to_pyerr),
+            Some(Err(panic)) => return Err(to_pyerr(panic_error(&*panic))),
             None => {
                 if let Err(e) = py.check_signals() {
-                    task.abort();
+                    // Dropping the future cancels the operation.
                     return Err(e);
                 }
             }
