@@ -157,12 +157,8 @@ where
         match step {
             Some(Ok(v)) => return v.map_err(to_pyerr),
             Some(Err(panic)) => return Err(to_pyerr(panic_error(&*panic))),
-            None => {
-                if let Err(e) = py.check_signals() {
-                    // Dropping the future cancels the operation.
-                    return Err(e);
-                }
-            }
+            // A pending signal raises here; dropping the future cancels the operation.
+            None => py.check_signals()?,
         }
     }
 }
