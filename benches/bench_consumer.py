@@ -118,7 +118,7 @@ def preload(endpoints: str, topic: str, n: int, body: bytes, groups: int) -> Non
                 g = i % groups
                 per_group[g].append(ferrymq.Message(topic, body, message_group=f"mg-{g}"))
             with ThreadPoolExecutor(32) as pool:
-                list(pool.map(p.send_batch, per_group))
+                list(pool.map(p.send_batch, [g for g in per_group if g]))
         else:
             # Packed: up to 1024 messages per request (they share a message id, which
             # consumption does not look at).
