@@ -356,19 +356,26 @@ def test_fifo_group_blocks_until_ack(
     raw.consumer(group)
     raw.send(*[message(topic, f"a{i}".encode(), group="A") for i in range(3)])
     raw.send(message(topic, b"b0", group="B"))
+    # One receive hands out a group's consecutive messages in order (as a real broker hands
+    # out a batch of a FIFO queue); the group then stays blocked until all of them are settled.
     _, first = raw.receive(group, topic)
-    assert sorted(m.body for m in first) == [b"a0", b"b0"]
+    assert [m.body for m in first] == [b"a0", b"a1", b"a2", b"b0"]
     assert raw.receive(group, topic, polling=1)[1] == []
     # a non-FIFO group on the same topic is not blocked
     _, all_ = raw.receive(plain, topic)
     assert len(all_) == 4
-    raw.ack(group, topic, *first)
+    raw.send(message(topic, b"a3", group="A"))
+    raw.send(message(topic, b"b1", group="B"))
+    raw.ack(group, topic, first[0], first[1], first[3])
     _, second = raw.receive(group, topic)
-    assert [m.body for m in second] == [b"a1"]
+    assert [m.body for m in second] == [b"b1"], "a2 is still in flight: a3 waits"
+    raw.ack(group, topic, first[2], *second)
+    _, second = raw.receive(group, topic)
+    assert [m.body for m in second] == [b"a3"]
     # a nack keeps the group blocked and redelivers the same message first
     raw.change_invisible(group, topic, second[0].system_properties.receipt_handle, 0.1)
     _, third = raw.receive(group, topic, polling=5)
-    assert [m.body for m in third] == [b"a1"]
+    assert [m.body for m in third] == [b"a3"]
     assert third[0].system_properties.delivery_attempt == 2
 
 

@@ -9,7 +9,10 @@
 //! with `delivery_attempt + 1`; past the group's maximum they go to the group's DLQ instead.
 //!
 //! FIFO groups: a message is not delivered while an earlier message of the same message group
-//! (same queue) is in flight or waiting for redelivery; messages without a group never block.
+//! (same queue) is in flight from an earlier receive or waiting for redelivery; messages without
+//! a group never block. One receive may hand out several messages of a group, in offset order
+//! (as a real broker hands out a batch of a FIFO queue and blocks the queue until the whole batch
+//! is settled): the group then stays blocked until every one of them is acked or dead-lettered.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
@@ -498,6 +501,8 @@ fn pop_fifo(
     end: u64,
     stored: &dyn Fn(u64) -> Arc<Stored>,
 ) {
+    // Groups held back by a message in flight from an earlier receive (or skipped here). A group
+    // this receive hands a message of stays open: its next messages may follow in this batch.
     let mut blocked_groups: HashSet<u64> = HashSet::new();
     let mut scanned = 0usize;
     let mut fruitless = 0usize;
@@ -561,9 +566,6 @@ fn pop_fifo(
         if !was_inflight {
             c.inflight += 1;
         }
-        if let Some(g) = group {
-            blocked_groups.insert(g);
-        }
         fruitless = 0;
         out.deliveries.push(Delivery {
             stored: s,
@@ -593,9 +595,6 @@ fn pop_fifo(
         let (nonce, slot) = c.deliver(offset, 0, p);
         c.slots.push_back(slot);
         c.inflight += 1;
-        if let Some(g) = group {
-            blocked_groups.insert(g);
-        }
         fruitless = 0;
         out.deliveries.push(Delivery {
             stored: s,
