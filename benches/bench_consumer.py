@@ -55,6 +55,7 @@ class Result:
     messages: int
     seconds: float
     cpu: float
+    server_cpu: float | None = None
 
     @property
     def rate(self) -> float:
@@ -64,21 +65,45 @@ class Result:
     def cpu_us(self) -> float:
         return self.cpu / self.messages * 1e6
 
+    @property
+    def server_cpu_us(self) -> str:
+        if self.server_cpu is None:
+            return ""
+        return f", server {self.server_cpu / self.messages * 1e6:.1f} CPU µs/msg"
+
 
 def cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
+def process_cpu_seconds(pid: int | None) -> float | None:
+    """CPU time (user + system) of another process of this machine, from /proc."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SERVER_PID: int | None = None
+
+
 def measure(label: str, n: int, start: Callable[[], None], done: Callable[[], bool]) -> Result:
-    c0, t0 = cpu_seconds(), time.perf_counter()
+    c0, t0, s0 = cpu_seconds(), time.perf_counter(), process_cpu_seconds(SERVER_PID)
     start()
     deadline = t0 + 900
     while not done():
         if time.perf_counter() > deadline:
             raise TimeoutError(f"{label}: not done within 900 s")
         time.sleep(0.002)
-    return Result(label, n, time.perf_counter() - t0, cpu_seconds() - c0)
+    seconds, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+    s1 = process_cpu_seconds(SERVER_PID)
+    server = None if s0 is None or s1 is None else s1 - s0
+    return Result(label, n, seconds, cpu, server)
 
 
 def start_broker(topics: list[dict[str, Any]], groups: list[dict[str, Any]]) -> tuple[Any, str]:
@@ -266,6 +291,8 @@ def main() -> int:
             endpoints = server.endpoints
         else:
             proc, endpoints = start_broker(topics, groups)
+            global SERVER_PID
+            SERVER_PID = proc.pid
             stack.callback(proc.wait, 10)
             stack.callback(proc.terminate)
         for scenario, client, accel, topic, group, n, fifo in plan:
@@ -286,7 +313,7 @@ def main() -> int:
             results.setdefault(scenario, {})[client] = r
             print(
                 f"{label:<28} {r.rate:>10,.0f} msg/s  {r.cpu_us:>8.1f} CPU µs/msg  "
-                f"({n:,} messages in {r.seconds:.2f} s)",
+                f"({n:,} messages in {r.seconds:.2f} s{r.server_cpu_us})",
                 flush=True,
             )
 

@@ -32,14 +32,32 @@ const FIFO_SCAN_LIMIT: usize = 16 * 1024;
 /// never at stake, only how far ahead one receive looks for another group.
 const FIFO_FRUITLESS_LIMIT: usize = 256;
 
-/// The key a FIFO pop blocks a message group by: a hash, so that scanning allocates nothing.
-/// (Two groups with the same hash would only hold each other back, never reorder.)
+/// The key a FIFO pop blocks a message group by: a hash computed at store time, so that
+/// scanning neither allocates nor hashes strings. (Two groups with the same hash would only hold
+/// each other back, never reorder.)
 fn group_key(s: &Stored) -> Option<u64> {
-    use std::hash::{BuildHasher, BuildHasherDefault};
-    s.message_group().map(|g| {
-        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(g)
-    })
+    s.group_key
 }
+
+/// Hashes the group keys (already hashes) of a FIFO receive's blocked set by passing them on.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type KeySet = HashSet<u64, std::hash::BuildHasherDefault<KeyHasher>>;
 
 /// Whether the client that received an auto-renewed message is still around.
 #[derive(Debug)]
@@ -323,7 +341,7 @@ impl QueueState {
             .or_insert_with(|| Cursor::new(base));
         c.sync(base);
         let msgs = &self.messages;
-        let stored = |off: u64| msgs[(off - base) as usize].clone();
+        let stored = |off: u64| &msgs[(off - base) as usize];
         if p.fifo {
             pop_fifo(c, p, out, want, end, &stored);
         } else {
@@ -426,13 +444,13 @@ fn expire(f: &mut Inflight, p: &Pop<'_>) -> Option<u32> {
     Some(f.attempts)
 }
 
-fn pop_normal(
+fn pop_normal<'m>(
     c: &mut Cursor,
     p: &Pop<'_>,
     out: &mut PopOutcome,
     want: usize,
     end: u64,
-    stored: &dyn Fn(u64) -> Arc<Stored>,
+    stored: &dyn Fn(u64) -> &'m Arc<Stored>,
 ) {
     // Redeliveries first, oldest deadline first.
     while out.deliveries.len() < want {
@@ -460,7 +478,7 @@ fn pop_normal(
             *c.slot_mut(offset).expect("present") = Slot::Done;
             c.inflight -= 1;
             out.dead.push(DeadLetter {
-                stored: s,
+                stored: Arc::clone(s),
                 attempts,
             });
             continue;
@@ -468,7 +486,7 @@ fn pop_normal(
         let (nonce, slot) = c.deliver(offset, attempts, p);
         *c.slot_mut(offset).expect("present") = slot;
         out.deliveries.push(Delivery {
-            stored: s,
+            stored: Arc::clone(s),
             nonce,
             attempt: attempts + 1,
         });
@@ -478,7 +496,7 @@ fn pop_normal(
         let offset = c.next;
         c.next += 1;
         let s = stored(offset);
-        if !p.filter.matches(&s) {
+        if !p.filter.matches(s) {
             c.slots.push_back(Slot::Done);
             continue;
         }
@@ -486,24 +504,24 @@ fn pop_normal(
         c.slots.push_back(slot);
         c.inflight += 1;
         out.deliveries.push(Delivery {
-            stored: s,
+            stored: Arc::clone(s),
             nonce,
             attempt: 1,
         });
     }
 }
 
-fn pop_fifo(
+fn pop_fifo<'m>(
     c: &mut Cursor,
     p: &Pop<'_>,
     out: &mut PopOutcome,
     want: usize,
     end: u64,
-    stored: &dyn Fn(u64) -> Arc<Stored>,
+    stored: &dyn Fn(u64) -> &'m Arc<Stored>,
 ) {
     // Groups held back by a message in flight from an earlier receive (or skipped here). A group
     // this receive hands a message of stays open: its next messages may follow in this batch.
-    let mut blocked_groups: HashSet<u64> = HashSet::new();
+    let mut blocked_groups = KeySet::default();
     let mut scanned = 0usize;
     let mut fruitless = 0usize;
     let low = c.low;
@@ -523,7 +541,7 @@ fn pop_fifo(
             Slot::Inflight(f) => {
                 if f.visible_at > p.now {
                     out.due(f.visible_at);
-                    if let Some(g) = group_key(&stored(offset)) {
+                    if let Some(g) = group_key(stored(offset)) {
                         blocked_groups.insert(g);
                     }
                     continue;
@@ -531,7 +549,7 @@ fn pop_fifo(
                 match expire(f, p) {
                     None => {
                         out.due(f.visible_at);
-                        if let Some(g) = group_key(&stored(offset)) {
+                        if let Some(g) = group_key(stored(offset)) {
                             blocked_groups.insert(g);
                         }
                         continue;
@@ -541,7 +559,7 @@ fn pop_fifo(
             }
         };
         let s = stored(offset);
-        let group = group_key(&s);
+        let group = group_key(s);
         if group.is_some_and(|g| blocked_groups.contains(&g)) {
             if let Slot::Inflight(_) = c.slots[i] {
                 c.slots[i] = Slot::Ready { attempts };
@@ -556,7 +574,7 @@ fn pop_fifo(
                 c.inflight -= 1;
             }
             out.dead.push(DeadLetter {
-                stored: s,
+                stored: Arc::clone(s),
                 attempts,
             });
             continue;
@@ -568,7 +586,7 @@ fn pop_fifo(
         }
         fruitless = 0;
         out.deliveries.push(Delivery {
-            stored: s,
+            stored: Arc::clone(s),
             nonce,
             attempt: attempts + 1,
         });
@@ -583,11 +601,11 @@ fn pop_fifo(
         let offset = c.next;
         c.next += 1;
         let s = stored(offset);
-        if !p.filter.matches(&s) {
+        if !p.filter.matches(s) {
             c.slots.push_back(Slot::Done);
             continue;
         }
-        let group = group_key(&s);
+        let group = group_key(s);
         if group.is_some_and(|g| blocked_groups.contains(&g)) {
             c.slots.push_back(Slot::Ready { attempts: 0 });
             continue;
@@ -597,7 +615,7 @@ fn pop_fifo(
         c.inflight += 1;
         fruitless = 0;
         out.deliveries.push(Delivery {
-            stored: s,
+            stored: Arc::clone(s),
             nonce,
             attempt: 1,
         });
@@ -652,9 +670,9 @@ mod tests {
     use super::*;
 
     fn stored(offset: u64, group: Option<&str>) -> Arc<Stored> {
-        Arc::new(Stored {
+        Arc::new(Stored::new(
             offset,
-            msg: proto::Message {
+            proto::Message {
                 topic: None,
                 user_properties: HashMap::new(),
                 system_properties: Some(proto::SystemProperties {
@@ -664,9 +682,9 @@ mod tests {
                 }),
                 body: bytes::Bytes::new(),
             },
-            size: 1,
-            store_ms: 0,
-        })
+            1,
+            0,
+        ))
     }
 
     fn queue(groups: &[Option<&str>]) -> QueueState {
@@ -782,22 +800,58 @@ mod tests {
     #[test]
     fn fifo_blocks_message_groups() {
         let ctx = Ctx::new();
-        let mut q = queue(&[Some("a"), Some("a"), Some("b"), None, Some("b")]);
+        let mut q = queue(&[Some("a"), Some("a"), Some("b"), None, Some("b"), Some("a")]);
         let t0 = Instant::now();
-        let out = ctx.pop(&mut q, true, 10, t0);
-        assert_eq!(offsets(&out), vec![0, 2, 3]);
-        // nothing more while a and b are in flight
+        // one receive may take several messages of a group, in order
+        let first = ctx.pop(&mut q, true, 2, t0);
+        assert_eq!(offsets(&first), vec![0, 1]);
+        // a is in flight: its next message waits; b's two messages come together
+        let second = ctx.pop(&mut q, true, 10, t0);
+        assert_eq!(offsets(&second), vec![2, 3, 4]);
         assert!(ctx.pop(&mut q, true, 10, t0).deliveries.is_empty());
-        q.ack(&ctx.group, 2, out.deliveries[1].nonce, t0).unwrap();
-        assert_eq!(offsets(&ctx.pop(&mut q, true, 10, t0)), vec![4]);
-        // everything in flight expires: a's first message comes back before a's second one
+        // a stays blocked until every message of its batch is settled
+        q.ack(&ctx.group, 0, first.deliveries[0].nonce, t0).unwrap();
+        assert!(ctx.pop(&mut q, true, 10, t0).deliveries.is_empty());
+        q.ack(&ctx.group, 1, first.deliveries[1].nonce, t0).unwrap();
+        let third = ctx.pop(&mut q, true, 10, t0);
+        assert_eq!(offsets(&third), vec![5]);
+        // everything in flight expires: redelivered in offset order, attempts counted
         let later = t0 + Duration::from_secs(11);
-        let out2 = ctx.pop(&mut q, true, 10, later);
-        assert_eq!(offsets(&out2), vec![0, 3, 4]);
-        assert_eq!(out2.deliveries[0].attempt, 2);
-        q.ack(&ctx.group, 0, out2.deliveries[0].nonce, later)
+        let out = ctx.pop(&mut q, true, 10, later);
+        assert_eq!(offsets(&out), vec![2, 3, 4, 5]);
+        assert!(out.deliveries.iter().all(|d| d.attempt == 2));
+    }
+
+    #[test]
+    fn fifo_redelivers_a_groups_first_message_before_its_next() {
+        let ctx = Ctx::new();
+        let mut q = queue(&[Some("a"), Some("a")]);
+        let t0 = Instant::now();
+        assert_eq!(offsets(&ctx.pop(&mut q, true, 1, t0)), vec![0]);
+        assert!(ctx.pop(&mut q, true, 10, t0).deliveries.is_empty());
+        let later = t0 + Duration::from_secs(11);
+        let out = ctx.pop(&mut q, true, 10, later);
+        assert_eq!(offsets(&out), vec![0, 1]);
+        let attempts: Vec<u32> = out.deliveries.iter().map(|d| d.attempt).collect();
+        assert_eq!(attempts, vec![2, 1]);
+        // a nack of the first message holds the second back again
+        let nonces = AtomicU32::new(1_000);
+        let n = q
+            .change_invisible(
+                &ctx.group,
+                0,
+                out.deliveries[0].nonce,
+                Duration::from_secs(1),
+                later,
+                &nonces,
+            )
             .unwrap();
-        assert_eq!(offsets(&ctx.pop(&mut q, true, 10, later)), vec![1]);
+        q.ack(&ctx.group, 1, out.deliveries[1].nonce, later)
+            .unwrap();
+        assert!(ctx.pop(&mut q, true, 10, later).deliveries.is_empty());
+        let after = ctx.pop(&mut q, true, 10, later + Duration::from_secs(2));
+        assert_eq!(offsets(&after), vec![0]);
+        assert_ne!(after.deliveries[0].nonce, n);
     }
 
     #[test]

@@ -124,9 +124,28 @@ pub struct Stored {
     pub size: usize,
     /// Store time, milliseconds since the Unix epoch.
     pub store_ms: i64,
+    /// A hash of the FIFO message group (if any), computed once: FIFO receives compare groups
+    /// of every slot they scan.
+    pub group_key: Option<u64>,
 }
 
 impl Stored {
+    /// A stored message at `offset`.
+    pub fn new(offset: u64, msg: proto::Message, size: usize, store_ms: i64) -> Self {
+        let mut s = Self {
+            offset,
+            msg,
+            size,
+            store_ms,
+            group_key: None,
+        };
+        s.group_key = s.message_group().map(|g| {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(g)
+        });
+        s
+    }
+
     /// The message id.
     pub fn message_id(&self) -> &str {
         self.msg
@@ -584,12 +603,8 @@ impl Store {
                     sp.queue_id = queue.id;
                     sp.store_timestamp = Some(store_ts);
                 }
-                st.messages.push_back(Arc::new(Stored {
-                    offset,
-                    msg: m,
-                    size,
-                    store_ms,
-                }));
+                st.messages
+                    .push_back(Arc::new(Stored::new(offset, m, size, store_ms)));
             }
             st.bytes += total;
         }
