@@ -386,3 +386,35 @@ def test_errors_are_statuses_not_grpc_errors(
         call(b"", metadata=w.metadata(), timeout=10)
     assert exc.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert Code.Value("OK") == 20000
+
+
+def test_fifo_receive_hands_out_a_groups_messages_in_order_then_holds_the_group(
+    proxy_server: Server, unique: Callable[[str], str], wire: Callable[[], Wire]
+) -> None:
+    # A FIFO receive may carry several consecutive messages of one message group (the broker
+    # pops a batch of the group's queue, in order); the group's next message is held back until
+    # every one of them is settled.
+    topic, group = unique("f"), unique("fg")
+    proxy_server.setup({topic: "FIFO"}, fifo_groups=[group])
+    p = wire()
+    p.settings(p.producer_settings(topic))
+    for i in range(3):
+        r = p.send(message(topic, b"a%d" % i, kind=pb.FIFO, group="A"))
+        assert code_name(r.status.code) == "OK"
+    c = wire()
+    c.settings(c.consumer_settings(group, topic))
+    first = [
+        r.message
+        for r in c.receive(group, topic, long_polling=5, timeout=20)
+        if r.WhichOneof("content") == "message"
+    ]
+    assert [m.body for m in first] == [b"a0", b"a1", b"a2"]
+    r = p.send(message(topic, b"a3", kind=pb.FIFO, group="A"))
+    assert code_name(r.status.code) == "OK"
+    assert c.receive_messages(group, topic, 1, rounds=1, long_polling=2) == []
+    assert code_name(c.ack(group, topic, *first[:2]).status.code) == "OK"
+    assert c.receive_messages(group, topic, 1, rounds=1, long_polling=2) == []
+    assert code_name(c.ack(group, topic, first[2]).status.code) == "OK"
+    rest = c.receive_messages(group, topic, 1, long_polling=5)
+    assert [m.body for m in rest] == [b"a3"]
+    assert code_name(c.ack(group, topic, *rest).status.code) == "OK"
