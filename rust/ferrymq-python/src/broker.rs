@@ -188,7 +188,7 @@ impl EmbeddedBroker {
                 ))
             }
         };
-        let rt = RuntimeRef::current()?;
+        let rt = RuntimeRef::server()?;
         let broker = rt.block_on(py, async move { Broker::start(c).await })?;
         Ok(Self {
             inner: Arc::new(broker),

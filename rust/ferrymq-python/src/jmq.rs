@@ -1243,7 +1243,7 @@ impl JmqServer {
         }
         cfg.store.retry_delay = seconds("retry_delay", retry_delay)?;
         cfg.store.max_body = max_body;
-        let rt = RuntimeRef::current()?;
+        let rt = RuntimeRef::server()?;
         let broker = broker.map(|b| b.get().inner.clone());
         let server = rt.block_on(py, async move {
             match broker {

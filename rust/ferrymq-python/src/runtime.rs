@@ -7,6 +7,10 @@
 //!   the others. On 2 cores, 1 worker took the FIFO consumer bench from 170k to 222k msg/s,
 //!   normal consumption from 202k to 320k, sync sends from 5.2k to 7.1k (CPU per message down
 //!   by a quarter to a third on both sides).
+//! * Servers embedded in the process (the broker, the JMQ4 server) run on a second runtime of the
+//!   same size ([`RuntimeRef::server`], threads `ferrymq-broker`), as a remote server would run
+//!   on its own cores: on one shared worker, the clients of an in-process benchmark or test and
+//!   their broker would take turns (produce + flush 47k → 33k msg/s on 2 cores).
 //! * Every client records the [`RuntimeRef`] it was created on. After `fork()` the child has no
 //!   runtime threads, so a client from the parent refuses to run (a clear `ClientClosedError`)
 //!   instead of hanging, and the first new client in the child builds a fresh runtime. The
@@ -31,6 +35,7 @@ use tokio::runtime::Runtime;
 use crate::errors::to_pyerr;
 
 static CURRENT: Mutex<Option<RuntimeRef>> = Mutex::new(None);
+static SERVER: Mutex<Option<RuntimeRef>> = Mutex::new(None);
 
 /// This process's id, refreshed in a forked child by a `pthread_atfork` handler: the fork check
 /// runs on every call (every publish, every blocking method), and `getpid` is a system call.
@@ -68,10 +73,21 @@ fn default_worker_threads() -> usize {
 }
 
 impl RuntimeRef {
-    /// The runtime of this process, created on first use (and again after `fork()`).
+    /// The runtime of this process's clients, created on first use (and again after `fork()`).
     pub fn current() -> PyResult<RuntimeRef> {
+        Self::get(&CURRENT, "ferrymq-rt")
+    }
+
+    /// The runtime of the servers embedded in this process (the RocketMQ broker, the JMQ4
+    /// server): a server is the far end of the clients under test, so it gets workers of its
+    /// own instead of taking turns with theirs (same size, same fork rules).
+    pub fn server() -> PyResult<RuntimeRef> {
+        Self::get(&SERVER, "ferrymq-broker")
+    }
+
+    fn get(which: &Mutex<Option<RuntimeRef>>, name: &str) -> PyResult<RuntimeRef> {
         let pid = pid();
-        let mut slot = CURRENT
+        let mut slot = which
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(r) = *slot {
@@ -86,7 +102,7 @@ impl RuntimeRef {
             .unwrap_or_else(default_worker_threads);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
-            .thread_name("ferrymq-rt")
+            .thread_name(name)
             .enable_all()
             .build()
             .map_err(|e| {
