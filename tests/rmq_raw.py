@@ -80,7 +80,11 @@ class Raw:
         self.client_id = client_id
         self.access_key = access_key
         self.secret_key = secret_key
-        self.channel = grpc.insecure_channel(address)
+        # A connection of its own: grpcio otherwise shares connections between channels to the
+        # same address, and a new client after a fault could inherit a connection the fault cut.
+        self.channel = grpc.insecure_channel(
+            address, options=[("grpc.use_local_subchannel_pool", 1)]
+        )
         self.stub = MessagingServiceStub(self.channel)
         self._telemetry_out: queue.Queue[s.TelemetryCommand | None] | None = None
         self.telemetry_in: queue.Queue[Any] = queue.Queue()
