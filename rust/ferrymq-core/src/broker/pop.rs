@@ -32,14 +32,9 @@ const FIFO_SCAN_LIMIT: usize = 16 * 1024;
 /// never at stake, only how far ahead one receive looks for another group.
 const FIFO_FRUITLESS_LIMIT: usize = 256;
 
-/// The key a FIFO pop blocks a message group by: a hash computed at store time, so that
-/// scanning neither allocates nor hashes strings. (Two groups with the same hash would only hold
-/// each other back, never reorder.)
-fn group_key(s: &Stored) -> Option<u64> {
-    s.group_key
-}
-
-/// Hashes the group keys (already hashes) of a FIFO receive's blocked set by passing them on.
+/// Hashes the group keys of a FIFO receive's blocked set ([`Stored::group_key`], already hashes)
+/// by passing them on. (Two groups with the same key would only hold each other back, never
+/// reorder.)
 #[derive(Default)]
 struct KeyHasher(u64);
 
@@ -541,7 +536,7 @@ fn pop_fifo<'m>(
             Slot::Inflight(f) => {
                 if f.visible_at > p.now {
                     out.due(f.visible_at);
-                    if let Some(g) = group_key(stored(offset)) {
+                    if let Some(g) = stored(offset).group_key {
                         blocked_groups.insert(g);
                     }
                     continue;
@@ -549,7 +544,7 @@ fn pop_fifo<'m>(
                 match expire(f, p) {
                     None => {
                         out.due(f.visible_at);
-                        if let Some(g) = group_key(stored(offset)) {
+                        if let Some(g) = stored(offset).group_key {
                             blocked_groups.insert(g);
                         }
                         continue;
@@ -559,7 +554,7 @@ fn pop_fifo<'m>(
             }
         };
         let s = stored(offset);
-        let group = group_key(s);
+        let group = s.group_key;
         if group.is_some_and(|g| blocked_groups.contains(&g)) {
             if let Slot::Inflight(_) = c.slots[i] {
                 c.slots[i] = Slot::Ready { attempts };
@@ -605,7 +600,7 @@ fn pop_fifo<'m>(
             c.slots.push_back(Slot::Done);
             continue;
         }
-        let group = group_key(s);
+        let group = s.group_key;
         if group.is_some_and(|g| blocked_groups.contains(&g)) {
             c.slots.push_back(Slot::Ready { attempts: 0 });
             continue;

@@ -124,8 +124,9 @@ pub struct Stored {
     pub size: usize,
     /// Store time, milliseconds since the Unix epoch.
     pub store_ms: i64,
-    /// A hash of the FIFO message group (if any), computed once: FIFO receives compare groups
-    /// of every slot they scan.
+    /// The key a FIFO receive holds the message's group back by: a hash of the message group
+    /// (if any), computed once at store time, so that scanning neither allocates nor hashes
+    /// strings.
     pub group_key: Option<u64>,
 }
 
