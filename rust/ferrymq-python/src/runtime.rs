@@ -1,16 +1,18 @@
-//! The one tokio runtime of ferrymq, owned on purpose and aware of `fork()`.
+//! The tokio runtimes of ferrymq (one for the clients, one for embedded servers), owned on
+//! purpose and aware of `fork()`.
 //!
 //! * Created lazily on first use, multi-threaded, threads named `ferrymq-rt`: half the cores
 //!   (at least one; `FERRYMQ_WORKER_THREADS` overrides the count). The rest is left to the
 //!   Python threads (listeners, the caller) and to a server on the same machine: the runtime's
 //!   work is I/O multiplexing, and a worker per core spent its time waking and stealing from
-//!   the others. On 2 cores, 1 worker took the FIFO consumer bench from 170k to 222k msg/s,
-//!   normal consumption from 202k to 320k, sync sends from 5.2k to 7.1k (CPU per message down
-//!   by a quarter to a third on both sides).
+//!   the others. On 2 cores, 1 worker took the FIFO consumer bench (broker in its own process)
+//!   from 170k to 222k msg/s and normal consumption from 202k to 320k (CPU per message down by
+//!   a quarter to a third on both sides).
 //! * Servers embedded in the process (the broker, the JMQ4 server) run on a second runtime of the
 //!   same size ([`RuntimeRef::server`], threads `ferrymq-broker`), as a remote server would run
 //!   on its own cores: on one shared worker, the clients of an in-process benchmark or test and
-//!   their broker would take turns (produce + flush 47k → 33k msg/s on 2 cores).
+//!   their broker would take turns (bench_producer on 2 cores, one worker each: produce + flush
+//!   43.6k msg/s split, 32.6k shared; sync sends 6.1k split, 7.4k shared).
 //! * Every client records the [`RuntimeRef`] it was created on. After `fork()` the child has no
 //!   runtime threads, so a client from the parent refuses to run (a clear `ClientClosedError`)
 //!   instead of hanging, and the first new client in the child builds a fresh runtime. The
