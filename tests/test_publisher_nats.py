@@ -7,10 +7,13 @@ publishes themselves reach the server): nothing is mocked.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -442,3 +445,60 @@ async def test_listener_exceptions_are_logged_not_fatal(
         sum("listener bug" in r.getMessage() or "acked" in r.getMessage() for r in caplog.records)
         >= 3
     )
+
+
+EXIT_SCRIPT = r"""
+import asyncio, sys, time
+import ferrymq
+
+url, subject, out, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+log = open(out, "w", buffering=1)
+
+
+class Slow(ferrymq.PublisherListener):
+    def acked(self, flight):
+        time.sleep(0.0005)  # keeps the event thread busy while the interpreter exits
+        log.write(f"acked {flight.id}\n")
+
+    def completed_exceptionally(self, flight):
+        log.write(f"failed {flight.id}\n")
+
+
+async def main():
+    js = await ferrymq.JetStream.connect_async(url)
+    pub = ferrymq.AsyncPublisher(js, id_prefix="exit", max_in_flight=64, listener=Slow())
+    pub.start()
+    futures = [(await pub.publish_async(subject, b"x")).ack_future for _ in range(n)]
+    # Never drained, futures never awaited: asyncio.run returns and the interpreter exits.
+    return futures
+
+
+asyncio.run(main())
+"""
+
+
+def test_interpreter_exit_drains_an_undrained_publisher(
+    tmp_path: Path, nats_server: NatsServer, js: ferrymq.JetStream, tok: str
+) -> None:
+    """A program that returns without draining loses nothing: at exit the publisher drains,
+    the listener hears of every message, and the interpreter shuts down cleanly (the event
+    thread is not left running Python code while CPython finalizes)."""
+    name, subject = f"X{tok}", f"x{tok}.events"
+    js.create_stream(name, [f"x{tok}.>"])
+    try:
+        n = 2000
+        out = tmp_path / "events.txt"
+        script = tmp_path / "exit.py"
+        script.write_text(EXIT_SCRIPT)
+        proc = subprocess.run(
+            [sys.executable, str(script), nats_server.url, subject, str(out), str(n)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = out.read_text().splitlines()
+        assert sorted(lines) == sorted(f"acked exit-{i}" for i in range(1, n + 1))
+        assert js.stream_info(name).messages == n
+    finally:
+        js.delete_stream(name)

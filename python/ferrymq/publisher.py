@@ -14,10 +14,12 @@ order, on the publisher's event loop when it has one, or on the helper thread ot
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -42,6 +44,8 @@ _log = logging.getLogger("ferrymq.publisher")
 _KINDS = ("published", "acked", "completed_exceptionally", "timeout")
 _EVENT_BATCH = 1024
 _EVENT_WAIT = 5.0
+# How long interpreter exit waits for the event thread once the publisher has finished.
+_EXIT_JOIN = 10.0
 
 AckFuture = Union["asyncio.Future[PublishAck]", "concurrent.futures.Future[PublishAck]"]
 
@@ -300,7 +304,10 @@ class AsyncPublisher:
         listener: an object with any of the :class:`PublisherListener` methods.
 
     Use it as ``async with AsyncPublisher(js) as pub:`` (drains on exit) or call
-    :meth:`start` and then :meth:`drain` / :meth:`close` / :meth:`stop`.
+    :meth:`start` and then :meth:`drain` / :meth:`close` / :meth:`stop`. A publisher still
+    running when the interpreter exits is drained then (for up to ``wait_timeout`` seconds,
+    after which what is left is stopped), and its listener hears of every message before
+    Python shuts down.
     """
 
     def __init__(
@@ -345,6 +352,7 @@ class AsyncPublisher:
             listener=listener is not None,
         )
         self._retry = retry
+        self._wait_timeout = float(wait_timeout)
         self._listener = listener
         self._methods = methods
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -419,6 +427,7 @@ class AsyncPublisher:
             )
             t.start()
             self._pump = t
+            _with_event_threads.add(self)
 
     def start(self) -> None:
         """Start publishing. Inside a running event loop, that loop becomes the publisher's:
@@ -634,8 +643,43 @@ class AsyncPublisher:
                 if fut is not None:
                     _settle(fut, core)
 
+    def _finish_at_exit(self) -> None:
+        """Interpreter exit: drain (up to ``wait_timeout``), stop what is left, and let the
+        event thread deliver every event before Python shuts down (a daemon thread running
+        listener code or completing futures during finalization can crash CPython)."""
+        core = self._core
+        if core.state != "finished":
+            limit = self._wait_timeout
+            if not core.drain(limit):
+                _log.warning(
+                    "interpreter exit: %s did not drain within %.1f s; stopping it", self, limit
+                )
+                core.stop()
+        pump = self._pump
+        if pump is not None and pump is not threading.current_thread():
+            pump.join(_EXIT_JOIN)
+            if pump.is_alive():
+                _log.warning("interpreter exit: %s is still delivering events", self)
+
     def __repr__(self) -> str:
         return (
             f"AsyncPublisher({self._core.backend}, state={self.state!r}, "
             f"in_flight={self.in_flight}, max_in_flight={self.max_in_flight})"
         )
+
+
+# Publishers whose event thread was started; interpreter exit finishes each of them.
+_with_event_threads: weakref.WeakSet[AsyncPublisher] = weakref.WeakSet()
+
+# atexit calls handlers last-registered first: publishers finish (and may still log), and only
+# then do ferrymq's Rust threads stop calling into the interpreter.
+atexit.register(_native.python_exiting)
+
+
+@atexit.register
+def _finish_publishers_at_exit() -> None:
+    for pub in list(_with_event_threads):
+        try:
+            pub._finish_at_exit()
+        except Exception:  # pragma: no cover - best effort at exit
+            _log.exception("interpreter exit: finishing %r failed", pub)

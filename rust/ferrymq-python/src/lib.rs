@@ -94,6 +94,12 @@ mod _native {
         crate::logging::set_python_level(level);
     }
 
+    /// Called at interpreter exit (`atexit`): Rust threads stop attaching to the interpreter.
+    #[pyfunction]
+    fn python_exiting() {
+        crate::logging::python_exiting();
+    }
+
     /// Generate a message id in the Java v1 layout.
     #[pyfunction]
     fn new_message_id() -> String {
