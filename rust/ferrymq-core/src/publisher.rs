@@ -935,19 +935,45 @@ impl Runner {
             self.held = true;
             self.shared.held.store(true, Ordering::Relaxed);
         }
-        let deadline = Instant::now() + self.config.wait_timeout;
-        let mut stage = send_stage(
-            Arc::clone(&self.backend),
-            Arc::clone(&flight),
-            self.config.retry.clone(),
-            deadline,
-            self.config.wait_timeout,
-        );
-        // Fast path: handing a message to the connection rarely has to wait.
-        match futures::poll!(stage.as_mut()) {
-            Poll::Ready(r) => self.after_send(flight, r).await,
-            Poll::Pending => self.sending = Some((flight, stage)),
-        }
+        let now = Instant::now();
+        let deadline = now + self.config.wait_timeout;
+        // Fast path: the first attempt is started here and handing a message to the connection
+        // rarely has to wait, so the retrying (boxed, timed) stage is only built when it does.
+        let attempt = flight.start_attempt();
+        let mut first = self.backend.send(&flight);
+        let r = match futures::poll!(first.as_mut()) {
+            Poll::Ready(Ok(ack)) => Ok(ack),
+            Poll::Ready(Err(e)) => match may_retry(self.config.retry.as_ref(), &e, attempt, now) {
+                None => Err(Outcome::Failed(e)),
+                Some(pause) => {
+                    let stage = send_stage(
+                        Arc::clone(&self.backend),
+                        Arc::clone(&flight),
+                        self.config.retry.clone(),
+                        deadline,
+                        self.config.wait_timeout,
+                        now,
+                        Err(pause),
+                    );
+                    self.sending = Some((flight, stage));
+                    return;
+                }
+            },
+            Poll::Pending => {
+                let stage = send_stage(
+                    Arc::clone(&self.backend),
+                    Arc::clone(&flight),
+                    self.config.retry.clone(),
+                    deadline,
+                    self.config.wait_timeout,
+                    now,
+                    Ok(first),
+                );
+                self.sending = Some((flight, stage));
+                return;
+            }
+        };
+        self.after_send(flight, r).await;
     }
 
     async fn after_send(&mut self, flight: Arc<Flight>, r: Result<AckFuture, Outcome>) {
@@ -956,18 +982,19 @@ impl Runner {
                 let _ = flight.publish_time.set(SystemTime::now());
                 let deadline = Instant::now() + self.config.wait_timeout;
                 self.emit(EventKind::Published, &flight, false).await;
-                let fut = fly(
-                    Arc::clone(&self.backend),
-                    Arc::clone(&flight),
-                    ack,
-                    self.config.retry.clone(),
-                    deadline,
-                    self.config.wait_timeout,
-                );
-                self.flights.push(InFlight {
-                    flight,
-                    fut: Box::pin(fut),
-                });
+                let fut: Pin<Box<dyn Future<Output = Outcome> + Send>> = match &self.config.retry {
+                    // Without retries an attempt's ack (or error) is the outcome.
+                    None => Box::pin(wait_ack(ack, deadline, self.config.wait_timeout)),
+                    Some(policy) => Box::pin(fly(
+                        Arc::clone(&self.backend),
+                        Arc::clone(&flight),
+                        ack,
+                        policy.clone(),
+                        deadline,
+                        self.config.wait_timeout,
+                    )),
+                };
+                self.flights.push(InFlight { flight, fut });
             }
             Err(outcome) => self.complete(flight, outcome).await,
         }
@@ -1093,23 +1120,34 @@ fn may_retry(
     Some(pause)
 }
 
-/// Hand `flight` to the connection, retrying retriable failures, within `deadline`.
+/// Hand `flight` to the connection, retrying retriable failures, within `deadline`. The first
+/// attempt was started at `started` by the caller: `first` is its send future, or the pause
+/// before the retry its failure called for.
 fn send_stage(
     backend: Arc<dyn PublishBackend>,
     flight: Arc<Flight>,
     retry: Option<RetryPolicy>,
     deadline: Instant,
     wait_timeout: Duration,
+    started: Instant,
+    first: std::result::Result<SendFuture, Duration>,
 ) -> SendStage {
     Box::pin(async move {
-        let started = Instant::now();
         let attempt = async {
+            let mut next = first;
             loop {
-                let n = flight.start_attempt();
-                match backend.send(&flight).await {
+                let r = match next {
+                    Ok(send) => send.await,
+                    Err(pause) => {
+                        tokio::time::sleep(pause).await;
+                        flight.start_attempt();
+                        backend.send(&flight).await
+                    }
+                };
+                match r {
                     Ok(ack) => return Ok(ack),
-                    Err(e) => match may_retry(retry.as_ref(), &e, n, started) {
-                        Some(pause) => tokio::time::sleep(pause).await,
+                    Err(e) => match may_retry(retry.as_ref(), &e, flight.attempts(), started) {
+                        Some(pause) => next = Err(pause),
                         None => return Err(Outcome::Failed(e)),
                     },
                 }
@@ -1122,16 +1160,25 @@ fn send_stage(
     })
 }
 
+/// The outcome of a single attempt: its ack or error, or a time-out at `deadline`.
+async fn wait_ack(ack: AckFuture, deadline: Instant, wait_timeout: Duration) -> Outcome {
+    match tokio::time::timeout_at(deadline, ack).await {
+        Ok(Ok(ack)) => Outcome::Acked(ack),
+        Ok(Err(e)) => Outcome::Failed(e),
+        Err(_) => timed_out(wait_timeout),
+    }
+}
+
 /// Wait for the ack of `flight`, retrying retriable failures with the same message id.
 async fn fly(
     backend: Arc<dyn PublishBackend>,
     flight: Arc<Flight>,
     first: AckFuture,
-    retry: Option<RetryPolicy>,
+    retry: RetryPolicy,
     deadline: Instant,
     wait_timeout: Duration,
 ) -> Outcome {
-    let attempt_timeout = retry.as_ref().and_then(|r| r.attempt_timeout);
+    let attempt_timeout = retry.attempt_timeout;
     let started = Instant::now();
     let attempts = async {
         let mut pending: Result<AckFuture> = Ok(first);
@@ -1150,7 +1197,7 @@ async fn fly(
             };
             match result {
                 Ok(ack) => return Outcome::Acked(ack),
-                Err(e) => match may_retry(retry.as_ref(), &e, flight.attempts(), started) {
+                Err(e) => match may_retry(Some(&retry), &e, flight.attempts(), started) {
                     Some(pause) => {
                         tokio::time::sleep(pause).await;
                         flight.start_attempt();
