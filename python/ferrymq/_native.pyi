@@ -713,6 +713,18 @@ class PublisherCore:
         expected_last_msg_id: str | None,
         /,
     ) -> FlightCore: ...
+    def publish(
+        self,
+        subject: str | Message,
+        body: bytes | bytearray | memoryview | None,
+        headers: Mapping[str, str] | None,
+        message_id: str | None,
+        expected_stream: str | None,
+        expected_last_sequence: int | None,
+        expected_last_subject_sequence: int | None,
+        expected_last_msg_id: str | None,
+        /,
+    ) -> tuple[FlightCore, Awaitable[None] | None]: ...
     def offer(self, flight: FlightCore) -> Awaitable[None] | None: ...
     def try_enqueue(self, flight: FlightCore) -> bool: ...
     def enqueue(self, flight: FlightCore) -> None: ...

@@ -228,6 +228,9 @@ class Flight:
         return repr(self._core)
 
 
+_new_flight = object.__new__
+
+
 def _result_of(core: FlightCore) -> tuple[PublishAck | None, BaseException | None]:
     exc = core.exception
     if isinstance(exc, BaseException):
@@ -523,7 +526,7 @@ class AsyncPublisher:
         """
         if self._loop is None:
             self._bind_loop()
-        core = self._core.prepare(
+        core, waiter = self._core.publish(
             subject,
             body,
             headers,
@@ -533,12 +536,15 @@ class AsyncPublisher:
             expected_last_subject_sequence,
             expected_last_msg_id,
         )
-        waiter = self._core.offer(core)
         if waiter is not None:
             await waiter
         if self._pump is None:
             self._ensure_pump()
-        return Flight(core, self)
+        # Flight(core, self) without the __init__ call: this is the per-message hot path.
+        flight = _new_flight(Flight)
+        flight._core = core
+        flight._publisher = self
+        return flight
 
     def submit(
         self,

@@ -570,6 +570,36 @@ impl PublisherCore {
         Ok(PyFlight::new(flight, self.rt))
     }
 
+    /// `prepare` and `offer` in one call (the hot path of `publish_async`): returns the flight
+    /// and None when it was queued at once, or an awaitable that resolves once it is queued.
+    #[pyo3(signature = (subject, body, headers, message_id, expected_stream, expected_last_sequence, expected_last_subject_sequence, expected_last_msg_id, /))]
+    #[allow(clippy::too_many_arguments)]
+    fn publish<'py>(
+        &self,
+        py: Python<'py>,
+        subject: &Bound<'py, PyAny>,
+        body: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        message_id: Option<String>,
+        expected_stream: Option<String>,
+        expected_last_sequence: Option<u64>,
+        expected_last_subject_sequence: Option<u64>,
+        expected_last_msg_id: Option<String>,
+    ) -> PyResult<(PyFlight, Option<Bound<'py, PyAny>>)> {
+        let flight = self.prepare(
+            subject,
+            body,
+            headers,
+            message_id,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
+        )?;
+        let waiter = self.offer(py, &flight)?;
+        Ok((flight, waiter))
+    }
+
     /// Queue `flight` if the intake has room now (returns None); otherwise return an awaitable
     /// that resolves once it is queued.
     fn offer<'py>(

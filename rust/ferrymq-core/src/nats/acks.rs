@@ -24,6 +24,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_nats::{StatusCode, Subject};
+use bytes::BytesMut;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use serde::Deserialize;
@@ -177,6 +178,9 @@ struct Pending {
 struct State {
     next_token: u64,
     pending: BTreeMap<u64, Pending>,
+    /// Reply subjects are written here and split off: each is a shared `Bytes` from the start,
+    /// so the clones async-nats makes of it cost a reference count, not an allocation.
+    replies: BytesMut,
     /// Why new publishes fail, once the mux is closed.
     closed: Option<&'static str>,
 }
@@ -202,6 +206,7 @@ impl AckMux {
             state: Mutex::new(State {
                 next_token: 1,
                 pending: BTreeMap::new(),
+                replies: BytesMut::new(),
                 closed: None,
             }),
             wake: Notify::new(),
@@ -217,7 +222,7 @@ impl AckMux {
     pub(crate) fn register(self: &Arc<Self>) -> Result<(Subject, AckWait)> {
         let (tx, rx) = oneshot::channel();
         let deadline = Instant::now() + self.timeout;
-        let (token, was_empty) = {
+        let (token, was_empty, reply) = {
             let mut st = self.state.lock();
             if let Some(why) = st.closed {
                 return Err(Error::connection(format!("{WHAT}: {why}")));
@@ -226,21 +231,26 @@ impl AckMux {
             st.next_token += 1;
             let was_empty = st.pending.is_empty();
             st.pending.insert(token, Pending { deadline, tx });
-            (token, was_empty)
+            let need = self.prefix.len() + 20;
+            if st.replies.capacity() < need {
+                st.replies.reserve(need * 256);
+            }
+            st.replies.extend_from_slice(self.prefix.as_bytes());
+            let _ = write!(st.replies, "{token}");
+            let reply = st.replies.split().freeze();
+            (token, was_empty, reply)
         };
         if was_empty {
             self.wake.notify_one();
         }
-        let mut reply = String::with_capacity(self.prefix.len() + 20);
-        reply.push_str(&self.prefix);
-        let _ = write!(reply, "{token}");
+        let reply = Subject::from_utf8(reply).expect("the prefix and a number are UTF-8");
         let wait = AckWait {
             mux: Arc::clone(self),
             token,
             rx,
             done: false,
         };
-        Ok((Subject::from(reply), wait))
+        Ok((reply, wait))
     }
 
     /// Forget `token` (its publish failed or its waiter is gone).

@@ -236,9 +236,25 @@ struct Inner {
     request_timeout: Duration,
     /// The publish acks, set up by the first publish.
     acks: OnceCell<Arc<acks::AckMux>>,
+    /// The subject published to last: publishers mostly repeat one, and a clone of a shared
+    /// `Subject` is a reference count where a new one is an allocation and a copy.
+    last_subject: parking_lot::Mutex<Option<async_nats::Subject>>,
 }
 
 impl Inner {
+    /// `subject` as an async-nats `Subject`, reusing the last one when it is the same.
+    fn subject(&self, subject: &str) -> async_nats::Subject {
+        let mut last = self.last_subject.lock();
+        match &*last {
+            Some(s) if s.as_str() == subject => s.clone(),
+            _ => {
+                let s = async_nats::Subject::from(subject);
+                *last = Some(s.clone());
+                s
+            }
+        }
+    }
+
     /// The ack mux, subscribing to its inbox and starting its task on first use.
     async fn acks(&self) -> Result<&Arc<acks::AckMux>> {
         self.acks
@@ -300,6 +316,9 @@ impl JetStream {
             return Err(Error::invalid("request_timeout", "must be positive"));
         }
         let mut co = ConnectOptions::new()
+            // Subjects are checked where ferrymq takes them (`validate_publish_subject`, with
+            // errors that name the field); async-nats need not scan each one again.
+            .skip_subject_validation(true)
             .connection_timeout(opts.connect_timeout)
             .request_timeout(Some(opts.request_timeout))
             .event_callback(|ev| async move {
@@ -342,6 +361,7 @@ impl JetStream {
                 endpoints,
                 request_timeout: opts.request_timeout,
                 acks: OnceCell::new(),
+                last_subject: parking_lot::Mutex::new(None),
             }),
         })
     }
@@ -364,7 +384,8 @@ impl JetStream {
         (ma, mi) >= (major, minor)
     }
 
-    /// The underlying async-nats client.
+    /// The underlying async-nats client. It is connected with `skip_subject_validation`:
+    /// check subjects with [`validate_publish_subject`] before publishing through it.
     pub fn client(&self) -> &async_nats::Client {
         &self.inner.client
     }
@@ -406,7 +427,7 @@ impl JetStream {
         };
         let prepared = checked
             .and_then(|()| build_headers(id, headers, options))
-            .map(|h| (async_nats::Subject::from(subject), h));
+            .map(|h| (self.inner.subject(subject), h));
         let inner = Arc::clone(&self.inner);
         let id = id.to_string();
         async move {
