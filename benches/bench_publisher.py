@@ -32,22 +32,19 @@ Needs ``nats-server`` (``apt-get install -y nats-server``), ``nats-py`` and
 ``rocketmq-python-client`` (``pip install nats-py rocketmq-python-client``). Build ferrymq with
 ``maturin develop --release`` first.
 
-Medians on a 2-core machine shared with other builds and benchmarks (msg/s ferrymq vs peer,
-ratio; CPU us/msg, ratio). NATS: one run of ``--only nats -r 5`` (load average 3-4), with
-JetStream acks read through one wildcard inbox subscription per connection; RocketMQ: one run of
-``-r 5`` (load average 4-8):
+Medians on a 2-core machine (msg/s ferrymq vs peer, ratio; CPU us/msg, ratio). NATS: one run
+of ``--only nats -r 5``; RocketMQ: one run of ``-r 3``:
 
-    NATS      drain      113.0k vs 39.4k  3.0x    6.2 vs  19.6  3.3x
-    NATS      await-each  64.2k vs 29.7k  2.2x   13.0 vs  25.6  2.1x
-    RocketMQ  drain        8.3k vs  1.6k  5.2x     55 vs   457  7.8x
-    RocketMQ  await-each   7.8k vs  1.6k  4.6x     70 vs   444  6.3x
+    NATS      drain      142.7k vs 47.3k  3.0x    4.6 vs  21.1  4.6x
+    NATS      await-each  80.8k vs 39.5k  2.0x   10.7 vs  25.2  2.3x
+    RocketMQ  drain       38.2k vs  2.6k 13.8x   27.5 vs   418 14.2x
+    RocketMQ  await-each  28.4k vs  2.7k  9.9x   42.7 vs   394  8.5x
 
-The NATS msg/s ratio follows the load (drain 2.1-3.0x, await-each 1.8-2.3x across three runs
-the same hour, load average 3-5; CPU us/msg ratios 3.1-3.3x and 2.1-2.5x): ferrymq's I/O runs on
-Rust threads beside the Python thread and gains most when a core is free; nats-server itself
-takes about half of the two cores. In ``await-each`` the Python thread (an asyncio future per
-message, and the garbage collector walking the 100k of them that the round holds) is what
-limits ferrymq.
+The NATS msg/s ratio follows the machine (per round, drain 2.3-3.5x across three runs the same
+hour; CPU us/msg ratios 3.1-5.4x): in drain nats-server (about 7 us of CPU per message) and
+ferrymq (about 4 us) share the two cores, while nats-py is bound by its one Python thread. In
+``await-each`` the Python thread (an asyncio future per message, and the ``gather`` callbacks)
+is what limits ferrymq.
 """
 
 from __future__ import annotations
