@@ -941,39 +941,24 @@ impl Runner {
         // rarely has to wait, so the retrying (boxed, timed) stage is only built when it does.
         let attempt = flight.start_attempt();
         let mut first = self.backend.send(&flight);
-        let r = match futures::poll!(first.as_mut()) {
-            Poll::Ready(Ok(ack)) => Ok(ack),
+        let next = match futures::poll!(first.as_mut()) {
+            Poll::Ready(Ok(ack)) => return self.after_send(flight, Ok(ack)).await,
             Poll::Ready(Err(e)) => match may_retry(self.config.retry.as_ref(), &e, attempt, now) {
-                None => Err(Outcome::Failed(e)),
-                Some(pause) => {
-                    let stage = send_stage(
-                        Arc::clone(&self.backend),
-                        Arc::clone(&flight),
-                        self.config.retry.clone(),
-                        deadline,
-                        self.config.wait_timeout,
-                        now,
-                        Err(pause),
-                    );
-                    self.sending = Some((flight, stage));
-                    return;
-                }
+                None => return self.after_send(flight, Err(Outcome::Failed(e))).await,
+                Some(pause) => Err(pause),
             },
-            Poll::Pending => {
-                let stage = send_stage(
-                    Arc::clone(&self.backend),
-                    Arc::clone(&flight),
-                    self.config.retry.clone(),
-                    deadline,
-                    self.config.wait_timeout,
-                    now,
-                    Ok(first),
-                );
-                self.sending = Some((flight, stage));
-                return;
-            }
+            Poll::Pending => Ok(first),
         };
-        self.after_send(flight, r).await;
+        let stage = send_stage(
+            Arc::clone(&self.backend),
+            Arc::clone(&flight),
+            self.config.retry.clone(),
+            deadline,
+            self.config.wait_timeout,
+            now,
+            next,
+        );
+        self.sending = Some((flight, stage));
     }
 
     async fn after_send(&mut self, flight: Arc<Flight>, r: Result<AckFuture, Outcome>) {
