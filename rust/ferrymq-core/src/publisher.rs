@@ -695,6 +695,11 @@ impl Publisher {
 
     /// Queue `flight`, waiting while the intake is full (this is the caller's back-pressure).
     /// Cancel-safe: if the future is dropped before it resolves, the flight was not queued.
+    ///
+    /// When the intake is full, the caller is woken once a quarter of it is free, not at the
+    /// first free slot: a producer that keeps the intake full then queues a run of messages per wake-up
+    /// (with [`try_enqueue`](Publisher::try_enqueue)) instead of waiting once per slot the
+    /// runner frees.
     pub fn enqueue(
         &self,
         flight: Arc<Flight>,
@@ -702,15 +707,26 @@ impl Publisher {
         let open = self.check_open();
         let tx = self.intake.clone();
         let shared = Arc::clone(&self.shared);
+        let room = (tx.max_capacity() / 4).max(1);
         async move {
             open?;
-            tx.send(flight).await.map_err(|_| {
-                if shared.state.load(Ordering::Acquire) == DRAINING {
+            let flight = match tx.try_send(flight) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::TrySendError::Full(f) | mpsc::error::TrySendError::Closed(f)) => f,
+            };
+            match tx.reserve_many(room).await {
+                Ok(mut permits) => {
+                    // The other permits go back to the intake when `permits` drops.
+                    let permit = permits.next().expect("room >= 1 permits were reserved");
+                    permit.send(flight);
+                    Ok(())
+                }
+                Err(_) => Err(if shared.state.load(Ordering::Acquire) == DRAINING {
                     Error::closed("the publisher is draining; it accepts no new messages")
                 } else {
                     Error::closed("the publisher is stopped")
-                }
-            })
+                }),
+            }
         }
     }
 

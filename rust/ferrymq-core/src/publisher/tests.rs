@@ -219,6 +219,42 @@ async fn intake_is_bounded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_caller_wakes_once_a_quarter_of_the_intake_is_free() {
+    let b = Arc::new(Manual::default());
+    // Window 8 (sliding) and an intake of 8: a waiting caller wakes at 2 free slots.
+    let p = Publisher::new(b.clone(), config(8, 7), tokio::runtime::Handle::current()).unwrap();
+    p.start().unwrap();
+    for _ in 0..16 {
+        p.publish(out("a")).await.unwrap();
+    }
+    wait_until("8 sent", || b.sends.load(Ordering::SeqCst) == 8).await;
+    assert_eq!(p.queued(), 8);
+    let f = p.prepare(out("a")).unwrap();
+    let mut wait = Box::pin(p.enqueue(Arc::clone(&f)));
+    let short = Duration::from_millis(50);
+    assert!(tokio::time::timeout(short, &mut wait).await.is_err());
+    b.release_one(ack_for);
+    wait_until("9 sent", || b.sends.load(Ordering::SeqCst) == 9).await;
+    assert!(
+        tokio::time::timeout(short, &mut wait).await.is_err(),
+        "one free slot must not wake the caller"
+    );
+    b.release_one(ack_for);
+    tokio::time::timeout(Duration::from_secs(5), wait)
+        .await
+        .unwrap()
+        .unwrap();
+    // The runner took two from the intake; the waiter queued one and left the other free.
+    wait_until("10 sent", || b.sends.load(Ordering::SeqCst) == 10).await;
+    assert_eq!(p.queued(), 7);
+    let g = p.prepare(out("a")).unwrap();
+    assert!(p.try_enqueue(&g).unwrap(), "the second free slot is there");
+    p.stop();
+    p.finished().await;
+    assert!(f.is_done() && g.is_done());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_complete_flights() {
     let b = Arc::new(Manual::default());
     let mut c = config(10, 0);
