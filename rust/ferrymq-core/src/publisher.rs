@@ -13,8 +13,11 @@
 //!   caller that outruns the window waits ([`Publisher::enqueue`]) or is told the intake is full
 //!   ([`Publisher::try_enqueue`]). Memory stays bounded under overload.
 //! * **One runner task.** A single tokio task owns the window: it sends messages in submission
-//!   order, keeps each flight's ack future in a `FuturesUnordered`, and reacts to acks as they
-//!   arrive (no head-of-line blocking, no sleeping while on hold).
+//!   order and reacts to acks as they arrive (no head-of-line blocking, no sleeping while on
+//!   hold). Backends that can ([`PublishBackend::send_to`], NATS) deliver acks into the runner's
+//!   one [`AckSink`], and `wait_timeout` is enforced by one timer over a queue of deadlines in
+//!   send order; otherwise (and with a retry policy) each flight's ack future waits in a
+//!   `FuturesUnordered`.
 //! * **Every flight completes** exactly once: acked, failed, timed out (`wait_timeout` counted
 //!   from the moment the message was sent), or closed by [`Publisher::stop`].
 //! * **Stable ids.** The id is stamped when the flight is created and sent on every attempt
@@ -40,6 +43,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::task::AtomicWaker;
 use futures::FutureExt;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch, Notify};
@@ -52,6 +56,8 @@ use crate::message::Message;
 pub type AckFuture = BoxFuture<'static, Result<PublishAck>>;
 /// The future of handing one attempt to the connection; it yields the ack future.
 pub type SendFuture = BoxFuture<'static, Result<AckFuture>>;
+/// The future of handing one attempt to the connection when its ack goes to an [`AckSink`].
+pub type SendToFuture = BoxFuture<'static, Result<()>>;
 
 /// A producer the managed publisher can drive: NATS JetStream, RocketMQ, JMQ4.
 ///
@@ -62,6 +68,17 @@ pub type SendFuture = BoxFuture<'static, Result<AckFuture>>;
 pub trait PublishBackend: Send + Sync + 'static {
     /// Start one attempt to publish `flight`.
     fn send(&self, flight: &Arc<Flight>) -> SendFuture;
+    /// Start one attempt to publish `flight` whose outcome the backend delivers to `acks`
+    /// ([`AckSink::deliver`]) instead of returning a future of it: exactly once for every
+    /// attempt whose future resolved `Ok` (ack, error, the backend's own time-out, or the
+    /// connection closing). An attempt whose future fails or is dropped may still deliver.
+    ///
+    /// `None` (the default): not supported, the runner uses [`send`](PublishBackend::send).
+    /// The runner uses this only for publishers without a retry policy.
+    fn send_to(&self, flight: &Arc<Flight>, acks: &AckSink) -> Option<SendToFuture> {
+        let _ = (flight, acks);
+        None
+    }
     /// Check what the backend needs of a message (subject syntax, header names, …) before it is
     /// accepted, so that bad input fails at the call with an error naming the field.
     fn validate(&self, out: &Outgoing) -> Result<()> {
@@ -76,11 +93,73 @@ impl<T: PublishBackend + ?Sized> PublishBackend for Arc<T> {
     fn send(&self, flight: &Arc<Flight>) -> SendFuture {
         (**self).send(flight)
     }
+    fn send_to(&self, flight: &Arc<Flight>, acks: &AckSink) -> Option<SendToFuture> {
+        (**self).send_to(flight, acks)
+    }
     fn validate(&self, out: &Outgoing) -> Result<()> {
         (**self).validate(out)
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+}
+
+/// The runner's one inbox of acks, for backends that deliver them
+/// ([`PublishBackend::send_to`]) rather than returning a future per message: no oneshot, boxed
+/// future or timer entry per flight, and one wake-up of the runner per batch of acks.
+///
+/// It holds at most one result per attempt sent, so it is bounded by the window (plus late
+/// results of attempts the runner already finished, which it ignores).
+#[derive(Clone)]
+pub struct AckSink(Arc<SinkQueue>);
+
+struct SinkQueue {
+    ready: Mutex<Vec<(Arc<Flight>, Result<PublishAck>)>>,
+    waker: AtomicWaker,
+}
+
+impl fmt::Debug for AckSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AckSink")
+            .field("ready", &self.0.ready.lock().len())
+            .finish()
+    }
+}
+
+impl AckSink {
+    fn new() -> Self {
+        Self(Arc::new(SinkQueue {
+            ready: Mutex::new(Vec::new()),
+            waker: AtomicWaker::new(),
+        }))
+    }
+
+    /// Hand the outcome of an attempt of `flight` to the runner.
+    pub fn deliver(&self, flight: Arc<Flight>, result: Result<PublishAck>) {
+        self.0.ready.lock().push((flight, result));
+        self.0.waker.wake();
+    }
+
+    /// Swap what was delivered into `out` (which must be empty); `Pending` when nothing was.
+    fn poll_take(
+        &self,
+        cx: &mut Context<'_>,
+        out: &mut Vec<(Arc<Flight>, Result<PublishAck>)>,
+    ) -> Poll<()> {
+        for attempt in 0..2 {
+            {
+                let mut ready = self.0.ready.lock();
+                if !ready.is_empty() {
+                    std::mem::swap(&mut *ready, out);
+                    return Poll::Ready(());
+                }
+            }
+            if attempt == 0 {
+                // Register, then look again: a delivery in between is not missed.
+                self.0.waker.register(cx.waker());
+            }
+        }
+        Poll::Pending
     }
 }
 
@@ -768,6 +847,12 @@ impl Publisher {
             in_flight: 0,
             held: false,
             flights: FuturesUnordered::new(),
+            use_sink: self.config.retry.is_none(),
+            sink: AckSink::new(),
+            delivered: Vec::new(),
+            deadlines: VecDeque::new(),
+            expiry: None,
+            expiry_armed: false,
             sending: None,
             intake_done: false,
             intake_closed: false,
@@ -834,7 +919,15 @@ impl Drop for Publisher {
     }
 }
 
-type SendStage = Pin<Box<dyn Future<Output = Result<AckFuture, Outcome>> + Send>>;
+/// How an attempt that reached the connection will be acknowledged.
+enum Sent {
+    /// By this future (it goes into the runner's `FuturesUnordered`).
+    Ack(AckFuture),
+    /// Through the runner's [`AckSink`].
+    ToSink,
+}
+
+type SendStage = Pin<Box<dyn Future<Output = Result<Sent, Outcome>> + Send>>;
 
 /// A flight's ack future plus the flight itself, so that the runner can find every flight it
 /// holds (for `stop`).
@@ -862,6 +955,18 @@ struct Runner {
     in_flight: usize,
     held: bool,
     flights: FuturesUnordered<InFlight>,
+    /// Whether sends go through [`PublishBackend::send_to`] (no retry policy).
+    use_sink: bool,
+    sink: AckSink,
+    /// What the sink delivered, taken in one go (the buffers are swapped, not reallocated).
+    delivered: Vec<(Arc<Flight>, Result<PublishAck>)>,
+    /// Flights whose ack comes through the sink, with their `wait_timeout` deadlines, in send
+    /// order (so in deadline order). Finished flights are dropped from the front as acks come
+    /// in, and the whole queue is compacted when it grows past twice the window.
+    deadlines: VecDeque<(Instant, Arc<Flight>)>,
+    /// The timer of the first deadline (made on first use, inside the runtime).
+    expiry: Option<Pin<Box<tokio::time::Sleep>>>,
+    expiry_armed: bool,
     sending: Option<(Arc<Flight>, SendStage)>,
     intake_done: bool,
     intake_closed: bool,
@@ -897,7 +1002,7 @@ impl Runner {
             }
 
             let draining = self.shared.state.load(Ordering::Acquire) == DRAINING;
-            if draining && self.intake_done && self.sending.is_none() && self.flights.is_empty() {
+            if draining && self.intake_done && self.sending.is_none() && self.in_flight == 0 {
                 break;
             }
 
@@ -914,6 +1019,12 @@ impl Runner {
                             _ => break,
                         }
                     }
+                }
+                () = std::future::poll_fn(|cx| self.sink.poll_take(cx, &mut self.delivered)) => {
+                    self.take_delivered().await;
+                }
+                () = poll_timer(&mut self.expiry), if self.expiry_armed => {
+                    self.expire().await;
                 }
                 r = poll_sending(&mut self.sending) => {
                     let (flight, result) = r;
@@ -956,9 +1067,27 @@ impl Runner {
         // Fast path: the first attempt is started here and handing a message to the connection
         // rarely has to wait, so the retrying (boxed, timed) stage is only built when it does.
         let attempt = flight.start_attempt();
+        if self.use_sink {
+            match self.backend.send_to(&flight, &self.sink) {
+                Some(mut send) => {
+                    return match futures::poll!(send.as_mut()) {
+                        Poll::Ready(Ok(())) => self.after_send(flight, Ok(Sent::ToSink)).await,
+                        Poll::Ready(Err(e)) => {
+                            self.after_send(flight, Err(Outcome::Failed(e))).await;
+                        }
+                        Poll::Pending => {
+                            let stage = sink_stage(send, deadline, self.config.wait_timeout);
+                            self.sending = Some((flight, stage));
+                        }
+                    };
+                }
+                // Not supported by this backend: ack futures from now on.
+                None => self.use_sink = false,
+            }
+        }
         let mut first = self.backend.send(&flight);
         let next = match futures::poll!(first.as_mut()) {
-            Poll::Ready(Ok(ack)) => return self.after_send(flight, Ok(ack)).await,
+            Poll::Ready(Ok(ack)) => return self.after_send(flight, Ok(Sent::Ack(ack))).await,
             Poll::Ready(Err(e)) => match may_retry(self.config.retry.as_ref(), &e, attempt, now) {
                 None => return self.after_send(flight, Err(Outcome::Failed(e))).await,
                 Some(pause) => Err(pause),
@@ -977,12 +1106,16 @@ impl Runner {
         self.sending = Some((flight, stage));
     }
 
-    async fn after_send(&mut self, flight: Arc<Flight>, r: Result<AckFuture, Outcome>) {
+    async fn after_send(&mut self, flight: Arc<Flight>, r: Result<Sent, Outcome>) {
         match r {
-            Ok(ack) => {
+            Ok(sent) => {
                 let _ = flight.publish_time.set(SystemTime::now());
                 let deadline = Instant::now() + self.config.wait_timeout;
                 self.emit(EventKind::Published, &flight, false).await;
+                let ack = match sent {
+                    Sent::Ack(ack) => ack,
+                    Sent::ToSink => return self.expect_in_sink(deadline, flight),
+                };
                 let fut: Pin<Box<dyn Future<Output = Outcome> + Send>> = match &self.config.retry {
                     // Without retries an attempt's ack (or error) is the outcome.
                     None => Box::pin(wait_ack(ack, deadline, self.config.wait_timeout)),
@@ -998,6 +1131,74 @@ impl Runner {
                 self.flights.push(InFlight { flight, fut });
             }
             Err(outcome) => self.complete(flight, outcome).await,
+        }
+    }
+
+    /// Wait for `flight`'s ack in the sink, until `deadline`.
+    fn expect_in_sink(&mut self, deadline: Instant, flight: Arc<Flight>) {
+        if self.deadlines.len() >= 2 * self.config.max_in_flight + 64 {
+            // Out-of-order acks left finished flights behind an unfinished one: compact. The
+            // queue is then at most the window, so this runs at most once per window of sends.
+            self.deadlines.retain(|(_, f)| !f.is_done());
+        }
+        self.deadlines.push_back((deadline, flight));
+        if !self.expiry_armed {
+            self.arm_expiry(deadline);
+        }
+    }
+
+    fn arm_expiry(&mut self, at: Instant) {
+        match &mut self.expiry {
+            Some(timer) => timer.as_mut().reset(at),
+            None => self.expiry = Some(Box::pin(tokio::time::sleep_until(at))),
+        }
+        self.expiry_armed = true;
+    }
+
+    /// Complete what the sink delivered. Results for flights already finished (timed out,
+    /// stopped) are ignored.
+    async fn take_delivered(&mut self) {
+        let mut batch = std::mem::take(&mut self.delivered);
+        for (flight, result) in batch.drain(..) {
+            if flight.is_done() {
+                continue;
+            }
+            let outcome = match result {
+                Ok(ack) => Outcome::Acked(ack),
+                Err(e) => Outcome::Failed(e),
+            };
+            self.complete(flight, outcome).await;
+        }
+        // Keep the (now empty) buffer's capacity for the next swap.
+        self.delivered = batch;
+        while self.deadlines.front().is_some_and(|(_, f)| f.is_done()) {
+            self.deadlines.pop_front();
+        }
+    }
+
+    /// Time out the sink flights whose deadline passed; re-arm for the next one.
+    async fn expire(&mut self) {
+        let now = Instant::now();
+        loop {
+            match self.deadlines.front() {
+                Some((_, f)) if f.is_done() => {
+                    self.deadlines.pop_front();
+                }
+                Some((deadline, _)) if *deadline <= now => {
+                    let (_, flight) = self.deadlines.pop_front().expect("front exists");
+                    self.complete(flight, timed_out(self.config.wait_timeout))
+                        .await;
+                }
+                Some((deadline, _)) => {
+                    let next = *deadline;
+                    self.arm_expiry(next);
+                    return;
+                }
+                None => {
+                    self.expiry_armed = false;
+                    return;
+                }
+            }
         }
     }
 
@@ -1065,9 +1266,15 @@ impl Runner {
             self.complete(flight, Outcome::Failed(Error::closed(why)))
                 .await;
         }
-        let flights: Vec<Arc<Flight>> =
+        let mut flights: Vec<Arc<Flight>> =
             self.flights.iter().map(|f| Arc::clone(&f.flight)).collect();
         self.flights = FuturesUnordered::new();
+        flights.extend(
+            std::mem::take(&mut self.deadlines)
+                .into_iter()
+                .map(|(_, f)| f)
+                .filter(|f| !f.is_done()),
+        );
         for flight in flights {
             self.complete(flight, Outcome::Failed(Error::closed(UNACKED)))
                 .await;
@@ -1082,9 +1289,16 @@ impl Runner {
     }
 }
 
+async fn poll_timer(timer: &mut Option<Pin<Box<tokio::time::Sleep>>>) {
+    match timer {
+        Some(t) => t.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn poll_sending(
     sending: &mut Option<(Arc<Flight>, SendStage)>,
-) -> (Arc<Flight>, Result<AckFuture, Outcome>) {
+) -> (Arc<Flight>, Result<Sent, Outcome>) {
     match sending {
         Some((_, stage)) => {
             let r = stage.as_mut().await;
@@ -1146,7 +1360,7 @@ fn send_stage(
                     }
                 };
                 match r {
-                    Ok(ack) => return Ok(ack),
+                    Ok(ack) => return Ok(Sent::Ack(ack)),
                     Err(e) => match may_retry(retry.as_ref(), &e, flight.attempts(), started) {
                         Some(pause) => next = Err(pause),
                         None => return Err(Outcome::Failed(e)),
@@ -1156,6 +1370,18 @@ fn send_stage(
         };
         match tokio::time::timeout_at(deadline, attempt).await {
             Ok(r) => r,
+            Err(_) => Err(timed_out(wait_timeout)),
+        }
+    })
+}
+
+/// Hand a flight whose ack goes to the sink to the connection, within `deadline` (no retries:
+/// the sink is used without a retry policy).
+fn sink_stage(send: SendToFuture, deadline: Instant, wait_timeout: Duration) -> SendStage {
+    Box::pin(async move {
+        match tokio::time::timeout_at(deadline, send).await {
+            Ok(Ok(())) => Ok(Sent::ToSink),
+            Ok(Err(e)) => Err(Outcome::Failed(e)),
             Err(_) => Err(timed_out(wait_timeout)),
         }
     })

@@ -5,7 +5,8 @@
 //! `<inbox prefix>.<nuid>.*` and gives every publish the reply subject
 //! `<inbox prefix>.<nuid>.<token>`, `token` counting up from 1. One demultiplexing task reads
 //! the subscription, takes the pending entry of the token out of an ordered map and completes
-//! its oneshot with the parsed ack.
+//! it with the parsed ack: through its oneshot ([`AckMux::register`]), or, for the managed
+//! publisher, straight into the runner's [`AckSink`] ([`AckMux::register_sink`]).
 //!
 //! Time-outs cost nothing per message: every entry waits the same `request_timeout` and tokens
 //! are handed out in time order, so the oldest pending entry (the map's first) is always the
@@ -33,6 +34,7 @@ use tokio::time::Instant;
 
 use super::error;
 use crate::error::{Error, Result};
+use crate::publisher::{AckSink, Flight, PublishAck};
 
 /// What the stream acknowledged (the message id is the publisher's to add).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,7 +174,35 @@ fn json_plain_str(s: &[u8]) -> Option<(&[u8], &[u8])> {
 
 struct Pending {
     deadline: Instant,
-    tx: oneshot::Sender<Reply>,
+    waiter: Waiter,
+}
+
+/// Who is told the outcome of a publish.
+enum Waiter {
+    /// The [`AckWait`] of [`AckMux::register`].
+    Future(oneshot::Sender<Reply>),
+    /// The managed publisher's runner, with the flight the ack belongs to.
+    Sink(AckSink, Arc<Flight>),
+}
+
+impl Waiter {
+    fn finish(self, reply: Reply) {
+        match self {
+            Waiter::Future(tx) => {
+                let _ = tx.send(reply);
+            }
+            Waiter::Sink(sink, flight) => {
+                let ack = reply.map(|a| PublishAck {
+                    message_id: flight.id().to_string(),
+                    stream: a.stream,
+                    sequence: a.sequence,
+                    duplicate: a.duplicate,
+                    domain: a.domain,
+                });
+                sink.deliver(flight, ack);
+            }
+        }
+    }
 }
 
 struct State {
@@ -221,6 +251,33 @@ impl AckMux {
     /// Register one publish: its reply subject and the future of its ack.
     pub(crate) fn register(self: &Arc<Self>) -> Result<(Subject, AckWait)> {
         let (tx, rx) = oneshot::channel();
+        let (reply, token) = self.insert(Waiter::Future(tx))?;
+        let wait = AckWait {
+            mux: Arc::clone(self),
+            token,
+            rx,
+            done: false,
+        };
+        Ok((reply, wait))
+    }
+
+    /// Register one publish of the managed publisher: its ack (or error, or time-out) goes to
+    /// `sink` with `flight`. Returns the reply subject and the token to
+    /// [`forget`](Self::forget) if the publish cannot be sent.
+    pub(crate) fn register_sink(
+        &self,
+        sink: &AckSink,
+        flight: &Arc<Flight>,
+    ) -> Result<(Subject, u64)> {
+        self.insert(Waiter::Sink(sink.clone(), Arc::clone(flight)))
+    }
+
+    /// Forget `token` (its publish could not be sent): nobody is told.
+    pub(crate) fn forget(&self, token: u64) {
+        self.cancel(token);
+    }
+
+    fn insert(&self, waiter: Waiter) -> Result<(Subject, u64)> {
         let deadline = Instant::now() + self.timeout;
         let (token, was_empty, reply) = {
             let mut st = self.state.lock();
@@ -230,7 +287,7 @@ impl AckMux {
             let token = st.next_token;
             st.next_token += 1;
             let was_empty = st.pending.is_empty();
-            st.pending.insert(token, Pending { deadline, tx });
+            st.pending.insert(token, Pending { deadline, waiter });
             let need = self.prefix.len() + 20;
             if st.replies.capacity() < need {
                 st.replies.reserve(need * 256);
@@ -244,13 +301,7 @@ impl AckMux {
             self.wake.notify_one();
         }
         let reply = Subject::from_utf8(reply).expect("the prefix and a number are UTF-8");
-        let wait = AckWait {
-            mux: Arc::clone(self),
-            token,
-            rx,
-            done: false,
-        };
-        Ok((reply, wait))
+        Ok((reply, token))
     }
 
     /// Forget `token` (its publish failed or its waiter is gone).
@@ -269,7 +320,7 @@ impl AckMux {
         let Some(p) = self.state.lock().pending.remove(&token) else {
             return;
         };
-        let _ = p.tx.send(decode(status, payload));
+        p.waiter.finish(decode(status, payload));
     }
 
     /// Fail every entry whose deadline is at or before `now`; returns the next deadline.
@@ -291,7 +342,7 @@ impl AckMux {
                 self.timeout.as_millis()
             );
             for p in expired {
-                let _ = p.tx.send(Err(Error::timeout(why.clone())));
+                p.waiter.finish(Err(Error::timeout(why.clone())));
             }
         }
         next
@@ -305,8 +356,8 @@ impl AckMux {
             std::mem::take(&mut st.pending)
         };
         for p in pending.into_values() {
-            let _ =
-                p.tx.send(Err(Error::connection(format!("{WHAT}: {CLOSED}"))));
+            p.waiter
+                .finish(Err(Error::connection(format!("{WHAT}: {CLOSED}"))));
         }
         self.wake.notify_one();
     }

@@ -26,14 +26,15 @@ use async_nats::header::{
     NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, NATS_EXPECTED_STREAM, NATS_MESSAGE_ID,
 };
 use async_nats::jetstream;
-use async_nats::{ConnectOptions, ServerAddr};
+use async_nats::{ConnectOptions, ServerAddr, Subject};
 use bytes::Bytes;
 use futures::FutureExt;
 use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
 use crate::publisher::{
-    AckFuture, Flight, Outgoing, PublishAck, PublishBackend, PublishOptions, SendFuture,
+    AckFuture, AckSink, Flight, Outgoing, PublishAck, PublishBackend, PublishOptions, SendFuture,
+    SendToFuture,
 };
 
 pub use consumer::{AckKind, DeliverPolicy, JsMessage, PullConsumer, PullConsumerConfig};
@@ -420,14 +421,7 @@ impl JetStream {
         options: &PublishOptions,
         check_subject: bool,
     ) -> SendFuture {
-        let checked = if check_subject {
-            validate_publish_subject(subject)
-        } else {
-            Ok(())
-        };
-        let prepared = checked
-            .and_then(|()| build_headers(id, headers, options))
-            .map(|h| (self.inner.subject(subject), h));
+        let prepared = self.prepare_publish(subject, id, headers, options, check_subject);
         let inner = Arc::clone(&self.inner);
         let id = id.to_string();
         async move {
@@ -455,6 +449,22 @@ impl JetStream {
             Ok(fut)
         }
         .boxed()
+    }
+
+    /// The subject and headers of a publish, checking the subject only with `check_subject`.
+    fn prepare_publish(
+        &self,
+        subject: &str,
+        id: &str,
+        headers: &[(String, String)],
+        options: &PublishOptions,
+        check_subject: bool,
+    ) -> Result<(Subject, HeaderMap)> {
+        if check_subject {
+            validate_publish_subject(subject)?;
+        }
+        let headers = build_headers(id, headers, options)?;
+        Ok((self.inner.subject(subject), headers))
     }
 
     /// Publish `out` with message id `id` (`out.options.message_id` wins) and wait for the ack.
@@ -511,6 +521,36 @@ impl PublishBackend for JetStream {
             flight.body().clone(),
             flight.options(),
             false,
+        )
+    }
+
+    fn send_to(&self, flight: &Arc<Flight>, acks: &AckSink) -> Option<SendToFuture> {
+        // `validate` checked the subject when the flight was prepared.
+        let prepared = self.prepare_publish(
+            flight.subject(),
+            flight.id(),
+            flight.headers(),
+            flight.options(),
+            false,
+        );
+        let inner = Arc::clone(&self.inner);
+        let (flight, acks) = (Arc::clone(flight), acks.clone());
+        Some(
+            async move {
+                let (subject, headers) = prepared?;
+                let mux = inner.acks().await?;
+                let (reply, token) = mux.register_sink(&acks, &flight)?;
+                let body = flight.body().clone();
+                inner
+                    .client
+                    .publish_with_reply_and_headers(subject, reply, headers, body)
+                    .await
+                    .map_err(|e| {
+                        mux.forget(token);
+                        error::map("publish", e)
+                    })
+            }
+            .boxed(),
         )
     }
 

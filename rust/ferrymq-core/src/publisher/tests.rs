@@ -9,24 +9,68 @@ use tokio::sync::oneshot;
 use super::*;
 use crate::error::BrokerStatus;
 
-/// A backend that records sends and lets the test decide each attempt's fate.
+/// A backend that records sends and lets the test decide each attempt's fate. With `sink` it
+/// delivers acks through the runner's [`AckSink`] ([`PublishBackend::send_to`]), otherwise
+/// through a future per attempt.
 #[derive(Default)]
 struct Manual {
+    sink: bool,
     sent: Mutex<Vec<(String, u32)>>,
-    acks: Mutex<VecDeque<(String, oneshot::Sender<Result<PublishAck>>)>>,
+    acks: Mutex<VecDeque<(String, Reply)>>,
     sends: AtomicUsize,
 }
 
+enum Reply {
+    Future(oneshot::Sender<Result<PublishAck>>),
+    Sink(AckSink, Arc<Flight>),
+}
+
+impl Reply {
+    fn send(self, r: Result<PublishAck>) {
+        match self {
+            Reply::Future(tx) => {
+                let _ = tx.send(r);
+            }
+            Reply::Sink(sink, flight) => sink.deliver(flight, r),
+        }
+    }
+}
+
 impl Manual {
+    fn with_sink() -> Self {
+        Self {
+            sink: true,
+            ..Self::default()
+        }
+    }
+    fn both() -> [Arc<Self>; 2] {
+        [Arc::new(Self::default()), Arc::new(Self::with_sink())]
+    }
+    fn record(&self, flight: &Arc<Flight>, reply: Reply) {
+        self.sent
+            .lock()
+            .push((flight.id().to_string(), flight.attempts()));
+        self.acks.lock().push_back((flight.id().to_string(), reply));
+        self.sends.fetch_add(1, Ordering::SeqCst);
+    }
     fn release_one(&self, result: impl FnOnce(&str) -> Result<PublishAck>) -> bool {
         let next = self.acks.lock().pop_front();
         match next {
-            Some((id, tx)) => {
-                let _ = tx.send(result(&id));
+            Some((id, reply)) => {
+                reply.send(result(&id));
                 true
             }
             None => false,
         }
+    }
+    /// Release the pending attempt of `id` (out of order).
+    fn release_id(&self, id: &str, result: Result<PublishAck>) {
+        let reply = {
+            let mut acks = self.acks.lock();
+            let at = acks.iter().position(|(i, _)| i == id).expect("pending");
+            acks.remove(at).expect("present").1
+        };
+        reply.send(result);
     }
     fn pending(&self) -> usize {
         self.acks.lock().len()
@@ -46,11 +90,7 @@ fn ack_for(id: &str) -> Result<PublishAck> {
 impl PublishBackend for Arc<Manual> {
     fn send(&self, flight: &Arc<Flight>) -> SendFuture {
         let (tx, rx) = oneshot::channel();
-        self.sent
-            .lock()
-            .push((flight.id().to_string(), flight.attempts()));
-        self.acks.lock().push_back((flight.id().to_string(), tx));
-        self.sends.fetch_add(1, Ordering::SeqCst);
+        self.record(flight, Reply::Future(tx));
         async move {
             let fut: AckFuture = async move {
                 rx.await
@@ -60,6 +100,13 @@ impl PublishBackend for Arc<Manual> {
             Ok(fut)
         }
         .boxed()
+    }
+    fn send_to(&self, flight: &Arc<Flight>, acks: &AckSink) -> Option<SendToFuture> {
+        if !self.sink {
+            return None;
+        }
+        self.record(flight, Reply::Sink(acks.clone(), Arc::clone(flight)));
+        Some(async { Ok(()) }.boxed())
     }
     fn describe(&self) -> String {
         "manual".into()
@@ -128,7 +175,12 @@ async fn ids_are_prefix_dash_counter_and_user_ids_win() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_at_max_and_refill_at_threshold() {
-    let b = Arc::new(Manual::default());
+    for b in Manual::both() {
+        hold_at_max_and_refill_at_threshold_on(b).await;
+    }
+}
+
+async fn hold_at_max_and_refill_at_threshold_on(b: Arc<Manual>) {
     let p = Publisher::new(b.clone(), config(4, 1), tokio::runtime::Handle::current()).unwrap();
     let mut events = p.take_events().unwrap();
     p.start().unwrap();
@@ -196,7 +248,12 @@ async fn hold_at_max_and_refill_at_threshold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn intake_is_bounded() {
-    let b = Arc::new(Manual::default());
+    for b in Manual::both() {
+        intake_is_bounded_on(b).await;
+    }
+}
+
+async fn intake_is_bounded_on(b: Arc<Manual>) {
     let p = Publisher::new(b.clone(), config(2, 0), tokio::runtime::Handle::current()).unwrap();
     p.start().unwrap();
     // 2 in flight + 2 in the intake; the fifth has to wait.
@@ -256,7 +313,12 @@ async fn a_waiting_caller_wakes_once_a_quarter_of_the_intake_is_free() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_complete_flights() {
-    let b = Arc::new(Manual::default());
+    for b in Manual::both() {
+        timeouts_complete_flights_on(b).await;
+    }
+}
+
+async fn timeouts_complete_flights_on(b: Arc<Manual>) {
     let mut c = config(10, 0);
     c.wait_timeout = Duration::from_millis(50);
     let p = Publisher::new(b.clone(), c, tokio::runtime::Handle::current()).unwrap();
@@ -320,7 +382,12 @@ async fn retries_reuse_the_id_and_expectations_are_final() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_completes_every_flight_and_refuses_new_ones() {
-    let b = Arc::new(Manual::default());
+    for b in Manual::both() {
+        stop_completes_every_flight_and_refuses_new_ones_on(b).await;
+    }
+}
+
+async fn stop_completes_every_flight_and_refuses_new_ones_on(b: Arc<Manual>) {
     let p = Publisher::new(b.clone(), config(2, 0), tokio::runtime::Handle::current()).unwrap();
     let mut events = p.take_events().unwrap();
     p.start().unwrap();
@@ -348,7 +415,12 @@ async fn stop_completes_every_flight_and_refuses_new_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_waits_for_every_flight() {
-    let b = Arc::new(Manual::default());
+    for b in Manual::both() {
+        drain_waits_for_every_flight_on(b).await;
+    }
+}
+
+async fn drain_waits_for_every_flight_on(b: Arc<Manual>) {
     let p = Arc::new(
         Publisher::new(b.clone(), config(3, 0), tokio::runtime::Handle::current()).unwrap(),
     );
@@ -396,4 +468,62 @@ async fn watched_events_only_for_watched_flights() {
     );
     assert!(events.recv().await.is_none());
     assert!(a.is_done());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sink_acks_out_of_order_a_stuck_flight_and_a_late_result() {
+    let b = Arc::new(Manual::with_sink());
+    let mut c = config(4, 3);
+    c.wait_timeout = Duration::from_secs(2);
+    let p = Arc::new(Publisher::new(b.clone(), c, tokio::runtime::Handle::current()).unwrap());
+    let mut events = p.take_events().unwrap();
+    let collected = tokio::spawn(async move {
+        let mut all = Vec::new();
+        while let Some(ev) = events.recv().await {
+            all.push((ev.kind, ev.flight.id().to_string()));
+        }
+        all
+    });
+    p.start().unwrap();
+    let n = 200;
+    let publisher = Arc::clone(&p);
+    let submitted = tokio::spawn(async move {
+        let mut flights = Vec::new();
+        for _ in 0..n {
+            flights.push(publisher.publish(out("a")).await.unwrap());
+        }
+        flights
+    });
+    // Ack everything but the first flight, newest first; the stuck flight keeps its slot, so
+    // more than twice the window is sent past it.
+    while b.sends.load(Ordering::SeqCst) < n || b.pending() > 1 {
+        let newest = b.acks.lock().back().map(|(id, _)| id.clone());
+        match newest {
+            Some(id) if id != "p-1" => b.release_id(&id, ack_for(&id)),
+            _ => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    }
+    let flights = submitted.await.unwrap();
+    let first = Arc::clone(&flights[0]);
+    assert!(!first.is_done());
+    let o = tokio::time::timeout(Duration::from_secs(10), first.wait())
+        .await
+        .unwrap();
+    assert!(matches!(o, Outcome::TimedOut(_)), "{o:?}");
+    wait_until("0 in flight", || p.in_flight() == 0).await;
+    // The ack that comes after the time-out changes nothing.
+    b.release_id("p-1", ack_for("p-1"));
+    settle().await;
+    assert!(matches!(first.outcome(), Some(Outcome::TimedOut(_))));
+    assert_eq!(p.in_flight(), 0);
+    p.drain().await;
+    drop(p);
+    let all = collected.await.unwrap();
+    let count = |k: EventKind| all.iter().filter(|(kind, _)| *kind == k).count();
+    assert_eq!(count(EventKind::Published), n);
+    assert_eq!(count(EventKind::Acked), n - 1);
+    assert_eq!(count(EventKind::Timeout), 1);
+    assert!(flights[1..]
+        .iter()
+        .all(|f| matches!(f.outcome(), Some(Outcome::Acked(a)) if a.message_id == f.id())));
 }
