@@ -127,7 +127,7 @@ impl fmt::Debug for AckSink {
 }
 
 impl AckSink {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(Arc::new(SinkQueue {
             ready: Mutex::new(Vec::new()),
             waker: AtomicWaker::new(),
@@ -138,6 +138,12 @@ impl AckSink {
     pub fn deliver(&self, flight: Arc<Flight>, result: Result<PublishAck>) {
         self.0.ready.lock().push((flight, result));
         self.0.waker.wake();
+    }
+
+    /// Everything delivered so far.
+    #[cfg(test)]
+    pub(crate) fn take_all(&self) -> Vec<(Arc<Flight>, Result<PublishAck>)> {
+        std::mem::take(&mut *self.0.ready.lock())
     }
 
     /// Swap what was delivered into `out` (which must be empty); `Pending` when nothing was.
@@ -287,6 +293,12 @@ impl Flight {
             watched: AtomicBool::new(false),
             attachment: OnceLock::new(),
         }
+    }
+
+    /// A flight of `id` with an empty message, for tests of backends.
+    #[cfg(test)]
+    pub(crate) fn for_test(id: &str) -> Arc<Self> {
+        Arc::new(Self::new(1, id.to_string(), Outgoing::default()))
     }
 
     /// The position of this flight in submission order (1, 2, …).

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -181,8 +181,10 @@ struct Pending {
 enum Waiter {
     /// The [`AckWait`] of [`AckMux::register`].
     Future(oneshot::Sender<Reply>),
-    /// The managed publisher's runner, with the flight the ack belongs to.
-    Sink(AckSink, Arc<Flight>),
+    /// The managed publisher's runner, with the flight the ack belongs to. Weak: the runner
+    /// holds every flight until it is done, and an entry that outlives its flight (the runner
+    /// timed it out and the mux's own `request_timeout` is longer) must not keep the message.
+    Sink(AckSink, Weak<Flight>),
 }
 
 impl Waiter {
@@ -192,6 +194,9 @@ impl Waiter {
                 let _ = tx.send(reply);
             }
             Waiter::Sink(sink, flight) => {
+                let Some(flight) = flight.upgrade() else {
+                    return; // finished and gone: nobody waits for this any more
+                };
                 let ack = reply.map(|a| PublishAck {
                     message_id: flight.id().to_string(),
                     stream: a.stream,
@@ -269,7 +274,7 @@ impl AckMux {
         sink: &AckSink,
         flight: &Arc<Flight>,
     ) -> Result<(Subject, u64)> {
-        self.insert(Waiter::Sink(sink.clone(), Arc::clone(flight)))
+        self.insert(Waiter::Sink(sink.clone(), Arc::downgrade(flight)))
     }
 
     /// Forget `token` (its publish could not be sent): nobody is told.
@@ -659,6 +664,63 @@ mod tests {
         let e = m.register().err().unwrap();
         assert_eq!(e.kind(), ErrorKind::Connection);
         assert_eq!(m.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn sink_entries_deliver_with_their_flight_and_never_keep_it() {
+        let m = mux(Duration::from_secs(5));
+        let sink = AckSink::new();
+        let f1 = Flight::for_test("a-1");
+        let f2 = Flight::for_test("a-2");
+        let f3 = Flight::for_test("a-3");
+        let (r1, _) = m.register_sink(&sink, &f1).unwrap();
+        let (r2, t2) = m.register_sink(&sink, &f2).unwrap();
+        let (r3, _) = m.register_sink(&sink, &f3).unwrap();
+        assert_eq!(
+            Arc::strong_count(&f1),
+            1,
+            "the mux must not keep the flight"
+        );
+        // A forgotten entry (its publish failed) hears nothing.
+        m.forget(t2);
+        assert_eq!(m.pending(), 2);
+        m.complete(r2.as_str(), None, br#"{"stream":"S","seq":2}"#);
+        m.complete(
+            r1.as_str(),
+            None,
+            br#"{"stream":"S","seq":1,"duplicate":true}"#,
+        );
+        // The flight is gone (finished and dropped by the runner): the ack goes nowhere.
+        drop(f3);
+        m.complete(r3.as_str(), None, br#"{"stream":"S","seq":3}"#);
+        assert_eq!(m.pending(), 0);
+        let got = sink.take_all();
+        assert_eq!(got.len(), 1);
+        let (flight, ack) = &got[0];
+        assert!(Arc::ptr_eq(flight, &f1));
+        let ack = ack.as_ref().unwrap();
+        assert_eq!(
+            (ack.message_id.as_str(), ack.sequence, ack.duplicate),
+            ("a-1", 1, true)
+        );
+        // Errors, time-outs and closing reach the sink too.
+        let f4 = Flight::for_test("a-4");
+        let (r4, _) = m.register_sink(&sink, &f4).unwrap();
+        m.complete(
+            r4.as_str(),
+            None,
+            br#"{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 1"}}"#,
+        );
+        let f5 = Flight::for_test("a-5");
+        m.register_sink(&sink, &f5).unwrap();
+        m.close("closed by the test");
+        let got = sink.take_all();
+        assert_eq!(got.len(), 2);
+        assert!(Arc::ptr_eq(&got[0].0, &f4) && Arc::ptr_eq(&got[1].0, &f5));
+        let e = got[0].1.as_ref().unwrap_err();
+        assert_eq!(e.status().unwrap().code, 10071);
+        let e = got[1].1.as_ref().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Connection);
     }
 
     #[tokio::test]
