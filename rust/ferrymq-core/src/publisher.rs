@@ -32,7 +32,6 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::fmt;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -753,8 +752,12 @@ impl Publisher {
         let id = match &out.options.message_id {
             Some(id) => id.clone(),
             None => {
-                let mut s = String::with_capacity(self.id_prefix.len() + 12);
-                let _ = write!(s, "{}-{seq}", self.id_prefix);
+                let mut digits = itoa::Buffer::new();
+                let digits = digits.format(seq);
+                let mut s = String::with_capacity(self.id_prefix.len() + 1 + digits.len());
+                s.push_str(&self.id_prefix);
+                s.push('-');
+                s.push_str(digits);
                 s
             }
         };
@@ -1040,7 +1043,7 @@ impl Runner {
                 }
                 r = poll_sending(&mut self.sending) => {
                     let (flight, result) = r;
-                    self.after_send(flight, result).await;
+                    self.after_send(flight, result, Instant::now()).await;
                 }
                 m = self.intake.recv(), if can_take => match m {
                     Some(f) => self.begin_send(f).await,
@@ -1083,9 +1086,9 @@ impl Runner {
             match self.backend.send_to(&flight, &self.sink) {
                 Some(mut send) => {
                     return match futures::poll!(send.as_mut()) {
-                        Poll::Ready(Ok(())) => self.after_send(flight, Ok(Sent::ToSink)).await,
+                        Poll::Ready(Ok(())) => self.after_send(flight, Ok(Sent::ToSink), now).await,
                         Poll::Ready(Err(e)) => {
-                            self.after_send(flight, Err(Outcome::Failed(e))).await;
+                            self.after_send(flight, Err(Outcome::Failed(e)), now).await;
                         }
                         Poll::Pending => {
                             let stage = sink_stage(send, deadline, self.config.wait_timeout);
@@ -1099,9 +1102,9 @@ impl Runner {
         }
         let mut first = self.backend.send(&flight);
         let next = match futures::poll!(first.as_mut()) {
-            Poll::Ready(Ok(ack)) => return self.after_send(flight, Ok(Sent::Ack(ack))).await,
+            Poll::Ready(Ok(ack)) => return self.after_send(flight, Ok(Sent::Ack(ack)), now).await,
             Poll::Ready(Err(e)) => match may_retry(self.config.retry.as_ref(), &e, attempt, now) {
-                None => return self.after_send(flight, Err(Outcome::Failed(e))).await,
+                None => return self.after_send(flight, Err(Outcome::Failed(e)), now).await,
                 Some(pause) => Err(pause),
             },
             Poll::Pending => Ok(first),
@@ -1118,11 +1121,17 @@ impl Runner {
         self.sending = Some((flight, stage));
     }
 
-    async fn after_send(&mut self, flight: Arc<Flight>, r: Result<Sent, Outcome>) {
+    /// `flight`'s attempt was handed to the connection at `sent_at` (or failed).
+    async fn after_send(
+        &mut self,
+        flight: Arc<Flight>,
+        r: Result<Sent, Outcome>,
+        sent_at: Instant,
+    ) {
         match r {
             Ok(sent) => {
                 let _ = flight.publish_time.set(SystemTime::now());
-                let deadline = Instant::now() + self.config.wait_timeout;
+                let deadline = sent_at + self.config.wait_timeout;
                 self.emit(EventKind::Published, &flight, false).await;
                 let ack = match sent {
                     Sent::Ack(ack) => ack,

@@ -17,7 +17,6 @@
 //! flight (for the managed publisher, at most its window).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -298,7 +297,8 @@ impl AckMux {
                 st.replies.reserve(need * 256);
             }
             st.replies.extend_from_slice(self.prefix.as_bytes());
-            let _ = write!(st.replies, "{token}");
+            st.replies
+                .extend_from_slice(itoa::Buffer::new().format(token).as_bytes());
             let reply = st.replies.split().freeze();
             (token, was_empty, reply)
         };
