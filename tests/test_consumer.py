@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -588,3 +591,49 @@ def test_closed_consumers_refuse_work(
     with pytest.raises(ferrymq.ClientClosedError, match="closed"):
         s.receive(1, 10)
     assert "closed" in repr(s)
+
+
+EXIT_SCRIPT = """
+import sys, time
+import ferrymq
+from ferrymq.testing import EmbeddedBroker
+
+broker = EmbeddedBroker()
+broker.create_topic("t", "NORMAL", 4)
+producer = ferrymq.Producer(broker.endpoints, topics=["t"])
+producer.start()
+for _ in range(40):
+    producer.send_batch([ferrymq.Message("t", b"x" * 64) for _ in range(64)])
+seen = open(sys.argv[1], "w", buffering=1)
+
+def listener(m):
+    seen.write(m.message_id + "\\n")
+    time.sleep(0.002)
+    return ferrymq.ConsumeResult.SUCCESS
+
+consumer = ferrymq.PushConsumer(
+    broker.endpoints, "g", subscriptions={"t": "*"}, listener=listener, consumption_threads=4
+)
+consumer.start()
+time.sleep(0.3)
+# Returns with the consumer busy and never closed.
+"""
+
+
+def test_interpreter_exit_closes_a_running_push_consumer(tmp_path: Path) -> None:
+    """A program that returns while its push consumer is calling the listener exits cleanly:
+    the consumer is closed at exit while Python can still run the callbacks (before, the
+    consumption threads took the GIL during finalization and CPython aborted the process)."""
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT)
+    for _ in range(3):
+        seen = tmp_path / "seen.txt"
+        proc = subprocess.run(
+            [sys.executable, str(script), str(seen)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "Fatal Python error" not in proc.stderr
+        assert seen.read_text().count("\n") > 0, "the listener ran before the exit"

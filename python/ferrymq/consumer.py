@@ -17,7 +17,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, cast
 
-from . import _native
+from . import _exit, _native
 from ._jmq import is_jmq
 from ._jmq_consumer import JmqPushBackend, JmqSimpleBackend
 from ._native import ConsumeResult, Credentials, FilterExpression, MessageView, TlsConfig
@@ -260,6 +260,8 @@ class PushConsumer:
         receive_batch_size: messages per receive (default: RocketMQ's, or 32 for JMQ4).
         max_concurrent_receives: receives in flight at once (JMQ4: receiving threads).
         shutdown_timeout: how long :meth:`close` waits for callbacks and acks.
+
+    A consumer still running when the interpreter exits is closed then, as by :meth:`close`.
     """
 
     def __init__(
@@ -331,12 +333,19 @@ class PushConsumer:
     def start(self) -> PushConsumer:
         """Connect and start consuming."""
         self._impl.start()
+        _exit.track(self)
         return self
 
     async def start_async(self) -> PushConsumer:
         """Connect and start consuming; an ``async def`` listener runs on this event loop."""
         await self._impl.start_async()
+        _exit.track(self)
         return self
+
+    def _close_at_exit(self) -> None:
+        # Interpreter exit with the consumer still running: close it while Python can still
+        # run its callbacks (see ferrymq/_exit.py).
+        self.close()
 
     def close(self, timeout: _Seconds | None = None) -> None:
         """Stop receiving, wait for running callbacks and their acks (up to ``timeout``,

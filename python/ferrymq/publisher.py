@@ -14,18 +14,16 @@ order, on the publisher's event loop when it has one, or on the helper thread ot
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import logging
 import threading
-import weakref
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Union
 
-from . import _native
+from . import _exit, _native
 from ._native import EventBatch, FlightCore, PublishAck
 from .exceptions import FerryTimeoutError, InvalidArgumentError
 
@@ -430,7 +428,7 @@ class AsyncPublisher:
             )
             t.start()
             self._pump = t
-            _with_event_threads.add(self)
+            _exit.track(self)
 
     def start(self) -> None:
         """Start publishing. Inside a running event loop, that loop becomes the publisher's:
@@ -649,7 +647,7 @@ class AsyncPublisher:
                 if fut is not None:
                     _settle(fut, core)
 
-    def _finish_at_exit(self) -> None:
+    def _close_at_exit(self) -> None:
         """Interpreter exit: drain (up to ``wait_timeout``), stop what is left, and let the
         event thread deliver every event before Python shuts down (a daemon thread running
         listener code or completing futures during finalization can crash CPython)."""
@@ -672,20 +670,3 @@ class AsyncPublisher:
             f"AsyncPublisher({self._core.backend}, state={self.state!r}, "
             f"in_flight={self.in_flight}, max_in_flight={self.max_in_flight})"
         )
-
-
-# Publishers whose event thread was started; interpreter exit finishes each of them.
-_with_event_threads: weakref.WeakSet[AsyncPublisher] = weakref.WeakSet()
-
-# atexit calls handlers last-registered first: publishers finish (and may still log), and only
-# then do ferrymq's Rust threads stop calling into the interpreter.
-atexit.register(_native.python_exiting)
-
-
-@atexit.register
-def _finish_publishers_at_exit() -> None:
-    for pub in list(_with_event_threads):
-        try:
-            pub._finish_at_exit()
-        except Exception:  # pragma: no cover - best effort at exit
-            _log.exception("interpreter exit: finishing %r failed", pub)

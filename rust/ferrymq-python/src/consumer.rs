@@ -305,6 +305,7 @@ fn consume_one(py: Python<'_>, f: &Bound<'_, PyAny>, m: &Arc<MessageView>) -> Co
 
 impl BatchListener for PySyncListener {
     fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
+        crate::exit::park_if_exiting();
         Python::attach(|py| {
             let f = self.callback.bind(py);
             results.extend(messages.iter().map(|m| consume_one(py, f, m)));
@@ -313,6 +314,7 @@ impl BatchListener for PySyncListener {
 
     fn consume_runs(&self, runs: &[&[Arc<MessageView>]], results: &mut [Vec<ConsumeResult>]) {
         // All runs under one GIL acquisition; each stops at its first failure.
+        crate::exit::park_if_exiting();
         Python::attach(|py| {
             let f = self.callback.bind(py);
             for (run, out) in runs.iter().zip(results.iter_mut()) {
@@ -330,7 +332,13 @@ impl BatchListener for PySyncListener {
     fn run_thread(&self, run: &mut (dyn FnMut() + Send)) {
         // The outer attach creates this thread's Python thread state; detaching keeps it, so
         // each batch only re-takes the GIL instead of creating and destroying a thread state.
-        Python::attach(|py| py.detach(run));
+        Python::attach(|py| {
+            py.detach(|| {
+                run();
+                // Leaving re-takes the GIL: not once the interpreter is past `atexit`.
+                crate::exit::park_if_exiting();
+            });
+        });
     }
 }
 
@@ -417,37 +425,46 @@ impl PyAsyncListener {
 
 impl Feeder {
     fn run(self) {
-        let shared = &self.shared;
         Python::attach(|py| {
-            py.detach(|| loop {
-                let batch: Vec<Delivery> = {
-                    let mut st = shared.lock();
-                    loop {
-                        if st.closed {
-                            return;
-                        }
-                        let room = shared
-                            .max_inflight
-                            .saturating_sub(shared.inflight.load(Ordering::Acquire));
-                        if !st.queue.is_empty() && room > 0 {
-                            let n = room.min(st.queue.len());
-                            shared.inflight.fetch_add(n, Ordering::AcqRel);
-                            break st.queue.drain(..n).collect();
-                        }
-                        st = shared
-                            .wake
-                            .wait(st)
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    }
-                };
-                self.schedule(batch);
+            py.detach(|| {
+                self.feed();
+                crate::exit::park_if_exiting();
             });
         });
+    }
+
+    /// Hand batches to the event loop until the listener is closed.
+    fn feed(&self) {
+        let shared = &self.shared;
+        loop {
+            let batch: Vec<Delivery> = {
+                let mut st = shared.lock();
+                loop {
+                    if st.closed {
+                        return;
+                    }
+                    let room = shared
+                        .max_inflight
+                        .saturating_sub(shared.inflight.load(Ordering::Acquire));
+                    if !st.queue.is_empty() && room > 0 {
+                        let n = room.min(st.queue.len());
+                        shared.inflight.fetch_add(n, Ordering::AcqRel);
+                        break st.queue.drain(..n).collect();
+                    }
+                    st = shared
+                        .wake
+                        .wait(st)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            };
+            self.schedule(batch);
+        }
     }
 
     /// Hand one batch to the event loop: a single `call_soon_threadsafe`.
     fn schedule(&self, batch: Vec<Delivery>) {
         let n = batch.len();
+        crate::exit::park_if_exiting();
         let rejected = Python::attach(|py| -> Option<Vec<Delivery>> {
             let views: Vec<Py<PyMessageView>> = match batch
                 .iter()

@@ -181,6 +181,10 @@ fn python_checker(callback: Py<PyAny>) -> TransactionChecker {
         Box::pin(async move {
             // The callback runs on a blocking-pool thread, never on a tokio worker.
             let r = tokio::task::spawn_blocking(move || {
+                if crate::exit::is_exiting() {
+                    // No interpreter to ask any more; the broker will check again.
+                    return Ok(TxResolution::Unknown);
+                }
                 Python::attach(|py| -> PyResult<TxResolution> {
                     let out = cb.call1(
                         py,

@@ -9,6 +9,7 @@ mod client_options;
 mod columns;
 mod consumer;
 mod errors;
+mod exit;
 mod jmq;
 mod jmq_range;
 mod logging;
@@ -97,7 +98,7 @@ mod _native {
     /// Called at interpreter exit (`atexit`): Rust threads stop attaching to the interpreter.
     #[pyfunction]
     fn python_exiting() {
-        crate::logging::python_exiting();
+        crate::exit::python_exiting();
     }
 
     /// Generate a message id in the Java v1 layout.

@@ -5,7 +5,7 @@
 //! takes the GIL once per batch; if the channel is full the event is counted, and the count is
 //! reported in the next batch, so nothing disappears silently.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -18,16 +18,6 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 static MAX_LEVEL: AtomicU8 = AtomicU8::new(2);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 static SENDER: OnceLock<SyncSender<Record>> = OnceLock::new();
-/// Set by an `atexit` hook (`ferrymq/__init__.py`): from then on the forwarder no longer
-/// attaches to the interpreter, which is about to finalize (attaching a thread then can end it
-/// in the middle of Rust code on Python 3.10-3.12).
-static PYTHON_EXITING: AtomicBool = AtomicBool::new(false);
-
-/// The interpreter is exiting: stop forwarding records to Python.
-pub fn python_exiting() {
-    PYTHON_EXITING.store(true, Ordering::SeqCst);
-}
-
 const CHANNEL_CAPACITY: usize = 8192;
 const BATCH: usize = 512;
 
@@ -124,7 +114,7 @@ fn forward(rx: &Receiver<Record>) {
                 Err(_) => break,
             }
         }
-        if PYTHON_EXITING.load(Ordering::SeqCst) {
+        if crate::exit::is_exiting() {
             return;
         }
         let dropped = DROPPED.swap(0, Ordering::Relaxed);

@@ -158,6 +158,10 @@ impl TransactionChecker for PyChecker {
         let callable = Arc::clone(&self.callable);
         Box::pin(async move {
             let r = tokio::task::spawn_blocking(move || {
+                if crate::exit::is_exiting() {
+                    // No interpreter to ask any more; the broker will check again.
+                    return Ok(TransactionResolution::Unknown);
+                }
                 Python::attach(|py| -> PyResult<TransactionResolution> {
                     let view = Py::new(
                         py,
