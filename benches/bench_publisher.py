@@ -32,19 +32,19 @@ Needs ``nats-server`` (``apt-get install -y nats-server``), ``nats-py`` and
 ``rocketmq-python-client`` (``pip install nats-py rocketmq-python-client``). Build ferrymq with
 ``maturin develop --release`` first.
 
-Medians on a 2-core machine (msg/s ferrymq vs peer, ratio; CPU us/msg, ratio). NATS: one run
-of ``--only nats -r 5``; RocketMQ: one run of ``-r 3``:
+Medians on a 2-core machine (msg/s ferrymq vs peer, ratio; CPU us/msg, ratio), one run of
+``-r 3``:
 
-    NATS      drain      142.7k vs 47.3k  3.0x    4.6 vs  21.1  4.6x
-    NATS      await-each  80.8k vs 39.5k  2.0x   10.7 vs  25.2  2.3x
-    RocketMQ  drain       38.2k vs  2.6k 13.8x   27.5 vs   418 14.2x
-    RocketMQ  await-each  28.4k vs  2.7k  9.9x   42.7 vs   394  8.5x
+    NATS      drain      173.0k vs 50.6k  3.4x    3.5 vs  19.6  5.7x
+    NATS      await-each  92.9k vs 39.2k  2.4x    9.3 vs  25.4  2.7x
+    RocketMQ  drain       40.9k vs  2.5k 15.5x   25.2 vs   433 15.7x
+    RocketMQ  await-each  29.8k vs  2.4k 11.4x   41.7 vs   440  9.9x
 
-The NATS msg/s ratio follows the machine (per round, drain 2.3-3.5x across three runs the same
-hour; CPU us/msg ratios 3.1-5.4x): in drain nats-server (about 7 us of CPU per message) and
-ferrymq (about 4 us) share the two cores, while nats-py is bound by its one Python thread. In
-``await-each`` the Python thread (an asyncio future per message, and the ``gather`` callbacks)
-is what limits ferrymq.
+The NATS msg/s ratio follows the machine (per round, drain 2.9-3.5x across three runs the same
+hour): in drain nats-server (about 7.5 us of CPU per message) and ferrymq (about 3.5 us) share
+the two cores, while nats-py is bound by its one Python thread. In ``await-each`` an asyncio
+future per message and ``gather``'s callbacks (about 3.2 us per future on their own) come on
+top, for both clients.
 """
 
 from __future__ import annotations
