@@ -791,9 +791,9 @@ impl Publisher {
     /// Cancel-safe: if the future is dropped before it resolves, the flight was not queued.
     ///
     /// When the intake is full, the caller is woken once a quarter of it is free, not at the
-    /// first free slot: a producer that keeps the intake full then queues a run of messages per wake-up
-    /// (with [`try_enqueue`](Publisher::try_enqueue)) instead of waiting once per slot the
-    /// runner frees.
+    /// first free slot: a producer that keeps the intake full then queues a run of messages per
+    /// wake-up (with [`try_enqueue`](Publisher::try_enqueue)) instead of waiting once per slot
+    /// the runner frees.
     pub fn enqueue(
         &self,
         flight: Arc<Flight>,
