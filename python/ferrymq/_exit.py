@@ -8,9 +8,11 @@ runs, which through ferrymq's Rust frames aborts the process. So, at exit:
 1. every tracked client is closed, newest first (``_close_at_exit``: a push consumer closes with
    its ``shutdown_timeout``, waiting for running callbacks; a publisher drains up to its
    ``wait_timeout`` and then stops, and its event thread finishes);
-2. then, as the very last ``atexit`` callback, the native module is told: from then on ferrymq's
-   threads never take the GIL again (the log forwarder stops; a thread returning from a blocking
-   call, or about to call a listener, parks until the process ends).
+2. then, as ferrymq's last ``atexit`` callback, the native module is told: from then on the
+   log forwarder and the transaction checkers stop calling into Python, and the listener
+   threads of a consumer whose close timed out park instead of calling the listener again.
+   Blocking calls and async methods keep working: ``atexit`` callbacks registered before
+   ferrymq was imported (``logging``'s, for one) still run after this one.
 """
 
 from __future__ import annotations

@@ -4,13 +4,17 @@
 //! by CPython in the middle of whatever it was running (3.10-3.13 `pthread_exit` it), which
 //! through Rust frames aborts the process ("PyGILState_Release: thread state must be current").
 //! The Python side (`ferrymq/_exit.py`) first closes every running client whose threads call
-//! into Python (push consumers, publishers), and then, as the last `atexit` callback, calls
-//! [`python_exiting`]. From then on:
+//! into Python (push consumers, publishers), and then, as the last `atexit` callback of
+//! ferrymq, calls [`python_exiting`]. From then on:
 //!
-//! * a thread coming back from a blocking ferrymq call ([`crate::runtime::enter`]) or about to
-//!   call a listener parks instead of taking the GIL ([`park_if_exiting`]): only daemon threads
-//!   and ferrymq's own threads are left at that point, and the process is about to end;
+//! * a listener thread of a consumer whose `close` timed out (its listener is stuck) parks
+//!   instead of taking the GIL for the next call ([`park_if_exiting`]);
 //! * the log forwarder and the transaction checkers stop calling into Python.
+//!
+//! The flag is set while other `atexit` callbacks (those registered before ferrymq was
+//! imported, such as `logging`'s) may still run and use ferrymq, so it must never stop a
+//! thread such a callback could wait for: blocking calls (`runtime::enter`) and async methods'
+//! tasks are not affected.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -26,9 +30,8 @@ pub fn is_exiting() -> bool {
     EXITING.load(Ordering::SeqCst)
 }
 
-/// Never return while the interpreter is exiting: the caller was about to take the GIL. For
-/// threads that may wait forever (Python threads in a blocking call, listener threads); never
-/// call it on a runtime worker.
+/// Never return while the interpreter is exiting: the caller, a consumer's listener thread,
+/// was about to take the GIL. Never call it on a runtime worker.
 pub fn park_if_exiting() {
     while is_exiting() {
         std::thread::park();

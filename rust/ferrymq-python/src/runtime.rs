@@ -175,15 +175,12 @@ where
     let mut fut = Box::pin(AssertUnwindSafe(fut).catch_unwind());
     loop {
         let step = py.detach(|| {
-            let step = rt.handle().block_on(async {
+            rt.handle().block_on(async {
                 tokio::select! {
                     r = &mut fut => Some(r),
                     () = tokio::time::sleep(SIGNAL_POLL) => None,
                 }
-            });
-            // A daemon thread still here after `atexit` must not take the GIL again.
-            crate::exit::park_if_exiting();
-            step
+            })
         });
         match step {
             Some(Ok(v)) => return v.map_err(to_pyerr),
