@@ -276,11 +276,6 @@ impl AckMux {
         self.insert(Waiter::Sink(sink.clone(), Arc::downgrade(flight)))
     }
 
-    /// Forget `token` (its publish could not be sent): nobody is told.
-    pub(crate) fn forget(&self, token: u64) {
-        self.cancel(token);
-    }
-
     fn insert(&self, waiter: Waiter) -> Result<(Subject, u64)> {
         let deadline = Instant::now() + self.timeout;
         let (token, was_empty, reply) = {
@@ -309,8 +304,8 @@ impl AckMux {
         Ok((reply, token))
     }
 
-    /// Forget `token` (its publish failed or its waiter is gone).
-    fn cancel(&self, token: u64) {
+    /// Forget `token` (its publish failed or its waiter is gone): nobody is told.
+    pub(crate) fn forget(&self, token: u64) {
         self.state.lock().pending.remove(&token);
     }
 
@@ -446,7 +441,7 @@ impl AckWait {
     /// Forget the entry now (its publish could not be sent).
     pub(crate) fn cancel(mut self) {
         self.done = true;
-        self.mux.cancel(self.token);
+        self.mux.forget(self.token);
     }
 }
 
@@ -469,7 +464,7 @@ impl Future for AckWait {
 impl Drop for AckWait {
     fn drop(&mut self) {
         if !self.done {
-            self.mux.cancel(self.token);
+            self.mux.forget(self.token);
         }
     }
 }
