@@ -6,6 +6,7 @@
 
 pub mod broker;
 pub mod columnar;
+pub mod duration;
 pub mod error;
 pub mod jmq;
 pub mod message;

@@ -512,6 +512,9 @@ pub struct Event {
     pub flight: Arc<Flight>,
 }
 
+/// The largest `max_in_flight`: the intake and event channels are sized from it.
+pub const MAX_IN_FLIGHT: usize = 1_000_000;
+
 /// Settings of a [`Publisher`] (the design's optional properties).
 #[derive(Debug, Clone)]
 pub struct PublisherConfig {
@@ -557,8 +560,11 @@ impl Default for PublisherConfig {
 impl PublisherConfig {
     /// Check every field; errors name the field.
     pub fn validate(&self) -> Result<()> {
-        if self.max_in_flight == 0 {
-            return Err(Error::invalid("max_in_flight", "must be at least 1"));
+        if self.max_in_flight == 0 || self.max_in_flight > MAX_IN_FLIGHT {
+            return Err(Error::invalid(
+                "max_in_flight",
+                format!("{} is not from 1 to {MAX_IN_FLIGHT}", self.max_in_flight),
+            ));
         }
         if self.refill_allowed_at >= self.max_in_flight {
             return Err(Error::invalid(
@@ -576,6 +582,12 @@ impl PublisherConfig {
         ] {
             if d.is_zero() {
                 return Err(Error::invalid(field, "must be positive"));
+            }
+            if d > crate::duration::MAX {
+                return Err(Error::invalid(
+                    field,
+                    format!("must be at most {} s", crate::duration::MAX_SECS),
+                ));
             }
         }
         if let Some(p) = &self.id_prefix {
@@ -1055,7 +1067,7 @@ impl Runner {
                     } else {
                         self.config.poll_time
                     };
-                    tick.as_mut().reset(Instant::now() + period);
+                    tick.as_mut().reset(crate::duration::tokio_deadline(Instant::now(), period));
                 }
             }
         }
@@ -1078,7 +1090,7 @@ impl Runner {
             self.shared.held.store(true, Ordering::Relaxed);
         }
         let now = Instant::now();
-        let deadline = now + self.config.wait_timeout;
+        let deadline = crate::duration::tokio_deadline(now, self.config.wait_timeout);
         // Fast path: the first attempt is started here and handing a message to the connection
         // rarely has to wait, so the retrying (boxed, timed) stage is only built when it does.
         let attempt = flight.start_attempt();

@@ -295,7 +295,7 @@ impl Cursor {
 
     fn deliver(&mut self, offset: u64, attempts: u32, p: &Pop<'_>) -> (u32, Slot) {
         let nonce = p.nonces.fetch_add(1, Ordering::Relaxed);
-        let visible_at = p.now + p.invisible;
+        let visible_at = crate::duration::deadline(p.now, p.invisible);
         if !p.fifo {
             self.expiry.push(Reverse((visible_at, offset, nonce)));
         }
@@ -375,7 +375,7 @@ impl QueueState {
         let c = self.cursor(group);
         take_inflight(c, offset, nonce, now)?;
         let new = nonces.fetch_add(1, Ordering::Relaxed);
-        let visible_at = now + invisible;
+        let visible_at = crate::duration::deadline(now, invisible);
         if let Some(Slot::Inflight(f)) = c.slot_mut(offset) {
             f.nonce = new;
             f.visible_at = visible_at;
@@ -432,7 +432,8 @@ fn take_inflight(
 fn expire(f: &mut Inflight, p: &Pop<'_>) -> Option<u32> {
     if let Some(l) = &f.renew {
         if l.is_alive() && p.now.duration_since(f.held_since) < p.renew_max {
-            f.visible_at = p.now + p.renew_slice.max(Duration::from_millis(1));
+            f.visible_at =
+                crate::duration::deadline(p.now, p.renew_slice.max(Duration::from_millis(1)));
             return None;
         }
     }

@@ -779,7 +779,7 @@ impl MessagingService for EndpointService {
             ))));
         }
         let group_name: Arc<str> = group.name.as_str().into();
-        let deadline = Instant::now() + polling;
+        let deadline = crate::duration::deadline(Instant::now(), polling);
         let mut messages = Vec::new();
         let mut dead = Vec::new();
         {
@@ -984,7 +984,7 @@ impl MessagingService for EndpointService {
         if let Some(r) = remaining {
             wait = wait.min(r.saturating_sub(Duration::from_millis(200)));
         }
-        let deadline = Instant::now() + wait;
+        let deadline = crate::duration::deadline(Instant::now(), wait);
         let _waiting = Waiting::new(&topic);
         loop {
             let notified = topic.notify.notified();

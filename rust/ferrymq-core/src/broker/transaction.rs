@@ -133,7 +133,7 @@ impl Transactions {
                 return false;
             }
             h.checks += 1;
-            h.next_check = now + interval;
+            h.next_check = crate::duration::deadline(now, interval);
             check.push((id.clone(), h.clone()));
             true
         });

@@ -308,7 +308,7 @@ impl Connection {
         let header = Header::request(R::TYPE, id, QosLevel::Receive);
         encode_frame_with(&header, &mut frame, |d| req.encode(VERSION, d))?;
         let (reply, rx) = oneshot::channel();
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::duration::deadline(Instant::now(), timeout);
         self.tx
             .send(Command::Request {
                 frame,

@@ -461,7 +461,7 @@ impl JmqConsumer {
         wait: Duration,
         ack_timeout: Duration,
     ) -> Result<Vec<ReceivedMessage>> {
-        let deadline = Instant::now() + wait;
+        let deadline = crate::duration::deadline(Instant::now(), wait);
         let mut first_pass = true;
         loop {
             let targets = self.targets().await?;
@@ -526,7 +526,7 @@ impl JmqConsumer {
     }
 
     async fn receive_broadcast(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
-        let deadline = Instant::now() + wait;
+        let deadline = crate::duration::deadline(Instant::now(), wait);
         loop {
             for t in &self.inner.options.topics {
                 let route = self.inner.cluster.route(t).await?;

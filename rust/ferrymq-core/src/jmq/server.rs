@@ -737,7 +737,7 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             });
             let long_poll = (r.topics.len() == 1 && r.long_poll_timeout > 0)
                 .then(|| Duration::from_millis(r.long_poll_timeout as u64));
-            let deadline = long_poll.map(|d| Instant::now() + d);
+            let deadline = long_poll.map(|d| crate::duration::deadline(Instant::now(), d));
             loop {
                 let changed = store.changed().notified();
                 tokio::pin!(changed);

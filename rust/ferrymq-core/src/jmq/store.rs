@@ -636,7 +636,8 @@ impl JmqStore {
             m.partition = RETRY_PARTITION;
             m.index = e.id;
             out.push(m);
-            a.retry_inflight.insert(e.id, (e, now + ack_timeout));
+            a.retry_inflight
+                .insert(e.id, (e, crate::duration::deadline(now, ack_timeout)));
         }
         if !out.is_empty() {
             return Fetched {
@@ -670,7 +671,7 @@ impl JmqStore {
             if !out.is_empty() {
                 ps.occupied = Some(Occupation {
                     conn,
-                    until: now + ack_timeout,
+                    until: crate::duration::deadline(now, ack_timeout),
                 });
                 a.cursor = (a.cursor + k + 1) % n;
                 break;
@@ -766,7 +767,7 @@ impl JmqStore {
                 if let Some((e, _)) = a.retry_inflight.remove(&id) {
                     if again {
                         a.retry.push_back(RetryEntry {
-                            due: now + retry_delay,
+                            due: crate::duration::deadline(now, retry_delay),
                             ..e
                         });
                     }
@@ -799,7 +800,7 @@ impl JmqStore {
                     id,
                     count,
                     msg,
-                    due: now + retry_delay,
+                    due: crate::duration::deadline(now, retry_delay),
                 });
             }
         }
@@ -886,7 +887,7 @@ impl JmqStore {
                 topic: topic.to_string(),
                 app: app.to_string(),
                 transaction_id,
-                deadline: Instant::now() + timeout,
+                deadline: crate::duration::deadline(Instant::now(), timeout),
                 timeout,
                 messages: Vec::new(),
                 last_feedback: None,
@@ -975,7 +976,10 @@ impl JmqStore {
         };
         let members = t.members.entry(app.to_string()).or_default();
         members.retain(|_, until| *until > now);
-        members.insert(member.to_string(), now + session_timeout);
+        members.insert(
+            member.to_string(),
+            crate::duration::deadline(now, session_timeout),
+        );
         let mut names: Vec<&String> = members.keys().collect();
         names.sort();
         let me = names.iter().position(|n| *n == member).unwrap_or(0);

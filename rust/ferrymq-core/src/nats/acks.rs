@@ -277,7 +277,7 @@ impl AckMux {
     }
 
     fn insert(&self, waiter: Waiter) -> Result<(Subject, u64)> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = crate::duration::tokio_deadline(Instant::now(), self.timeout);
         let (token, was_empty, reply) = {
             let mut st = self.state.lock();
             if let Some(why) = st.closed {

@@ -188,7 +188,7 @@ impl ClientRpc {
         use proto::receive_message_response::Content;
         let endpoints =
             MessageSource::of_queue(&request.queue, self.client.access_endpoints()).endpoints;
-        let timeout = request.long_polling_timeout + self.timeout();
+        let timeout = request.long_polling_timeout.saturating_add(self.timeout());
         let req = self.client.request_with_timeout(
             proto::ReceiveMessageRequest {
                 group: Some(self.group.clone()),
@@ -204,7 +204,7 @@ impl ClientRpc {
         );
         let result: Result<Vec<proto::Message>> = async {
             let mut stub = self.client.stub(&endpoints)?;
-            let until = tokio::time::Instant::now() + timeout;
+            let until = crate::duration::tokio_deadline(tokio::time::Instant::now(), timeout);
             let mut stream = tokio::time::timeout_at(until, stub.receive_message(req))
                 .await
                 .map_err(|_| Error::timeout("receive: no answer before the deadline"))??
@@ -645,7 +645,7 @@ pub(crate) mod fake {
                 return Err(Error::connection("injected receive failure"));
             }
             let poll = request.long_polling_timeout.min(Duration::from_millis(50));
-            let deadline = tokio::time::Instant::now() + poll;
+            let deadline = crate::duration::tokio_deadline(tokio::time::Instant::now(), poll);
             loop {
                 let arrived = self.arrived.notified();
                 tokio::pin!(arrived);

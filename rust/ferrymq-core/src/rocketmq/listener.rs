@@ -470,7 +470,7 @@ impl Listener for WorkerPool {
     }
 
     fn shutdown(&self, timeout: Duration) -> Stopped {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::duration::deadline(Instant::now(), timeout);
         let mut stopped = {
             let mut st = self.lock();
             st.closed = true;

@@ -470,7 +470,7 @@ impl<R: ConsumerRpc> PushConsumer<R> {
     /// Stop: no new receives or callbacks, unstarted messages abandoned, running callbacks and
     /// outstanding acks waited for until `timeout`. Idempotent.
     pub async fn shutdown(&self, timeout: Duration) -> ShutdownReport {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::duration::deadline(Instant::now(), timeout);
         let ctx = &self.ctx;
         ctx.closing.cancel();
         let receivers: Vec<Assigned> = self.assigned.lock().drain().map(|(_, a)| a).collect();
