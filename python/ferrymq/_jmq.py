@@ -62,12 +62,6 @@ def is_jmq(endpoints: str | Iterable[str]) -> bool:
     return first.lower().startswith("jmq://")
 
 
-def _seconds(v: float | timedelta | None, default: float) -> float:
-    if v is None:
-        return default
-    return v.total_seconds() if isinstance(v, timedelta) else float(v)
-
-
 def _checker(
     checker: Callable[[Any], object] | None,
 ) -> Callable[[str, str, str], str | None] | None:
@@ -184,7 +178,7 @@ class JmqBackend:
             app=app,
             token=token,
             namespace=namespace,
-            request_timeout=_seconds(request_timeout, 10.0),
+            request_timeout=10.0 if request_timeout is None else request_timeout,
             max_attempts=max_attempts if max_attempts is not None else 3,
             transaction_checker=_checker(transaction_checker),
             **extra,

@@ -62,12 +62,8 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 
 
 def _seconds(field: str, v: float | timedelta | None, default: float) -> float:
-    if v is None:
-        return default
-    s = v.total_seconds() if isinstance(v, timedelta) else v
-    if not isinstance(s, (int, float)) or isinstance(s, bool) or not s >= 0:
-        raise InvalidArgumentError(f"{field}: must be a non-negative number of seconds")
-    return float(s)
+    """A duration argument checked by the binding's one converter (0 allowed)."""
+    return default if v is None else _native.seconds(field, v, zero=True)
 
 
 def _is_all(f: object) -> bool:
@@ -143,7 +139,7 @@ def consumer_args(
         "app": group,
         "token": token,
         "namespace": namespace,
-        "request_timeout": _seconds("request_timeout", request_timeout, 10.0),
+        "request_timeout": request_timeout,
         **extra,
     }
     return endpoint, _topics(subscriptions), kwargs

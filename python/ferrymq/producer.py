@@ -203,11 +203,11 @@ class Producer:
         Blocks, serving callbacks, while ``max_pending`` messages are unreported."""
         self._impl.produce(message, on_delivery)
 
-    def poll(self, timeout: float = 0.0) -> int:
+    def poll(self, timeout: float | timedelta = 0.0) -> int:
         """Run callbacks of finished deliveries, waiting up to ``timeout`` s for one."""
         return self._impl.poll(timeout)
 
-    def flush(self, timeout: float | None = None) -> int:
+    def flush(self, timeout: float | timedelta | None = None) -> int:
         """Wait for every produced message (running callbacks); returns how many remain."""
         return self._impl.flush(timeout)
 

@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Union
 
@@ -66,14 +67,16 @@ class RetryConfig:
     """
 
     attempts: int = 2
-    backoff: tuple[float, ...] = field(default=(0.25, 0.25, 0.5, 0.5, 3.0, 5.0))
-    deadline: float | None = None
-    attempt_timeout: float | None = None
+    backoff: tuple[float | timedelta, ...] = field(default=(0.25, 0.25, 0.5, 0.5, 3.0, 5.0))
+    deadline: float | timedelta | None = None
+    attempt_timeout: float | timedelta | None = None
 
-    def _native_args(self) -> tuple[int, list[float], float | None, float | None]:
+    def _native_args(
+        self,
+    ) -> tuple[int, list[float | timedelta], float | timedelta | None, float | timedelta | None]:
         return (
             self.attempts,
-            [float(b) for b in self.backoff],
+            list(self.backoff),
             self.deadline,
             self.attempt_timeout,
         )
@@ -199,7 +202,7 @@ class Flight:
                 _settle(fut, self._core)
         return fut  # type: ignore[no-any-return]
 
-    def result(self, timeout: float | None = None) -> PublishAck:
+    def result(self, timeout: float | timedelta | None = None) -> PublishAck:
         """Block (without holding the GIL) until the flight ends; return the ack or raise."""
         if not self._core.wait(timeout):
             raise FerryTimeoutError(f"flight {self.id} still in flight after {timeout} s")
@@ -319,9 +322,9 @@ class AsyncPublisher:
         max_in_flight: int = 50,
         refill_allowed_at: int = 0,
         retry: RetryConfig | None = None,
-        poll_time: float = 0.1,
-        hold_pause_time: float = 0.1,
-        wait_timeout: float = 5.0,
+        poll_time: float | timedelta = 0.1,
+        hold_pause_time: float | timedelta = 0.1,
+        wait_timeout: float | timedelta = 5.0,
         listener: PublisherListener | Any | None = None,
     ) -> None:
         if retry is not None and not isinstance(retry, RetryConfig):
@@ -353,7 +356,7 @@ class AsyncPublisher:
             listener=listener is not None,
         )
         self._retry = retry
-        self._wait_timeout = float(wait_timeout)
+        self._wait_timeout = _native.seconds("wait_timeout", wait_timeout)
         self._listener = listener
         self._methods = methods
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -451,7 +454,7 @@ class AsyncPublisher:
         await self._core.drain_async()
         await asyncio.wrap_future(self._pump_done)
 
-    def close(self, timeout: float | None = None) -> bool:
+    def close(self, timeout: float | timedelta | None = None) -> bool:
         """Blocking drain for code without asyncio: wait up to `timeout` seconds, then
         :meth:`stop` whatever is left. Returns whether the drain finished in time."""
         if self._on_loop_thread():

@@ -24,6 +24,7 @@ Endpoints are numbered from 0 in fault and inspection methods. Durations are in 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, Literal
 
@@ -137,15 +138,15 @@ class EmbeddedBroker:
         max_body_size: int | None = None,
         max_topic_bytes: int | None = None,
         when_full: Literal["reject", "drop_oldest"] = "reject",
-        long_polling_min: float | None = None,
-        long_polling_max: float | None = None,
-        min_invisible: float | None = None,
-        max_invisible: float | None = None,
-        auto_renew_invisible: float | None = None,
-        transaction_check_delay: float | None = None,
-        transaction_check_interval: float | None = None,
+        long_polling_min: float | timedelta | None = None,
+        long_polling_max: float | timedelta | None = None,
+        min_invisible: float | timedelta | None = None,
+        max_invisible: float | timedelta | None = None,
+        auto_renew_invisible: float | timedelta | None = None,
+        transaction_check_delay: float | timedelta | None = None,
+        transaction_check_interval: float | timedelta | None = None,
         transaction_check_max: int | None = None,
-        max_delay: float | None = None,
+        max_delay: float | timedelta | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
         auto_create_queues: int | None = None,
@@ -255,7 +256,7 @@ class EmbeddedBroker:
         name: str,
         fifo: bool = False,
         max_delivery_attempts: int = 17,
-        retry_backoff: Sequence[float] | None = None,
+        retry_backoff: Sequence[float | timedelta] | None = None,
     ) -> None:
         """Create (or replace) a consumer group. ``fifo`` blocks each message group while one of
         its messages is in flight; after ``max_delivery_attempts`` deliveries (17 by default:
@@ -304,7 +305,9 @@ class EmbeddedBroker:
             endpoint, _code(code), rpc=rpc, count=count, fraction=fraction, message=message
         )
 
-    def set_latency(self, endpoint: int, seconds: float, *, rpc: str | None = None) -> None:
+    def set_latency(
+        self, endpoint: int, seconds: float | timedelta, *, rpc: str | None = None
+    ) -> None:
         """Delay every call of ``endpoint`` (or of one ``rpc``) by ``seconds``; 0 removes it."""
         self._native.set_latency(endpoint, seconds, rpc=rpc)
 

@@ -13,6 +13,7 @@ use prost::Message as _;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::runtime::RuntimeRef;
 
@@ -22,14 +23,6 @@ pub struct EmbeddedBroker {
     /// Also read by `JmqServer(broker=...)`, which serves JMQ4 next to it.
     pub(crate) inner: Arc<Broker>,
     rt: RuntimeRef,
-}
-
-fn seconds(field: &str, v: Option<f64>) -> PyResult<Option<Duration>> {
-    match v {
-        None => Ok(None),
-        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(_) => Err(invalid(field, "must be a non-negative number of seconds")),
-    }
 }
 
 fn rpc_of(rpc: Option<&str>) -> PyResult<Option<Rpc>> {
@@ -96,15 +89,15 @@ impl EmbeddedBroker {
         max_body_size: Option<usize>,
         max_topic_bytes: Option<usize>,
         when_full: &str,
-        long_polling_min: Option<f64>,
-        long_polling_max: Option<f64>,
-        min_invisible: Option<f64>,
-        max_invisible: Option<f64>,
-        auto_renew_invisible: Option<f64>,
-        transaction_check_delay: Option<f64>,
-        transaction_check_interval: Option<f64>,
+        long_polling_min: Option<&Bound<'_, PyAny>>,
+        long_polling_max: Option<&Bound<'_, PyAny>>,
+        min_invisible: Option<&Bound<'_, PyAny>>,
+        max_invisible: Option<&Bound<'_, PyAny>>,
+        auto_renew_invisible: Option<&Bound<'_, PyAny>>,
+        transaction_check_delay: Option<&Bound<'_, PyAny>>,
+        transaction_check_interval: Option<&Bound<'_, PyAny>>,
         transaction_check_max: Option<u32>,
-        max_delay: Option<f64>,
+        max_delay: Option<&Bound<'_, PyAny>>,
         access_key: Option<String>,
         secret_key: Option<String>,
         auto_create_queues: Option<usize>,
@@ -134,7 +127,7 @@ impl EmbeddedBroker {
                 ))
             }
         };
-        let durations: [(&str, Option<f64>, &mut Duration); 8] = [
+        let durations: [(&str, Option<&Bound<'_, PyAny>>, &mut Duration); 8] = [
             (
                 "long_polling_min",
                 long_polling_min,
@@ -165,7 +158,7 @@ impl EmbeddedBroker {
             ("max_delay", max_delay, &mut c.max_delay),
         ];
         for (field, v, slot) in durations {
-            if let Some(d) = seconds(field, v)? {
+            if let Some(d) = durations::optional(field, v, Lower::NonNegative)? {
                 *slot = d;
             }
         }
@@ -244,11 +237,13 @@ impl EmbeddedBroker {
         name: &str,
         fifo: bool,
         max_delivery_attempts: u32,
-        retry_backoff: Option<Vec<f64>>,
+        retry_backoff: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let mut backoff = Vec::new();
-        for s in retry_backoff.unwrap_or_default() {
-            backoff.push(seconds("retry_backoff", Some(s))?.unwrap_or_default());
+        if let Some(list) = retry_backoff.filter(|v| !v.is_none()) {
+            for s in list.try_iter()? {
+                backoff.push(durations::non_negative("retry_backoff", &s?)?);
+            }
         }
         self.inner
             .create_group(GroupConfig {
@@ -311,8 +306,13 @@ impl EmbeddedBroker {
     }
 
     #[pyo3(signature = (endpoint, seconds, *, rpc=None))]
-    fn set_latency(&self, endpoint: usize, seconds: f64, rpc: Option<&str>) -> PyResult<()> {
-        let d = self::seconds("seconds", Some(seconds))?.unwrap_or_default();
+    fn set_latency(
+        &self,
+        endpoint: usize,
+        seconds: &Bound<'_, PyAny>,
+        rpc: Option<&str>,
+    ) -> PyResult<()> {
+        let d = durations::non_negative("seconds", seconds)?;
         self.inner
             .set_latency(endpoint, rpc_of(rpc)?, d)
             .map_err(to_pyerr)

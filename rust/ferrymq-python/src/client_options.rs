@@ -84,22 +84,9 @@ impl PyTlsConfig {
     }
 }
 
-/// A duration argument: seconds (int/float) or `datetime.timedelta`; must be positive.
+/// A timeout or interval argument (see `crate::durations` for the accepted types and bounds).
 pub fn extract_duration(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Duration> {
-    let secs: f64 = if let Ok(s) = v.extract::<f64>() {
-        s
-    } else if v.hasattr("total_seconds")? {
-        v.call_method0("total_seconds")?.extract()?
-    } else {
-        return Err(invalid(field, "must be seconds (a number) or a timedelta"));
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
-        return Err(invalid(
-            field,
-            format!("{secs} is not a positive number of seconds"),
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    crate::durations::positive(field, v)
 }
 
 fn extract_credentials(v: &Bound<'_, PyAny>) -> PyResult<Credentials> {

@@ -554,7 +554,7 @@ impl Listener for PyAsyncListener {
     }
 
     fn shutdown(&self, timeout: Duration) -> Stopped {
-        let deadline = Instant::now() + timeout;
+        let deadline = ferrymq_core::duration::deadline(Instant::now(), timeout);
         let mut stopped = {
             let mut st = self.shared.lock();
             st.closed = true;
@@ -1041,6 +1041,9 @@ impl PySimpleConsumer {
 /// How long `PushConsumer.close` waits for running callbacks and their acks by default.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The most listener threads a `PushConsumer` runs.
+const MAX_CONSUMPTION_THREADS: usize = 1024;
+
 /// The event loop thread started for an async listener run from blocking code, if any.
 type PrivateLoop = Option<Py<PyAny>>;
 
@@ -1205,7 +1208,7 @@ impl PyPushConsumer {
         group: String,
         subscriptions: &Bound<'_, PyAny>,
         listener: Bound<'_, PyAny>,
-        consumption_threads: usize,
+        consumption_threads: i128,
         max_cache_messages: usize,
         max_cache_bytes: usize,
         fifo_accelerator: bool,
@@ -1233,9 +1236,17 @@ impl PyPushConsumer {
                 "must be a callable (or an async function) taking a ferrymq.MessageView",
             ));
         }
-        if consumption_threads == 0 {
-            return Err(invalid("consumption_threads", "must be at least 1"));
-        }
+        let consumption_threads = usize::try_from(consumption_threads)
+            .ok()
+            .filter(|n| (1..=MAX_CONSUMPTION_THREADS).contains(n))
+            .ok_or_else(|| {
+                invalid(
+                    "consumption_threads",
+                    format!(
+                        "{consumption_threads} is not from 1 to {MAX_CONSUMPTION_THREADS} threads"
+                    ),
+                )
+            })?;
         let config = PushConsumerConfig {
             group,
             subscriptions: extract_subscriptions(Some(subscriptions))?,

@@ -26,19 +26,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tokio::sync::OnceCell;
 
+use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::runtime::{future_into_py, RuntimeRef};
-
-fn seconds(field: &str, v: f64) -> PyResult<Duration> {
-    if !v.is_finite() || v < 0.0 {
-        return Err(invalid(
-            field,
-            format!("{v} is not a non-negative number of seconds"),
-        ));
-    }
-    Ok(Duration::from_secs_f64(v))
-}
 
 /// Extract one `ferrymq.Message`.
 fn extract_message(m: &Bound<'_, PyAny>) -> PyResult<Message> {
@@ -72,8 +63,8 @@ pub(crate) fn cluster_options(
     region: Option<String>,
     namespace: Option<String>,
     client_ip: Option<String>,
-    request_timeout: f64,
-    metadata_refresh: f64,
+    request_timeout: Option<&Bound<'_, PyAny>>,
+    metadata_refresh: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<ClusterOptions> {
     let addr = ferrymq_core::jmq::parse_endpoint(endpoint).map_err(to_pyerr)?;
     let connect = ConnectOptions {
@@ -82,13 +73,23 @@ pub(crate) fn cluster_options(
         region,
         namespace,
         client_ip,
-        request_timeout: seconds("request_timeout", request_timeout)?,
+        request_timeout: durations::or(
+            "request_timeout",
+            request_timeout,
+            Lower::Positive,
+            Duration::from_secs(10),
+        )?,
         ..ConnectOptions::default()
     };
     connect.validate().map_err(to_pyerr)?;
     let mut o = ClusterOptions::new(addr, connect);
-    o.metadata_refresh =
-        seconds("metadata_refresh", metadata_refresh)?.max(Duration::from_millis(100));
+    o.metadata_refresh = durations::or(
+        "metadata_refresh",
+        metadata_refresh,
+        Lower::Positive,
+        Duration::from_secs(30),
+    )?
+    .max(Duration::from_millis(100));
     Ok(o)
 }
 
@@ -265,7 +266,7 @@ impl JmqProducer {
 #[pymethods]
 impl JmqProducer {
     #[new]
-    #[pyo3(signature = (endpoint, *, app, token, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None))]
+    #[pyo3(signature = (endpoint, *, app, token, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=None, request_timeout=None, max_body=3145728, transaction_timeout=None, transaction_checker=None, transaction_topics=None, feedback_interval=None, metadata_refresh=None, client_ip=None), text_signature = "(endpoint, *, app, token, region=None, namespace=None, qos=\"replication\", compression=\"zlib\", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         endpoint: &str,
@@ -277,14 +278,14 @@ impl JmqProducer {
         compression: &str,
         compress_threshold: usize,
         max_attempts: u32,
-        send_timeout: f64,
-        request_timeout: f64,
+        send_timeout: Option<&Bound<'_, PyAny>>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
         max_body: usize,
-        transaction_timeout: f64,
+        transaction_timeout: Option<&Bound<'_, PyAny>>,
         transaction_checker: Option<Py<PyAny>>,
         transaction_topics: Option<Vec<String>>,
-        feedback_interval: f64,
-        metadata_refresh: f64,
+        feedback_interval: Option<&Bound<'_, PyAny>>,
+        metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
     ) -> PyResult<Self> {
         let cluster = cluster_options(
@@ -310,10 +311,25 @@ impl JmqProducer {
             compression: Compression::parse(compression).map_err(to_pyerr)?,
             compress_threshold,
             max_attempts,
-            send_timeout: seconds("send_timeout", send_timeout)?,
+            send_timeout: durations::or(
+                "send_timeout",
+                send_timeout,
+                Lower::Positive,
+                Duration::from_secs(5),
+            )?,
             max_body,
-            transaction_timeout: seconds("transaction_timeout", transaction_timeout)?,
-            feedback_interval: seconds("feedback_interval", feedback_interval)?,
+            transaction_timeout: durations::or(
+                "transaction_timeout",
+                transaction_timeout,
+                Lower::Positive,
+                Duration::from_secs(600),
+            )?,
+            feedback_interval: durations::or(
+                "feedback_interval",
+                feedback_interval,
+                Lower::Positive,
+                Duration::from_secs(5),
+            )?,
             checker: transaction_checker.map(python_checker),
             transaction_topics: transaction_topics.unwrap_or_default(),
         };
@@ -834,11 +850,10 @@ impl ConsumerState {
     }
 }
 
-fn ack_timeout_arg(v: Option<f64>) -> PyResult<Option<Duration>> {
-    match v {
+fn ack_timeout_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    match durations::optional("ack_timeout", v, Lower::Positive)? {
         None => Ok(None),
-        Some(v) => {
-            let d = seconds("ack_timeout", v)?;
+        Some(d) => {
             if d < Duration::from_millis(1) || d.as_millis() > i32::MAX as u128 {
                 return Err(invalid(
                     "ack_timeout",
@@ -870,7 +885,7 @@ pub struct JmqConsumer {
 #[pymethods]
 impl JmqConsumer {
     #[new]
-    #[pyo3(signature = (endpoint, topics, *, app, token, mode="clustering", region=None, namespace=None, ack_timeout=30.0, long_poll=5.0, session_timeout=60.0, request_timeout=10.0, metadata_refresh=30.0, client_ip=None))]
+    #[pyo3(signature = (endpoint, topics, *, app, token, mode="clustering", region=None, namespace=None, ack_timeout=None, long_poll=None, session_timeout=None, request_timeout=None, metadata_refresh=None, client_ip=None), text_signature = "(endpoint, topics, *, app, token, mode=\"clustering\", region=None, namespace=None, ack_timeout=30.0, long_poll=5.0, session_timeout=60.0, request_timeout=10.0, metadata_refresh=30.0, client_ip=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         endpoint: &str,
@@ -880,11 +895,11 @@ impl JmqConsumer {
         mode: &str,
         region: Option<String>,
         namespace: Option<String>,
-        ack_timeout: f64,
-        long_poll: f64,
-        session_timeout: f64,
-        request_timeout: f64,
-        metadata_refresh: f64,
+        ack_timeout: Option<&Bound<'_, PyAny>>,
+        long_poll: Option<&Bound<'_, PyAny>>,
+        session_timeout: Option<&Bound<'_, PyAny>>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
+        metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
     ) -> PyResult<Self> {
         let topics: Vec<String> = if let Ok(t) = topics.extract::<String>() {
@@ -913,9 +928,19 @@ impl JmqConsumer {
         let options = ConsumerOptions {
             topics,
             mode: ConsumeMode::parse(mode).map_err(to_pyerr)?,
-            ack_timeout: seconds("ack_timeout", ack_timeout)?,
-            long_poll: seconds("long_poll", long_poll)?,
-            session_timeout: seconds("session_timeout", session_timeout)?,
+            ack_timeout: ack_timeout_arg(ack_timeout)?.unwrap_or(Duration::from_secs(30)),
+            long_poll: durations::or(
+                "long_poll",
+                long_poll,
+                Lower::NonNegative,
+                Duration::from_secs(5),
+            )?,
+            session_timeout: durations::or(
+                "session_timeout",
+                session_timeout,
+                Lower::Positive,
+                Duration::from_secs(60),
+            )?,
             ..ConsumerOptions::default()
         };
         Ok(Self {
@@ -946,16 +971,16 @@ impl JmqConsumer {
     /// Receive up to `max_messages`, waiting up to `wait` seconds for the first (long poll).
     /// `ack_timeout` (seconds) overrides the consumer's for this fetch: how long the partition
     /// (or retry message) stays occupied without an ack.
-    #[pyo3(signature = (max_messages=32, wait=5.0, *, ack_timeout=None))]
+    #[pyo3(signature = (max_messages=32, wait=None, *, ack_timeout=None), text_signature = "($self, max_messages=32, wait=5.0, *, ack_timeout=None)")]
     fn receive(
         &self,
         py: Python<'_>,
         max_messages: usize,
-        wait: f64,
-        ack_timeout: Option<f64>,
+        wait: Option<&Bound<'_, PyAny>>,
+        ack_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyJmqMessage>> {
         check_max(max_messages)?;
-        let wait = seconds("wait", wait)?;
+        let wait = durations::or("wait", wait, Lower::NonNegative, Duration::from_secs(5))?;
         let ack_timeout = ack_timeout_arg(ack_timeout)?;
         let s = self.state.clone();
         self.rt.block_on(py, async move {
@@ -965,16 +990,16 @@ impl JmqConsumer {
     }
 
     /// Async form of `receive`.
-    #[pyo3(signature = (max_messages=32, wait=5.0, *, ack_timeout=None))]
+    #[pyo3(signature = (max_messages=32, wait=None, *, ack_timeout=None), text_signature = "($self, max_messages=32, wait=5.0, *, ack_timeout=None)")]
     fn receive_async<'py>(
         &self,
         py: Python<'py>,
         max_messages: usize,
-        wait: f64,
-        ack_timeout: Option<f64>,
+        wait: Option<&Bound<'_, PyAny>>,
+        ack_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         check_max(max_messages)?;
-        let wait = seconds("wait", wait)?;
+        let wait = durations::or("wait", wait, Lower::NonNegative, Duration::from_secs(5))?;
         let ack_timeout = ack_timeout_arg(ack_timeout)?;
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
@@ -1217,7 +1242,7 @@ pub struct JmqServer {
 #[pymethods]
 impl JmqServer {
     #[new]
-    #[pyo3(signature = (*, broker=None, nodes=1, port=None, host="127.0.0.1", advertised_host=None, regions=None, apps=None, retry_delay=0.0, max_body=3145728))]
+    #[pyo3(signature = (*, broker=None, nodes=1, port=None, host="127.0.0.1", advertised_host=None, regions=None, apps=None, retry_delay=None, max_body=3145728), text_signature = "(*, broker=None, nodes=1, port=None, host=\"127.0.0.1\", advertised_host=None, regions=None, apps=None, retry_delay=0.0, max_body=3145728)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -1228,7 +1253,7 @@ impl JmqServer {
         advertised_host: Option<String>,
         regions: Option<Vec<String>>,
         apps: Option<std::collections::HashMap<String, String>>,
-        retry_delay: f64,
+        retry_delay: Option<&Bound<'_, PyAny>>,
         max_body: usize,
     ) -> PyResult<Self> {
         if nodes == 0 || nodes > 64 {
@@ -1245,7 +1270,12 @@ impl JmqServer {
         if let Some(apps) = apps {
             cfg.apps.extend(apps);
         }
-        cfg.store.retry_delay = seconds("retry_delay", retry_delay)?;
+        cfg.store.retry_delay = durations::or(
+            "retry_delay",
+            retry_delay,
+            Lower::NonNegative,
+            Duration::ZERO,
+        )?;
         cfg.store.max_body = max_body;
         let rt = RuntimeRef::server()?;
         let broker = broker.map(|b| b.get().inner.clone());
@@ -1306,8 +1336,9 @@ impl JmqServer {
     }
 
     /// Delay every request by `seconds`.
-    fn set_latency(&self, seconds_: f64) -> PyResult<()> {
-        self.inner.set_latency(seconds("seconds", seconds_)?);
+    fn set_latency(&self, seconds_: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner
+            .set_latency(durations::non_negative("seconds", seconds_)?);
         Ok(())
     }
 

@@ -25,7 +25,7 @@ impl PyJmqRangeReader {
     /// Connect to `endpoint` (`jmq://host:port`) as `app` (failing fast on a wrong address,
     /// app or token).
     #[new]
-    #[pyo3(signature = (endpoint, *, app, token, region=None, namespace=None, request_timeout=10.0, max_body=3145728, metadata_refresh=30.0, client_ip=None))]
+    #[pyo3(signature = (endpoint, *, app, token, region=None, namespace=None, request_timeout=None, max_body=3145728, metadata_refresh=None, client_ip=None), text_signature = "(endpoint, *, app, token, region=None, namespace=None, request_timeout=10.0, max_body=3145728, metadata_refresh=30.0, client_ip=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -34,9 +34,9 @@ impl PyJmqRangeReader {
         token: String,
         region: Option<String>,
         namespace: Option<String>,
-        request_timeout: f64,
+        request_timeout: Option<&Bound<'_, PyAny>>,
         max_body: usize,
-        metadata_refresh: f64,
+        metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;

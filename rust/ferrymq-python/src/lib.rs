@@ -8,6 +8,7 @@ mod broker;
 mod client_options;
 mod columns;
 mod consumer;
+mod durations;
 mod errors;
 mod exit;
 mod jmq;
@@ -53,6 +54,8 @@ mod _native {
     use crate::consumer::{
         PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
     };
+    #[pymodule_export]
+    use crate::durations::seconds;
     #[pymodule_export]
     use crate::jmq::{
         JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,

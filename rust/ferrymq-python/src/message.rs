@@ -1,6 +1,6 @@
 //! `ferrymq.Message`: the validated message shared by every backend.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use bytes::Bytes;
 use ferrymq_core::Message;
@@ -42,36 +42,6 @@ pub fn extract_body(body: &Bound<'_, PyAny>) -> PyResult<Bytes> {
             body.get_type().name()?
         ),
     ))
-}
-
-/// Read a delivery time: an aware or naive `datetime`, a `timedelta` from now, or Unix seconds.
-fn extract_delivery_time(v: &Bound<'_, PyAny>) -> PyResult<SystemTime> {
-    let py = v.py();
-    let datetime = py.import("datetime")?;
-    let secs: f64 = if v.is_instance(&datetime.getattr("datetime")?)? {
-        v.call_method0("timestamp")?.extract()?
-    } else if v.is_instance(&datetime.getattr("timedelta")?)? {
-        let d: f64 = v.call_method0("total_seconds")?.extract()?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
-        now + d
-    } else if let Ok(f) = v.extract::<f64>() {
-        f
-    } else {
-        return Err(invalid(
-            "delivery_time",
-            "must be a datetime, a timedelta from now or Unix seconds (float)",
-        ));
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(invalid(
-            "delivery_time",
-            format!("{secs} is not a valid time"),
-        ));
-    }
-    Ok(UNIX_EPOCH + Duration::from_secs_f64(secs))
 }
 
 #[pymethods]
@@ -123,7 +93,7 @@ impl PyMessage {
             b = b.message_group(g);
         }
         if let Some(t) = delivery_time {
-            b = b.delivery_time(extract_delivery_time(t)?);
+            b = b.delivery_time(crate::durations::unix_time("delivery_time", t)?);
         }
         if let Some(p) = priority {
             b = b.priority(p);

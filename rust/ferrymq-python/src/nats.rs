@@ -11,8 +11,9 @@ use ferrymq_core::nats::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
+use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
-use crate::publisher::{extract_outgoing, seconds, OptionArgs, PyPublishAck};
+use crate::publisher::{extract_outgoing, OptionArgs, PyPublishAck};
 use crate::runtime::{future_into_py, RuntimeRef};
 
 fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -93,11 +94,21 @@ fn options(
     user: Option<String>,
     password: Option<String>,
     token: Option<String>,
-    connect_timeout: f64,
-    request_timeout: f64,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+    request_timeout: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<NatsOptions> {
-    let connect_timeout = seconds("connect_timeout", connect_timeout)?;
-    let request_timeout = seconds("request_timeout", request_timeout)?;
+    let connect_timeout = durations::or(
+        "connect_timeout",
+        connect_timeout,
+        Lower::Positive,
+        Duration::from_secs(5),
+    )?;
+    let request_timeout = durations::or(
+        "request_timeout",
+        request_timeout,
+        Lower::Positive,
+        Duration::from_secs(5),
+    )?;
     Ok(NatsOptions {
         endpoints: extract_endpoints(endpoints)?,
         name,
@@ -115,10 +126,10 @@ fn stream_config(
     subjects: Vec<String>,
     storage: &str,
     retention: &str,
-    duplicate_window: Option<f64>,
+    duplicate_window: Option<&Bound<'_, PyAny>>,
     max_messages: Option<i64>,
     max_bytes: Option<i64>,
-    max_age: Option<f64>,
+    max_age: Option<&Bound<'_, PyAny>>,
     replicas: usize,
 ) -> PyResult<StreamConfig> {
     Ok(StreamConfig {
@@ -126,12 +137,14 @@ fn stream_config(
         subjects,
         storage: Storage::parse(storage).map_err(to_pyerr)?,
         retention: Retention::parse(retention).map_err(to_pyerr)?,
-        duplicate_window: duplicate_window
-            .map(|s| seconds("duplicate_window", s))
-            .transpose()?,
+        duplicate_window: durations::optional(
+            "duplicate_window",
+            duplicate_window,
+            Lower::Positive,
+        )?,
         max_messages,
         max_bytes,
-        max_age: max_age.map(|s| seconds("max_age", s)).transpose()?,
+        max_age: durations::optional("max_age", max_age, Lower::Positive)?,
         replicas,
     })
 }
@@ -161,7 +174,7 @@ fn deliver_policy(deliver: &Bound<'_, PyAny>) -> PyResult<DeliverPolicy> {
 impl PyJetStream {
     /// Connect (blocking, GIL released).
     #[new]
-    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0))]
+    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -170,8 +183,8 @@ impl PyJetStream {
         user: Option<String>,
         password: Option<String>,
         token: Option<String>,
-        connect_timeout: f64,
-        request_timeout: f64,
+        connect_timeout: Option<&Bound<'_, PyAny>>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;
         let opts = options(
@@ -189,7 +202,7 @@ impl PyJetStream {
 
     /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
     #[staticmethod]
-    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0))]
+    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0)")]
     #[allow(clippy::too_many_arguments)]
     fn connect_async<'py>(
         py: Python<'py>,
@@ -198,8 +211,8 @@ impl PyJetStream {
         user: Option<String>,
         password: Option<String>,
         token: Option<String>,
-        connect_timeout: f64,
-        request_timeout: f64,
+        connect_timeout: Option<&Bound<'_, PyAny>>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let rt = RuntimeRef::current()?;
         let opts = options(
@@ -307,10 +320,10 @@ impl PyJetStream {
         subjects: &Bound<'_, PyAny>,
         storage: &str,
         retention: &str,
-        duplicate_window: Option<f64>,
+        duplicate_window: Option<&Bound<'_, PyAny>>,
         max_messages: Option<i64>,
         max_bytes: Option<i64>,
-        max_age: Option<f64>,
+        max_age: Option<&Bound<'_, PyAny>>,
         replicas: usize,
     ) -> PyResult<PyStreamInfo> {
         let subjects: Vec<String> = if let Ok(s) = subjects.cast::<PyString>() {
@@ -355,7 +368,7 @@ impl PyJetStream {
     }
 
     /// Bind to (or create) a pull consumer on `stream`.
-    #[pyo3(signature = (stream, *, durable=None, filter_subject=None, deliver=None, ack_wait=30.0, max_deliver=None, max_ack_pending=None, inactive_threshold=300.0))]
+    #[pyo3(signature = (stream, *, durable=None, filter_subject=None, deliver=None, ack_wait=None, max_deliver=None, max_ack_pending=None, inactive_threshold=None), text_signature = "($self, stream, *, durable=None, filter_subject=None, deliver=None, ack_wait=30.0, max_deliver=None, max_ack_pending=None, inactive_threshold=300.0)")]
     #[allow(clippy::too_many_arguments)]
     fn pull_consumer(
         &self,
@@ -364,19 +377,29 @@ impl PyJetStream {
         durable: Option<String>,
         filter_subject: Option<String>,
         deliver: Option<&Bound<'_, PyAny>>,
-        ack_wait: f64,
+        ack_wait: Option<&Bound<'_, PyAny>>,
         max_deliver: Option<i64>,
         max_ack_pending: Option<i64>,
-        inactive_threshold: f64,
+        inactive_threshold: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyPullConsumer> {
         let cfg = PullConsumerConfig {
             durable,
             filter_subject,
             deliver: deliver.map(deliver_policy).transpose()?.unwrap_or_default(),
-            ack_wait: seconds("ack_wait", ack_wait)?,
+            ack_wait: durations::or(
+                "ack_wait",
+                ack_wait,
+                Lower::Positive,
+                Duration::from_secs(30),
+            )?,
             max_deliver,
             max_ack_pending,
-            inactive_threshold: seconds("inactive_threshold", inactive_threshold)?,
+            inactive_threshold: durations::or(
+                "inactive_threshold",
+                inactive_threshold,
+                Lower::Positive,
+                Duration::from_secs(300),
+            )?,
         };
         let js = self.inner.clone();
         let rt = self.rt;
@@ -471,12 +494,23 @@ fn wrap_messages(msgs: Vec<JsMessage>, rt: RuntimeRef) -> Vec<PyJsMessage> {
         .collect()
 }
 
-fn batch_args(max_messages: i64, timeout: f64) -> PyResult<(usize, Duration)> {
+fn batch_args(
+    max_messages: i64,
+    timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(usize, Duration)> {
     let max = usize::try_from(max_messages)
         .ok()
         .filter(|n| *n >= 1)
         .ok_or_else(|| invalid("max_messages", format!("{max_messages} must be at least 1")))?;
-    Ok((max, seconds("timeout", timeout)?))
+    Ok((
+        max,
+        durations::or(
+            "timeout",
+            timeout,
+            Lower::NonNegative,
+            Duration::from_secs(1),
+        )?,
+    ))
 }
 
 #[pymethods]
@@ -492,8 +526,13 @@ impl PyPullConsumer {
 
     /// Up to `max_messages` messages: what is available now, or whatever arrives within
     /// `timeout` seconds (possibly none). Blocking, GIL released.
-    #[pyo3(signature = (max_messages=100, timeout=1.0))]
-    fn fetch(&self, py: Python<'_>, max_messages: i64, timeout: f64) -> PyResult<Vec<PyJsMessage>> {
+    #[pyo3(signature = (max_messages=100, timeout=None), text_signature = "($self, max_messages=100, timeout=1.0)")]
+    fn fetch(
+        &self,
+        py: Python<'_>,
+        max_messages: i64,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyJsMessage>> {
         let (max, timeout) = batch_args(max_messages, timeout)?;
         let c = Arc::clone(&self.inner);
         let rt = self.rt;
@@ -504,12 +543,12 @@ impl PyPullConsumer {
     }
 
     /// Awaitable form of `fetch`.
-    #[pyo3(signature = (max_messages=100, timeout=1.0))]
+    #[pyo3(signature = (max_messages=100, timeout=None), text_signature = "($self, max_messages=100, timeout=1.0)")]
     fn fetch_async<'py>(
         &self,
         py: Python<'py>,
         max_messages: i64,
-        timeout: f64,
+        timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (max, timeout) = batch_args(max_messages, timeout)?;
         let c = Arc::clone(&self.inner);
@@ -575,10 +614,10 @@ pub struct PyJsMessage {
     rt: RuntimeRef,
 }
 
-fn ack_kind(kind: &str, delay: Option<f64>) -> PyResult<AckKind> {
+fn ack_kind(kind: &str, delay: Option<&Bound<'_, PyAny>>) -> PyResult<AckKind> {
     Ok(match kind {
         "ack" => AckKind::Ack,
-        "nak" => AckKind::Nak(delay.map(|d| seconds("delay", d)).transpose()?),
+        "nak" => AckKind::Nak(durations::optional("delay", delay, Lower::NonNegative)?),
         "in_progress" => AckKind::InProgress,
         _ => AckKind::Term,
     })
@@ -660,7 +699,7 @@ impl PyJsMessage {
     }
     /// Ask for redelivery, after `delay` seconds if given.
     #[pyo3(signature = (delay=None))]
-    fn nak(&self, py: Python<'_>, delay: Option<f64>) -> PyResult<()> {
+    fn nak(&self, py: Python<'_>, delay: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let k = ack_kind("nak", delay)?;
         self.ack_blocking(py, k)
     }
@@ -676,7 +715,11 @@ impl PyJsMessage {
         self.ack_future(py, AckKind::Ack)
     }
     #[pyo3(signature = (delay=None))]
-    fn nak_async<'py>(&self, py: Python<'py>, delay: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+    fn nak_async<'py>(
+        &self,
+        py: Python<'py>,
+        delay: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let k = ack_kind("nak", delay)?;
         self.ack_future(py, k)
     }

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::columns::PyMessageColumns;
+use crate::durations::{self, Lower};
 use crate::errors::invalid;
 use crate::message::extract_body;
 use crate::runtime::RuntimeRef;
@@ -22,30 +23,19 @@ pub struct PyNatsRangeReader {
     endpoints: String,
 }
 
-fn seconds(field: &str, v: f64) -> PyResult<Duration> {
-    if v.is_finite() && v > 0.0 {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(invalid(
-            field,
-            format!("{v} is not a positive number of seconds"),
-        ))
-    }
-}
-
 #[pymethods]
 impl PyNatsRangeReader {
     /// Connect to `endpoints` (`nats://host:port[,nats://…]`).
     #[new]
-    #[pyo3(signature = (endpoints, *, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0))]
+    #[pyo3(signature = (endpoints, *, user=None, password=None, token=None, connect_timeout=None, request_timeout=None), text_signature = "(endpoints, *, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0)")]
     fn new(
         py: Python<'_>,
         endpoints: String,
         user: Option<String>,
         password: Option<String>,
         token: Option<String>,
-        connect_timeout: f64,
-        request_timeout: f64,
+        connect_timeout: Option<&Bound<'_, PyAny>>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;
         let opts = NatsOptions {
@@ -54,8 +44,18 @@ impl PyNatsRangeReader {
             user,
             password,
             token,
-            connect_timeout: seconds("connect_timeout", connect_timeout)?,
-            request_timeout: seconds("request_timeout", request_timeout)?,
+            connect_timeout: durations::or(
+                "connect_timeout",
+                connect_timeout,
+                Lower::Positive,
+                Duration::from_secs(5),
+            )?,
+            request_timeout: durations::or(
+                "request_timeout",
+                request_timeout,
+                Lower::Positive,
+                Duration::from_secs(5),
+            )?,
         };
         let js = rt.block_on(py, async move { JetStream::connect(opts).await })?;
         Ok(Self {

@@ -1,8 +1,6 @@
 //! `_native.Probe`: a tiny runtime-bound object used by the test-suite to exercise the blocking
 //! and async helpers, the error mapping, panics and fork safety without a broker.
 
-use std::time::Duration;
-
 use ferrymq_core::{Error, ErrorKind};
 use pyo3::prelude::*;
 
@@ -43,18 +41,24 @@ impl Probe {
     }
 
     /// Sleep on the runtime with the GIL released; returns the seconds slept.
-    fn sleep(&self, py: Python<'_>, seconds: f64) -> PyResult<f64> {
+    fn sleep(&self, py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<f64> {
+        let d = crate::durations::non_negative("seconds", seconds)?;
         self.rt.block_on(py, async move {
-            tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-            Ok(seconds)
+            tokio::time::sleep(d).await;
+            Ok(d.as_secs_f64())
         })
     }
 
     /// Async form of `sleep`.
-    fn sleep_async<'py>(&self, py: Python<'py>, seconds: f64) -> PyResult<Bound<'py, PyAny>> {
+    fn sleep_async<'py>(
+        &self,
+        py: Python<'py>,
+        seconds: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let d = crate::durations::non_negative("seconds", seconds)?;
         future_into_py(py, self.rt, async move {
-            tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
-            Ok(seconds)
+            tokio::time::sleep(d).await;
+            Ok(d.as_secs_f64())
         })
     }
 

@@ -28,6 +28,7 @@ use pyo3::types::{PyDict, PyString};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::client_options::client_options;
+use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::message_view::PyMessageView;
@@ -447,7 +448,7 @@ impl PyProducer {
     }
 
     fn flush_inner(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<usize> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.map(|t| ferrymq_core::duration::deadline(Instant::now(), t));
         loop {
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let wait = remaining.map_or(Duration::from_millis(100), |r| {
@@ -486,17 +487,6 @@ async fn batch(
         p.send_packed(msgs).await
     } else {
         p.send_batch(msgs).await
-    }
-}
-
-fn opt_secs(field: &str, v: Option<f64>) -> PyResult<Option<Duration>> {
-    match v {
-        None => Ok(None),
-        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(s) => Err(invalid(
-            field,
-            format!("{s} is not a non-negative number of seconds"),
-        )),
     }
 }
 
@@ -683,17 +673,17 @@ impl PyProducer {
 
     /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
     /// returns how many were reported.
-    #[pyo3(signature = (timeout=0.0))]
-    fn poll(&self, py: Python<'_>, timeout: f64) -> PyResult<usize> {
-        let wait = opt_secs("timeout", Some(timeout))?.unwrap_or_default();
+    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
+    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let wait = durations::or("timeout", timeout, Lower::NonNegative, Duration::ZERO)?;
         self.serve(py, wait)
     }
 
     /// Wait until every produced message is reported (or `timeout` seconds pass), running the
     /// callbacks here; returns how many are still pending.
     #[pyo3(signature = (timeout=None))]
-    fn flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
-        let t = opt_secs("timeout", timeout)?;
+    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let t = durations::optional("timeout", timeout, Lower::NonNegative)?;
         self.flush_inner(py, t)
     }
 

@@ -9,13 +9,14 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use ferrymq_core::publisher::{
     Event, EventKind, Events, Flight, Outcome, Outgoing, PublishAck, PublishBackend,
-    PublishOptions, Publisher, PublisherConfig, RetryPolicy, State,
+    PublishOptions, Publisher, PublisherConfig, RetryPolicy, State, MAX_IN_FLIGHT,
 };
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use tokio::sync::mpsc;
 
+use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr, to_pyerr_ref};
 use crate::message::{extract_body, PyMessage};
 use crate::runtime::{future_into_py, RuntimeRef};
@@ -306,8 +307,8 @@ impl PyFlight {
     }
     /// Block (GIL released) until the flight is done or `timeout` seconds pass; returns `done`.
     #[pyo3(signature = (timeout=None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        let limit = timeout.map(|t| seconds("timeout", t)).transpose()?;
+    fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let limit = durations::optional("timeout", timeout, Lower::NonNegative)?;
         let flight = Arc::clone(&self.inner);
         self.rt.block_on(py, async move {
             match limit {
@@ -409,25 +410,6 @@ impl PyEventBatch {
     }
 }
 
-/// Seconds as a Duration; the error names the field.
-pub fn seconds(field: &str, s: f64) -> PyResult<Duration> {
-    if !s.is_finite() || s < 0.0 {
-        return Err(invalid(
-            field,
-            format!("{s} is not a valid number of seconds"),
-        ));
-    }
-    Duration::try_from_secs_f64(s).map_err(|e| invalid(field, e))
-}
-
-fn positive_seconds(field: &str, s: f64) -> PyResult<Duration> {
-    let d = seconds(field, s)?;
-    if d.is_zero() {
-        return Err(invalid(field, "must be positive"));
-    }
-    Ok(d)
-}
-
 /// Which native producer classes can back a publisher.
 fn backend_of(producer: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PublishBackend>> {
     if let Ok(js) = producer.cast::<crate::nats::PyJetStream>() {
@@ -449,7 +431,12 @@ fn backend_of(producer: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PublishBackend>> 
 }
 
 /// `RetryConfig` as passed by the Python facade: (attempts, backoff, deadline, attempt_timeout).
-type RetryArgs = (i64, Vec<f64>, Option<f64>, Option<f64>);
+type RetryArgs<'py> = (
+    i64,
+    Vec<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+);
 
 type EventRx = Arc<tokio::sync::Mutex<Option<mpsc::Receiver<Event>>>>;
 
@@ -464,34 +451,34 @@ pub struct PublisherCore {
 #[pymethods]
 impl PublisherCore {
     #[new]
-    #[pyo3(signature = (producer, *, id_prefix=None, max_in_flight=50, refill_allowed_at=0, retry=None, poll_time=0.1, hold_pause_time=0.1, wait_timeout=5.0, listener=false))]
+    #[pyo3(signature = (producer, *, id_prefix=None, max_in_flight=50, refill_allowed_at=0, retry=None, poll_time=None, hold_pause_time=None, wait_timeout=None, listener=false), text_signature = "(producer, *, id_prefix=None, max_in_flight=50, refill_allowed_at=0, retry=None, poll_time=0.1, hold_pause_time=0.1, wait_timeout=5.0, listener=False)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         producer: &Bound<'_, PyAny>,
         id_prefix: Option<String>,
-        max_in_flight: i64,
-        refill_allowed_at: i64,
-        retry: Option<RetryArgs>,
-        poll_time: f64,
-        hold_pause_time: f64,
-        wait_timeout: f64,
+        max_in_flight: i128,
+        refill_allowed_at: i128,
+        retry: Option<RetryArgs<'_>>,
+        poll_time: Option<&Bound<'_, PyAny>>,
+        hold_pause_time: Option<&Bound<'_, PyAny>>,
+        wait_timeout: Option<&Bound<'_, PyAny>>,
         listener: bool,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;
         let backend = backend_of(producer)?;
         let max_in_flight = usize::try_from(max_in_flight)
             .ok()
-            .filter(|n| *n >= 1)
+            .filter(|n| (1..=MAX_IN_FLIGHT).contains(n))
             .ok_or_else(|| {
                 invalid(
                     "max_in_flight",
-                    format!("{max_in_flight} must be at least 1"),
+                    format!("{max_in_flight} is not from 1 to {MAX_IN_FLIGHT}"),
                 )
             })?;
         let refill_allowed_at = usize::try_from(refill_allowed_at).map_err(|_| {
             invalid(
                 "refill_allowed_at",
-                format!("{refill_allowed_at} must not be negative"),
+                format!("{refill_allowed_at} is not from 0 to max_in_flight - 1"),
             )
         })?;
         let retry = match retry {
@@ -504,15 +491,19 @@ impl PublisherCore {
                         invalid("retry.attempts", format!("{attempts} must be at least 1"))
                     })?,
                 backoff: backoff
-                    .into_iter()
-                    .map(|s| seconds("retry.backoff", s))
+                    .iter()
+                    .map(|s| durations::non_negative("retry.backoff", s))
                     .collect::<PyResult<_>>()?,
-                deadline: deadline
-                    .map(|s| positive_seconds("retry.deadline", s))
-                    .transpose()?,
-                attempt_timeout: attempt_timeout
-                    .map(|s| positive_seconds("retry.attempt_timeout", s))
-                    .transpose()?,
+                deadline: durations::optional(
+                    "retry.deadline",
+                    deadline.as_ref(),
+                    Lower::Positive,
+                )?,
+                attempt_timeout: durations::optional(
+                    "retry.attempt_timeout",
+                    attempt_timeout.as_ref(),
+                    Lower::Positive,
+                )?,
             }),
         };
         let config = PublisherConfig {
@@ -520,9 +511,24 @@ impl PublisherCore {
             max_in_flight,
             refill_allowed_at,
             retry,
-            poll_time: positive_seconds("poll_time", poll_time)?,
-            hold_pause_time: positive_seconds("hold_pause_time", hold_pause_time)?,
-            wait_timeout: positive_seconds("wait_timeout", wait_timeout)?,
+            poll_time: durations::or(
+                "poll_time",
+                poll_time,
+                Lower::Positive,
+                Duration::from_millis(100),
+            )?,
+            hold_pause_time: durations::or(
+                "hold_pause_time",
+                hold_pause_time,
+                Lower::Positive,
+                Duration::from_millis(100),
+            )?,
+            wait_timeout: durations::or(
+                "wait_timeout",
+                wait_timeout,
+                Lower::Positive,
+                Duration::from_secs(5),
+            )?,
             events: if listener {
                 Events::All
             } else {
@@ -657,8 +663,8 @@ impl PublisherCore {
 
     /// Drain, blocking (GIL released) up to `timeout` seconds; returns whether it finished.
     #[pyo3(signature = (timeout=None))]
-    fn drain(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        let limit = timeout.map(|t| seconds("timeout", t)).transpose()?;
+    fn drain(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let limit = durations::optional("timeout", timeout, Lower::NonNegative)?;
         let fut = self.inner.drain();
         self.rt.block_on(py, async move {
             match limit {
@@ -678,9 +684,9 @@ impl PublisherCore {
         &self,
         py: Python<'_>,
         max: usize,
-        timeout: f64,
+        timeout: &Bound<'_, PyAny>,
     ) -> PyResult<Option<PyEventBatch>> {
-        let limit = seconds("timeout", timeout)?;
+        let limit = durations::non_negative("timeout", timeout)?;
         let rx = Arc::clone(&self.events);
         let max = max.max(1);
         let events: Option<Vec<Event>> = self.rt.block_on(py, async move {
