@@ -13,16 +13,28 @@
 //! * [`codes`]: request and response codes, and their mapping onto [`crate::Error`];
 //! * [`stored`]: stored messages (pull bodies), batch records, properties, unique ids;
 //! * [`acl`]: request signing;
-//! * [`connection`]: one lazily opened, reconnecting socket with request correlation.
+//! * [`connection`]: one lazily opened, reconnecting socket with request correlation;
+//! * [`route`]: topic routes from the name servers and their cache;
+//! * [`client`]: [`RemotingClient`], offsets, pulls, commits and batch sends;
+//! * [`reader`]: [`RemotingReader`], exact `[start, end)` reads with the API of the gRPC
+//!   [`crate::rocketmq::pull::PullReader`].
 
 pub mod acl;
+pub mod client;
 pub mod codec;
 pub mod codes;
 pub mod connection;
+pub mod reader;
+pub mod route;
 pub mod stored;
 
+pub use client::{
+    BatchReceipt, PullOutcome, PullStatus, RemotingClient, RemotingOptions, TagFilter,
+};
 pub use codec::{decode_frame, RemotingCommand};
 pub use connection::Connection;
+pub use reader::RemotingReader;
+pub use route::{RouteCache, TopicRoute};
 pub use stored::StoredMessage;
 
 /// Run every remoting decoder over `data`; used by the fuzz target and the never-panic test.

@@ -171,7 +171,11 @@ impl RouteCache {
     }
 
     fn slot(&self, topic: &str) -> Slot {
-        self.slots.lock().entry(topic.to_string()).or_default().clone()
+        self.slots
+            .lock()
+            .entry(topic.to_string())
+            .or_default()
+            .clone()
     }
 
     /// The route of `topic`: cached while fresh, else fetched (one request for all concurrent
@@ -269,7 +273,13 @@ mod tests {
         let read: Vec<String> = r.read_queues().iter().map(QueueRef::key).collect();
         assert_eq!(
             read,
-            ["broker-a:0", "broker-a:1", "broker-a:2", "broker-a:3", "broker-b:0"]
+            [
+                "broker-a:0",
+                "broker-a:1",
+                "broker-a:2",
+                "broker-a:3",
+                "broker-b:0"
+            ]
         );
         let write: Vec<String> = r.write_queues().iter().map(QueueRef::key).collect();
         assert_eq!(write, ["broker-a:0", "broker-a:1"]);
@@ -285,7 +295,9 @@ mod tests {
         tokio::spawn(async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
             loop {
-                let Ok((mut s, _)) = l.accept().await else { return };
+                let Ok((mut s, _)) = l.accept().await else {
+                    return;
+                };
                 let h = h.clone();
                 tokio::spawn(async move {
                     let mut buf = bytes::BytesMut::new();
