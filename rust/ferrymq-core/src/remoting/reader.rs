@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::rocketmq::pull::{push_message, OffsetPolicy, QueueRef, RangeRead};
 
 /// How many consecutive pulls without progress [`RemotingReader::read_range`] tolerates.
-const MAX_EMPTY_PULLS: u32 = 6;
+const MAX_EMPTY_PULLS: u32 = 3;
 /// The broker never returns more than this many messages per pull.
 const SERVER_PULL_CAP: i32 = 32;
 /// How long a pull at the end of a queue may be held by the broker.
