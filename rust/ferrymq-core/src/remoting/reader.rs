@@ -218,6 +218,151 @@ impl RemotingReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::remoting::codec::{decode_frame, RemotingCommand, DEFAULT_MAX_FRAME};
+    use crate::remoting::stored::{encode_properties, encode_stored, StoredRecord};
+    use bytes::BytesMut;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A name server and broker in one: topic `t`, one queue on `broker-a` holding offsets
+    /// `MIN..MAX` (older ones removed by retention), tags alternating `a` / `b`. Pulls are
+    /// answered at once, with at most 32 messages.
+    const MIN: i64 = 5;
+    const MAX: i64 = 60;
+
+    async fn fake_cluster() -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let me = addr.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = l.accept().await else {
+                    return;
+                };
+                let me = me.clone();
+                tokio::spawn(async move {
+                    let mut buf = BytesMut::new();
+                    loop {
+                        while let Ok(Some(c)) = decode_frame(&mut buf, DEFAULT_MAX_FRAME) {
+                            let mut out = BytesMut::new();
+                            answer(&c, &me).encode(&mut out);
+                            s.write_all(&out).await.unwrap();
+                        }
+                        if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn answer(c: &RemotingCommand, me: &str) -> RemotingCommand {
+        let mut r = RemotingCommand::response(0, c.opaque, None);
+        match c.code {
+            105 => {
+                r.body = format!(
+                    "{{\"brokerDatas\":[{{\"brokerAddrs\":{{\"0\":\"{me}\"}},\"brokerName\":\"broker-a\"}}],\
+                     \"queueDatas\":[{{\"brokerName\":\"broker-a\",\"perm\":6,\"readQueueNums\":1,\"writeQueueNums\":1}}]}}"
+                )
+                .into();
+            }
+            31 => r.set_ext("offset", MIN),
+            30 => r.set_ext("offset", MAX),
+            11 => {
+                let at: i64 = c.ext("queueOffset").unwrap().parse().unwrap();
+                let n: i64 = c.ext("maxMsgNums").unwrap().parse().unwrap();
+                r.set_ext("minOffset", MIN);
+                r.set_ext("maxOffset", MAX);
+                if at < MIN {
+                    r.code = 21;
+                    r.set_ext("nextBeginOffset", MIN);
+                } else if at >= MAX {
+                    r.code = 19;
+                    r.set_ext("nextBeginOffset", at);
+                } else {
+                    let end = (at + n.min(32)).min(MAX);
+                    let mut body = BytesMut::new();
+                    for off in at..end {
+                        let tag = if off % 2 == 0 { "a" } else { "b" };
+                        let props =
+                            encode_properties(&[("TAGS", tag), ("UNIQ_KEY", &format!("ID{off}"))]);
+                        encode_stored(
+                            &StoredRecord {
+                                topic: "t",
+                                queue_offset: off,
+                                body: format!("m{off}").as_bytes(),
+                                properties: &props,
+                                ..Default::default()
+                            },
+                            &mut body,
+                        )
+                        .unwrap();
+                    }
+                    r.body = body.freeze();
+                    r.set_ext("nextBeginOffset", end);
+                }
+            }
+            _ => r.code = 3,
+        }
+        r
+    }
+
+    #[tokio::test]
+    async fn reads_exact_ranges() {
+        let addr = fake_cluster().await;
+        let reader = RemotingReader::new(RemotingOptions::new(&addr), "g", None, 32).unwrap();
+        reader.start().await.unwrap();
+        let qs = reader.queues("t").await.unwrap();
+        assert_eq!(qs.len(), 1);
+        let q = &qs[0];
+        assert_eq!(
+            reader
+                .query_offset("t", q, OffsetPolicy::Beginning)
+                .await
+                .unwrap(),
+            MIN
+        );
+        assert_eq!(
+            reader
+                .query_offset("t", q, OffsetPolicy::End)
+                .await
+                .unwrap(),
+            MAX
+        );
+
+        // Retention: the read continues at the first stored offset, first_offset shows it.
+        let r = reader.read_range("t", q, 0, 12, 100).await.unwrap();
+        assert_eq!(r.first_offset, Some(MIN));
+        assert_eq!((r.columns.len(), r.next_offset), (7, 12));
+        assert_eq!(r.columns.message_id.data(), b"ID5ID6ID7ID8ID9ID10ID11");
+
+        // Several pulls (32 per pull), exact bounds, and a row limit.
+        let r = reader.read_range("t", q, 7, MAX, 1000).await.unwrap();
+        assert_eq!(r.columns.len(), usize::try_from(MAX - 7).unwrap());
+        assert_eq!(r.next_offset, MAX);
+        let r = reader.read_range("t", q, 8, 20, 5).await.unwrap();
+        assert_eq!(
+            (r.columns.len(), r.next_offset, r.first_offset),
+            (5, 13, Some(8))
+        );
+
+        // Tag filter: exact re-check on the client.
+        let filtered =
+            RemotingReader::new(RemotingOptions::new(&addr), "g", Some("a".into()), 32).unwrap();
+        let r = filtered.read_range("t", q, 10, 20, 100).await.unwrap();
+        assert_eq!(r.columns.len(), 5);
+        assert_eq!(r.columns.tag.data(), b"aaaaa");
+        assert_eq!(r.next_offset, 20);
+
+        // Beyond the end: bounded waiting, then a timeout.
+        let e = reader
+            .read_range("t", q, MAX - 1, MAX + 1, 100)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Timeout, "{e}");
+        reader.shutdown().await;
+    }
 
     #[test]
     fn rejects_bad_options() {
