@@ -876,6 +876,104 @@ mod tests {
         assert_eq!(lanes.len(), 2);
     }
 
+    type Log = Arc<Mutex<Vec<(bool, String)>>>;
+
+    /// The fake cluster of the test below: a route to itself, and a broker that answers
+    /// SYSTEM_BUSY to every other batch request and logs each id it saw.
+    fn fake_answer(
+        c: &RemotingCommand,
+        me: &str,
+        log: &Log,
+        state: &Mutex<(u32, HashMap<String, i64>)>,
+    ) -> RemotingCommand {
+        let mut r = RemotingCommand::response(0, c.opaque, None);
+        if c.code == 105 {
+            r.body = format!(
+                "{{\"brokerDatas\":[{{\"brokerAddrs\":{{\"0\":\"{me}\"}},\"brokerName\":\"b\"}}],\
+                 \"queueDatas\":[{{\"brokerName\":\"b\",\"perm\":6,\"readQueueNums\":2,\
+                 \"writeQueueNums\":2}}]}}"
+            )
+            .into();
+            return r;
+        }
+        assert_eq!(c.code, 320);
+        assert_eq!(c.ext("i"), Some(""));
+        assert_eq!(c.ext("m"), Some("true"));
+        assert_eq!(c.ext("n"), Some("b"));
+        let records = stored::decode_batch(&c.body).unwrap();
+        let mut st = state.lock();
+        st.0 += 1;
+        let busy = st.0 % 2 == 1;
+        for rec in &records {
+            let id = rec.properties.iter().find(|(k, _)| k == "UNIQ_KEY");
+            log.lock().push((busy, id.unwrap().1.clone()));
+        }
+        if busy {
+            r.code = response::SYSTEM_BUSY;
+        } else {
+            let q = c.ext("e").unwrap().to_string();
+            let o = st.1.entry(q.clone()).or_default();
+            r.set_ext("queueId", &q);
+            r.set_ext("queueOffset", *o);
+            *o += i64::try_from(records.len()).unwrap();
+        }
+        r
+    }
+
+    #[tokio::test]
+    async fn batch_retries_keep_ids_and_header() {
+        use crate::remoting::codec::{decode_frame, DEFAULT_MAX_FRAME};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let seen: Log = Arc::default();
+        let (me, log) = (addr.clone(), seen.clone());
+        let state: Arc<Mutex<(u32, HashMap<String, i64>)>> = Arc::default();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = l.accept().await else {
+                    return;
+                };
+                let (me, log, state) = (me.clone(), log.clone(), state.clone());
+                tokio::spawn(async move {
+                    let mut buf = BytesMut::new();
+                    loop {
+                        while let Ok(Some(c)) = decode_frame(&mut buf, DEFAULT_MAX_FRAME) {
+                            let r = fake_answer(&c, &me, &log, &state);
+                            let mut out = BytesMut::new();
+                            r.encode(&mut out);
+                            s.write_all(&out).await.unwrap();
+                        }
+                        if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let client = RemotingClient::new(RemotingOptions::new(&addr)).unwrap();
+        let msgs: Vec<Message> = (0..1500)
+            .map(|i| Message::builder("t", format!("{i}")).build().unwrap())
+            .collect();
+        let receipts = client.send_batch("t", &msgs).await.unwrap();
+        assert_eq!(receipts.len(), 1500);
+        let seen = seen.lock().clone();
+        // Refused requests were retried with the same ids; each id was stored once.
+        let refused: HashSet<&String> = seen.iter().filter(|s| s.0).map(|s| &s.1).collect();
+        let stored: Vec<&String> = seen.iter().filter(|s| !s.0).map(|s| &s.1).collect();
+        let stored_set: HashSet<&String> = stored.iter().copied().collect();
+        assert_eq!((stored.len(), stored_set.len()), (1500, 1500));
+        assert!(!refused.is_empty());
+        assert!(refused.is_subset(&stored_set));
+        let ids: HashSet<&String> = receipts.iter().map(|r| &r.message_id).collect();
+        assert!(ids == stored_set, "receipt ids differ from the stored ids");
+        let mut offsets: Vec<(i32, i64)> =
+            receipts.iter().map(|r| (r.queue.id, r.offset)).collect();
+        offsets.sort_unstable();
+        offsets.dedup();
+        assert_eq!(offsets.len(), 1500);
+    }
+
     #[test]
     fn options_are_checked() {
         assert!(RemotingClient::new(RemotingOptions::new("nope")).is_err());
