@@ -15,7 +15,8 @@
 //! * [`acl`]: request signing;
 //! * [`connection`]: one lazily opened, reconnecting socket with request correlation;
 //! * [`route`]: topic routes from the name servers and their cache;
-//! * [`client`]: [`RemotingClient`], offsets, pulls, commits and batch sends;
+//! * [`client`]: [`RemotingClient`]: routes, offsets, pulls, commits;
+//! * [`send`]: single and batch sends of [`RemotingClient`];
 //! * [`reader`]: [`RemotingReader`], exact `[start, end)` reads with the API of the gRPC
 //!   [`crate::rocketmq::pull::PullReader`].
 
@@ -26,15 +27,15 @@ pub mod codes;
 pub mod connection;
 pub mod reader;
 pub mod route;
+pub mod send;
 pub mod stored;
 
-pub use client::{
-    BatchReceipt, PullOutcome, PullStatus, RemotingClient, RemotingOptions, TagFilter,
-};
+pub use client::{PullOutcome, PullStatus, RemotingClient, RemotingOptions, TagFilter};
 pub use codec::{decode_frame, RemotingCommand};
 pub use connection::Connection;
 pub use reader::RemotingReader;
 pub use route::{RouteCache, TopicRoute};
+pub use send::BatchReceipt;
 pub use stored::StoredMessage;
 
 /// Run every remoting decoder over `data`; used by the fuzz target and the never-panic test.

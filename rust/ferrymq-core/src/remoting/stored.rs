@@ -396,10 +396,11 @@ pub fn encode_properties<K: AsRef<str>, V: AsRef<str>>(props: &[(K, V)]) -> Stri
     s
 }
 
-/// The properties a message is sent with: keys, tag, unique id, wait flag, message group and
-/// the user properties. Separator characters inside values are refused.
+/// The properties a message is sent with: keys, tag, unique id, wait flag, message group,
+/// delivery time and the user properties. Separator characters inside values are refused.
 pub fn message_properties(m: &Message, id: &str) -> Result<String> {
-    let mut p: Vec<(&str, &str)> = Vec::with_capacity(5 + m.properties().len());
+    let mut p: Vec<(&str, &str)> = Vec::with_capacity(6 + m.properties().len());
+    let deliver_at = m.delivery_time_millis().map(|ms| ms.to_string());
     let keys = m.keys().join(" ");
     if !keys.is_empty() {
         p.push(("KEYS", &keys));
@@ -411,6 +412,9 @@ pub fn message_properties(m: &Message, id: &str) -> Result<String> {
     p.push(("WAIT", "true"));
     if let Some(g) = m.message_group() {
         p.push(("__SHARDINGKEY", g));
+    }
+    if let Some(ms) = &deliver_at {
+        p.push(("TIMER_DELIVER_MS", ms));
     }
     for (k, v) in m.properties() {
         p.push((k, v));
