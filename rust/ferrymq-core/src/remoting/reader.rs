@@ -64,12 +64,10 @@ impl RemotingReader {
         })
     }
 
-    /// Nothing to set up: connections open on first use. Fails only after a shutdown.
+    /// Nothing to set up: connections open on first use (the endpoints were checked by
+    /// [`RemotingReader::new`]). Fails only after a shutdown.
     pub async fn start(&self) -> Result<()> {
-        if self.client.options().endpoints.is_empty() {
-            return Err(Error::invalid("endpoints", "must not be empty"));
-        }
-        Ok(())
+        self.client.check_open()
     }
 
     /// The consumer group.
