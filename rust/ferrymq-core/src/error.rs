@@ -1,8 +1,9 @@
 //! The one error type of the core.
 //!
-//! Every failure is an [`Error`] with an [`ErrorKind`]; broker answers keep their RocketMQ status
-//! code (`apache.rocketmq.v2.Code`, or a JMQ4 code) and whether retrying may help. The Python
-//! binding maps kinds to the `ferrymq.FerryError` tree in a single function.
+//! Every failure is an [`Error`] with an [`ErrorKind`]; broker answers keep their status code
+//! (`apache.rocketmq.v2.Code`, a classic remoting `ResponseCode`, a JMQ4 or a NATS code) and
+//! whether retrying may help. The Python binding maps kinds to the `ferrymq.FerryError` tree in
+//! a single function.
 
 use std::fmt;
 
@@ -41,6 +42,8 @@ pub enum Protocol {
     Jmq,
     /// NATS JetStream API error code.
     Nats,
+    /// Classic RocketMQ remoting (TCP) response code (`ResponseCode`).
+    Remoting,
 }
 
 /// A non-OK answer from a broker.

@@ -14,6 +14,7 @@ pub mod message_id;
 pub mod nats;
 pub mod proto;
 pub mod publisher;
+pub mod remoting;
 pub mod rocketmq;
 pub mod selector;
 pub mod status;

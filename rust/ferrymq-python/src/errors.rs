@@ -53,6 +53,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
                 Protocol::RocketMq => "rocketmq",
                 Protocol::Jmq => "jmq",
                 Protocol::Nats => "nats",
+                Protocol::Remoting => "remoting",
             },
         )?;
     }
