@@ -377,7 +377,16 @@ pub(crate) fn encode_record(
     if store_host.is_ipv6() {
         sys_flag |= SYSFLAG_STOREHOST_V6;
     }
-    let props = properties_of(msg);
+    let mut props = properties_of(msg);
+    if props.len() > MAX_PROPERTIES {
+        // Only user properties are bounded while building; never write a wrapped length.
+        // 0x02 never occurs inside a multi-byte character: the cut is a char boundary.
+        let cut = props.as_bytes()[..MAX_PROPERTIES]
+            .iter()
+            .rposition(|b| *b == 2)
+            .map_or(0, |i| i + 1);
+        props.truncate(cut);
+    }
     let topic_len = topic.len().min(255);
     let host_len = |a: SocketAddr| if a.is_ipv6() { 20 } else { 8 };
     let total = 4

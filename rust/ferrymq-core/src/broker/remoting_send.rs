@@ -99,10 +99,10 @@ fn delivery_ms(m: &Incoming, now: i64) -> Option<i64> {
         return Some(at);
     }
     if let Some(ms) = m.get("TIMER_DELAY_MS").and_then(|v| v.parse::<i64>().ok()) {
-        return Some(now + ms);
+        return Some(now.saturating_add(ms));
     }
     if let Some(s) = m.get("TIMER_DELAY_SEC").and_then(|v| v.parse::<i64>().ok()) {
-        return Some(now + s * 1000);
+        return Some(now.saturating_add(s.saturating_mul(1000)));
     }
     let level = m.get("DELAY").and_then(|v| v.parse::<usize>().ok())?;
     let level = level.min(DELAY_LEVELS.len());
@@ -267,6 +267,16 @@ pub(crate) fn send(conn: &Conn, req: &RemotingCommand) -> Answer {
         }
         if !batch {
             due = delivery_ms(m, now);
+            if due.is_some_and(|at| at.saturating_sub(now) > cfg.max_delay.as_millis() as i64) {
+                return Err(refuse(
+                    req,
+                    rs::MESSAGE_ILLEGAL,
+                    format!(
+                        "timer message delay exceeds the maximum of {} s",
+                        cfg.max_delay.as_secs()
+                    ),
+                ));
+            }
         }
         stored.push(to_proto(conn, topic_name, m, sys_flag, born_ms, due));
     }
@@ -423,5 +433,7 @@ mod tests {
         assert_eq!(delivery_ms(&m("TIMER_DELAY_SEC", "2"), 1000), Some(3000));
         assert_eq!(delivery_ms(&m("TIMER_DELIVER_MS", "5"), 1000), Some(5));
         assert_eq!(delivery_ms(&m("WAIT", "true"), 1000), None);
+        let far = delivery_ms(&m("TIMER_DELAY_SEC", &i64::MAX.to_string()), 1000);
+        assert_eq!(far, Some(i64::MAX));
     }
 }
