@@ -107,6 +107,16 @@ impl Credentials {
     pub fn access_key(&self) -> &str {
         &self.access_key
     }
+
+    /// The secret key, for request signing inside the crate.
+    pub(crate) fn secret_key(&self) -> &str {
+        &self.secret_key
+    }
+
+    /// The optional session token.
+    pub(crate) fn security_token(&self) -> Option<&str> {
+        self.security_token.as_deref()
+    }
 }
 
 impl fmt::Debug for Credentials {
