@@ -758,3 +758,70 @@ async fn remoting_can_be_turned_off() {
     assert!(broker.remoting_addresses().is_empty());
     assert_eq!(broker.remoting_access_point(), "");
 }
+
+#[tokio::test]
+async fn remoting_pull_body_reads_with_the_client_decoder_and_client_signatures_pass() {
+    let broker = Broker::start(BrokerConfig {
+        credentials: Some(Credentials {
+            access_key: "ak".into(),
+            secret_key: "sk".into(),
+        }),
+        ..fast()
+    })
+    .await
+    .unwrap();
+    broker.create_topic("t", "NORMAL", 1).unwrap();
+    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    let sign = |mut c: RemotingCommand| {
+        c.set_ext("AccessKey", "ak");
+        let sig = crate::remoting::acl::sign(&c.ext_fields, &c.body, "sk");
+        c.set_ext("Signature", sig);
+        c
+    };
+    let msgs: Vec<(&[u8], String)> = vec![
+        (b"a", props(&[("TAGS", "x"), ("UNIQ_KEY", "U1")])),
+        (b"b", props(&[("KEYS", "k"), ("UNIQ_KEY", "U2")])),
+    ];
+    let send = cmd(
+        rq::SEND_BATCH_MESSAGE,
+        &[
+            ("a", "pg"),
+            ("b", "t"),
+            ("c", "TBW102"),
+            ("d", "4"),
+            ("e", "0"),
+            ("f", "0"),
+            ("g", "1"),
+            ("h", "0"),
+            ("m", "true"),
+        ],
+    )
+    .with_body(batch_body(&msgs));
+    let reply = r.call(sign(send)).await;
+    assert_eq!(reply.code, rs::SUCCESS, "{:?}", reply.remark);
+    let ids: Vec<String> = reply
+        .ext("msgId")
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let reply = r.call(sign(pull_cmd("t", 0, 0, 4, "*"))).await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    let stored = crate::remoting::stored::decode_stored(&reply.body).unwrap();
+    assert_eq!(stored.len(), 2);
+    // The reply's offset ids point at the records' store host and position.
+    for (m, id) in stored.iter().zip(&ids) {
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&[127, 0, 0, 1]);
+        raw.extend_from_slice(&i32::from(broker.remoting_addresses()[0].port()).to_be_bytes());
+        raw.extend_from_slice(&m.physical_offset.to_be_bytes());
+        let hex: String = raw.iter().map(|b| format!("{b:02X}")).collect();
+        assert_eq!(&hex, id);
+    }
+    assert_eq!(stored[0].msg_id, "U1");
+    assert_eq!(&stored[1].body[..], b"b");
+    assert_eq!(stored[1].queue_offset, 1);
+    assert!(stored[1]
+        .properties
+        .contains(&("UNIQ_KEY".to_string(), "U2".to_string())));
+}
