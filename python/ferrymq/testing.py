@@ -195,6 +195,17 @@ class EmbeddedBroker:
         return self._native.addresses
 
     @property
+    def remoting_endpoint(self) -> str:
+        """``remoting://127.0.0.1:PORT``: the embedded broker as a RocketMQ name server + brokers
+        over the classic remoting protocol."""
+        return self._native.remoting_endpoint
+
+    @property
+    def remoting_addresses(self) -> list[str]:
+        """The ``host:port`` of each endpoint's remoting listener, by index."""
+        return self._native.remoting_addresses
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._native.closed

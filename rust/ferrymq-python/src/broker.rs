@@ -205,6 +205,23 @@ impl EmbeddedBroker {
             .collect()
     }
 
+    /// `remoting://host:port` of the first endpoint's remoting listener, a name server for
+    /// every topic (empty when remoting is off).
+    #[getter]
+    fn remoting_endpoint(&self) -> String {
+        self.inner.remoting_access_point()
+    }
+
+    /// The `host:port` of each endpoint's remoting listener.
+    #[getter]
+    fn remoting_addresses(&self) -> Vec<String> {
+        self.inner
+            .remoting_addresses()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
     /// Whether `close()` was called.
     #[getter]
     fn closed(&self) -> bool {

@@ -83,6 +83,9 @@ pub struct BrokerConfig {
     pub max_delay: Duration,
     /// Credentials required of clients, if any.
     pub credentials: Option<Credentials>,
+    /// Also serve the classic remoting protocol: one more loopback port per endpoint, each a
+    /// broker for that endpoint's queues and a name server for every topic (on by default).
+    pub remoting: bool,
 }
 
 impl Default for BrokerConfig {
@@ -110,6 +113,7 @@ impl Default for BrokerConfig {
             transaction_check_max: 15,
             max_delay: Duration::from_secs(3 * 24 * 3600),
             credentials: None,
+            remoting: true,
         }
     }
 }

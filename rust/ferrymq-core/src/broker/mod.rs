@@ -6,6 +6,11 @@
 //! faults). Topics spread their queues over the endpoints; any endpoint answers QueryRoute for
 //! every topic. Behaviour follows the proxy's "server rules" (rocketmq-v2 reference §6).
 //!
+//! Unless [`BrokerConfig::remoting`] is off, every endpoint also listens on a second loopback
+//! port for the classic remoting protocol, over the same store: a remoting client finds routes
+//! there (any of these ports is also a name server), pulls by offset, commits offsets and sends
+//! batches, and sees what gRPC clients send (and the other way round).
+//!
 //! | module | concept |
 //! | --- | --- |
 //! | [`config`] | [`BrokerConfig`]: limits and timers (proxy defaults) |
@@ -19,6 +24,9 @@
 //! | [`fault`] | fault injection per endpoint |
 //! | [`auth`] | client id and HMAC-SHA1 signature checks |
 //! | [`service`] | the `MessagingService` implementation |
+//! | [`remoting`] | the classic remoting protocol: listener, connections, name server, offsets, ACL |
+//! | [`remoting_pull`] | remoting pulls (result codes, long polling) and the stored-record format |
+//! | [`remoting_send`] | remoting sends and batches, mapped onto the store's messages |
 //! | [`admin`] | topics/groups admin, faults, commands and inspection of a running [`Broker`] |
 
 pub mod admin;
@@ -26,6 +34,9 @@ pub mod auth;
 pub mod config;
 pub mod fault;
 pub mod pop;
+pub mod remoting;
+pub mod remoting_pull;
+pub mod remoting_send;
 pub mod route;
 pub mod send;
 pub mod service;
@@ -34,6 +45,8 @@ pub mod telemetry;
 pub mod timer;
 pub mod transaction;
 
+#[cfg(test)]
+mod remoting_tests;
 #[cfg(test)]
 mod tests;
 
@@ -65,6 +78,8 @@ pub(crate) struct Endpoint {
     pub(crate) clients: telemetry::Clients,
     pub(crate) faults: fault::Faults,
     pub(crate) calls: [AtomicU64; 17],
+    /// The remoting side of the endpoint (its address when it listens).
+    pub(crate) remoting: remoting::EndpointState,
     accept: Mutex<Option<JoinHandle<()>>>,
     unavailable: Mutex<Option<Unavailable>>,
     conn_tx: mpsc::Sender<fault::FaultIo>,
@@ -144,6 +159,18 @@ impl Broker {
                 })?;
             listeners.push(l);
         }
+        let mut remoting_listeners = Vec::new();
+        if config.remoting {
+            for _ in 0..config.endpoints {
+                let l = TcpListener::bind(SocketAddr::new(config.host, 0))
+                    .await
+                    .map_err(|e| {
+                        Error::connection(format!("cannot listen on {}:0", config.host))
+                            .with_source(e)
+                    })?;
+                remoting_listeners.push(l);
+            }
+        }
         let shutdown = CancellationToken::new();
         let mut endpoints = Vec::new();
         let mut receivers = Vec::new();
@@ -158,6 +185,12 @@ impl Broker {
                 clients: telemetry::Clients::default(),
                 faults: fault::Faults::default(),
                 calls: Default::default(),
+                remoting: remoting::EndpointState::new(
+                    remoting_listeners
+                        .get(i)
+                        .map(TcpListener::local_addr)
+                        .transpose()?,
+                ),
                 accept: Mutex::new(None),
                 unavailable: Mutex::new(None),
                 conn_tx: tx,
@@ -179,6 +212,9 @@ impl Broker {
             ep.start_accepting(l);
             servers.push(service::spawn_server(core.clone(), ep.clone(), rx));
         }
+        for (ep, l) in core.endpoints.iter().zip(remoting_listeners) {
+            servers.push(remoting::spawn_listener(core.clone(), ep.clone(), l));
+        }
         servers.push(tokio::spawn(timer_task(core.clone())));
         servers.push(tokio::spawn(transaction_task(core.clone())));
         tracing::info!(target: "ferrymq::broker", "embedded broker listening on {}", access_point(&core));
@@ -197,6 +233,23 @@ impl Broker {
     /// The socket address of every endpoint.
     pub fn addresses(&self) -> Vec<SocketAddr> {
         self.core.endpoints.iter().map(|e| e.addr).collect()
+    }
+
+    /// The remoting address of every endpoint (empty when [`BrokerConfig::remoting`] is off).
+    pub fn remoting_addresses(&self) -> Vec<SocketAddr> {
+        self.core
+            .endpoints
+            .iter()
+            .filter_map(|e| e.remoting.addr)
+            .collect()
+    }
+
+    /// `remoting://host:port` of the first endpoint: the name-server address a remoting client
+    /// starts from (any endpoint serves every route). Empty when remoting is off.
+    pub fn remoting_access_point(&self) -> String {
+        self.remoting_addresses()
+            .first()
+            .map_or_else(String::new, |a| format!("remoting://{a}"))
     }
 
     /// The configuration.

@@ -110,10 +110,10 @@ fn namespace(r: Option<&proto::Resource>) -> &str {
 }
 
 /// Decrements a topic's waiter count when a long poll ends.
-struct Waiting<'a>(&'a Topic);
+pub(crate) struct Waiting<'a>(&'a Topic);
 
 impl<'a> Waiting<'a> {
-    fn new(t: &'a Topic) -> Self {
+    pub(crate) fn new(t: &'a Topic) -> Self {
         t.waiters.fetch_add(1, Ordering::SeqCst);
         Self(t)
     }

@@ -320,11 +320,18 @@ pub struct Topic {
 
 impl Topic {
     fn new(name: &str, ty: TopicType, queues: usize, brokers: usize) -> Topic {
-        let mut all = Vec::with_capacity(queues);
-        let mut by_broker = vec![Vec::new(); brokers];
+        let counts: Vec<usize> = (0..brokers)
+            .map(|b| queues / brokers + usize::from(b < queues % brokers))
+            .collect();
+        Topic::with_counts(name, ty, &counts)
+    }
+
+    /// A topic with `counts[b]` queues on endpoint `b`.
+    fn with_counts(name: &str, ty: TopicType, counts: &[usize]) -> Topic {
+        let mut all = Vec::with_capacity(counts.iter().sum());
+        let mut by_broker = vec![Vec::new(); counts.len()];
         for (b, ids) in by_broker.iter_mut().enumerate() {
-            let count = queues / brokers + usize::from(b < queues % brokers);
-            for id in 0..count {
+            for id in 0..counts[b] {
                 ids.push(all.len());
                 all.push(Arc::new(Queue {
                     broker: b,
@@ -473,6 +480,34 @@ impl Store {
         let t = Arc::new(Topic::new(name, ty, queues, self.brokers));
         topics.insert(name.to_string(), t.clone());
         Ok(t)
+    }
+
+    /// Create a topic whose `queues` queues all live on endpoint `broker` (a remoting
+    /// `UPDATE_AND_CREATE_TOPIC` sent to one broker). An existing topic is returned unchanged.
+    pub fn create_topic_on(
+        &self,
+        name: &str,
+        ty: TopicType,
+        broker: usize,
+        queues: usize,
+    ) -> Result<Arc<Topic>> {
+        if !valid_resource_name(name) {
+            return Err(Error::invalid(
+                "name",
+                format!("{name:?} is not a valid topic name ([%|a-zA-Z0-9_-], at most 127)"),
+            ));
+        }
+        if queues == 0 || queues > 1024 || broker >= self.brokers {
+            return Err(Error::invalid("queues", "must be between 1 and 1024"));
+        }
+        let mut counts = vec![0; self.brokers];
+        counts[broker] = queues;
+        Ok(self
+            .topics
+            .write()
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(Topic::with_counts(name, ty, &counts)))
+            .clone())
     }
 
     /// Delete a topic and its messages. Returns whether it existed.

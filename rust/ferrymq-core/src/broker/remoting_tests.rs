@@ -1,0 +1,827 @@
+//! End-to-end tests of the broker's remoting side: a small client built on the codec speaks
+//! the protocol over real loopback sockets.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::tests::{message, req, res, Client};
+use super::*;
+use crate::remoting::codec::{decode_frame, RemotingCommand, DEFAULT_MAX_FRAME};
+use crate::remoting::codes::{request as rq, response as rs};
+
+/// A remoting connection to one listener.
+struct Remote {
+    sock: TcpStream,
+    buf: BytesMut,
+    opaque: i32,
+}
+
+impl Remote {
+    async fn connect(addr: SocketAddr) -> Remote {
+        Remote {
+            sock: TcpStream::connect(addr).await.unwrap(),
+            buf: BytesMut::new(),
+            opaque: 0,
+        }
+    }
+
+    async fn write(&mut self, mut cmd: RemotingCommand, binary: bool) -> i32 {
+        self.opaque += 1;
+        cmd.opaque = self.opaque;
+        let mut out = BytesMut::new();
+        if binary {
+            cmd.encode_binary(&mut out);
+        } else {
+            cmd.encode(&mut out);
+        }
+        self.sock.write_all(&out).await.unwrap();
+        self.opaque
+    }
+
+    /// The next frame, or `None` when the server closed the connection.
+    async fn read(&mut self) -> Option<RemotingCommand> {
+        loop {
+            if let Some(c) = decode_frame(&mut self.buf, DEFAULT_MAX_FRAME).unwrap() {
+                return Some(c);
+            }
+            match self.sock.read_buf(&mut self.buf).await {
+                Ok(n) if n > 0 => {}
+                _ => return None,
+            }
+        }
+    }
+
+    async fn call(&mut self, cmd: RemotingCommand) -> RemotingCommand {
+        let opaque = self.write(cmd, false).await;
+        let r = tokio::time::timeout(Duration::from_secs(10), self.read())
+            .await
+            .expect("reply in time")
+            .expect("connection open");
+        assert!(r.is_response());
+        assert_eq!(r.opaque, opaque);
+        r
+    }
+}
+
+fn cmd(code: i32, fields: &[(&str, &str)]) -> RemotingCommand {
+    let mut c = RemotingCommand::request(code);
+    for (k, v) in fields {
+        c.set_ext(*k, *v);
+    }
+    c
+}
+
+fn pull_cmd(topic: &str, queue: i32, offset: u64, sys_flag: i32, sub: &str) -> RemotingCommand {
+    cmd(
+        rq::PULL_MESSAGE,
+        &[
+            ("consumerGroup", "g"),
+            ("topic", topic),
+            ("queueId", &queue.to_string()),
+            ("queueOffset", &offset.to_string()),
+            ("maxMsgNums", "1000"),
+            ("sysFlag", &sys_flag.to_string()),
+            ("commitOffset", "0"),
+            ("suspendTimeoutMillis", "3000"),
+            ("subscription", sub),
+            ("subVersion", "0"),
+            ("expressionType", "TAG"),
+        ],
+    )
+}
+
+fn offset_cmd(code: i32, topic: &str, queue: i32) -> RemotingCommand {
+    cmd(code, &[("topic", topic), ("queueId", &queue.to_string())])
+}
+
+fn ext_i64(c: &RemotingCommand, k: &str) -> i64 {
+    c.ext_i64(k).unwrap()
+}
+
+/// One message of a batch body: (body, properties).
+fn batch_body(msgs: &[(&[u8], String)]) -> Bytes {
+    let mut out = Vec::new();
+    for (body, props) in msgs {
+        let total = 22 + body.len() + props.len();
+        out.extend_from_slice(&(total as i32).to_be_bytes());
+        out.extend_from_slice(&[0; 8]);
+        out.extend_from_slice(&0i32.to_be_bytes());
+        out.extend_from_slice(&(body.len() as i32).to_be_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(&(props.len() as i16).to_be_bytes());
+        out.extend_from_slice(props.as_bytes());
+    }
+    Bytes::from(out)
+}
+
+fn props(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}\u{1}{v}\u{2}"))
+        .collect()
+}
+
+/// A decoded stored record (test-side reading of the §7 format).
+#[derive(Debug)]
+struct Record {
+    queue_id: i32,
+    offset: i64,
+    sys_flag: i32,
+    born_ms: i64,
+    store_ms: i64,
+    store_port: i32,
+    body: Bytes,
+    topic: String,
+    props: HashMap<String, String>,
+}
+
+fn decode_records(mut body: Bytes) -> Vec<Record> {
+    let mut out = Vec::new();
+    while body.has_remaining() {
+        let total = i32::from_be_bytes(body[..4].try_into().unwrap()) as usize;
+        let mut r = body.split_to(total);
+        r.advance(4);
+        assert_eq!(r.get_u32(), 0xDAA3_20A7);
+        let crc = r.get_i32();
+        let queue_id = r.get_i32();
+        let _flag = r.get_i32();
+        let offset = r.get_i64();
+        let _phys = r.get_i64();
+        let sys_flag = r.get_i32();
+        let born_ms = r.get_i64();
+        r.advance(8);
+        let store_ms = r.get_i64();
+        r.advance(4);
+        let store_port = r.get_i32();
+        r.advance(12);
+        let n = r.get_i32() as usize;
+        let body = r.split_to(n);
+        assert_eq!(crc, (crc32fast::hash(&body) & 0x7FFF_FFFF) as i32);
+        let n = usize::from(r.get_u8());
+        let topic = String::from_utf8(r.split_to(n).to_vec()).unwrap();
+        let n = r.get_i16() as usize;
+        let p = String::from_utf8(r.split_to(n).to_vec()).unwrap();
+        assert!(r.is_empty());
+        let props = p
+            .split('\u{2}')
+            .filter_map(|e| e.split_once('\u{1}'))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        out.push(Record {
+            queue_id,
+            offset,
+            sys_flag,
+            born_ms,
+            store_ms,
+            store_port,
+            body,
+            topic,
+            props,
+        });
+    }
+    out
+}
+
+fn fast() -> BrokerConfig {
+    BrokerConfig {
+        long_polling_min: Duration::from_millis(50),
+        ..BrokerConfig::for_tests()
+    }
+}
+
+async fn one_endpoint() -> (Broker, Remote) {
+    let broker = Broker::start(fast()).await.unwrap();
+    broker.create_topic("t", "NORMAL", 2).unwrap();
+    let r = Remote::connect(broker.remoting_addresses()[0]).await;
+    (broker, r)
+}
+
+/// Send `n` messages with tags `tag-<i % 2>` to queue 0 of `t` over remoting.
+async fn send_batch(r: &mut Remote, n: usize) -> RemotingCommand {
+    let bodies: Vec<Vec<u8>> = (0..n).map(|i| format!("body-{i}").into_bytes()).collect();
+    let msgs: Vec<(&[u8], String)> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            (
+                b.as_slice(),
+                props(&[
+                    ("KEYS", &format!("k{i} x{i}")),
+                    ("TAGS", &format!("tag-{}", i % 2)),
+                    ("UNIQ_KEY", &format!("ID{i:04}")),
+                    ("WAIT", "true"),
+                    ("color", &format!("c{i}")),
+                ]),
+            )
+        })
+        .collect();
+    let c = cmd(
+        rq::SEND_BATCH_MESSAGE,
+        &[
+            ("a", "pg"),
+            ("b", "t"),
+            ("c", "TBW102"),
+            ("d", "4"),
+            ("e", "0"),
+            ("f", "0"),
+            ("g", "1700000000000"),
+            ("h", "0"),
+            ("i", ""),
+            ("j", "0"),
+            ("k", "false"),
+            ("m", "true"),
+            ("n", "broker-0"),
+        ],
+    )
+    .with_body(batch_body(&msgs));
+    r.call(c).await
+}
+
+#[tokio::test]
+async fn remoting_route_lists_every_endpoint() {
+    let broker = Broker::start(BrokerConfig {
+        endpoints: 2,
+        ..fast()
+    })
+    .await
+    .unwrap();
+    broker.create_topic("t", "NORMAL", 3).unwrap();
+    broker.set_queue_permission("t", 1, 0, "READ").unwrap();
+    let addrs = broker.remoting_addresses();
+    assert_eq!(addrs.len(), 2);
+    assert_ne!(addrs[0], broker.addresses()[0]);
+    assert_eq!(
+        broker.remoting_access_point(),
+        format!("remoting://{}", addrs[0])
+    );
+    // Any listener is a name server for every topic.
+    let mut r = Remote::connect(addrs[1]).await;
+    let reply = r
+        .call(cmd(rq::GET_ROUTEINFO_BY_TOPIC, &[("topic", "t")]))
+        .await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    assert_eq!(reply.language, 0);
+    let route: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    let brokers = route["brokerDatas"].as_array().unwrap();
+    assert_eq!(brokers.len(), 2);
+    for (i, b) in brokers.iter().enumerate() {
+        assert_eq!(b["brokerName"], format!("broker-{i}"));
+        assert_eq!(b["cluster"], "DefaultCluster");
+        assert_eq!(b["brokerAddrs"]["0"], addrs[i].to_string());
+    }
+    let queues = route["queueDatas"].as_array().unwrap();
+    assert_eq!(queues[0]["readQueueNums"], 2);
+    assert_eq!(queues[0]["writeQueueNums"], 2);
+    assert_eq!(queues[0]["perm"], 6);
+    assert_eq!(queues[1]["readQueueNums"], 1);
+    assert_eq!(queues[1]["perm"], 4);
+    assert_eq!(queues[1]["topicSysFlag"], 0);
+    // Old clients get integer keys.
+    let mut old = cmd(rq::GET_ROUTEINFO_BY_TOPIC, &[("topic", "t")]);
+    old.version = 317;
+    let reply = r.call(old).await;
+    assert!(std::str::from_utf8(&reply.body)
+        .unwrap()
+        .contains("\"brokerAddrs\":{0:"));
+    let reply = r
+        .call(cmd(rq::GET_ROUTEINFO_BY_TOPIC, &[("topic", "nope")]))
+        .await;
+    assert_eq!(reply.code, rs::TOPIC_NOT_EXIST);
+    // Created over remoting: its queues live on the called endpoint only.
+    let reply = r
+        .call(cmd(
+            rq::UPDATE_AND_CREATE_TOPIC,
+            &[
+                ("topic", "made"),
+                ("defaultTopic", "TBW102"),
+                ("readQueueNums", "3"),
+                ("writeQueueNums", "3"),
+                ("perm", "6"),
+                ("topicFilterType", "SINGLE_TAG"),
+                ("topicSysFlag", "0"),
+                ("order", "false"),
+            ],
+        ))
+        .await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    let reply = r
+        .call(cmd(rq::GET_ROUTEINFO_BY_TOPIC, &[("topic", "made")]))
+        .await;
+    let route: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(route["brokerDatas"].as_array().unwrap().len(), 1);
+    assert_eq!(route["brokerDatas"][0]["brokerName"], "broker-1");
+    assert_eq!(route["queueDatas"][0]["writeQueueNums"], 3);
+    // Shutdown closes the listeners.
+    broker.shutdown().await;
+    assert!(r.read().await.is_none());
+    assert!(TcpStream::connect(addrs[0]).await.is_err());
+}
+
+#[tokio::test]
+async fn remoting_batch_send_then_pull_intact_and_grpc_sees_it() {
+    let (broker, mut r) = one_endpoint().await;
+    let reply = send_batch(&mut r, 3).await;
+    assert_eq!(reply.code, rs::SUCCESS, "{:?}", reply.remark);
+    assert_eq!(ext_i64(&reply, "queueOffset"), 0);
+    assert_eq!(ext_i64(&reply, "queueId"), 0);
+    assert_eq!(reply.ext("msgId").unwrap().split(',').count(), 3);
+    assert_eq!(reply.ext("MSG_REGION"), Some("DefaultRegion"));
+    assert_eq!(reply.ext("TRACE_ON"), Some("true"));
+    // A single message without UNIQ_KEY, binary header: the broker gives it an id.
+    let single = cmd(
+        rq::SEND_MESSAGE,
+        &[
+            ("producerGroup", "pg"),
+            ("topic", "t"),
+            ("defaultTopic", "TBW102"),
+            ("defaultTopicQueueNums", "4"),
+            ("queueId", "0"),
+            ("sysFlag", "0"),
+            ("bornTimestamp", "1700000000001"),
+            ("flag", "0"),
+            (
+                "properties",
+                &props(&[("TAGS", "solo"), ("__SHARDINGKEY", "grp")]),
+            ),
+        ],
+    )
+    .with_body(&b"single"[..]);
+    let opaque = r.write(single, true).await;
+    let reply = r.read().await.unwrap();
+    assert_eq!((reply.opaque, reply.code), (opaque, rs::SUCCESS));
+    assert_eq!(ext_i64(&reply, "queueOffset"), 3);
+    let solo_id = reply.ext("transactionId").unwrap().to_string();
+    assert!(!solo_id.is_empty());
+
+    let reply = r.call(pull_cmd("t", 0, 0, 4, "*")).await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    assert_eq!(reply.remark.as_deref(), Some("FOUND"));
+    assert_eq!(ext_i64(&reply, "nextBeginOffset"), 4);
+    assert_eq!(ext_i64(&reply, "minOffset"), 0);
+    assert_eq!(ext_i64(&reply, "maxOffset"), 4);
+    assert_eq!(ext_i64(&reply, "suggestWhichBrokerId"), 0);
+    let recs = decode_records(reply.body.clone());
+    assert_eq!(recs.len(), 4);
+    let port = i32::from(broker.remoting_addresses()[0].port());
+    for (i, rec) in recs.iter().take(3).enumerate() {
+        assert_eq!(rec.offset, i as i64);
+        assert_eq!(rec.queue_id, 0);
+        assert_eq!(rec.topic, "t");
+        assert_eq!(rec.sys_flag, 0);
+        assert_eq!(rec.born_ms, 1_700_000_000_000);
+        assert!(rec.store_ms > rec.born_ms);
+        assert_eq!(rec.store_port, port);
+        assert_eq!(&rec.body[..], format!("body-{i}").as_bytes());
+        assert_eq!(rec.props["KEYS"], format!("k{i} x{i}"));
+        assert_eq!(rec.props["TAGS"], format!("tag-{}", i % 2));
+        assert_eq!(rec.props["UNIQ_KEY"], format!("ID{i:04}"));
+        assert_eq!(rec.props["color"], format!("c{i}"));
+        assert_eq!(rec.props["CLUSTER"], "DefaultCluster");
+    }
+    assert_eq!(recs[3].props["UNIQ_KEY"], solo_id);
+    assert_eq!(recs[3].props["__SHARDINGKEY"], "grp");
+    assert_eq!(recs[3].props["TAGS"], "solo");
+
+    // A gRPC consumer reads the same messages, mapped onto its fields.
+    let mut c = Client::connect(broker.addresses()[0], "grpc-1").await;
+    let mut s = c
+        .rpc
+        .pull_message(req(
+            "grpc-1",
+            proto::PullMessageRequest {
+                group: res("g"),
+                message_queue: Some(proto::MessageQueue {
+                    topic: res("t"),
+                    id: 0,
+                    ..Default::default()
+                }),
+                offset: 0,
+                batch_size: 10,
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = vec![];
+    while let Some(m) = s.message().await.unwrap() {
+        if let Some(proto::pull_message_response::Content::Message(m)) = m.content {
+            got.push(m);
+        }
+    }
+    assert_eq!(got.len(), 4);
+    let sp = got[1].system_properties.as_ref().unwrap();
+    assert_eq!(sp.message_id, "ID0001");
+    assert_eq!(sp.tag.as_deref(), Some("tag-1"));
+    assert_eq!(sp.keys, vec!["k1", "x1"]);
+    assert_eq!(got[1].user_properties["color"], "c1");
+    assert!(!got[1].user_properties.contains_key("WAIT"));
+    let sp = got[3].system_properties.as_ref().unwrap();
+    assert_eq!(sp.message_group.as_deref(), Some("grp"));
+
+    // And a gRPC-sent message is pullable over remoting.
+    let mut m = message("t", b"from-grpc");
+    let sp = m.system_properties.as_mut().unwrap();
+    sp.queue_id = 1;
+    sp.tag = Some("g-tag".into());
+    m.user_properties.insert("p".into(), "v".into());
+    let id = sp.message_id.clone();
+    let sent = c.send(vec![m]).await;
+    assert_eq!(sent.status.unwrap().code, crate::status::OK);
+    let reply = r.call(pull_cmd("t", 1, 0, 4, "g-tag")).await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    let recs = decode_records(reply.body);
+    assert_eq!(recs.len(), 1);
+    assert_eq!(&recs[0].body[..], b"from-grpc");
+    assert_eq!(recs[0].props["UNIQ_KEY"], id);
+    assert_eq!(recs[0].props["p"], "v");
+}
+
+#[tokio::test]
+async fn remoting_min_max_and_search_offsets() {
+    let (_broker, mut r) = one_endpoint().await;
+    let reply = r.call(offset_cmd(rq::GET_MAX_OFFSET, "t", 0)).await;
+    assert_eq!((reply.code, ext_i64(&reply, "offset")), (rs::SUCCESS, 0));
+    send_batch(&mut r, 2).await;
+    let before = store::now_ms();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    send_batch(&mut r, 2).await;
+    let reply = r.call(offset_cmd(rq::GET_MAX_OFFSET, "t", 0)).await;
+    assert_eq!(ext_i64(&reply, "offset"), 4);
+    let reply = r.call(offset_cmd(rq::GET_MIN_OFFSET, "t", 0)).await;
+    assert_eq!(ext_i64(&reply, "offset"), 0);
+    // Unknown topics and queues: 0, not an error.
+    let reply = r.call(offset_cmd(rq::GET_MAX_OFFSET, "nope", 0)).await;
+    assert_eq!((reply.code, ext_i64(&reply, "offset")), (rs::SUCCESS, 0));
+    let reply = r.call(offset_cmd(rq::GET_MAX_OFFSET, "t", 9)).await;
+    assert_eq!((reply.code, ext_i64(&reply, "offset")), (rs::SUCCESS, 0));
+    let search = |ts: i64, boundary: &str| {
+        offset_cmd(rq::SEARCH_OFFSET_BY_TIMESTAMP, "t", 0)
+            .with_ext("timestamp", ts)
+            .with_ext("boundaryType", boundary)
+    };
+    let at = |c: RemotingCommand| ext_i64(&c, "offset");
+    assert_eq!(at(r.call(search(before + 1, "LOWER")).await), 2);
+    assert_eq!(at(r.call(search(before + 1, "UPPER")).await), 1);
+    assert_eq!(at(r.call(search(0, "LOWER")).await), 0);
+    assert_eq!(at(r.call(search(i64::MAX, "LOWER")).await), 4);
+    assert_eq!(at(r.call(search(i64::MAX, "UPPER")).await), 3);
+    // A missing field is the server's SYSTEM_ERROR.
+    let reply = r.call(cmd(rq::GET_MAX_OFFSET, &[("topic", "t")])).await;
+    assert_eq!(reply.code, rs::SYSTEM_ERROR);
+}
+
+#[tokio::test]
+async fn remoting_pull_result_codes() {
+    let (_broker, mut r) = one_endpoint().await;
+    // Empty queue: 19 at 0, 21 (next 0) elsewhere.
+    let reply = r.call(pull_cmd("t", 0, 0, 4, "*")).await;
+    assert_eq!(
+        (reply.code, ext_i64(&reply, "nextBeginOffset")),
+        (rs::PULL_NOT_FOUND, 0)
+    );
+    let reply = r.call(pull_cmd("t", 0, 5, 4, "*")).await;
+    assert_eq!(
+        (reply.code, ext_i64(&reply, "nextBeginOffset")),
+        (rs::PULL_OFFSET_MOVED, 0)
+    );
+    send_batch(&mut r, 4).await;
+    // At max: 19; above max: 21 with next = max.
+    let reply = r.call(pull_cmd("t", 0, 4, 4, "*")).await;
+    assert_eq!(
+        (reply.code, ext_i64(&reply, "nextBeginOffset")),
+        (rs::PULL_NOT_FOUND, 4)
+    );
+    let reply = r.call(pull_cmd("t", 0, 9, 4, "*")).await;
+    assert_eq!(
+        (reply.code, ext_i64(&reply, "nextBeginOffset")),
+        (rs::PULL_OFFSET_MOVED, 4)
+    );
+    assert_eq!(reply.remark.as_deref(), Some("OFFSET_OVERFLOW_BADLY"));
+    // Everything filtered out: 20, next past the scanned range.
+    let reply = r.call(pull_cmd("t", 0, 0, 4, "other")).await;
+    assert_eq!(
+        (reply.code, ext_i64(&reply, "nextBeginOffset")),
+        (rs::PULL_RETRY_IMMEDIATELY, 4)
+    );
+    // Tag filter: only matches, next past the scanned range.
+    let reply = r.call(pull_cmd("t", 0, 0, 4, "tag-1 || zzz")).await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    let recs = decode_records(reply.body.clone());
+    let offsets: Vec<i64> = recs.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, vec![1, 3]);
+    assert_eq!(ext_i64(&reply, "nextBeginOffset"), 4);
+    // 32 at most per pull.
+    send_batch(&mut r, 40).await;
+    let reply = r.call(pull_cmd("t", 0, 0, 4, "*")).await;
+    assert_eq!(decode_records(reply.body.clone()).len(), 32);
+    assert_eq!(ext_i64(&reply, "nextBeginOffset"), 32);
+    // Bad queue id, unknown topic, no subscription.
+    assert_eq!(
+        r.call(pull_cmd("t", 7, 0, 4, "*")).await.code,
+        rs::INVALID_PARAMETER
+    );
+    assert_eq!(
+        r.call(pull_cmd("nope", 0, 0, 4, "*")).await.code,
+        rs::TOPIC_NOT_EXIST
+    );
+    assert_eq!(
+        r.call(pull_cmd("t", 0, 0, 0, "*")).await.code,
+        rs::SUBSCRIPTION_NOT_EXIST
+    );
+}
+
+#[tokio::test]
+async fn remoting_long_poll_is_woken_by_a_grpc_send() {
+    let (broker, mut r) = one_endpoint().await;
+    let opaque = r.write(pull_cmd("t", 0, 0, 6, "*"), false).await;
+    let started = Instant::now();
+    let addr = broker.addresses()[0];
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut c = Client::connect(addr, "grpc-2").await;
+        let mut m = message("t", b"wake");
+        m.system_properties.as_mut().unwrap().queue_id = 0;
+        c.send(vec![m]).await;
+    });
+    let reply = r.read().await.unwrap();
+    assert_eq!((reply.opaque, reply.code), (opaque, rs::SUCCESS));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert_eq!(&decode_records(reply.body)[0].body[..], b"wake");
+    // Nothing comes: 19 once the suspend time is over.
+    let mut poll = pull_cmd("t", 0, 1, 6, "*");
+    poll.set_ext("suspendTimeoutMillis", 200);
+    let started = Instant::now();
+    let reply = r.call(poll).await;
+    assert_eq!(reply.code, rs::PULL_NOT_FOUND);
+    assert!(started.elapsed() >= Duration::from_millis(180));
+}
+
+#[tokio::test]
+async fn remoting_commit_and_query_offset() {
+    let (broker, mut r) = one_endpoint().await;
+    let query = |zero: &str| {
+        cmd(
+            rq::QUERY_CONSUMER_OFFSET,
+            &[
+                ("consumerGroup", "cg"),
+                ("topic", "t"),
+                ("queueId", "1"),
+                ("setZeroIfNotFound", zero),
+            ],
+        )
+    };
+    let update = |offset: i64| {
+        cmd(
+            rq::UPDATE_CONSUMER_OFFSET,
+            &[
+                ("consumerGroup", "cg"),
+                ("topic", "t"),
+                ("queueId", "1"),
+                ("commitOffset", &offset.to_string()),
+            ],
+        )
+    };
+    assert_eq!(r.call(query("false")).await.code, rs::QUERY_NOT_FOUND);
+    let reply = r.call(query("true")).await;
+    assert_eq!((reply.code, ext_i64(&reply, "offset")), (rs::SUCCESS, 0));
+    // The group must exist: a heartbeat creates it.
+    assert_eq!(
+        r.call(update(3)).await.code,
+        rs::SUBSCRIPTION_GROUP_NOT_EXIST
+    );
+    let hb = br#"{"clientID":"c1","consumerDataSet":[{"groupName":"cg","subscriptionDataSet":[{"topic":"t","subString":"*"}]}],"producerDataSet":[]}"#;
+    let reply = r
+        .call(RemotingCommand::request(rq::HEART_BEAT).with_body(&hb[..]))
+        .await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    assert_eq!(r.call(update(3)).await.code, rs::SUCCESS);
+    let reply = r.call(query("false")).await;
+    assert_eq!((reply.code, ext_i64(&reply, "offset")), (rs::SUCCESS, 3));
+    // Oneway: no reply, but committed.
+    let mut oneway = update(5);
+    oneway.flag = crate::remoting::codec::FLAG_ONEWAY;
+    r.write(oneway, false).await;
+    let reply = r.call(query("false")).await;
+    assert_eq!(ext_i64(&reply, "offset"), 5);
+    // The same entry as gRPC's.
+    let mut c = Client::connect(broker.addresses()[0], "grpc-3").await;
+    let mq = Some(proto::MessageQueue {
+        topic: res("t"),
+        id: 1,
+        ..Default::default()
+    });
+    let got = c
+        .rpc
+        .get_offset(req(
+            "grpc-3",
+            proto::GetOffsetRequest {
+                group: res("cg"),
+                message_queue: mq.clone(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.offset, 5);
+    c.rpc
+        .update_offset(req(
+            "grpc-3",
+            proto::UpdateOffsetRequest {
+                group: res("cg"),
+                message_queue: mq,
+                offset: 0,
+            },
+        ))
+        .await
+        .unwrap();
+    let reply = r.call(query("false")).await;
+    assert_eq!(ext_i64(&reply, "offset"), 0);
+}
+
+#[tokio::test]
+async fn remoting_unknown_code_and_bad_frames() {
+    let (broker, mut r) = one_endpoint().await;
+    let reply = r.call(cmd(9999, &[])).await;
+    assert_eq!(reply.code, rs::REQUEST_CODE_NOT_SUPPORTED);
+    assert_eq!(
+        reply.remark.as_deref(),
+        Some(" request type 9999 not supported")
+    );
+    assert!(reply.ext_fields.is_empty());
+    // A header that is not JSON closes the connection without a reply.
+    let mut bad = Vec::new();
+    bad.extend_from_slice(&9i32.to_be_bytes());
+    bad.extend_from_slice(&5u32.to_be_bytes());
+    bad.extend_from_slice(b"{nope");
+    r.sock.write_all(&bad).await.unwrap();
+    assert!(r.read().await.is_none());
+    // So does a negative length; the listener keeps serving others.
+    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    r.sock.write_all(&(-5i32).to_be_bytes()).await.unwrap();
+    assert!(r.read().await.is_none());
+    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    assert_eq!(r.call(cmd(rq::HEART_BEAT, &[])).await.code, rs::SUCCESS);
+    // A refusing endpoint drops remoting connections too.
+    broker
+        .set_unavailable(0, Some(Unavailable::Refuse))
+        .await
+        .unwrap();
+    assert!(r.read().await.is_none());
+    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    r.write(cmd(rq::HEART_BEAT, &[]), false).await;
+    assert!(r.read().await.is_none());
+    broker.set_unavailable(0, None).await.unwrap();
+    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    assert_eq!(r.call(cmd(rq::HEART_BEAT, &[])).await.code, rs::SUCCESS);
+}
+
+#[tokio::test]
+async fn remoting_pull_below_retention_moves_to_the_new_min() {
+    let broker = Broker::start(BrokerConfig {
+        when_full: WhenFull::DropOldest,
+        max_body_size: 512,
+        // Room for about four of the batches' messages.
+        max_topic_bytes: 4 * (store::MESSAGE_OVERHEAD + 16),
+        ..fast()
+    })
+    .await
+    .unwrap();
+    broker.create_topic("t", "NORMAL", 1).unwrap();
+    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    for _ in 0..3 {
+        assert_eq!(send_batch(&mut r, 3).await.code, rs::SUCCESS);
+    }
+    let reply = r.call(offset_cmd(rq::GET_MIN_OFFSET, "t", 0)).await;
+    let min = ext_i64(&reply, "offset");
+    assert!(min > 0);
+    let reply = r.call(pull_cmd("t", 0, 0, 4, "*")).await;
+    assert_eq!(reply.code, rs::PULL_OFFSET_MOVED);
+    assert_eq!(reply.remark.as_deref(), Some("OFFSET_TOO_SMALL"));
+    assert_eq!(ext_i64(&reply, "nextBeginOffset"), min);
+    assert_eq!(ext_i64(&reply, "minOffset"), min);
+    let reply = r.call(pull_cmd("t", 0, min as u64, 4, "*")).await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    assert_eq!(decode_records(reply.body)[0].offset, min);
+}
+
+#[tokio::test]
+async fn remoting_acl_signature_is_checked() {
+    let broker = Broker::start(BrokerConfig {
+        credentials: Some(Credentials {
+            access_key: "ak".into(),
+            secret_key: "sk".into(),
+        }),
+        ..fast()
+    })
+    .await
+    .unwrap();
+    broker.create_topic("t", "NORMAL", 1).unwrap();
+    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    // The name server role does not authenticate.
+    let reply = r
+        .call(cmd(rq::GET_ROUTEINFO_BY_TOPIC, &[("topic", "t")]))
+        .await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    let reply = r.call(offset_cmd(rq::GET_MAX_OFFSET, "t", 0)).await;
+    assert_eq!(reply.code, rs::NO_PERMISSION);
+    let signed = |secret: &str, body: &'static [u8]| {
+        let mut c = cmd(rq::HEART_BEAT, &[("AccessKey", "ak"), ("zz", "1")]).with_body(body);
+        let sig = remoting::signature(secret, &c.ext_fields, &c.body);
+        c.set_ext("Signature", sig);
+        c
+    };
+    assert_eq!(r.call(signed("sk", b"{}")).await.code, rs::SUCCESS);
+    assert_eq!(r.call(signed("wrong", b"{}")).await.code, rs::NO_PERMISSION);
+    let mut tampered = signed("sk", b"{}");
+    tampered.body = Bytes::from_static(b"{ }");
+    assert_eq!(r.call(tampered).await.code, rs::NO_PERMISSION);
+}
+
+#[tokio::test]
+async fn remoting_can_be_turned_off() {
+    let broker = Broker::start(BrokerConfig {
+        remoting: false,
+        ..fast()
+    })
+    .await
+    .unwrap();
+    assert!(broker.remoting_addresses().is_empty());
+    assert_eq!(broker.remoting_access_point(), "");
+}
+
+#[tokio::test]
+async fn remoting_pull_body_reads_with_the_client_decoder_and_client_signatures_pass() {
+    let broker = Broker::start(BrokerConfig {
+        credentials: Some(Credentials {
+            access_key: "ak".into(),
+            secret_key: "sk".into(),
+        }),
+        ..fast()
+    })
+    .await
+    .unwrap();
+    broker.create_topic("t", "NORMAL", 1).unwrap();
+    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    let sign = |mut c: RemotingCommand| {
+        c.set_ext("AccessKey", "ak");
+        let sig = crate::remoting::acl::sign(&c.ext_fields, &c.body, "sk");
+        c.set_ext("Signature", sig);
+        c
+    };
+    let msgs: Vec<(&[u8], String)> = vec![
+        (b"a", props(&[("TAGS", "x"), ("UNIQ_KEY", "U1")])),
+        (b"b", props(&[("KEYS", "k"), ("UNIQ_KEY", "U2")])),
+    ];
+    let send = cmd(
+        rq::SEND_BATCH_MESSAGE,
+        &[
+            ("a", "pg"),
+            ("b", "t"),
+            ("c", "TBW102"),
+            ("d", "4"),
+            ("e", "0"),
+            ("f", "0"),
+            ("g", "1"),
+            ("h", "0"),
+            ("m", "true"),
+        ],
+    )
+    .with_body(batch_body(&msgs));
+    let reply = r.call(sign(send)).await;
+    assert_eq!(reply.code, rs::SUCCESS, "{:?}", reply.remark);
+    let ids: Vec<String> = reply
+        .ext("msgId")
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let reply = r.call(sign(pull_cmd("t", 0, 0, 4, "*"))).await;
+    assert_eq!(reply.code, rs::SUCCESS);
+    let stored = crate::remoting::stored::decode_stored(&reply.body).unwrap();
+    assert_eq!(stored.len(), 2);
+    // The reply's offset ids point at the records' store host and position.
+    for (m, id) in stored.iter().zip(&ids) {
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&[127, 0, 0, 1]);
+        raw.extend_from_slice(&i32::from(broker.remoting_addresses()[0].port()).to_be_bytes());
+        raw.extend_from_slice(&m.physical_offset.to_be_bytes());
+        let hex: String = raw.iter().map(|b| format!("{b:02X}")).collect();
+        assert_eq!(&hex, id);
+    }
+    assert_eq!(stored[0].msg_id, "U1");
+    assert_eq!(&stored[1].body[..], b"b");
+    assert_eq!(stored[1].queue_offset, 1);
+    assert!(stored[1]
+        .properties
+        .contains(&("UNIQ_KEY".to_string(), "U2".to_string())));
+}
