@@ -2,6 +2,13 @@
 and JMQ4 (and on nats-server when it is installed).
 
     python benches/bench_spark.py [--rows 200000] [--size 100] [--backends rocketmq,jmq,nats]
+    python benches/bench_spark.py --server real [--rows 100000] [--master local-cluster[2,1,1024]]
+
+``--server real`` measures RocketMQ over the remoting protocol (name server + broker) on a real
+Apache RocketMQ started by ``scripts/rocketmq-server`` *and* on the embedded broker, in one run:
+batch read, streaming read (``availableNow`` from the earliest offsets) and ``df.write``
+rows/s, plus ``ferrymq.PullConsumer`` messages/s next to the push consumer's on the same
+topic. ``--server embedded`` runs the same remoting rows on the embedded broker only.
 
 Prints, for reads and writes, the Spark rate next to peers measured in the same run:
 
@@ -80,6 +87,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--backends", default="rocketmq,jmq,nats")
+    ap.add_argument(
+        "--server",
+        choices=["real", "embedded"],
+        default=None,
+        help="remoting rows: the real RocketMQ next to the embedded broker, or embedded only",
+    )
+    ap.add_argument("--master", default="local[2]")
     args = ap.parse_args()
     backends = {b.strip() for b in args.backends.split(",")}
     from pyspark.sql import SparkSession
@@ -87,7 +101,9 @@ def main() -> None:
     import ferrymq.spark
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(args.master)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "1g")
         .config("spark.ui.showConsoleProgress", "false")
@@ -97,6 +113,12 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     ferrymq.spark.register(spark)
     n, size = args.rows, args.size
+    if args.server is not None:
+        try:
+            bench_remoting_servers(spark, args.server, n, size, args.master)
+        finally:
+            spark.stop()
+        return
     print(f"local[2], {n} messages of {size} B, 4 queues; best of 3 after a warm-up", flush=True)
     with EmbeddedBroker(max_topic_bytes=1 << 31) as broker:
         try:
@@ -254,6 +276,170 @@ def bench_nats(spark: Any, exe: str, n: int, size: int) -> None:
         finally:
             proc.terminate()
             proc.wait()
+
+
+# --------------------------------------------------------------------------------------------
+# RocketMQ over the remoting protocol: the real server next to the embedded broker
+# --------------------------------------------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _real_setup(topics: list[str], groups: list[str]) -> None:
+    import subprocess
+
+    script = os.path.join(ROOT, "scripts", "rocketmq-server")
+    subprocess.run([script, "start"], check=True, capture_output=True, timeout=600)
+    specs = [f"topic:{t}:NORMAL" for t in topics] + [f"group:{g}" for g in groups]
+    subprocess.run([script, "create", *specs], check=True, capture_output=True, timeout=300)
+
+
+def bench_remoting_servers(spark: Any, which: str, n: int, size: int, master: str) -> None:
+    import uuid
+
+    print(
+        f"{master}, {n} messages of {size} B, 8 queues, RocketMQ over remoting; "
+        "best of 3 after a warm-up (stream: one run each)",
+        flush=True,
+    )
+    results: dict[str, dict[str, float]] = {}
+    if which == "real":
+        tag = uuid.uuid4().hex[:8]
+        topics = [f"rb-{tag}", f"rs-{tag}"]
+        groups = [f"rg-{tag}", f"pg-{tag}"]
+        _real_setup(topics, groups)
+        grpc = os.environ.get("FERRYMQ_ROCKETMQ_ENDPOINTS", "127.0.0.1:8081")
+        port = os.environ.get("FERRYMQ_ROCKETMQ_NAMESRV_PORT", "9876")
+        results["real"] = bench_remoting(
+            spark, "real", f"remoting://127.0.0.1:{port}", grpc, topics, groups, n, size
+        )
+    with EmbeddedBroker(endpoints=2, max_topic_bytes=1 << 31) as broker:
+        tag = uuid.uuid4().hex[:8]
+        topics = [f"rb-{tag}", f"rs-{tag}"]
+        groups = [f"rg-{tag}", f"pg-{tag}"]
+        for t in topics:
+            broker.create_topic(t, "NORMAL", 8)
+        for g in groups:
+            broker.create_group(g)
+        results["embedded"] = bench_remoting(
+            spark, "embedded", broker.remoting_endpoint, broker.endpoints, topics, groups, n, size
+        )
+    if "real" in results:
+        print("\nreal / embedded, same run:")
+        for k, v in results["real"].items():
+            print(
+                f"  {k:<28} {v:>12,.0f} vs {results['embedded'][k]:>12,.0f} rows/s "
+                f"({v / results['embedded'][k]:.2f}x)"
+            )
+
+
+def bench_remoting(
+    spark: Any,
+    label: str,
+    endpoint: str,
+    grpc_endpoints: str,
+    topics: list[str],
+    groups: list[str],
+    n: int,
+    size: int,
+) -> dict[str, float]:
+    import tempfile
+
+    topic, sink = topics
+    group, push_group = groups
+    out: dict[str, float] = {}
+    body = b"x" * size
+    with ferrymq.Producer(endpoint) as p:
+        t0 = time.perf_counter()
+        for a in range(0, n, 1000):
+            p.send_batch([ferrymq.Message(topic, body) for _ in range(min(1000, n - a))])
+        fill_s = time.perf_counter() - t0
+    line(f"[{label}] write: Producer.send_batch, 1 process", n, fill_s)
+    out["producer send_batch"] = n / fill_s
+    src = {"endpoints": endpoint, "subscribe": topic, "group": group}
+
+    def spark_read() -> None:
+        df = spark.read.format("ferrymq").options(**src).load()
+        got = df.selectExpr("count(*) c").collect()[0]
+        assert got.c == n, got
+
+    spark_read()
+    read_s = best(spark_read)
+    line(f"[{label}] read: spark.read", n, read_s)
+    out["spark.read"] = n / read_s
+
+    def stream_read() -> float:
+        with tempfile.TemporaryDirectory() as ckpt:
+            counted = [0]
+
+            def sink_batch(df: Any, _batch: int) -> None:
+                counted[0] += df.count()
+
+            t0 = time.perf_counter()
+            q = (
+                spark.readStream.format("ferrymq")
+                .options(**src, startingOffsets="earliest")
+                .load()
+                .writeStream.foreachBatch(sink_batch)
+                .option("checkpointLocation", ckpt)
+                .trigger(availableNow=True)
+                .start()
+            )
+            q.awaitTermination()
+            took = time.perf_counter() - t0
+            assert counted[0] == n, counted
+            return took
+
+    stream_s = stream_read()
+    line(f"[{label}] read: spark.readStream (availableNow)", n, stream_s)
+    out["spark.readStream"] = n / stream_s
+
+    df = spark.range(n).selectExpr(f"repeat('x', {size}) as value").cache()
+    df.count()
+
+    def spark_write() -> None:
+        df.write.format("ferrymq").option("endpoints", endpoint).option("topic", sink).mode(
+            "append"
+        ).save()
+
+    spark_write()
+    write_s = best(spark_write)
+    line(f"[{label}] write: df.write", n, write_s)
+    out["df.write"] = n / write_s
+    df.unpersist()
+
+    # PullConsumer next to the push consumer, on the same topic.
+    with ferrymq.PullConsumer(endpoint, f"{group}-pc") as c:
+        c.assign(c.queues(topic))
+        c.seek_to_beginning()
+        got = 0
+        t0 = time.perf_counter()
+        while got < n:
+            got += len(c.poll(1024, timeout=5.0))
+        pull_s = time.perf_counter() - t0
+    line(f"[{label}] PullConsumer.poll", n, pull_s)
+    out["PullConsumer"] = n / pull_s
+
+    acked = [0]
+
+    def listener(_m: Any) -> None:
+        acked[0] += 1
+
+    pc = ferrymq.PushConsumer(
+        grpc_endpoints, push_group, subscriptions={topic: "*"}, listener=listener
+    )
+    t0 = time.perf_counter()
+    pc.start()
+    try:
+        deadline = time.monotonic() + 600
+        while pc.stats()["acked"] < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        push_s = time.perf_counter() - t0
+    finally:
+        pc.close()
+    line(f"[{label}] PushConsumer (gRPC)", n, push_s, "PullConsumer", pull_s)
+    out["PushConsumer"] = n / push_s
+    return out
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ class Server(Protocol):
     @property
     def address(self) -> str: ...
 
+    @property
+    def remoting_endpoint(self) -> str: ...
+
     def setup(
         self,
         topics: Mapping[str, str] = ...,
@@ -66,6 +69,11 @@ class EmbeddedServer:
     @property
     def address(self) -> str:
         return self.broker.addresses[0]
+
+    @property
+    def remoting_endpoint(self) -> str:
+        """The broker as name server + brokers over the remoting protocol."""
+        return self.broker.remoting_endpoint
 
     def setup(
         self,
@@ -109,6 +117,12 @@ class RealServer:
     @property
     def address(self) -> str:
         return self._endpoints
+
+    @property
+    def remoting_endpoint(self) -> str:
+        """The name server (the brokers it lists serve the remoting protocol)."""
+        port = os.environ.get("FERRYMQ_ROCKETMQ_NAMESRV_PORT", "9876")
+        return f"remoting://127.0.0.1:{port}"
 
     def run(self, *args: str, timeout: float = 300.0, check: bool = True) -> str:
         """Run ``scripts/rocketmq-server ARGS``; returns its output (stdout + stderr)."""

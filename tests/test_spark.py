@@ -594,3 +594,113 @@ def test_jmq_stream_write_ids_are_deterministic(
         f"m{i}".encode() for i in range(40)
     )
     assert all(len(i.split(":")) == 4 and i.split(":")[1] == "0" for i in by_id)
+
+
+# --------------------------------------------------------------------------------------------
+# RocketMQ over the remoting protocol (local[2]; local-cluster runs in test_spark_remoting.py)
+# --------------------------------------------------------------------------------------------
+
+
+def _remoting_reader(spark: Any, endpoint: str, topic: str, **options: str) -> Any:
+    r = spark.read.format("ferrymq").option("endpoints", endpoint).option("subscribe", topic)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_remoting_starting_timestamp(
+    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str]
+) -> None:
+    import time
+
+    import ferrymq
+
+    topic = unique("rts")
+    broker.create_topic(topic, queues=4)
+    with ferrymq.Producer(broker.remoting_endpoint) as p:
+        p.send_batch([Message(topic, b"old%d" % i) for i in range(20)])
+        cut = time.time()
+        while time.time() <= cut + 0.01:
+            pass
+        p.send_batch([Message(topic, b"new%d" % i) for i in range(30)])
+    df = _remoting_reader(
+        spark, broker.remoting_endpoint, topic, startingTimestamp=str(int(cut * 1000) + 1)
+    )
+    got = sorted(r.v for r in df.selectExpr("cast(value as string) v").collect())
+    assert got == sorted(f"new{i}" for i in range(30))
+
+
+def test_remoting_fail_on_data_loss_after_retention(
+    spark: Any, make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
+) -> None:
+    import json
+
+    import ferrymq
+
+    # A small topic bound that evicts the oldest messages, like time-based retention.
+    broker = make_broker(
+        max_topic_bytes=64 * 1024, max_body_size=16 * 1024, when_full="drop_oldest"
+    )
+    topic = unique("rloss")
+    broker.create_topic(topic, queues=1)
+    body = b"x" * 1000
+    with ferrymq.Producer(broker.remoting_endpoint) as p:
+        for _ in range(20):  # batches under the broker's 16 KiB body limit
+            p.send_batch([Message(topic, body) for _ in range(10)])
+    (queue,) = [q.key for q in ferrymq.PullConsumer(broker.remoting_endpoint, "g").queues(topic)]
+    from_zero = json.dumps({topic: {queue: 0}})
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        _remoting_reader(spark, broker.remoting_endpoint, topic, startingOffsets=from_zero).count()
+    rows = (
+        _remoting_reader(
+            spark,
+            broker.remoting_endpoint,
+            topic,
+            startingOffsets=from_zero,
+            failOnDataLoss="false",
+        )
+        .selectExpr("offset")
+        .collect()
+    )
+    offsets = sorted(r.offset for r in rows)
+    assert offsets, "the messages still stored are read"
+    assert offsets[0] > 0
+    assert offsets == list(range(offsets[0], 200))
+
+
+def test_remoting_stream_admission_control_and_group_commits(
+    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], tmp_path: Path
+) -> None:
+    import ferrymq
+    import ferrymq.spark
+
+    topic, group = unique("radm"), unique("g")
+    broker.create_topic(topic, queues=4)
+    with ferrymq.Producer(broker.remoting_endpoint) as p:
+        for a in range(0, 100, 10):
+            p.send_batch([Message(topic, f"m{i}".encode()) for i in range(a, a + 10)])
+
+    def reader(spark: Any, _broker: Any, topic: str, group: str, stream: bool = False) -> Any:
+        return (
+            spark.readStream.format("ferrymq")
+            .option("endpoints", broker.remoting_endpoint)
+            .option("subscribe", topic)
+            .option("group", group)
+        )
+
+    seen: dict[int, list[str]] = {}
+    limit = {"maxOffsetsPerTrigger": "30"} if ferrymq.spark.HAS_ADMISSION_CONTROL else {}
+    _stream_to_batches(spark, broker, topic, group, tmp_path / "ckpt", seen, reader, **limit)
+    assert sorted(v for b in seen.values() for v in b) == sorted(f"m{i}" for i in range(100))
+    if limit:
+        assert [len(seen[b]) for b in sorted(seen)] == [30, 30, 30, 10]
+    if not limit:
+        return
+    # commitOffsets (default): Spark commits a micro-batch's end offsets to the source when it
+    # plans the next one, so the group's offsets on the broker are those of the third batch.
+    with ferrymq.PullConsumer(broker.remoting_endpoint, group) as c:
+        queues = c.queues(topic)
+        committed = c.committed(queues)
+        ends = c.end_offsets(queues)
+    assert all(committed[q] is not None and 0 < committed[q] <= ends[q] for q in queues)
+    assert sum(v or 0 for v in committed.values()) == 90

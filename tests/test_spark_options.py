@@ -23,6 +23,42 @@ def test_backend_follows_the_endpoint_scheme() -> None:
     assert backend_of("rocketmq://h:1") == "rocketmq"
     assert backend_of("nats://127.0.0.1:4222") == "nats"
     assert backend_of("JMQ://h:50088") == "jmq"
+    assert backend_of("remoting://127.0.0.1:9876") == "remoting"
+
+
+def test_remoting_options() -> None:
+    cfg = parse_source_options(
+        {
+            "endpoints": "remoting://127.0.0.1:9876",
+            "subscribe": "a",
+            "startingTimestamp": "1700000000000",
+            "commitOffsets": "false",
+        },
+        streaming=True,
+    )
+    assert cfg.backend == "remoting"
+    assert cfg.starting_timestamp_ms == 1700000000000
+    assert cfg.commit_offsets is False
+    assert parse_sink_options({"endpoints": "remoting://h:1", "topic": "t"}).batch_size == 1024
+    with pytest.raises(InvalidArgumentError, match="startingTimestamp"):
+        parse_source_options(
+            {"endpoints": "h:1", "subscribe": "a", "startingTimestamp": "x"}, streaming=False
+        )
+    with pytest.raises(InvalidArgumentError, match="startingTimestamp"):
+        parse_source_options(
+            {
+                "endpoints": "remoting://h:1",
+                "subscribe": "a",
+                "startingTimestamp": "1",
+                "startingOffsets": "earliest",
+            },
+            streaming=False,
+        )
+    with pytest.raises(InvalidArgumentError, match="startingTimestamp"):
+        parse_source_options(
+            {"endpoints": "nats://h:1", "subscribe": "a", "startingTimestamp": "1"},
+            streaming=False,
+        )
 
 
 def test_source_options_have_kafka_names_and_defaults() -> None:

@@ -1,6 +1,7 @@
 """ferrymq: a fast, fault-tolerant messaging client for Python with a Rust core.
 
-Backends: Apache RocketMQ 5 (gRPC, protocol v2), JMQ4 (JoyQueue) and NATS JetStream, plus an
+Backends: Apache RocketMQ 5 (gRPC, protocol v2, and the classic remoting protocol), JMQ4
+(JoyQueue) and NATS JetStream, plus an
 embedded broker for development and tests (:mod:`ferrymq.testing`).
 """
 
@@ -20,10 +21,10 @@ from ._native import (
     JmqSendReceipt,
     JmqTransaction,
     JsMessage,
+    JsPullConsumer,
     Message,
     MessageView,
     PublishAck,
-    PullConsumer,
     SendReceipt,
     StreamInfo,
     TlsConfig,
@@ -43,6 +44,7 @@ from .exceptions import (
 )
 from .producer import DeliveryCallback, Producer, TransactionResolution
 from .publisher import AsyncPublisher, Flight, PublisherListener, RetryConfig
+from .pull_consumer import MessageQueue, PullConsumer
 
 __version__: str = _native.__version__
 
@@ -63,12 +65,14 @@ __all__ = [
     "InvalidArgumentError",
     "JetStream",
     "JsMessage",
+    "JsPullConsumer",
     "JmqConsumer",
     "JmqMessage",
     "JmqProducer",
     "JmqSendReceipt",
     "JmqTransaction",
     "Message",
+    "MessageQueue",
     "MessageView",
     "Producer",
     "ProtocolError",

@@ -3,7 +3,9 @@
 The backend is chosen from the endpoint scheme in :func:`_backend` — the single dispatch point:
 plain ``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
 RocketMQ 5 producer (:class:`ferrymq._native.RocketMQProducer`); ``jmq://host:port`` selects JMQ4
-(JoyQueue, :class:`ferrymq._jmq.JmqBackend`, which needs ``app`` and ``token``).
+(JoyQueue, :class:`ferrymq._jmq.JmqBackend`, which needs ``app`` and ``token``);
+``remoting://host:port`` selects RocketMQ's classic remoting protocol through its name servers
+(:class:`ferrymq._remoting.RemotingBackend`: ``send``/``send_batch``, a batch in one request).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, cast
 from . import _native
 from ._jmq import JmqBackend, is_jmq
 from ._native import Credentials, Message, MessageView, SendReceipt, TlsConfig, Transaction
+from ._remoting import RemotingBackend, is_remoting
 from .exceptions import FerryError, InvalidArgumentError
 
 __all__ = ["DeliveryCallback", "Producer", "TransactionResolution"]
@@ -49,7 +52,9 @@ class Producer:
     and :meth:`close`.
 
     Args:
-        endpoints: ``"host:port[;host:port]"``, optionally ``rocketmq://…``.
+        endpoints: ``"host:port[;host:port]"``, optionally ``rocketmq://…`` (a RocketMQ 5
+            proxy, gRPC); ``"remoting://host:port"`` (RocketMQ name servers, classic remoting
+            protocol); ``"jmq://host:port"`` (JMQ4).
         topics: topics whose routes are fetched at start (and announced to the broker, which
             needs them for orphaned-transaction checks).
         credentials: :class:`Credentials` or ``(access_key, secret_key)`` for request signing.
@@ -100,6 +105,19 @@ class Producer:
                     transaction_checker=transaction_checker,
                     max_pending=max_pending,
                     options=jmq_options,
+                ),
+            )
+            return
+        if is_remoting(endpoints):
+            # Duck-typed like JmqBackend: send/send_batch; produce and transactions refused.
+            self._impl = cast(
+                "_native.RocketMQProducer",
+                RemotingBackend(
+                    endpoints,
+                    credentials=credentials,
+                    namespace=namespace,
+                    request_timeout=request_timeout,
+                    transaction_checker=transaction_checker,
                 ),
             )
             return

@@ -26,6 +26,7 @@ _COMMON = [
 
 _EXTRA = {
     "rocketmq": [("tag", "string"), ("messageGroup", "string"), ("messageId", "string")],
+    "remoting": [("tag", "string"), ("messageGroup", "string"), ("messageId", "string")],
     "jmq": [("tag", "string"), ("messageId", "string")],
     "nats": [("messageId", "string")],
 }

@@ -34,6 +34,7 @@ class Source(Protocol):
     def partitions(self, topic: str) -> list[str]: ...
     def earliest(self, topic: str, partition: str) -> int: ...
     def latest(self, topic: str, partition: str) -> int: ...
+    def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int: ...
     def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any: ...
     def commit(self, offsets: Offsets) -> None: ...
 
@@ -122,12 +123,17 @@ class RocketMQSource:
     def latest(self, topic: str, partition: str) -> int:
         return int(self.client().query_offset(topic, partition, "end"))
 
+    def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int:
+        return int(self.client().query_offset(topic, partition, "timestamp", timestamp_ms))
+
     def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any:
         return self.client().read_range(topic, partition, start, end, max_rows)
 
     def commit(self, offsets: Offsets) -> None:
         """Record progress with ``UpdateOffset`` for lag dashboards (best effort: Spark's
         checkpoint stays authoritative)."""
+        if not self.cfg.commit_offsets:
+            return
         reader = self.client()
         for topic, parts in offsets.items():
             for partition, off in parts.items():
@@ -204,6 +210,97 @@ class RocketMQSink:
 
 
 # --------------------------------------------------------------------------------------------
+# RocketMQ remoting: PULL_MESSAGE by queue offset on each broker, SEND_BATCH_MESSAGE
+# --------------------------------------------------------------------------------------------
+
+
+class RemotingSource(RocketMQSource):
+    """Replayable reads over the remoting protocol: the name server's route, then
+    ``GET_MIN/MAX_OFFSET``, ``SEARCH_OFFSET_BY_TIMESTAMP`` and ``PULL_MESSAGE`` on the master
+    broker of each queue (what a stock RocketMQ serves to every executor in parallel). The
+    same queue keys (``"<broker>:<queue id>"``) and methods as the gRPC reader."""
+
+    def client(self) -> Any:
+        c = self.cfg
+        key = (
+            "remoting-reader",
+            c.endpoints,
+            c.group,
+            c.tag_filter,
+            c.namespace,
+            c.access_key,
+            _secret_digest(c.secret_key),
+        )
+
+        def make() -> Any:
+            reader = _native.RemotingReader(
+                c.endpoints,
+                c.group,
+                tag_filter=c.tag_filter,
+                credentials=c.credentials(),
+                namespace=c.namespace,
+                request_timeout=c.request_timeout,
+            )
+            reader.start()
+            return reader
+
+        return _cache.get_or_create(key, make)
+
+
+class RemotingSink:
+    """Batched writes over the remoting protocol: one ``SEND_BATCH_MESSAGE`` carries many rows,
+    each with its own keys (the row's key, then the deterministic write id), tag, properties
+    and unique message id; a message group's rows go to the group's queue in order."""
+
+    def __init__(self, cfg: SinkConfig) -> None:
+        self.cfg = cfg
+
+    def _producer(self) -> Any:
+        c = self.cfg
+        key = (
+            "remoting-producer",
+            c.endpoints,
+            c.namespace,
+            c.access_key,
+            _secret_digest(c.secret_key),
+        )
+
+        def make() -> Any:
+            p = _native.RemotingProducer(
+                c.endpoints,
+                credentials=c.credentials(),
+                namespace=c.namespace,
+                request_timeout=c.request_timeout,
+            )
+            p.start()
+            return p
+
+        return _cache.get_or_create(key, make)
+
+    def send(self, messages: Sequence[OutMessage]) -> None:
+        if not messages:
+            return
+        batch = []
+        for m in messages:
+            keys: list[str] = []
+            if m.key is not None:
+                keys.append(m.key.decode("utf-8", "surrogateescape"))
+            if m.write_id is not None:
+                keys.append(m.write_id)
+            batch.append(
+                _native.Message(
+                    m.topic,
+                    m.value,
+                    keys=keys or None,
+                    tag=m.tag,
+                    properties=m.headers or None,
+                    message_group=m.message_group,
+                )
+            )
+        self._producer().send_batch(batch)
+
+
+# --------------------------------------------------------------------------------------------
 # NATS JetStream: stream sequences
 # --------------------------------------------------------------------------------------------
 
@@ -251,6 +348,9 @@ class NatsSource:
 
     def latest(self, topic: str, partition: str) -> int:
         return int(self.client().bounds(topic)[1])
+
+    def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int:
+        raise InvalidArgumentError("option 'startingTimestamp': not available for JetStream")
 
     def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any:
         return self.client().read_range(
@@ -367,6 +467,9 @@ class JmqSource:
     def latest(self, topic: str, partition: str) -> int:
         return self._bounds(topic, partition)[1]
 
+    def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int:
+        raise InvalidArgumentError("option 'startingTimestamp': not available for JMQ4")
+
     def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any:
         return self.client().read_range(
             topic, _jmq_partition(topic, partition), start, end, max_rows
@@ -453,6 +556,8 @@ def source_for(cfg: SourceConfig) -> Source:
     """The source adapter for ``cfg``."""
     if cfg.backend == "rocketmq":
         return RocketMQSource(cfg)
+    if cfg.backend == "remoting":
+        return RemotingSource(cfg)
     if cfg.backend == "nats":
         return NatsSource(cfg)
     if cfg.backend == "jmq":
@@ -466,6 +571,8 @@ def sink_for(cfg: SinkConfig) -> Sink:
     """The sink adapter for ``cfg``."""
     if cfg.backend == "rocketmq":
         return RocketMQSink(cfg)
+    if cfg.backend == "remoting":
+        return RemotingSink(cfg)
     if cfg.backend == "nats":
         return NatsSink(cfg)
     if cfg.backend == "jmq":

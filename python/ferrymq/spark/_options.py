@@ -6,7 +6,8 @@ case-insensitive ``dict[str, str]``.
 
 Offsets are Kafka's layout: ``{"<topic>": {"<partition key>": <next offset>}}`` where the offset
 is the next one to read (an exclusive end). Partition keys are ``"<broker>:<queue id>"`` for
-RocketMQ, the partition number for JMQ4 and ``"0"`` for a JetStream stream (one total order).
+RocketMQ (gRPC and remoting alike), the partition number for JMQ4 and ``"0"`` for a JetStream
+stream (one total order).
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ OffsetSpec = Literal["earliest", "latest"] | Offsets
 EARLIEST = -2
 LATEST = -1
 
-Backend = Literal["rocketmq", "nats", "jmq"]
+#: ``remoting`` is RocketMQ over its classic TCP protocol (name server + brokers); ``rocketmq`` is
+#: RocketMQ 5 over gRPC (a proxy).
+Backend = Literal["rocketmq", "remoting", "nats", "jmq"]
 
 
 def _bad(option: str, why: str) -> InvalidArgumentError:
@@ -52,9 +55,13 @@ def _bad(option: str, why: str) -> InvalidArgumentError:
 
 
 def backend_of(endpoints: str) -> Backend:
-    """The backend an endpoint string names: ``nats://`` → NATS JetStream, ``jmq://`` → JMQ4,
-    anything else (``host:port[;host:port]``, ``rocketmq://``) → RocketMQ 5 over gRPC."""
+    """The backend an endpoint string names: ``remoting://`` → RocketMQ over the remoting
+    protocol (name servers, or a 5.x proxy's remoting port in cluster mode), ``nats://`` → NATS
+    JetStream, ``jmq://`` → JMQ4, anything else (``host:port[;host:port]``, ``rocketmq://``) →
+    RocketMQ 5 over gRPC."""
     e = endpoints.strip().lower()
+    if e.startswith("remoting://"):
+        return "remoting"
     if e.startswith(("nats://", "tls://")):
         return "nats"
     if e.startswith("jmq://"):
@@ -157,7 +164,9 @@ class SourceConfig:
     group: str
     starting: OffsetSpec
     ending: OffsetSpec
+    starting_timestamp_ms: int | None = None
     fail_on_data_loss: bool = True
+    commit_offsets: bool = True
     max_offsets_per_trigger: int | None = None
     max_rows_per_batch: int = 10_000
     pull_batch_size: int = 256
@@ -195,7 +204,11 @@ def _topics(opts: dict[str, str]) -> tuple[str, ...]:
 def _endpoints(opts: dict[str, str]) -> str:
     e = opts.get("endpoints") or opts.get("nameserver") or opts.get("servers")
     if not e or not e.strip():
-        raise _bad("endpoints", "is required, e.g. endpoints=127.0.0.1:8081 or nats://host:4222")
+        raise _bad(
+            "endpoints",
+            "is required, e.g. endpoints=remoting://127.0.0.1:9876 (RocketMQ name server), "
+            "127.0.0.1:8081 (RocketMQ proxy) or nats://host:4222",
+        )
     return e.strip()
 
 
@@ -219,6 +232,12 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     ending = parse_offsets("endingOffsets", opts.get("endingoffsets"), "latest", ending=True)
     if streaming and "endingoffsets" in opts:
         raise _bad("endingOffsets", "is for batch queries only")
+    starting_ts = _int(opts, "startingTimestamp", None, minimum=0)
+    if starting_ts is not None:
+        if "startingoffsets" in opts:
+            raise _bad("startingTimestamp", "and startingOffsets exclude each other")
+        if backend not in ("rocketmq", "remoting"):
+            raise _bad("startingTimestamp", f"is not available for {backend} endpoints")
     read_mode = opts.get("readmode", "pull").strip().lower()
     if read_mode not in ("pull", "receive"):
         raise _bad("readMode", f"{read_mode!r} is not 'pull' or 'receive'")
@@ -243,7 +262,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         "startingoffsets", "endingoffsets", "failondataloss", "maxoffsetspertrigger",
         "maxrowsperbatch", "pullbatchsize", "minpartitions", "subexpression", "filtersubject",
         "readmode", "wallocation", "invisibledurationms", "polltimeoutms", "accesskey",
-        "secretkey", "namespace", "requesttimeoutms", "path",
+        "secretkey", "namespace", "requesttimeoutms", "path", "startingtimestamp",
+        "commitoffsets",
     }  # fmt: skip
     extra = tuple(sorted((k, v) for k, v in opts.items() if k not in known))
     timeout_ms = _int(opts, "requestTimeoutMs", None)
@@ -254,7 +274,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         group=(opts.get("group") or "").strip() or f"spark-{uuid.uuid4().hex[:12]}",
         starting=starting,
         ending=ending,
+        starting_timestamp_ms=starting_ts,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        commit_offsets=_bool(opts, "commitOffsets", True),
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", None),
         max_rows_per_batch=_int(opts, "maxRowsPerBatch", 10_000) or 10_000,
         pull_batch_size=_int(opts, "pullBatchSize", 256) or 256,
@@ -315,12 +337,15 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkConfig:
         "checkpointlocation",
     }  # fmt: skip
     timeout_ms = _int(opts, "requestTimeoutMs", None)
+    backend = backend_of(endpoints)
+    # Remoting sends a batch in one request, so larger batches pay off there.
+    default_batch = 1024 if backend == "remoting" else 256
     return SinkConfig(
-        backend=backend_of(endpoints),
+        backend=backend,
         endpoints=endpoints,
         topic=(opts.get("topic") or "").strip() or None,
         idempotence_key=idem == "auto",
-        batch_size=_int(opts, "batchSize", 256) or 256,
+        batch_size=_int(opts, "batchSize", default_batch) or default_batch,
         batch_bytes=_int(opts, "batchBytes", 1 << 20) or (1 << 20),
         access_key=ak,
         secret_key=sk,

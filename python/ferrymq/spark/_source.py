@@ -177,6 +177,18 @@ def _resolve(src: Source, topics: Sequence[str], spec: OffsetSpec, default: str)
     return _sorted(out)
 
 
+def _starting(src: Source, cfg: SourceConfig, default: str) -> Offsets:
+    """Where a query starts: ``startingTimestamp`` (the first offset stored at or after it, per
+    partition; the partition's end when none is) or ``startingOffsets``."""
+    ts = cfg.starting_timestamp_ms
+    if ts is None:
+        return _resolve(src, cfg.topics, cfg.starting, default)
+    out: Offsets = {}
+    for topic in cfg.topics:
+        out[topic] = {p: src.offset_for_time(topic, p, ts) for p in src.partitions(topic)}
+    return _sorted(out)
+
+
 def _qualify(topic: str, given: dict[str, int], parts: Sequence[str]) -> dict[str, int]:
     """Accept a bare queue id ``"3"`` for the one ``"<broker>:3"`` that has it."""
     out = {}
@@ -268,7 +280,7 @@ class FerryBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         src = source_for(self.cfg)
-        start = _resolve(src, self.cfg.topics, self.cfg.starting, "earliest")
+        start = _starting(src, self.cfg, "earliest")
         end = _resolve(src, self.cfg.topics, self.cfg.ending, "latest")
         return _plan(start, end, self.cfg.min_partitions)
 
@@ -325,7 +337,7 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
         return source_for(self.cfg)
 
     def initialOffset(self) -> dict[str, Any]:
-        return _resolve(self._src(), self.cfg.topics, self.cfg.starting, "latest")
+        return _starting(self._src(), self.cfg, "latest")
 
     def _available(self, start: Offsets | None) -> Offsets:
         src = self._src()
@@ -340,14 +352,16 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
                         )
                         have[p] = off
                     elif have[p] < off:
-                        log.warning(
-                            "%s/%s: the broker's end %s is below the checkpoint %s",
-                            topic,
-                            p,
-                            have[p],
-                            off,
+                        # The queue now ends before the checkpoint: it was recreated or
+                        # truncated, and what was written after `have[p]` is gone.
+                        msg = (
+                            f"{topic}/{p}: the broker's end {have[p]} is below the checkpoint "
+                            f"offset {off} (the queue was recreated or truncated); messages "
+                            "may have been lost"
                         )
-                        have[p] = off
+                        if self.cfg.fail_on_data_loss:
+                            raise RuntimeError(msg + "; set failOnDataLoss=false to go on")
+                        log.warning("%s; going on from its beginning (failOnDataLoss=false)", msg)
             for topic, parts in latest.items():
                 for p in parts:
                     if p not in start.get(topic, {}):
@@ -357,7 +371,11 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
                 for p in parts:
                     base = (start or {}).get(topic, {}).get(p, 0)
                     cap = self._target.get(topic, {}).get(p, base)
-                    parts[p] = max(base, min(parts[p], cap))
+                    if parts[p] < base:
+                        # Recreated below the checkpoint (reported above): its new range.
+                        parts[p] = min(parts[p], cap)
+                    else:
+                        parts[p] = max(base, min(parts[p], cap))
         return _sorted(latest)
 
     def latestOffset(
@@ -398,6 +416,10 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
             full_start[topic] = {}
             for p in parts:
                 s = start.get(topic, {}).get(p)
+                if s is not None and s > parts[p]:
+                    # The queue was recreated below the checkpoint (reported, with
+                    # failOnDataLoss=false, by latestOffset): read it from its beginning.
+                    s = None
                 full_start[topic][p] = src.earliest(topic, p) if s is None else s
         return _plan(full_start, end, self.cfg.min_partitions)
 

@@ -89,7 +89,7 @@ pub fn extract_duration(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Duration>
     crate::durations::positive(field, v)
 }
 
-fn extract_credentials(v: &Bound<'_, PyAny>) -> PyResult<Credentials> {
+pub fn extract_credentials(v: &Bound<'_, PyAny>) -> PyResult<Credentials> {
     if let Ok(c) = v.cast::<PyCredentials>() {
         return Ok(c.get().inner.clone());
     }

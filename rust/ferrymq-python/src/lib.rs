@@ -18,10 +18,12 @@ mod message;
 mod message_view;
 mod nats;
 mod nats_range;
+mod offset_consumer;
 mod probe;
 mod producer;
 mod publisher;
 mod pull_reader;
+mod remoting;
 mod runtime;
 
 use pyo3::prelude::*;
@@ -71,6 +73,8 @@ mod _native {
     #[pymodule_export]
     use crate::nats_range::PyNatsRangeReader;
     #[pymodule_export]
+    use crate::offset_consumer::PyOffsetConsumer;
+    #[pymodule_export]
     use crate::probe::Probe;
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
@@ -78,6 +82,8 @@ mod _native {
     use crate::publisher::{PublisherCore, PyEventBatch, PyFlight, PyPublishAck};
     #[pymodule_export]
     use crate::pull_reader::PyPullReader;
+    #[pymodule_export]
+    use crate::remoting::{PyRemotingProducer, PyRemotingReader};
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -63,6 +63,11 @@ impl PyMessageView {
     fn queue_id(&self) -> i32 {
         self.inner.queue_id()
     }
+    /// The broker holding the queue (queue ids are per broker), or `""` when unknown.
+    #[getter]
+    fn broker_name(&self) -> &str {
+        &self.inner.source().broker_name
+    }
     #[getter]
     fn offset(&self) -> i64 {
         self.inner.offset()

@@ -1,4 +1,4 @@
-//! `ferrymq.JetStream`, `ferrymq.PullConsumer`, `ferrymq.JsMessage`, `ferrymq.StreamInfo`:
+//! `ferrymq.JetStream`, `ferrymq.JsPullConsumer` (a JetStream pull consumer), `ferrymq.JsMessage`, `ferrymq.StreamInfo`:
 //! the NATS JetStream client over `nats://` endpoints.
 
 use std::sync::Arc;
@@ -479,7 +479,7 @@ impl PyJetStream {
 }
 
 /// A JetStream pull consumer.
-#[pyclass(name = "PullConsumer", module = "ferrymq", frozen)]
+#[pyclass(name = "JsPullConsumer", module = "ferrymq", frozen)]
 pub struct PyPullConsumer {
     inner: Arc<PullConsumer>,
     rt: RuntimeRef,

@@ -463,7 +463,7 @@ impl PyProducer {
     }
 }
 
-fn extract_messages(messages: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
+pub(crate) fn extract_messages(messages: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
     let mut out = Vec::with_capacity(messages.len().unwrap_or(0));
     for m in messages
         .try_iter()

@@ -18,13 +18,15 @@
 //! * [`client`]: [`RemotingClient`]: routes, offsets, pulls, commits;
 //! * [`send`]: single and batch sends of [`RemotingClient`];
 //! * [`reader`]: [`RemotingReader`], exact `[start, end)` reads with the API of the gRPC
-//!   [`crate::rocketmq::pull::PullReader`].
+//!   [`crate::rocketmq::pull::PullReader`];
+//! * [`consumer`]: [`OffsetConsumer`], assign / seek / poll / commit (Kafka's consumer API).
 
 pub mod acl;
 pub mod client;
 pub mod codec;
 pub mod codes;
 pub mod connection;
+pub mod consumer;
 pub mod reader;
 pub mod route;
 pub mod send;
@@ -33,6 +35,7 @@ pub mod stored;
 pub use client::{PullOutcome, PullStatus, RemotingClient, RemotingOptions, TagFilter};
 pub use codec::{decode_frame, RemotingCommand};
 pub use connection::Connection;
+pub use consumer::{OffsetConsumer, OffsetReset, Polled, TopicQueue};
 pub use reader::RemotingReader;
 pub use route::{RouteCache, TopicRoute};
 pub use send::BatchReceipt;

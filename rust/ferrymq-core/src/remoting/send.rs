@@ -45,6 +45,8 @@ pub struct BatchReceipt {
     pub queue: QueueRef,
     /// Its queue offset.
     pub offset: i64,
+    /// The address (`host:port`) of the broker that stored it.
+    pub address: String,
 }
 
 /// One send request: messages (by index into the caller's slice) and their records.
@@ -220,6 +222,12 @@ impl RemotingClient {
                         .ext("queueId")
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(queue.id);
+                    let address = self
+                        .route(topic)
+                        .await?
+                        .master_addr(&queue.broker)
+                        .unwrap_or_default()
+                        .to_string();
                     return Ok(chunk
                         .indices
                         .iter()
@@ -231,6 +239,7 @@ impl RemotingClient {
                                 id: queue_id,
                             },
                             offset: base + i64::try_from(k).unwrap_or(0),
+                            address: address.clone(),
                         })
                         .collect());
                 }

@@ -28,6 +28,8 @@ pub struct MessageSource {
     pub endpoints: Endpoints,
     /// The queue id, or -1 when unknown.
     pub queue_id: i32,
+    /// The name of the broker that holds the queue (empty when unknown).
+    pub broker_name: String,
 }
 
 impl MessageSource {
@@ -44,6 +46,11 @@ impl MessageSource {
             topic: mq.topic.clone().unwrap_or_default(),
             endpoints,
             queue_id: mq.id,
+            broker_name: mq
+                .broker
+                .as_ref()
+                .map(|b| b.name.clone())
+                .unwrap_or_default(),
         }
     }
 }
@@ -304,6 +311,7 @@ pub(crate) mod tests {
             },
             endpoints: endpoints(),
             queue_id: 3,
+            broker_name: "broker-0".into(),
         })
     }
 

@@ -284,6 +284,7 @@ impl Session {
                 .system_properties
                 .as_ref()
                 .map_or(-1, |sp| sp.queue_id),
+            broker_name: String::new(),
         };
         match MessageView::from_proto(message, Arc::new(source)) {
             Ok(v) => Some(v),

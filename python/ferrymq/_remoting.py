@@ -1,0 +1,144 @@
+"""The remoting backend of :class:`ferrymq.Producer` (``remoting://`` endpoints): RocketMQ's
+classic TCP protocol, name servers first. A batch travels in ``SEND_BATCH_MESSAGE`` requests in
+which every message keeps its own keys, tag, properties and unique id (what a gRPC proxy cannot
+carry), so ``send_batch`` is both the fastest way to publish and exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any
+
+from . import _native
+from ._native import Message, SendReceipt
+from .exceptions import InvalidArgumentError
+
+__all__ = ["RemotingBackend", "is_remoting"]
+
+
+def is_remoting(endpoints: str | Iterable[str]) -> bool:
+    """Whether ``endpoints`` names RocketMQ name servers (``remoting://``)."""
+    first = endpoints if isinstance(endpoints, str) else next(iter(endpoints), "")
+    return isinstance(first, str) and first.strip().lower().startswith("remoting://")
+
+
+def _unsupported(what: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{what}: not available over remoting:// (send and send_batch are; use a gRPC "
+        "endpoint host:port for transactions, delayed-message recall and produce())"
+    )
+
+
+class RemotingBackend:
+    """:class:`ferrymq.Producer` over the remoting protocol."""
+
+    def __init__(
+        self,
+        endpoints: str | Iterable[str],
+        *,
+        credentials: Any = None,
+        namespace: str | None = None,
+        request_timeout: float | timedelta | None = None,
+        transaction_checker: Callable[[Any], object] | None = None,
+    ) -> None:
+        if transaction_checker is not None:
+            raise _unsupported("transaction_checker")
+        eps = endpoints if isinstance(endpoints, str) else list(endpoints)
+        self._native = _native.RemotingProducer(
+            eps, credentials=credentials, namespace=namespace, request_timeout=request_timeout
+        )
+        self._endpoints = eps if isinstance(eps, str) else ";".join(eps)
+        self._namespace = namespace or ""
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._native.start()
+        self._started = True
+
+    async def start_async(self) -> None:
+        self.start()
+
+    def close(self) -> None:
+        self._native.close()
+        self._closed = True
+
+    async def close_async(self) -> None:
+        self.close()
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- sending --------------------------------------------------------------------------
+
+    def send(self, message: Message) -> SendReceipt:
+        return self._native.send(message)
+
+    async def send_async(self, message: Message) -> SendReceipt:
+        return await self._native.send_async(message)
+
+    def send_batch(self, messages: Iterable[Message], *, packed: bool = False) -> list[SendReceipt]:
+        # A remoting batch always packs many messages per request, each keeping its metadata.
+        del packed
+        return self._native.send_batch(messages)
+
+    async def send_batch_async(
+        self, messages: Iterable[Message], *, packed: bool = False
+    ) -> list[SendReceipt]:
+        del packed
+        return await self._native.send_batch_async(messages)
+
+    def produce(self, message: Message, on_delivery: Callable[..., object] | None) -> None:
+        raise _unsupported("produce")
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return 0
+
+    def flush(self, timeout: float | None = None) -> int:
+        return 0
+
+    def begin_transaction(self) -> Any:
+        raise _unsupported("begin_transaction")
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        raise _unsupported("recall")
+
+    async def recall_async(self, topic: str, recall_handle: str) -> str:
+        raise _unsupported("recall")
+
+    # -- introspection --------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        return 0
+
+    @property
+    def client_id(self) -> str:
+        return ""
+
+    @property
+    def endpoints(self) -> str:
+        return self._endpoints
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    @property
+    def isolated_endpoints(self) -> list[str]:
+        return []
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {"protocol": "remoting", "endpoints": self._endpoints}
+
+    def __repr__(self) -> str:
+        return f"Producer(endpoints={self._endpoints!r}, protocol='remoting')"

@@ -1,0 +1,366 @@
+//! `_native.OffsetConsumer`: the native half of `ferrymq.PullConsumer` (assign / seek / poll /
+//! commit over the remoting protocol; the engine is `ferrymq_core::remoting::OffsetConsumer`).
+//! Queues cross the boundary as `(topic, broker, queue id)` tuples; the facade turns them into
+//! `ferrymq.MessageQueue`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrymq_core::proto;
+use ferrymq_core::remoting::{OffsetConsumer, OffsetReset, Polled, TopicQueue};
+use ferrymq_core::rocketmq::endpoints::Endpoints;
+use ferrymq_core::rocketmq::message_view::MessageSource;
+use ferrymq_core::rocketmq::pull::QueueRef;
+use ferrymq_core::rocketmq::MessageView;
+use pyo3::prelude::*;
+
+use crate::errors::{invalid, to_pyerr};
+use crate::message_view::PyMessageView;
+use crate::remoting::options;
+use crate::runtime::{future_into_py, RuntimeRef};
+
+/// `(topic, broker, queue id)`.
+type QueueTuple = (String, String, i32);
+
+fn tq((topic, broker, id): QueueTuple) -> PyResult<TopicQueue> {
+    if topic.is_empty() {
+        return Err(invalid("queue", "the topic must not be empty"));
+    }
+    if broker.is_empty() || id < 0 {
+        return Err(invalid(
+            "queue",
+            format!("{topic}/{broker}:{id} is not a (topic, broker, queue id) of a queue"),
+        ));
+    }
+    Ok(TopicQueue::new(topic, QueueRef { broker, id }))
+}
+
+fn tqs(v: Vec<QueueTuple>) -> PyResult<Vec<TopicQueue>> {
+    v.into_iter().map(tq).collect()
+}
+
+fn tuple(t: &TopicQueue) -> QueueTuple {
+    (t.topic.clone(), t.queue.broker.clone(), t.queue.id)
+}
+
+/// Messages as `ferrymq.MessageView`s, one shared source per queue.
+fn views(polled: Vec<Polled>) -> ferrymq_core::Result<Vec<PyMessageView>> {
+    let mut sources: HashMap<TopicQueue, Arc<MessageSource>> = HashMap::new();
+    let mut out = Vec::with_capacity(polled.len());
+    for p in polled {
+        let source = match sources.get(&p.queue) {
+            Some(s) => s.clone(),
+            None => {
+                let endpoints = Endpoints::parse_access_point(&p.message.store_host)
+                    .map(|a| a.endpoints)
+                    .or_else(|_| {
+                        Endpoints::parse_access_point("127.0.0.1:0").map(|a| a.endpoints)
+                    })?;
+                let s = Arc::new(MessageSource {
+                    topic: proto::Resource {
+                        resource_namespace: String::new(),
+                        name: p.queue.topic.clone(),
+                    },
+                    endpoints,
+                    queue_id: p.queue.queue.id,
+                    broker_name: p.queue.queue.broker.clone(),
+                });
+                sources.insert(p.queue.clone(), s.clone());
+                s
+            }
+        };
+        let view = MessageView::from_proto(p.message.to_proto(), source)?;
+        out.push(PyMessageView {
+            inner: Arc::new(view),
+            transaction_id: None,
+        });
+    }
+    Ok(out)
+}
+
+/// Offset-based consumer of one group (assign / seek / poll / commit).
+#[pyclass(name = "OffsetConsumer", module = "ferrymq._native", frozen)]
+pub struct PyOffsetConsumer {
+    rt: RuntimeRef,
+    inner: OffsetConsumer,
+}
+
+#[pymethods]
+impl PyOffsetConsumer {
+    #[new]
+    #[pyo3(signature = (endpoints, group, *, tag_filter=None, auto_offset_reset="latest", credentials=None, namespace=None, request_timeout=None))]
+    fn new(
+        endpoints: &Bound<'_, PyAny>,
+        group: String,
+        tag_filter: Option<String>,
+        auto_offset_reset: &str,
+        credentials: Option<&Bound<'_, PyAny>>,
+        namespace: Option<String>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let rt = RuntimeRef::current()?;
+        let options = options(endpoints, credentials, namespace, request_timeout)?;
+        let reset = OffsetReset::parse(auto_offset_reset).map_err(to_pyerr)?;
+        let _guard = rt.handle().enter();
+        let inner =
+            OffsetConsumer::new(options, group, tag_filter.as_deref(), reset).map_err(to_pyerr)?;
+        Ok(Self { rt, inner })
+    }
+
+    #[getter]
+    fn group(&self) -> &str {
+        self.inner.group()
+    }
+
+    fn queues(&self, py: Python<'_>, topic: String) -> PyResult<Vec<QueueTuple>> {
+        let c = self.inner.clone();
+        self.rt.block_on(py, async move {
+            Ok(c.queues(&topic).await?.iter().map(tuple).collect())
+        })
+    }
+
+    fn queues_async<'py>(&self, py: Python<'py>, topic: String) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.inner.clone();
+        future_into_py(py, self.rt, async move {
+            Ok(c.queues(&topic)
+                .await?
+                .iter()
+                .map(tuple)
+                .collect::<Vec<_>>())
+        })
+    }
+
+    fn assign(&self, queues: Vec<QueueTuple>) -> PyResult<()> {
+        self.inner.assign(tqs(queues)?).map_err(to_pyerr)
+    }
+
+    fn assignment(&self) -> Vec<QueueTuple> {
+        self.inner.assignment().iter().map(tuple).collect()
+    }
+
+    fn seek(&self, queue: QueueTuple, offset: i64) -> PyResult<()> {
+        self.inner.seek(&tq(queue)?, offset).map_err(to_pyerr)
+    }
+
+    fn seek_to_beginning(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<()> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        self.rt
+            .block_on(py, async move { c.seek_to_beginning(&q).await })
+    }
+
+    fn seek_to_beginning_async<'py>(
+        &self,
+        py: Python<'py>,
+        queues: Vec<QueueTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        future_into_py(py, self.rt, async move { c.seek_to_beginning(&q).await })
+    }
+
+    fn seek_to_end(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<()> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        self.rt.block_on(py, async move { c.seek_to_end(&q).await })
+    }
+
+    fn seek_to_end_async<'py>(
+        &self,
+        py: Python<'py>,
+        queues: Vec<QueueTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        future_into_py(py, self.rt, async move { c.seek_to_end(&q).await })
+    }
+
+    fn position(&self, py: Python<'_>, queue: QueueTuple) -> PyResult<i64> {
+        let q = tq(queue)?;
+        let c = self.inner.clone();
+        self.rt.block_on(py, async move { c.position(&q).await })
+    }
+
+    fn position_async<'py>(
+        &self,
+        py: Python<'py>,
+        queue: QueueTuple,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let q = tq(queue)?;
+        let c = self.inner.clone();
+        future_into_py(py, self.rt, async move { c.position(&q).await })
+    }
+
+    fn beginning_offsets(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<Vec<i64>> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        self.rt
+            .block_on(py, async move { c.beginning_offsets(&q).await })
+    }
+
+    fn beginning_offsets_async<'py>(
+        &self,
+        py: Python<'py>,
+        queues: Vec<QueueTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        future_into_py(py, self.rt, async move { c.beginning_offsets(&q).await })
+    }
+
+    fn end_offsets(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<Vec<i64>> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        self.rt.block_on(py, async move { c.end_offsets(&q).await })
+    }
+
+    fn end_offsets_async<'py>(
+        &self,
+        py: Python<'py>,
+        queues: Vec<QueueTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        future_into_py(py, self.rt, async move { c.end_offsets(&q).await })
+    }
+
+    /// `[(queue, unix ms)]` → the first offset stored at or after each time, or None.
+    fn offsets_for_times(
+        &self,
+        py: Python<'_>,
+        items: Vec<(QueueTuple, i64)>,
+    ) -> PyResult<Vec<Option<i64>>> {
+        let items = items
+            .into_iter()
+            .map(|(q, ms)| Ok((tq(q)?, ms)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let c = self.inner.clone();
+        self.rt
+            .block_on(py, async move { c.offsets_for_times(&items).await })
+    }
+
+    fn offsets_for_times_async<'py>(
+        &self,
+        py: Python<'py>,
+        items: Vec<(QueueTuple, i64)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let items = items
+            .into_iter()
+            .map(|(q, ms)| Ok((tq(q)?, ms)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let c = self.inner.clone();
+        future_into_py(
+            py,
+            self.rt,
+            async move { c.offsets_for_times(&items).await },
+        )
+    }
+
+    #[pyo3(signature = (max_messages=32, timeout=None))]
+    fn poll(
+        &self,
+        py: Python<'_>,
+        max_messages: usize,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyMessageView>> {
+        let t = wait(timeout)?;
+        let c = self.inner.clone();
+        self.rt
+            .block_on(py, async move { views(c.poll(max_messages, t).await?) })
+    }
+
+    #[pyo3(signature = (max_messages=32, timeout=None))]
+    fn poll_async<'py>(
+        &self,
+        py: Python<'py>,
+        max_messages: usize,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let t = wait(timeout)?;
+        let c = self.inner.clone();
+        future_into_py(
+            py,
+            self.rt,
+            async move { views(c.poll(max_messages, t).await?) },
+        )
+    }
+
+    #[pyo3(signature = (offsets=None))]
+    fn commit(&self, py: Python<'_>, offsets: Option<Vec<(QueueTuple, i64)>>) -> PyResult<()> {
+        let o = commit_offsets(offsets)?;
+        let c = self.inner.clone();
+        self.rt.block_on(py, async move { c.commit(o).await })
+    }
+
+    #[pyo3(signature = (offsets=None))]
+    fn commit_async<'py>(
+        &self,
+        py: Python<'py>,
+        offsets: Option<Vec<(QueueTuple, i64)>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let o = commit_offsets(offsets)?;
+        let c = self.inner.clone();
+        future_into_py(py, self.rt, async move { c.commit(o).await })
+    }
+
+    fn committed(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<Vec<Option<i64>>> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        self.rt.block_on(py, async move { c.committed(&q).await })
+    }
+
+    fn committed_async<'py>(
+        &self,
+        py: Python<'py>,
+        queues: Vec<QueueTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let q = tqs(queues)?;
+        let c = self.inner.clone();
+        future_into_py(py, self.rt, async move { c.committed(&q).await })
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.inner.clone();
+        self.rt.block_on(py, async move {
+            c.close().await;
+            Ok(())
+        })
+    }
+
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.inner.clone();
+        future_into_py(py, self.rt, async move {
+            c.close().await;
+            Ok(())
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "OffsetConsumer(endpoints={:?}, group={:?})",
+            self.inner.client().options().endpoints,
+            self.inner.group()
+        )
+    }
+}
+
+/// How long a poll may wait: seconds or a timedelta, zero allowed (default 1 s).
+fn wait(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
+    match timeout.filter(|t| !t.is_none()) {
+        None => Ok(Duration::from_secs(1)),
+        Some(t) => crate::durations::non_negative("timeout", t),
+    }
+}
+
+fn commit_offsets(
+    offsets: Option<Vec<(QueueTuple, i64)>>,
+) -> PyResult<Option<Vec<(TopicQueue, i64)>>> {
+    offsets
+        .map(|v| {
+            v.into_iter()
+                .map(|(q, off)| Ok((tq(q)?, off)))
+                .collect::<PyResult<Vec<_>>>()
+        })
+        .transpose()
+}
