@@ -112,8 +112,10 @@ def test_cli_broker_runs_in_foreground(tmp_path: Path) -> None:
         assert first.startswith("ferrymq broker listening on 127.0.0.1:")
         endpoints = first.rsplit(" ", 1)[1].strip()
         assert len(endpoints.split(";")) == 2
-        lines = [proc.stdout.readline().strip() for _ in range(3)]
-        assert lines == ["topic orders (FIFO)", "topic t2 (DELAY)", "group billing (fifo)"]
+        lines = [proc.stdout.readline().strip() for _ in range(5)]
+        assert lines[0].startswith("remoting (name server + brokers) remoting://127.0.0.1:")
+        assert lines[1].startswith("JMQ4 jmq://127.0.0.1:")
+        assert lines[2:] == ["topic orders (FIFO)", "topic t2 (DELAY)", "group billing (fifo)"]
         pytest.importorskip("rocketmq")
         from rmq_raw import OK, Raw
 

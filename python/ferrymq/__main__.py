@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -24,7 +25,8 @@ Python 3.11+):
    "options": {"long_polling_min": 5, "max_topic_bytes": 268435456}}
 
 "options" takes any keyword of ferrymq.testing.EmbeddedBroker. The first line printed is
-"ferrymq broker listening on <endpoints>", the string to give clients.
+"ferrymq broker listening on <endpoints>", the string to give clients (gRPC); the next lines
+name the remoting endpoint (name server + brokers) and the JMQ4 endpoint.
 """
 
 
@@ -95,6 +97,10 @@ def run_broker(args: argparse.Namespace) -> int:
                 max_delivery_attempts=int(g.get("max_delivery_attempts", 17)),
             )
         print(f"ferrymq broker listening on {broker.endpoints}", flush=True)
+        if broker.remoting_endpoint:
+            print(f"  remoting (name server + brokers) {broker.remoting_endpoint}", flush=True)
+        with contextlib.suppress(ferrymq.InvalidArgumentError):  # started with jmq=False
+            print(f"  JMQ4 {broker.jmq_endpoint}", flush=True)
         for t in topics:
             print(f"  topic {t['name']} ({t.get('message_type', 'NORMAL')})", flush=True)
         for g in groups:

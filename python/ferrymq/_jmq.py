@@ -26,7 +26,7 @@ from . import _native
 from ._native import JmqSendReceipt, Message
 from .exceptions import FerryError, InvalidArgumentError
 
-__all__ = ["JmqBackend", "JmqOrphan", "is_jmq"]
+__all__ = ["JmqBackend", "JmqOrphan"]
 
 
 #: The :class:`ferrymq.JmqProducer` options ``Producer`` passes through ``jmq_options``.
@@ -54,12 +54,6 @@ class JmqOrphan:
     topic: str
     tx_id: str
     transaction_id: str
-
-
-def is_jmq(endpoints: str | Iterable[str]) -> bool:
-    """Whether ``endpoints`` names a JMQ4 broker (``jmq://``)."""
-    first = endpoints if isinstance(endpoints, str) else next(iter(endpoints), "")
-    return first.lower().startswith("jmq://")
 
 
 def _checker(

@@ -14,13 +14,7 @@ from . import _native
 from ._native import Message, SendReceipt
 from .exceptions import InvalidArgumentError
 
-__all__ = ["RemotingBackend", "is_remoting"]
-
-
-def is_remoting(endpoints: str | Iterable[str]) -> bool:
-    """Whether ``endpoints`` names RocketMQ name servers (``remoting://``)."""
-    first = endpoints if isinstance(endpoints, str) else next(iter(endpoints), "")
-    return isinstance(first, str) and first.strip().lower().startswith("remoting://")
+__all__ = ["RemotingBackend"]
 
 
 def _unsupported(what: str) -> InvalidArgumentError:

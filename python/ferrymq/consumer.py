@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any, cast
 
 from . import _exit, _native
-from ._jmq import is_jmq
+from ._endpoints import protocol_of
 from ._jmq_consumer import JmqPushBackend, JmqSimpleBackend
 from ._native import ConsumeResult, Credentials, FilterExpression, MessageView, TlsConfig
 from .exceptions import InvalidArgumentError
@@ -34,6 +34,21 @@ _TlsArg = bool | str | TlsConfig | None
 #: A push consumer listener: ``f(message)`` returning ``ConsumeResult`` or ``None`` (success),
 #: a plain callable or an ``async def``; raising counts as ``FAILURE``.
 Listener = Callable[[MessageView], ConsumeResult | Awaitable[ConsumeResult | None] | None]
+
+
+def _consumer_protocol(endpoints: str | Iterable[str]) -> str:
+    """The protocol of ``endpoints``; the acknowledging consumers serve RocketMQ 5 and JMQ4."""
+    protocol = protocol_of(endpoints)
+    if protocol == "remoting":
+        raise InvalidArgumentError(
+            "endpoints: remoting:// (name servers) is read by offset with ferrymq.PullConsumer; "
+            "SimpleConsumer and PushConsumer need a RocketMQ 5 proxy (host:port) or jmq://"
+        )
+    if protocol == "nats":
+        raise InvalidArgumentError(
+            "endpoints: nats:// is consumed with ferrymq.JetStream(...).pull_consumer(...)"
+        )
+    return protocol
 
 
 class SimpleConsumer:
@@ -77,7 +92,8 @@ class SimpleConsumer:
     ) -> None:
         self._jmq: JmqSimpleBackend | None = None
         self._impl: _native.SimpleConsumer
-        if is_jmq(endpoints):
+        protocol = _consumer_protocol(endpoints)
+        if protocol == "jmq":
             self._jmq = JmqSimpleBackend(
                 endpoints,
                 group,
@@ -288,7 +304,8 @@ class PushConsumer:
     ) -> None:
         self._jmq: JmqPushBackend | None = None
         self._impl: _native.PushConsumer
-        if is_jmq(endpoints):
+        protocol = _consumer_protocol(endpoints)
+        if protocol == "jmq":
             self._jmq = JmqPushBackend(
                 endpoints,
                 group,

@@ -1,7 +1,8 @@
 """``ferrymq.Producer``: one publishing API over every backend.
 
-The backend is chosen from the endpoint scheme in :func:`_backend` — the single dispatch point:
-plain ``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
+The backend is chosen from the endpoint scheme by :func:`ferrymq._endpoints.protocol_of` (the
+one resolver every class and the Spark source use): plain ``host:port[;host:port]`` or
+``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
 RocketMQ 5 producer (:class:`ferrymq._native.RocketMQProducer`); ``jmq://host:port`` selects JMQ4
 (JoyQueue, :class:`ferrymq._jmq.JmqBackend`, which needs ``app`` and ``token``);
 ``remoting://host:port`` selects RocketMQ's classic remoting protocol through its name servers
@@ -17,9 +18,10 @@ from types import TracebackType
 from typing import Any, cast
 
 from . import _native
-from ._jmq import JmqBackend, is_jmq
+from ._endpoints import protocol_of
+from ._jmq import JmqBackend
 from ._native import Credentials, Message, MessageView, SendReceipt, TlsConfig, Transaction
-from ._remoting import RemotingBackend, is_remoting
+from ._remoting import RemotingBackend
 from .exceptions import FerryError, InvalidArgumentError
 
 __all__ = ["DeliveryCallback", "Producer", "TransactionResolution"]
@@ -34,17 +36,6 @@ class TransactionResolution(enum.Enum):
     COMMIT = "commit"
     ROLLBACK = "rollback"
     UNKNOWN = "unknown"
-
-
-def _backend(endpoints: str | Sequence[str]) -> type[_native.RocketMQProducer]:
-    """Pick the producer implementation for ``endpoints`` (by scheme)."""
-    first = endpoints if isinstance(endpoints, str) else (endpoints[0] if endpoints else "")
-    scheme = first.split("://", 1)[0].lower() if "://" in first else ""
-    if scheme in ("", "rocketmq", "rocketmqs", "grpc", "grpcs", "http", "https"):
-        return _native.RocketMQProducer
-    if scheme == "jmq":
-        raise InvalidArgumentError("endpoints: jmq:// is served by ferrymq._jmq.JmqBackend")
-    raise InvalidArgumentError(f"endpoints: unsupported scheme {scheme!r} in {first!r}")
 
 
 class Producer:
@@ -90,7 +81,13 @@ class Producer:
         jmq_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._impl: _native.RocketMQProducer
-        if is_jmq(endpoints):
+        protocol = protocol_of(endpoints)
+        if protocol == "nats":
+            raise InvalidArgumentError(
+                "endpoints: nats:// is published to with ferrymq.JetStream (or "
+                "ferrymq.AsyncPublisher(JetStream(...))), not Producer"
+            )
+        if protocol == "jmq":
             # JmqBackend offers the same methods (duck-typed); its receipts are
             # ferrymq.JmqSendReceipt and its transactions take their topic from the first send.
             self._impl = cast(
@@ -108,7 +105,7 @@ class Producer:
                 ),
             )
             return
-        if is_remoting(endpoints):
+        if protocol == "remoting":
             # Duck-typed like JmqBackend: send/send_batch; produce and transactions refused.
             self._impl = cast(
                 "_native.RocketMQProducer",
@@ -121,8 +118,7 @@ class Producer:
                 ),
             )
             return
-        backend = _backend(endpoints)
-        self._impl = backend(
+        self._impl = _native.RocketMQProducer(
             endpoints,
             topics=list(topics),
             credentials=credentials,

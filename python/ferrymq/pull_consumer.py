@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 
 from . import _native
+from ._endpoints import first_endpoint, protocol_of
 from ._native import Credentials, MessageView
 from .exceptions import InvalidArgumentError
 
@@ -114,11 +115,10 @@ class PullConsumer:
         namespace: str | None = None,
         request_timeout: float | timedelta | None = None,
     ) -> None:
-        first = endpoints if isinstance(endpoints, str) else (endpoints[0] if endpoints else "")
-        if not isinstance(first, str) or not first.strip().lower().startswith("remoting://"):
+        if protocol_of(endpoints) != "remoting":
             raise InvalidArgumentError(
                 f"endpoints: PullConsumer reads RocketMQ over the remoting protocol; give the "
-                f"name servers as remoting://host:port (got {first!r})"
+                f"name servers as remoting://host:port (got {first_endpoint(endpoints)!r})"
             )
         if not isinstance(group, str) or not group.strip():
             raise InvalidArgumentError("group: must be a non-empty string")

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .._endpoints import Protocol, protocol_of
 from ..exceptions import InvalidArgumentError
 
 __all__ = [
@@ -47,7 +48,7 @@ LATEST = -1
 
 #: ``remoting`` is RocketMQ over its classic TCP protocol (name server + brokers); ``rocketmq`` is
 #: RocketMQ 5 over gRPC (a proxy).
-Backend = Literal["rocketmq", "remoting", "nats", "jmq"]
+Backend = Protocol
 
 
 def _bad(option: str, why: str) -> InvalidArgumentError:
@@ -55,18 +56,12 @@ def _bad(option: str, why: str) -> InvalidArgumentError:
 
 
 def backend_of(endpoints: str) -> Backend:
-    """The backend an endpoint string names: ``remoting://`` → RocketMQ over the remoting
-    protocol (name servers, or a 5.x proxy's remoting port in cluster mode), ``nats://`` → NATS
-    JetStream, ``jmq://`` → JMQ4, anything else (``host:port[;host:port]``, ``rocketmq://``) →
-    RocketMQ 5 over gRPC."""
-    e = endpoints.strip().lower()
-    if e.startswith("remoting://"):
-        return "remoting"
-    if e.startswith(("nats://", "tls://")):
-        return "nats"
-    if e.startswith("jmq://"):
-        return "jmq"
-    return "rocketmq"
+    """The backend an endpoint string names (:func:`ferrymq._endpoints.protocol_of`, the
+    resolver every ferrymq class uses): ``remoting://`` → RocketMQ over the remoting protocol
+    (name servers, or a 5.x proxy's remoting port in cluster mode), ``nats://`` / ``tls://`` →
+    NATS JetStream, ``jmq://`` → JMQ4, ``host:port[;host:port]`` / ``rocketmq://`` → RocketMQ 5
+    over gRPC. An unknown scheme raises ``InvalidArgumentError`` naming ``endpoints``."""
+    return protocol_of(endpoints)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
