@@ -150,9 +150,20 @@ def test_fifo_order_per_message_group(
     producer = Producer(server.endpoints, topics=[topic]).start()
     closing.append(producer)
     groups = [f"order-{i}" for i in range(4)]
-    for i in range(40):
+    for i in range(20):
         g = groups[i % len(groups)]
         producer.send(Message(topic, f"{g}:{i}".encode(), message_group=g))
+    # One batch holding every group: each group is sent in order, the groups side by side.
+    batch = [
+        Message(topic, f"{g}:{i}".encode(), message_group=g)
+        for i in range(20, 40)
+        for g in [groups[i % len(groups)]]
+    ]
+    receipts = producer.send_batch(batch)
+    for g in groups:
+        mine = [r for r, m in zip(receipts, batch, strict=True) if m.message_group == g]
+        assert len({r.queue_id for r in mine}) == 1
+        assert [r.offset for r in mine] == sorted(r.offset for r in mine)
     seen: dict[str, list[int]] = defaultdict(list)
     lock = threading.Lock()
 

@@ -357,22 +357,32 @@ impl Producer {
         let _guard = self.enter()?;
         self.validate(&messages, false)?;
         if messages[0].message_group().is_some() {
-            let mut out = Vec::with_capacity(messages.len());
-            let mut failed: Option<Error> = None;
-            for m in messages {
-                if let Some(e) = &failed {
-                    out.push(Err(super::route::replicate(e).context(
-                        "not sent: an earlier message of its message group failed",
-                    )));
-                    continue;
-                }
-                let r = self.send(m).await;
-                if let Err(e) = &r {
-                    failed = Some(super::route::replicate(e));
-                }
-                out.push(r);
+            // Each message group in order, one message at a time (the next is sent once the
+            // broker stored the previous); groups in parallel.
+            let n = messages.len();
+            let mut index: std::collections::HashMap<String, usize> = Default::default();
+            let mut groups: Vec<Vec<(usize, Message)>> = Vec::new();
+            for (i, m) in messages.into_iter().enumerate() {
+                let g = m.message_group().unwrap_or_default().to_string();
+                let slot = *index.entry(g).or_insert_with(|| {
+                    groups.push(Vec::new());
+                    groups.len() - 1
+                });
+                groups[slot].push((i, m));
             }
-            return Ok(out);
+            let done: Vec<Vec<(usize, Result<SendReceipt>)>> =
+                futures::stream::iter(groups.into_iter().map(|g| self.send_in_order(g)))
+                    .buffer_unordered(BATCH_CONCURRENCY)
+                    .collect()
+                    .await;
+            let mut out: Vec<Option<Result<SendReceipt>>> = (0..n).map(|_| None).collect();
+            for (i, r) in done.into_iter().flatten() {
+                out[i] = Some(r);
+            }
+            return Ok(out
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(Error::internal("a message got no result"))))
+                .collect());
         }
         Ok(
             futures::stream::iter(messages.into_iter().map(|m| self.send(m)))
@@ -380,6 +390,32 @@ impl Producer {
                 .collect()
                 .await,
         )
+    }
+
+    /// Send the messages of one message group in order; after a failure the rest of the group
+    /// is not sent (each later message reports why).
+    async fn send_in_order(
+        &self,
+        group: Vec<(usize, Message)>,
+    ) -> Vec<(usize, Result<SendReceipt>)> {
+        let mut out = Vec::with_capacity(group.len());
+        let mut failed: Option<Error> = None;
+        for (i, m) in group {
+            if let Some(e) = &failed {
+                out.push((
+                    i,
+                    Err(super::route::replicate(e)
+                        .context("not sent: an earlier message of its message group failed")),
+                ));
+                continue;
+            }
+            let r = self.send(m).await;
+            if let Err(e) = &r {
+                failed = Some(super::route::replicate(e));
+            }
+            out.push((i, r));
+        }
+        out
     }
 
     /// Publish many messages that differ only in their bodies, packed many to a `SendMessage`:
@@ -540,12 +576,6 @@ impl Producer {
                         kind.as_str(),
                         m.kind().as_str()
                     ),
-                ));
-            }
-            if m.message_group() != first.message_group() {
-                return Err(Error::invalid(
-                    "messages",
-                    "the FIFO messages of a batch must share one message_group",
                 ));
             }
             if m.body().is_empty() {
@@ -998,6 +1028,33 @@ mod tests {
                 .kind(),
             ErrorKind::Closed
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_of_several_message_groups_keeps_each_group_in_order() {
+        let b = broker(1).await;
+        b.create_topic("f", "FIFO", 8).unwrap();
+        let p = producer(&b, &["f"]).await;
+        let groups = ["g-a", "g-b", "g-c"];
+        let msgs: Vec<Message> = (0..30)
+            .map(|i| {
+                Message::builder("f", format!("m{i}"))
+                    .message_group(groups[i % 3])
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let rs = p.send_batch(msgs).await.unwrap();
+        assert_eq!(rs.len(), 30);
+        for g in 0..3 {
+            let mine: Vec<&SendReceipt> = rs.iter().skip(g).step_by(3).collect();
+            assert!(mine.windows(2).all(|w| w[0].queue_id == w[1].queue_id));
+            assert!(
+                mine.windows(2).all(|w| w[0].offset < w[1].offset),
+                "group {g} out of order"
+            );
+        }
+        p.close().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
