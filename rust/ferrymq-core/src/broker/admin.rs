@@ -160,7 +160,7 @@ impl Broker {
         match mode {
             Some(Unavailable::Refuse) => {
                 ep.faults.io.set_frozen(false);
-                ep.stop_accepting();
+                ep.stop_accepting_and_wait().await;
                 ep.faults.io.cut_all();
             }
             Some(Unavailable::Hang) => {

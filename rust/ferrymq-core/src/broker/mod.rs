@@ -115,6 +115,17 @@ impl Endpoint {
             t.abort();
         }
     }
+
+    /// Stop accepting and wait until the accept task is gone, so its listener is closed and
+    /// the port can be bound again at once (an abort alone takes effect whenever the runtime
+    /// next gets to the task).
+    async fn stop_accepting_and_wait(&self) {
+        let task = self.accept.lock().take();
+        if let Some(t) = task {
+            t.abort();
+            let _ = t.await;
+        }
+    }
 }
 
 /// State shared by every endpoint.
