@@ -143,6 +143,23 @@ class RocketMQSource:
                     log.debug("UpdateOffset %s/%s=%s failed: %s", topic, partition, off, e)
 
 
+def _rocketmq_message(m: OutMessage) -> Any:
+    """A RocketMQ message for a sink row: the row's key, then the write id, as message keys."""
+    keys: list[str] = []
+    if m.key is not None:
+        keys.append(m.key.decode("utf-8", "surrogateescape"))
+    if m.write_id is not None:
+        keys.append(m.write_id)
+    return _native.Message(
+        m.topic,
+        m.value,
+        keys=keys or None,
+        tag=m.tag,
+        properties=m.headers or None,
+        message_group=m.message_group,
+    )
+
+
 class RocketMQSink:
     """Batched sends with the RocketMQ producer; the write id goes into the message keys."""
 
@@ -181,21 +198,7 @@ class RocketMQSink:
         producer = self._producer()
         by_topic: dict[str, list[Any]] = {}
         for m in messages:
-            keys: list[str] = []
-            if m.key is not None:
-                keys.append(m.key.decode("utf-8", "surrogateescape"))
-            if m.write_id is not None:
-                keys.append(m.write_id)
-            by_topic.setdefault(m.topic, []).append(
-                _native.Message(
-                    m.topic,
-                    m.value,
-                    keys=keys or None,
-                    tag=m.tag,
-                    properties=m.headers or None,
-                    message_group=m.message_group,
-                )
-            )
+            by_topic.setdefault(m.topic, []).append(_rocketmq_message(m))
         for batch in by_topic.values():
             # A FIFO group must stay on its queue: send those one group at a time.
             groups: dict[str | None, list[Any]] = {}
@@ -280,24 +283,7 @@ class RemotingSink:
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
             return
-        batch = []
-        for m in messages:
-            keys: list[str] = []
-            if m.key is not None:
-                keys.append(m.key.decode("utf-8", "surrogateescape"))
-            if m.write_id is not None:
-                keys.append(m.write_id)
-            batch.append(
-                _native.Message(
-                    m.topic,
-                    m.value,
-                    keys=keys or None,
-                    tag=m.tag,
-                    properties=m.headers or None,
-                    message_group=m.message_group,
-                )
-            )
-        self._producer().send_batch(batch)
+        self._producer().send_batch([_rocketmq_message(m) for m in messages])
 
 
 # --------------------------------------------------------------------------------------------

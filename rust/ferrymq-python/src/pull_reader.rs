@@ -17,7 +17,8 @@ pub struct PyPullReader {
     reader: PullReader,
 }
 
-fn policy(policy: &str, timestamp_ms: Option<i64>) -> PyResult<OffsetPolicy> {
+/// The offset policy of `query_offset` (shared with the remoting reader).
+pub(crate) fn policy(policy: &str, timestamp_ms: Option<i64>) -> PyResult<OffsetPolicy> {
     match (policy, timestamp_ms) {
         ("beginning", None) => Ok(OffsetPolicy::Beginning),
         ("end", None) => Ok(OffsetPolicy::End),
@@ -37,7 +38,8 @@ fn policy(policy: &str, timestamp_ms: Option<i64>) -> PyResult<OffsetPolicy> {
     }
 }
 
-fn queue(key: &str) -> PyResult<QueueRef> {
+/// A queue key `"<broker>:<queue id>"` (shared with the remoting reader).
+pub(crate) fn queue(key: &str) -> PyResult<QueueRef> {
     QueueRef::parse(key).map_err(to_pyerr)
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use ferrymq_core::remoting::{BatchReceipt, RemotingClient, RemotingOptions, RemotingReader};
 use ferrymq_core::rocketmq::endpoints::Endpoints;
 use ferrymq_core::rocketmq::producer::SendReceipt;
-use ferrymq_core::rocketmq::pull::{OffsetPolicy, QueueRef};
+use ferrymq_core::rocketmq::pull::QueueRef;
 use ferrymq_core::Message;
 use pyo3::prelude::*;
 
@@ -17,6 +17,7 @@ use crate::columns::PyMessageColumns;
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::producer::{extract_messages, PySendReceipt};
+use crate::pull_reader;
 use crate::runtime::{future_into_py, RuntimeRef};
 
 /// Default time a remoting request may take (the broker answers within milliseconds).
@@ -51,30 +52,6 @@ pub(crate) fn options(
             .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
         namespace: namespace.filter(|n| !n.is_empty()),
     })
-}
-
-fn policy(policy: &str, timestamp_ms: Option<i64>) -> PyResult<OffsetPolicy> {
-    match (policy, timestamp_ms) {
-        ("beginning", None) => Ok(OffsetPolicy::Beginning),
-        ("end", None) => Ok(OffsetPolicy::End),
-        ("timestamp", Some(ms)) => Ok(OffsetPolicy::Timestamp(ms)),
-        ("timestamp", None) => Err(invalid(
-            "timestamp_ms",
-            "is required by policy \"timestamp\"",
-        )),
-        ("beginning" | "end", Some(_)) => Err(invalid(
-            "timestamp_ms",
-            "is only allowed with policy \"timestamp\"",
-        )),
-        (other, _) => Err(invalid(
-            "policy",
-            format!("{other:?} is not \"beginning\", \"end\" or \"timestamp\""),
-        )),
-    }
-}
-
-fn queue(key: &str) -> PyResult<QueueRef> {
-    QueueRef::parse(key).map_err(to_pyerr)
 }
 
 /// Offset-based reader of RocketMQ queues over the remoting protocol.
@@ -130,8 +107,8 @@ impl PyRemotingReader {
         policy: &str,
         timestamp_ms: Option<i64>,
     ) -> PyResult<i64> {
-        let p = self::policy(policy, timestamp_ms)?;
-        let q = self::queue(queue)?;
+        let p = pull_reader::policy(policy, timestamp_ms)?;
+        let q = pull_reader::queue(queue)?;
         let r = self.reader.clone();
         self.rt
             .block_on(py, async move { r.query_offset(&topic, &q, p).await })
@@ -144,7 +121,7 @@ impl PyRemotingReader {
         topic: String,
         queue: &str,
     ) -> PyResult<Option<i64>> {
-        let q = self::queue(queue)?;
+        let q = pull_reader::queue(queue)?;
         let r = self.reader.clone();
         self.rt
             .block_on(py, async move { r.committed_offset(&topic, &q).await })
@@ -158,7 +135,7 @@ impl PyRemotingReader {
         queue: &str,
         offset: i64,
     ) -> PyResult<()> {
-        let q = self::queue(queue)?;
+        let q = pull_reader::queue(queue)?;
         let r = self.reader.clone();
         self.rt
             .block_on(py, async move { r.commit_offset(&topic, &q, offset).await })
@@ -179,7 +156,7 @@ impl PyRemotingReader {
         if max_rows == 0 {
             return Err(invalid("max_rows", "must be at least 1"));
         }
-        let q = self::queue(queue)?;
+        let q = pull_reader::queue(queue)?;
         let r = self.reader.clone();
         let read = self.rt.block_on(py, async move {
             r.read_range(&topic, &q, start, end, max_rows).await
