@@ -18,6 +18,7 @@
 //! | [`route`] | QueryRoute / QueryAssignment answers |
 //! | [`send`] | SendMessage checks, message kinds, queue choice |
 //! | [`telemetry`] | client settings per endpoint, merged echo, pushed commands |
+//! | [`cursor`] | POP cursor of one group on one queue: per-offset slots, in-flight count |
 //! | [`pop`] | receive / ack / invisibility / receipt handles / FIFO blocking / DLQ |
 //! | [`transaction`] | half messages, EndTransaction, orphan check-back |
 //! | [`timer`] | delayed delivery and RecallMessage |
@@ -32,6 +33,7 @@
 pub mod admin;
 pub mod auth;
 pub mod config;
+pub mod cursor;
 pub mod fault;
 pub mod pop;
 pub mod remoting;
