@@ -28,6 +28,7 @@
 //! | [`remoting`] | the classic remoting protocol: listener, connections, name server, offsets, ACL |
 //! | [`remoting_pull`] | remoting pulls (result codes, long polling) and the stored-record format |
 //! | [`remoting_send`] | remoting sends and batches, mapped onto the store's messages |
+//! | [`remoting_wire`] | what the remoting handlers share: connection, replies, header fields |
 //! | [`admin`] | topics/groups admin, faults, commands and inspection of a running [`Broker`] |
 
 pub mod admin;
@@ -39,6 +40,7 @@ pub mod pop;
 pub mod remoting;
 pub mod remoting_pull;
 pub mod remoting_send;
+pub mod remoting_wire;
 pub mod route;
 pub mod send;
 pub mod service;
