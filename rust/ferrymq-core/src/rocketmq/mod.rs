@@ -27,7 +27,7 @@ pub mod settle;
 pub mod simple_consumer;
 pub mod telemetry;
 
-pub use client::{check_status, deadline, Client, ClientOptions};
+pub use client::{check_status, deadline, Client, ClientOptions, CommandHandler, NoCommands};
 pub use connection::TlsOptions;
 pub use endpoints::Endpoints;
 pub use message_view::MessageView;
@@ -35,4 +35,3 @@ pub use metadata::Credentials;
 pub use producer::{Producer, SendReceipt, Transaction, TransactionChecker, TransactionResolution};
 pub use route::TopicRoute;
 pub use settings::{EffectiveSettings, RetryPolicy};
-pub use telemetry::{CommandHandler, NoCommands};

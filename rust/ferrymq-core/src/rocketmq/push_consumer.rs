@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::client::{Client, ClientOptions};
+use crate::rocketmq::client::{Client, ClientOptions, CommandHandler};
 use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::listener::{ConsumeResult, Delivery, Listener};
@@ -31,7 +31,6 @@ use crate::rocketmq::message_view::MessageView;
 use crate::rocketmq::process_queue::{receive_loop, ProcessQueue};
 use crate::rocketmq::settle::{self, SettleHandle};
 use crate::rocketmq::simple_consumer::subscription_settings;
-use crate::rocketmq::telemetry::CommandHandler;
 use crate::status;
 
 /// Java's default cap on cached messages per consumer.
