@@ -1,5 +1,5 @@
 //! What every remoting request handler of the embedded broker shares: the connection a request
-//! arrived on ([`Conn`]), the reply type ([`Answer`]), replies as a Java server sends them, and
+//! arrived on (`Conn`), the reply type (`Answer`), replies as a Java server sends them, and
 //! reading required header fields.
 //!
 //! The server loop ([`remoting`](super::remoting)) and the pull and send handlers

@@ -2,7 +2,7 @@
 //!
 //! * The client's `Settings` are the first command on every stream; the server answers with its
 //!   merged settings, which the client applies ([`super::settings::EffectiveSettings`]).
-//! * The session does not know the client's type: the client implements [`SessionOwner`] and
+//! * The session does not know the client's type: the client implements `SessionOwner` and
 //!   passes itself down. Settings answers and server commands go to it as calls (orphaned-
 //!   transaction recovery, message verification, `ReconnectEndpoints` dropping the channel before
 //!   the stream is re-opened); thread stack traces are answered here.

@@ -1,7 +1,7 @@
 //! Consume services: what the push consumer does with messages its process queues received.
 //!
 //! * **Standard** (non-FIFO groups): every message goes to the listener at once; the result is
-//!   settled by [`settle`](super::settle): SUCCESS → ack, FAILURE → change the
+//!   settled by [`settle`]: SUCCESS → ack, FAILURE → change the
 //!   invisible duration to the retry policy's delay for that delivery attempt (the broker
 //!   redelivers, and moves the message to the DLQ after the last attempt). A corrupted message
 //!   is not shown to the listener; it is settled as a failure.
@@ -15,7 +15,7 @@
 //!   queue; with it, each message group is its own lane, so different groups run in parallel
 //!   while every group stays strictly ordered.
 //!
-//! The receive loop ([`super::receive`]) calls [`dispatch`]; this module imports the shared
+//! The receive loop ([`super::receive`]) calls `dispatch`; this module imports the shared
 //! context, the process queue and the settler, never the receive loop or the consumer.
 
 use std::collections::VecDeque;

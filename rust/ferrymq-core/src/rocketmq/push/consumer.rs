@@ -5,7 +5,7 @@
 //! it asks the broker which queues of each subscribed topic this group should read, creating a
 //! [`ProcessQueue`] with its receive loop for each new queue and dropping the ones that went
 //! away) and the settler task. Received messages go through the consume service to a
-//! [`Listener`]; results are settled by [`settle`](super::settle).
+//! [`Listener`]; results are settled by [`settle`].
 //!
 //! [`PushConsumer::shutdown`] stops receiving, abandons messages whose callback has not started
 //! (they were never consumed, so the broker redelivers them), waits for running callbacks and

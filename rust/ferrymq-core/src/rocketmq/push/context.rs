@@ -1,6 +1,6 @@
 //! What every task of one push consumer shares: its configuration ([`PushConsumerConfig`]), the
-//! [`Context`] (broker calls, stats, listener, shutdown tokens) and the settle channel the
-//! consume services hand finished messages to ([`SettleHandle`], [`Job`]; the settler task that
+//! `Context` (broker calls, stats, listener, shutdown tokens) and the settle channel the
+//! consume services hand finished messages to (`SettleHandle`, `Job`; the settler task that
 //! reads it is in [`super::settle`]).
 //!
 //! It imports [`super::stats`] and [`super::process_queue`] (a job names its process queue);

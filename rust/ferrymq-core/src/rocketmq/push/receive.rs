@@ -2,7 +2,7 @@
 //! them to the consume service; back off when the broker throttles or a receive fails (see the
 //! workflow in [`super::process_queue`]).
 //!
-//! It sits above the cache ([`super::process_queue`]), the shared [`Context`] and the consume
+//! It sits above the cache ([`super::process_queue`]), the shared `Context` and the consume
 //! service it dispatches to; only the consumer imports it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

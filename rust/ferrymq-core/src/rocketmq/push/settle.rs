@@ -13,9 +13,9 @@
 //! the throughput; FIFO groups linger only below [`FIFO_ACK_LINGER_BELOW`] entries). The channel
 //! holds at most one job per cached message, so the cache limits bound it.
 //!
-//! The channel itself ([`SettleHandle`](super::context::SettleHandle) and its jobs) is part of
-//! the shared [`Context`] in [`super::context`]; this module is the task that reads it and
-//! imports nothing else from the push consumer.
+//! The channel itself (`SettleHandle` and its jobs) is part of the shared `Context` in
+//! [`super::context`]; this module is the task that reads it and imports nothing else from the
+//! push consumer.
 
 use std::sync::Arc;
 use std::time::Duration;
