@@ -24,7 +24,7 @@ use ferrymq_core::rocketmq::listener::{
     BatchListener, ConsumeResult, Delivery, Listener, Stopped, WorkerPool,
 };
 use ferrymq_core::rocketmq::message_view::MessageView;
-use ferrymq_core::rocketmq::push_consumer::{PushConsumer, PushConsumerConfig, StatsSnapshot};
+use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, StatsSnapshot};
 use ferrymq_core::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
 use ferrymq_core::Error;
 use parking_lot::Mutex;

@@ -21,6 +21,7 @@ mod nats_range;
 mod offset_consumer;
 mod probe;
 mod producer;
+mod publish_args;
 mod publisher;
 mod pull_reader;
 mod remoting;
@@ -79,7 +80,9 @@ mod _native {
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
     #[pymodule_export]
-    use crate::publisher::{PublisherCore, PyEventBatch, PyFlight, PyPublishAck};
+    use crate::publish_args::PyPublishAck;
+    #[pymodule_export]
+    use crate::publisher::{PublisherCore, PyEventBatch, PyFlight};
     #[pymodule_export]
     use crate::pull_reader::PyPullReader;
     #[pymodule_export]

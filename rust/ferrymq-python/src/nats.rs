@@ -13,7 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
-use crate::publisher::{extract_outgoing, OptionArgs, PyPublishAck};
+use crate::publish_args::{extract_outgoing, OptionArgs, PyPublishAck};
 use crate::runtime::{future_into_py, RuntimeRef};
 
 fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {

@@ -8,170 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use ferrymq_core::publisher::{
-    Event, EventKind, Events, Flight, Outcome, Outgoing, PublishAck, PublishBackend,
-    PublishOptions, Publisher, PublisherConfig, RetryPolicy, State, MAX_IN_FLIGHT,
+    Event, EventKind, Events, Flight, Outcome, PublishBackend, Publisher, PublisherConfig,
+    RetryPolicy, State, MAX_IN_FLIGHT,
 };
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict};
 use tokio::sync::mpsc;
 
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr, to_pyerr_ref};
-use crate::message::{extract_body, PyMessage};
+use crate::message::PyMessage;
+use crate::publish_args::{extract_outgoing, OptionArgs, PyPublishAck};
 use crate::runtime::{future_into_py, RuntimeRef};
-
-/// A publish acknowledgement.
-#[pyclass(name = "PublishAck", module = "ferrymq", frozen, skip_from_py_object)]
-#[derive(Clone)]
-pub struct PyPublishAck {
-    pub inner: PublishAck,
-}
-
-#[pymethods]
-impl PyPublishAck {
-    /// The id the message was published with (`Nats-Msg-Id` on JetStream).
-    #[getter]
-    fn message_id(&self) -> &str {
-        &self.inner.message_id
-    }
-    /// The stream (JetStream) or topic that stored the message.
-    #[getter]
-    fn stream(&self) -> &str {
-        &self.inner.stream
-    }
-    /// The stream sequence (JetStream) or queue offset.
-    #[getter]
-    fn sequence(&self) -> u64 {
-        self.inner.sequence
-    }
-    /// True when the broker recognised the id as a duplicate and did not store it again.
-    #[getter]
-    fn duplicate(&self) -> bool {
-        self.inner.duplicate
-    }
-    /// The JetStream domain, if any.
-    #[getter]
-    fn domain(&self) -> Option<&str> {
-        self.inner.domain.as_deref()
-    }
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .cast::<PyPublishAck>()
-            .is_ok_and(|o| o.get().inner == self.inner)
-    }
-    fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.inner.message_id.hash(&mut h);
-        self.inner.stream.hash(&mut h);
-        self.inner.sequence.hash(&mut h);
-        h.finish()
-    }
-    fn __repr__(&self) -> String {
-        let a = &self.inner;
-        format!(
-            "PublishAck(message_id={:?}, stream={:?}, sequence={}, duplicate={})",
-            a.message_id,
-            a.stream,
-            a.sequence,
-            if a.duplicate { "True" } else { "False" }
-        )
-    }
-}
-
-/// Read an optional `Mapping[str, str]` of headers, keeping its order.
-pub fn extract_headers(headers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
-    let Some(h) = headers else {
-        return Ok(Vec::new());
-    };
-    if h.is_none() {
-        return Ok(Vec::new());
-    }
-    let d = h
-        .cast::<PyDict>()
-        .map_err(|_| invalid("headers", "must be a dict of str to str"))?;
-    let mut out = Vec::with_capacity(d.len());
-    for (k, v) in d.iter() {
-        let k: String = k
-            .extract()
-            .map_err(|_| invalid("headers", "names must be str"))?;
-        let v: String = v
-            .extract()
-            .map_err(|_| invalid("headers", format!("value of {k:?} must be str")))?;
-        out.push((k, v));
-    }
-    Ok(out)
-}
-
-/// Publish options given as keyword arguments.
-#[derive(Default)]
-pub struct OptionArgs {
-    pub message_id: Option<String>,
-    pub expected_stream: Option<String>,
-    pub expected_last_sequence: Option<u64>,
-    pub expected_last_subject_sequence: Option<u64>,
-    pub expected_last_msg_id: Option<String>,
-}
-
-impl OptionArgs {
-    fn into_options(self) -> PublishOptions {
-        PublishOptions {
-            message_id: self.message_id,
-            expected_stream: self.expected_stream,
-            expected_last_sequence: self.expected_last_sequence,
-            expected_last_subject_sequence: self.expected_last_subject_sequence,
-            expected_last_msg_id: self.expected_last_msg_id,
-        }
-    }
-}
-
-/// Build an [`Outgoing`] from `subject` (a str, or a `ferrymq.Message`), `body` and options.
-pub fn extract_outgoing(
-    subject: &Bound<'_, PyAny>,
-    body: Option<&Bound<'_, PyAny>>,
-    headers: Option<&Bound<'_, PyAny>>,
-    options: OptionArgs,
-) -> PyResult<Outgoing> {
-    let body = body.filter(|b| !b.is_none());
-    if let Ok(m) = subject.cast::<PyMessage>() {
-        if body.is_some() {
-            return Err(invalid(
-                "body",
-                "pass either a ferrymq.Message or a subject and a body, not both",
-            ));
-        }
-        let msg = m.get().inner.clone();
-        let mut hs: Vec<(String, String)> = msg
-            .properties()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        hs.extend(extract_headers(headers)?);
-        return Ok(Outgoing {
-            subject: msg.topic().to_string(),
-            headers: hs,
-            body: msg.body().clone(),
-            options: options.into_options(),
-            message: Some(msg),
-        });
-    }
-    let subject: String = subject
-        .cast::<PyString>()
-        .map_err(|_| invalid("subject", "must be a str (or a ferrymq.Message)"))?
-        .to_str()?
-        .to_owned();
-    let Some(body) = body else {
-        return Err(invalid("body", "is required (bytes)"));
-    };
-    Ok(Outgoing {
-        subject,
-        headers: extract_headers(headers)?,
-        body: extract_body(body)?,
-        options: options.into_options(),
-        message: None,
-    })
-}
 
 /// The native flight behind `ferrymq.Flight`.
 #[pyclass(name = "FlightCore", module = "ferrymq._native", frozen)]

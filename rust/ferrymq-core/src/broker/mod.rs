@@ -18,6 +18,7 @@
 //! | [`route`] | QueryRoute / QueryAssignment answers |
 //! | [`send`] | SendMessage checks, message kinds, queue choice |
 //! | [`telemetry`] | client settings per endpoint, merged echo, pushed commands |
+//! | [`cursor`] | POP cursor of one group on one queue: per-offset slots, in-flight count |
 //! | [`pop`] | receive / ack / invisibility / receipt handles / FIFO blocking / DLQ |
 //! | [`transaction`] | half messages, EndTransaction, orphan check-back |
 //! | [`timer`] | delayed delivery and RecallMessage |
@@ -27,16 +28,19 @@
 //! | [`remoting`] | the classic remoting protocol: listener, connections, name server, offsets, ACL |
 //! | [`remoting_pull`] | remoting pulls (result codes, long polling) and the stored-record format |
 //! | [`remoting_send`] | remoting sends and batches, mapped onto the store's messages |
+//! | [`remoting_wire`] | what the remoting handlers share: connection, replies, header fields |
 //! | [`admin`] | topics/groups admin, faults, commands and inspection of a running [`Broker`] |
 
 pub mod admin;
 pub mod auth;
 pub mod config;
+pub mod cursor;
 pub mod fault;
 pub mod pop;
 pub mod remoting;
 pub mod remoting_pull;
 pub mod remoting_send;
+pub mod remoting_wire;
 pub mod route;
 pub mod send;
 pub mod service;

@@ -1,8 +1,9 @@
 //! POP consumption: what ReceiveMessage, AckMessage, ChangeInvisibleDuration and
 //! ForwardMessageToDeadLetterQueue do to one queue for one consumer group.
 //!
-//! Each (queue, group) pair has a [`Cursor`]: `low` (everything below is done), `next` (nothing
-//! at or above was delivered yet) and one [`Slot`] per offset in between. A delivered message is
+//! Each (queue, group) pair has a [`Cursor`] (defined in [`cursor`](super::cursor), kept by the
+//! queue state in [`store`](super::store)): `low` (everything below is done), `next` (nothing
+//! at or above was delivered yet) and one slot per offset in between. A delivered message is
 //! `Inflight` with a nonce and a `visible_at` time; its receipt handle names the endpoint, queue,
 //! offset and nonce, so a handle stops working as soon as the message is acked, redelivered or
 //! given a new invisible duration (which issues a new nonce). Expired messages are redelivered
@@ -15,11 +16,13 @@
 //! is settled): the group then stays blocked until every one of them is acked or dead-lettered.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use super::cursor::{Cursor, Liveness};
+use super::cursor::{Inflight, Slot};
 use super::store::{QueueState, Stored};
 use crate::proto;
 use crate::status;
@@ -53,59 +56,6 @@ impl std::hash::Hasher for KeyHasher {
 }
 
 type KeySet = HashSet<u64, std::hash::BuildHasherDefault<KeyHasher>>;
-
-/// Whether the client that received an auto-renewed message is still around.
-#[derive(Debug)]
-pub struct Liveness {
-    alive: AtomicBool,
-}
-
-impl Liveness {
-    /// A live marker.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self {
-            alive: AtomicBool::new(true),
-        })
-    }
-    /// Mark the client gone (termination, endpoint restart).
-    pub fn kill(&self) {
-        self.alive.store(false, Ordering::Release);
-    }
-    /// Whether the client is still around.
-    pub fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
-    }
-}
-
-/// The state of one offset for one group.
-#[derive(Debug, Clone)]
-enum Slot {
-    /// Acked, dead-lettered or filtered out.
-    Done,
-    /// Waiting for (re)delivery; only FIFO groups skip messages this way.
-    Ready { attempts: u32 },
-    /// Delivered and invisible until `visible_at`.
-    Inflight(Inflight),
-}
-
-#[derive(Debug, Clone)]
-struct Inflight {
-    nonce: u32,
-    attempts: u32,
-    visible_at: Instant,
-    held_since: Instant,
-    renew: Option<Arc<Liveness>>,
-}
-
-/// POP state of one consumer group on one queue.
-#[derive(Debug)]
-pub struct Cursor {
-    low: u64,
-    next: u64,
-    slots: VecDeque<Slot>,
-    expiry: BinaryHeap<Reverse<(Instant, u64, u32)>>,
-    inflight: usize,
-}
 
 /// A message handed out by a receive.
 #[derive(Debug)]
@@ -230,69 +180,6 @@ impl PopOutcome {
 pub struct HandleError(pub String);
 
 impl Cursor {
-    fn new(start: u64) -> Self {
-        Self {
-            low: start,
-            next: start,
-            slots: VecDeque::new(),
-            expiry: BinaryHeap::new(),
-            inflight: 0,
-        }
-    }
-
-    /// Everything below this offset is done.
-    pub fn low(&self) -> u64 {
-        self.low
-    }
-
-    /// Messages delivered and not yet acked.
-    pub fn inflight(&self) -> usize {
-        self.inflight
-    }
-
-    /// Offsets at or above this were never delivered.
-    pub fn next(&self) -> u64 {
-        self.next
-    }
-
-    /// Forget offsets evicted from the queue.
-    fn sync(&mut self, base: u64) {
-        while self.low < base {
-            if let Some(Slot::Inflight(_)) = self.slots.pop_front() {
-                self.inflight -= 1;
-            }
-            self.low += 1;
-        }
-        self.next = self.next.max(base);
-    }
-
-    fn compact(&mut self) {
-        while let Some(Slot::Done) = self.slots.front() {
-            self.slots.pop_front();
-            self.low += 1;
-        }
-        if self.expiry.len() > 1024 && self.expiry.len() > 4 * self.inflight {
-            let live: Vec<_> = self
-                .slots
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| match s {
-                    Slot::Inflight(f) => {
-                        Some(Reverse((f.visible_at, self.low + i as u64, f.nonce)))
-                    }
-                    _ => None,
-                })
-                .collect();
-            self.expiry = live.into();
-        }
-    }
-
-    fn slot_mut(&mut self, offset: u64) -> Option<&mut Slot> {
-        offset
-            .checked_sub(self.low)
-            .and_then(|i| self.slots.get_mut(i as usize))
-    }
-
     fn deliver(&mut self, offset: u64, attempts: u32, p: &Pop<'_>) -> (u32, Slot) {
         let nonce = p.nonces.fetch_add(1, Ordering::Relaxed);
         let visible_at = crate::duration::deadline(p.now, p.invisible);

@@ -11,6 +11,9 @@
 //!   gRPC `UpdateOffset`), topic creation and heartbeats. When the broker has credentials, every
 //!   broker request must carry a valid ACL signature (§9), else `NO_PERMISSION`.
 //!
+//! The connection type, replies and header-field readers the handlers share are in
+//! [`super::remoting_wire`].
+//!
 //! Any other request code is answered `REQUEST_CODE_NOT_SUPPORTED`. Requests run in arrival
 //! order on their connection, except pulls, which may wait for messages and so run on their own
 //! task; replies carry the request's `opaque`. Shutdown closes the port and cuts connections;
@@ -30,25 +33,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::config::Credentials;
 use super::fault::{FaultIo, Unavailable};
+use super::remoting_wire::{field, flag_field, number, refuse, reply, Answer, Conn, CLUSTER};
 use super::store::{valid_resource_name, Topic, TopicType};
 use super::{remoting_pull, remoting_send, Core, Endpoint};
 use crate::message::MessageKind;
 use crate::proto;
-use crate::remoting::codec::{decode_frame, RemotingCommand, DEFAULT_MAX_FRAME, VERSION};
+use crate::remoting::codec::{decode_frame, RemotingCommand, DEFAULT_MAX_FRAME};
 use crate::remoting::codes::{request as rq, response as rs};
 
-/// `LanguageCode` of the replies: the server is "Java".
-const LANGUAGE_JAVA: u8 = 0;
 /// Oldest client version that gets routes in standard JSON (`V4_9_4`).
 const STANDARD_JSON_VERSION: i32 = 401;
-/// The cluster every endpoint belongs to.
-pub(crate) const CLUSTER: &str = "DefaultCluster";
-/// The region the broker stamps on messages and send replies.
-pub(crate) const REGION: &str = "DefaultRegion";
 
 /// The remoting side of one endpoint.
 #[derive(Debug)]
@@ -75,73 +72,6 @@ impl EndpointState {
             .get(&(group.to_string(), topic.to_string()))
             .cloned()
     }
-}
-
-/// What a request handler needs: the broker, the endpoint, the peer and the connection's end.
-#[derive(Debug)]
-pub(crate) struct Conn {
-    pub(crate) core: Arc<Core>,
-    pub(crate) ep: Arc<Endpoint>,
-    pub(crate) peer: SocketAddr,
-    /// Cancelled when the connection ends or the broker shuts down.
-    pub(crate) closed: CancellationToken,
-}
-
-impl Conn {
-    /// The endpoint's remoting address (the store host of its messages).
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.ep.remoting.addr.unwrap_or(self.ep.addr)
-    }
-}
-
-/// A reply, or the error reply a handler stops with.
-pub(crate) type Answer = Result<RemotingCommand, RemotingCommand>;
-
-/// The reply to `req` with `code`, as a Java server of version 5.3.3 sends it.
-pub(crate) fn reply(req: &RemotingCommand, code: i32, remark: Option<String>) -> RemotingCommand {
-    let mut r = RemotingCommand::response(code, req.opaque, remark);
-    r.language = LANGUAGE_JAVA;
-    r.version = VERSION;
-    r
-}
-
-/// An error reply with a remark.
-pub(crate) fn refuse(
-    req: &RemotingCommand,
-    code: i32,
-    remark: impl Into<String>,
-) -> RemotingCommand {
-    reply(req, code, Some(remark.into()))
-}
-
-/// A required header field; missing, it is the `SYSTEM_ERROR` a Java server answers.
-pub(crate) fn field<'a>(req: &'a RemotingCommand, key: &str) -> Result<&'a str, RemotingCommand> {
-    req.ext(key).ok_or_else(|| {
-        refuse(
-            req,
-            rs::SYSTEM_ERROR,
-            format!("the custom field <{key}> is null"),
-        )
-    })
-}
-
-/// A required numeric header field.
-pub(crate) fn number<T: std::str::FromStr>(
-    req: &RemotingCommand,
-    key: &str,
-) -> Result<T, RemotingCommand> {
-    field(req, key)?.trim().parse().map_err(|_| {
-        refuse(
-            req,
-            rs::SYSTEM_ERROR,
-            format!("the custom field <{key}> is not a number"),
-        )
-    })
-}
-
-/// An optional boolean header field (`Boolean.parseBoolean`: only "true" is true).
-pub(crate) fn flag_field(req: &RemotingCommand, key: &str) -> bool {
-    req.ext(key).is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
 /// Accept connections on `listener` for `ep` until the broker shuts down.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, BytesMut};
 
 use super::pop::Filter;
-use super::remoting::{field, number, refuse, reply, Answer, Conn, CLUSTER, REGION};
+use super::remoting_wire::{field, number, refuse, reply, Answer, Conn, CLUSTER, REGION};
 use super::service::Waiting;
 use super::store::{readable, Stored};
 use crate::proto;

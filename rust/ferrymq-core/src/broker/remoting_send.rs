@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
 
-use super::remoting::{field, flag_field, number, refuse, reply, Answer, Conn, REGION};
 use super::remoting_pull::{offset_msg_id, physical_offset, prop};
+use super::remoting_wire::{field, flag_field, number, refuse, reply, Answer, Conn, REGION};
 use super::send::crc32_digest;
 use super::store::{self, kind_to_proto, now_ms, valid_resource_name, writable, Queue};
 use super::timer::Delayed;

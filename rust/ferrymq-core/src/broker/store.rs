@@ -15,7 +15,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use super::config::{BrokerConfig, WhenFull};
-use super::pop::Cursor;
+use super::cursor::Cursor;
 use crate::error::{Error, Result};
 use crate::message::MessageKind;
 use crate::proto;

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::config::BrokerConfig;
-use super::pop::Liveness;
+use super::cursor::Liveness;
 use super::store::{proto_duration, GroupConfig};
 use crate::error::{Error, Result};
 use crate::proto;

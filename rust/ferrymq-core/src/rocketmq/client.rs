@@ -2,28 +2,31 @@
 //! that producers and consumers build on.
 //!
 //! It owns the channels ([`super::connection`]), the request headers ([`super::metadata`]), the
-//! telemetry sessions ([`super::telemetry`]), the route cache ([`super::route`]), endpoint
+//! telemetry sessions ([`super::telemetry`], which reach the client only through the
+//! `SessionOwner` trait it implements), the route cache ([`super::route`]), endpoint
 //! isolation ([`super::isolation`]), the settings in force ([`super::settings`]) and the periodic
 //! tasks (heartbeat, route refresh, settings sync). Background tasks hold only a weak reference:
 //! dropping the last handle stops them; [`Client::shutdown`] also tells the brokers
 //! (`NotifyClientTermination`).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
+pub use super::connection::deadline;
 use super::connection::{ConnectionOptions, Connections, Stub, TlsOptions};
 use super::endpoints::Endpoints;
 use super::isolation::Isolation;
+use super::message_view::MessageView;
 use super::metadata::{Credentials, RequestMetadata};
 use super::route::{RouteCache, TopicRoute};
 use super::settings::{self, EffectiveSettings};
-use super::telemetry::{CommandHandler, Session};
+use super::telemetry::{CommandStream, Session, SessionOwner};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto;
 use crate::status;
@@ -118,20 +121,48 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// Run `fut` with a deadline; a timeout becomes `ErrorKind::Timeout`.
-pub async fn deadline<T, E, F>(timeout: Duration, fut: F) -> Result<T>
-where
-    F: Future<Output = std::result::Result<T, E>>,
-    Error: From<E>,
-{
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(r) => r.map_err(Error::from),
-        Err(_) => Err(Error::timeout(format!(
-            "no answer within {:.3}s",
-            timeout.as_secs_f64()
-        ))),
+/// What a client does with server → client telemetry commands. Every method has a default, so a
+/// role implements only what it supports.
+pub trait CommandHandler: Send + Sync + 'static {
+    /// The broker asks how an orphaned transaction ended (`RecoverOrphanedTransactionCommand`).
+    /// Resolve it with an `EndTransaction` of `transaction_id` to `endpoints`.
+    fn recover_orphaned_transaction(
+        &self,
+        client: Client,
+        endpoints: Endpoints,
+        message: MessageView,
+        transaction_id: String,
+    ) -> BoxFuture<'static, ()> {
+        let _ = (client, endpoints, transaction_id);
+        tracing::warn!(
+            target: "ferrymq::rocketmq",
+            message_id = %message.message_id(),
+            "orphaned-transaction check received, but this client has no transaction checker"
+        );
+        Box::pin(async {})
+    }
+
+    /// The broker asks the client to consume `message` as a check (`VerifyMessageCommand`);
+    /// answer a status code and message for the `VerifyMessageResult`.
+    fn verify_message(
+        &self,
+        client: Client,
+        message: MessageView,
+    ) -> BoxFuture<'static, (i32, String)> {
+        let _ = (client, message);
+        Box::pin(async {
+            (
+                status::NOT_IMPLEMENTED,
+                "this client has no message listener".to_string(),
+            )
+        })
     }
 }
+
+/// A handler that supports nothing beyond the defaults.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoCommands;
+impl CommandHandler for NoCommands {}
 
 /// `Ok` for `OK` (and `MULTIPLE_RESULTS`, which the caller inspects per entry), else the error.
 pub fn check_status(status: Option<&proto::Status>) -> Result<()> {
@@ -237,7 +268,7 @@ impl Client {
         }
         let timeout = self.settings().request_timeout.max(Duration::from_secs(3));
         let session = Session::new(self.inner.access.clone());
-        let opened = session.open(self, timeout).await?;
+        let opened = session.open(&*self.inner, timeout).await?;
         let gen = session.settings_generation();
         self.inner
             .sessions
@@ -328,12 +359,6 @@ impl Client {
     pub fn routes(&self) -> &RouteCache {
         &self.inner.routes
     }
-    pub(crate) fn connections(&self) -> &Connections {
-        &self.inner.connections
-    }
-    pub(crate) fn handler(&self) -> &Arc<dyn CommandHandler> {
-        &self.inner.handler
-    }
 
     /// A gRPC stub for `endpoints` (shared channel).
     pub fn stub(&self, endpoints: &Endpoints) -> Result<Stub> {
@@ -356,36 +381,7 @@ impl Client {
 
     /// The settings command this client sends first on every telemetry stream.
     pub fn settings_command(&self) -> proto::TelemetryCommand {
-        let local = &self.inner.local;
-        proto::TelemetryCommand {
-            status: None,
-            command: Some(proto::telemetry_command::Command::Settings(
-                proto::Settings {
-                    client_type: Some(self.inner.client_type as i32),
-                    access_point: Some(self.inner.access.to_proto()),
-                    backoff_policy: Some(local.retry_policy.to_proto()),
-                    request_timeout: Some(settings::to_duration(local.request_timeout)),
-                    pub_sub: Some(self.inner.pub_sub.read().clone()),
-                    user_agent: Some(proto::Ua {
-                        language: proto::Language::Python as i32,
-                        version: format!("ferrymq-{}", crate::VERSION),
-                        platform: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
-                        hostname: super::metadata::hostname().to_string(),
-                    }),
-                    metric: None,
-                    client_properties: HashMap::new(),
-                },
-            )),
-        }
-    }
-
-    pub(crate) fn apply_server_settings(&self, s: &proto::Settings) {
-        let merged = self
-            .inner
-            .local
-            .merge_server(s, self.inner.options.max_attempts);
-        tracing::debug!(target: "ferrymq::rocketmq", settings = ?merged, "server settings applied");
-        *self.inner.effective.write() = Arc::new(merged);
+        self.inner.settings_command()
     }
 
     /// Replace what the client announces (a consumer's subscriptions, a producer's topics) and
@@ -590,6 +586,76 @@ impl Client {
     }
 }
 
+impl SessionOwner for ClientInner {
+    fn settings_command(&self) -> proto::TelemetryCommand {
+        let local = &self.local;
+        proto::TelemetryCommand {
+            status: None,
+            command: Some(proto::telemetry_command::Command::Settings(
+                proto::Settings {
+                    client_type: Some(self.client_type as i32),
+                    access_point: Some(self.access.to_proto()),
+                    backoff_policy: Some(local.retry_policy.to_proto()),
+                    request_timeout: Some(settings::to_duration(local.request_timeout)),
+                    pub_sub: Some(self.pub_sub.read().clone()),
+                    user_agent: Some(proto::Ua {
+                        language: proto::Language::Python as i32,
+                        version: format!("ferrymq-{}", crate::VERSION),
+                        platform: format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+                        hostname: super::metadata::hostname().to_string(),
+                    }),
+                    metric: None,
+                    client_properties: HashMap::new(),
+                },
+            )),
+        }
+    }
+
+    fn open_timeout(&self) -> Duration {
+        self.effective
+            .read()
+            .request_timeout
+            .max(Duration::from_secs(3))
+    }
+
+    fn stub(&self, endpoints: &Endpoints) -> Result<Stub> {
+        self.connections.stub(endpoints)
+    }
+
+    fn request(&self, commands: CommandStream) -> tonic::Request<CommandStream> {
+        let mut req = tonic::Request::new(commands);
+        self.metadata.apply(req.metadata_mut());
+        req
+    }
+
+    fn server_settings(&self, s: &proto::Settings) {
+        let merged = self.local.merge_server(s, self.options.max_attempts);
+        tracing::debug!(target: "ferrymq::rocketmq", settings = ?merged, "server settings applied");
+        *self.effective.write() = Arc::new(merged);
+    }
+
+    fn recover_orphaned_transaction(
+        self: Arc<Self>,
+        endpoints: Endpoints,
+        message: MessageView,
+        transaction_id: String,
+    ) -> BoxFuture<'static, ()> {
+        let client = Client { inner: self };
+        let handler = Arc::clone(&client.inner.handler);
+        handler.recover_orphaned_transaction(client, endpoints, message, transaction_id)
+    }
+
+    fn verify_message(self: Arc<Self>, message: MessageView) -> BoxFuture<'static, (i32, String)> {
+        let client = Client { inner: self };
+        let handler = Arc::clone(&client.inner.handler);
+        handler.verify_message(client, message)
+    }
+
+    fn reset_channel(&self, endpoints: &Endpoints) {
+        self.connections.reset(endpoints);
+    }
+}
+
 /// Drop multi-address endpoints (an access point) whose every address is also a single-address
 /// endpoint of the list: requests to them would only repeat those to the brokers.
 fn without_covered(mut v: Vec<Endpoints>) -> Vec<Endpoints> {
@@ -641,7 +707,6 @@ async fn periodic(weak: Weak<ClientInner>, cancel: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rocketmq::telemetry::NoCommands;
 
     fn producer(endpoints: &str) -> Result<Client> {
         Client::new(

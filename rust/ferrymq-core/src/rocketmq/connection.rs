@@ -4,6 +4,9 @@
 //!
 //! TLS goes through rustls with the `ring` provider: system roots (default), a custom CA file,
 //! or an explicit insecure mode that accepts any certificate (for self-signed test proxies).
+//!
+//! [`deadline`] bounds one RPC on such a channel; the client and the telemetry session both use
+//! it.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -29,6 +32,21 @@ use crate::proto::messaging_service_client::MessagingServiceClient;
 
 /// The gRPC client type used for every RPC.
 pub type Stub = MessagingServiceClient<Channel>;
+
+/// Run `fut` with a deadline; a timeout becomes `ErrorKind::Timeout`.
+pub async fn deadline<T, E, F>(timeout: Duration, fut: F) -> Result<T>
+where
+    F: Future<Output = std::result::Result<T, E>>,
+    Error: From<E>,
+{
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r.map_err(Error::from),
+        Err(_) => Err(Error::timeout(format!(
+            "no answer within {:.3}s",
+            timeout.as_secs_f64()
+        ))),
+    }
+}
 
 /// TLS settings. `None` in [`ConnectionOptions::tls`] means plaintext.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

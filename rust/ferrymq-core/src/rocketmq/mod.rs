@@ -4,12 +4,11 @@
 //! * [`client::Client`] — the cheap `Clone` handle every role shares: channels, headers and
 //!   signing, telemetry, routes, isolation, heartbeats, shutdown.
 //! * [`producer::Producer`] — the publishing workflow of the seed specification.
-//! * [`simple_consumer::SimpleConsumer`] and [`push_consumer::PushConsumer`] — the consumers
-//!   (process queues, consume services, settle path).
+//! * [`simple_consumer::SimpleConsumer`] and [`push::PushConsumer`] — the consumers
+//!   (the push consumer's process queues, consume services and settle path are in [`push`]).
 
 pub mod client;
 pub mod connection;
-pub mod consume_service;
 pub mod consumer_rpc;
 pub mod endpoints;
 pub mod filter;
@@ -17,22 +16,23 @@ pub mod isolation;
 pub mod listener;
 pub mod message_view;
 pub mod metadata;
-pub mod process_queue;
 pub mod producer;
 pub mod pull;
-pub mod push_consumer;
+pub mod push;
 pub mod route;
 pub mod settings;
-pub mod settle;
 pub mod simple_consumer;
 pub mod telemetry;
 
-pub use client::{check_status, deadline, Client, ClientOptions};
+pub use client::{check_status, deadline, Client, ClientOptions, CommandHandler, NoCommands};
 pub use connection::TlsOptions;
 pub use endpoints::Endpoints;
 pub use message_view::MessageView;
 pub use metadata::Credentials;
 pub use producer::{Producer, SendReceipt, Transaction, TransactionChecker, TransactionResolution};
+pub use push::{
+    ConsumerCommands, ConsumerStats, PushConsumer, PushConsumerConfig, ShutdownReport,
+    StatsSnapshot,
+};
 pub use route::TopicRoute;
 pub use settings::{EffectiveSettings, RetryPolicy};
-pub use telemetry::{CommandHandler, NoCommands};

@@ -27,10 +27,9 @@ use futures::StreamExt as _;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::client::{check_status, deadline, Client, ClientOptions};
+use super::client::{check_status, deadline, Client, ClientOptions, CommandHandler};
 use super::endpoints::Endpoints;
 use super::message_view::MessageView;
-use super::telemetry::CommandHandler;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Message, MessageKind};
 use crate::{message_id, proto, status};

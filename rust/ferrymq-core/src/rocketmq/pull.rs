@@ -15,9 +15,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::client::{check_status, deadline, Client, ClientOptions};
+use super::client::{check_status, deadline, Client, ClientOptions, NoCommands};
 use super::endpoints::Endpoints;
-use super::telemetry::NoCommands;
 use crate::columnar::{MessageColumns, Row};
 use crate::error::{Error, Result};
 use crate::proto;

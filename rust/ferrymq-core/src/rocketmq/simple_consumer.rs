@@ -13,11 +13,10 @@ use parking_lot::RwLock;
 
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::client::{Client, ClientOptions};
+use crate::rocketmq::client::{Client, ClientOptions, NoCommands};
 use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc, ReceiveRequest};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
-use crate::rocketmq::telemetry::NoCommands;
 
 /// The longest long-polling time the broker honours (the proxy clamps to [5 s, 20 s]).
 pub const DEFAULT_AWAIT_DURATION: Duration = Duration::from_secs(20);

@@ -2,9 +2,10 @@
 //!
 //! * The client's `Settings` are the first command on every stream; the server answers with its
 //!   merged settings, which the client applies ([`super::settings::EffectiveSettings`]).
-//! * Server commands are dispatched to the client's [`CommandHandler`]: orphaned-transaction
-//!   recovery, message verification, thread stack traces; `ReconnectEndpoints` drops the
-//!   channel and re-opens the stream.
+//! * The session does not know the client's type: the client implements `SessionOwner` and
+//!   passes itself down. Settings answers and server commands go to it as calls (orphaned-
+//!   transaction recovery, message verification, `ReconnectEndpoints` dropping the channel before
+//!   the stream is re-opened); thread stack traces are answered here.
 //! * When the stream ends (broker restart, network failure) the session re-opens it by itself
 //!   with a capped back-off and re-sends the settings. A `UNRECOGNIZED_CLIENT_TYPE` answer to any
 //!   RPC triggers the same re-sync.
@@ -18,7 +19,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Client, ClientInner};
+use super::connection::{deadline, Stub};
 use super::endpoints::Endpoints;
 use super::message_view::{MessageSource, MessageView};
 use crate::error::{Error, Result};
@@ -26,48 +27,39 @@ use crate::proto;
 use crate::proto::telemetry_command::Command;
 use crate::status;
 
-/// What a client does with server → client telemetry commands. Every method has a default, so a
-/// role implements only what it supports.
-pub trait CommandHandler: Send + Sync + 'static {
-    /// The broker asks how an orphaned transaction ended (`RecoverOrphanedTransactionCommand`).
-    /// Resolve it with an `EndTransaction` of `transaction_id` to `endpoints`.
+/// The outgoing half of a telemetry stream.
+pub(crate) type CommandStream = ReceiverStream<proto::TelemetryCommand>;
+
+/// What a session needs from the client that owns it, and where the session hands what the
+/// server sends: the merged settings and the server commands. The client implements it and
+/// passes itself down (held weakly: a dropped client ends the session's loop); the session
+/// never sees the client's own type.
+pub(crate) trait SessionOwner: Send + Sync + 'static {
+    /// The settings command sent first on every stream.
+    fn settings_command(&self) -> proto::TelemetryCommand;
+    /// How long the background loop lets one re-open take.
+    fn open_timeout(&self) -> Duration;
+    /// A gRPC stub for `endpoints` (shared channel).
+    fn stub(&self, endpoints: &Endpoints) -> Result<Stub>;
+    /// `commands` wrapped in a request that carries the client's headers.
+    fn request(&self, commands: CommandStream) -> tonic::Request<CommandStream>;
+    /// The server answered the settings with its merged settings.
+    fn server_settings(&self, settings: &proto::Settings);
+    /// `RecoverOrphanedTransactionCommand` from `endpoints`: the future resolves the
+    /// transaction; the session spawns it.
     fn recover_orphaned_transaction(
-        &self,
-        client: Client,
+        self: Arc<Self>,
         endpoints: Endpoints,
         message: MessageView,
         transaction_id: String,
-    ) -> BoxFuture<'static, ()> {
-        let _ = (client, endpoints, transaction_id);
-        tracing::warn!(
-            target: "ferrymq::rocketmq",
-            message_id = %message.message_id(),
-            "orphaned-transaction check received, but this client has no transaction checker"
-        );
-        Box::pin(async {})
-    }
-
-    /// The broker asks the client to consume `message` as a check (`VerifyMessageCommand`);
-    /// answer a status code and message for the `VerifyMessageResult`.
-    fn verify_message(
-        &self,
-        client: Client,
-        message: MessageView,
-    ) -> BoxFuture<'static, (i32, String)> {
-        let _ = (client, message);
-        Box::pin(async {
-            (
-                status::NOT_IMPLEMENTED,
-                "this client has no message listener".to_string(),
-            )
-        })
-    }
+    ) -> BoxFuture<'static, ()>;
+    /// `VerifyMessageCommand`: the future answers the status code and message that the session
+    /// sends back as the `VerifyMessageResult`.
+    fn verify_message(self: Arc<Self>, message: MessageView) -> BoxFuture<'static, (i32, String)>;
+    /// `ReconnectEndpointsCommand`: drop the channel to `endpoints` (the session then re-opens
+    /// its stream).
+    fn reset_channel(&self, endpoints: &Endpoints);
 }
-
-/// A handler that supports nothing beyond the defaults.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoCommands;
-impl CommandHandler for NoCommands {}
 
 type StackTraceProvider = Box<dyn Fn() -> String + Send + Sync>;
 static STACK_TRACES: OnceLock<StackTraceProvider> = OnceLock::new();
@@ -163,12 +155,12 @@ impl Session {
 
     /// Open a stream, send the settings and wait for the first answer. Used in the foreground at
     /// start-up so connection and authentication failures reach the caller.
-    pub(crate) async fn open(&self, client: &Client, timeout: Duration) -> Result<Opened> {
+    pub(crate) async fn open(&self, owner: &dyn SessionOwner, timeout: Duration) -> Result<Opened> {
         let (tx, rx) = mpsc::channel(64);
-        tx.try_send(client.settings_command())
+        tx.try_send(owner.settings_command())
             .map_err(|_| Error::internal("telemetry channel full at open"))?;
-        let mut stub = client.stub(&self.endpoints)?;
-        let req = client.request(ReceiverStream::new(rx));
+        let mut stub = owner.stub(&self.endpoints)?;
+        let req = owner.request(ReceiverStream::new(rx));
         let fut = async move {
             let mut stream = stub.telemetry(req).await?.into_inner();
             match stream.message().await? {
@@ -178,7 +170,7 @@ impl Session {
                 )),
             }
         };
-        let (stream, first) = super::client::deadline(timeout, fut)
+        let (stream, first) = deadline(timeout, fut)
             .await
             .map_err(|e| e.context(format!("telemetry with {}", self.endpoints)))?;
         if let Some(st) = &first.status {
@@ -190,10 +182,10 @@ impl Session {
         Ok(Opened { tx, stream, first })
     }
 
-    /// The background loop: keep a stream open until `cancel` fires or the client is dropped.
+    /// The background loop: keep a stream open until `cancel` fires or the owner is dropped.
     pub(crate) async fn run(
         self: Arc<Self>,
-        weak: Weak<ClientInner>,
+        weak: Weak<dyn SessionOwner>,
         cancel: CancellationToken,
         mut opened: Option<Opened>,
     ) {
@@ -205,16 +197,13 @@ impl Session {
             let current = match opened.take() {
                 Some(o) => Ok(o),
                 None => {
-                    let Some(client) = Client::upgrade(&weak) else {
+                    let Some(owner) = weak.upgrade() else {
                         break;
                     };
-                    let timeout = client
-                        .settings()
-                        .request_timeout
-                        .max(Duration::from_secs(3));
+                    let timeout = owner.open_timeout();
                     tokio::select! {
                         () = cancel.cancelled() => break,
-                        r = self.open(&client, timeout) => r,
+                        r = self.open(&*owner, timeout) => r,
                     }
                 }
             };
@@ -296,13 +285,17 @@ impl Session {
     }
 
     /// Handle one server command; returns true when the stream must be re-opened.
-    fn handle(self: &Arc<Self>, weak: &Weak<ClientInner>, cmd: proto::TelemetryCommand) -> bool {
-        let Some(client) = Client::upgrade(weak) else {
+    fn handle(
+        self: &Arc<Self>,
+        weak: &Weak<dyn SessionOwner>,
+        cmd: proto::TelemetryCommand,
+    ) -> bool {
+        let Some(owner) = weak.upgrade() else {
             return true;
         };
         match cmd.command {
             Some(Command::Settings(s)) => {
-                client.apply_server_settings(&s);
+                owner.server_settings(&s);
                 self.settings_gen.send_modify(|g| *g += 1);
             }
             Some(Command::RecoverOrphanedTransactionCommand(c)) => {
@@ -310,8 +303,7 @@ impl Session {
                     return false;
                 };
                 tracing::info!(target: "ferrymq::rocketmq", message_id = %view.message_id(), "orphaned transaction check");
-                let fut = client.handler().recover_orphaned_transaction(
-                    client.clone(),
+                let fut = Arc::clone(&owner).recover_orphaned_transaction(
                     self.endpoints.clone(),
                     view,
                     c.transaction_id,
@@ -322,7 +314,7 @@ impl Session {
                 let Some(view) = self.view(c.message) else {
                     return false;
                 };
-                let fut = client.handler().verify_message(client.clone(), view);
+                let fut = Arc::clone(&owner).verify_message(view);
                 let me = Arc::clone(self);
                 tokio::spawn(async move {
                     let (code, message) = fut.await;
@@ -356,7 +348,7 @@ impl Session {
             }
             Some(Command::ReconnectEndpointsCommand(_)) => {
                 tracing::info!(target: "ferrymq::rocketmq", endpoints = %self.endpoints, "broker asked to reconnect");
-                client.connections().reset(&self.endpoints);
+                owner.reset_channel(&self.endpoints);
                 return true;
             }
             Some(Command::NotifyUnsubscribeLiteCommand(c)) => {

@@ -1,352 +1,39 @@
-//! The push consumer: assignments, process queues, consumption and shutdown.
+//! [`PushConsumer`], the top of the push consumer: assignments, process queues, consumption and
+//! shutdown.
 //!
 //! [`PushConsumer::start`] spawns an assignment scan (every [`PushConsumerConfig::assignment_interval`]
 //! it asks the broker which queues of each subscribed topic this group should read, creating a
 //! [`ProcessQueue`] with its receive loop for each new queue and dropping the ones that went
 //! away) and the settler task. Received messages go through the consume service to a
-//! [`Listener`]; results are settled by [`settle`](crate::rocketmq::settle).
+//! [`Listener`]; results are settled by [`settle`].
 //!
 //! [`PushConsumer::shutdown`] stops receiving, abandons messages whose callback has not started
 //! (they were never consumed, so the broker redelivers them), waits for running callbacks and
 //! their acks up to a deadline, and reports what was left.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::sync::futures::Notified;
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
+use super::context::{Context, PushConsumerConfig, SettleHandle};
+use super::process_queue::ProcessQueue;
+use super::receive::receive_loop;
+use super::settle;
+use super::stats::{ConsumerStats, StatsSnapshot};
+use crate::error::Result;
 use crate::proto;
-use crate::rocketmq::client::{Client, ClientOptions};
+use crate::rocketmq::client::{Client, ClientOptions, CommandHandler};
 use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::listener::{ConsumeResult, Delivery, Listener};
 use crate::rocketmq::message_view::MessageView;
-use crate::rocketmq::process_queue::{receive_loop, ProcessQueue};
-use crate::rocketmq::settle::{self, SettleHandle};
 use crate::rocketmq::simple_consumer::subscription_settings;
-use crate::rocketmq::telemetry::CommandHandler;
 use crate::status;
-
-/// Java's default cap on cached messages per consumer.
-pub const DEFAULT_MAX_CACHE_MESSAGES: usize = 4096;
-/// Java's default cap on cached bytes per consumer (64 MiB).
-pub const DEFAULT_MAX_CACHE_BYTES: usize = 64 * 1024 * 1024;
-/// Java's interval between two assignment scans.
-pub const DEFAULT_ASSIGNMENT_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Default of [`PushConsumerConfig::max_concurrent_receives`].
-pub const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 4;
-
-/// Push consumer options.
-#[derive(Debug, Clone)]
-pub struct PushConsumerConfig {
-    /// The consumer group.
-    pub group: String,
-    /// Subscribed topics and their filters.
-    pub subscriptions: Vec<(String, FilterExpression)>,
-    /// Most messages cached (received and not yet settled) by the whole consumer.
-    pub max_cache_messages: usize,
-    /// Most bytes cached by the whole consumer (may be passed by one received batch per
-    /// receive in flight: sizes are known only after a receive).
-    pub max_cache_bytes: usize,
-    /// FIFO groups: consume different message groups of a queue in parallel.
-    pub fifo_accelerator: bool,
-    /// Messages per receive; `None` uses the batch size the broker issued.
-    pub receive_batch_size: Option<u32>,
-    /// Interval between two assignment scans.
-    pub assignment_interval: Duration,
-    /// Most receives in flight per process queue. Beyond the first, receives run only while
-    /// the queue has a backlog (1 = the workflow's single receive loop).
-    pub max_concurrent_receives: usize,
-}
-
-impl Default for PushConsumerConfig {
-    fn default() -> Self {
-        Self {
-            group: String::new(),
-            subscriptions: Vec::new(),
-            max_cache_messages: DEFAULT_MAX_CACHE_MESSAGES,
-            max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
-            fifo_accelerator: false,
-            receive_batch_size: None,
-            assignment_interval: DEFAULT_ASSIGNMENT_INTERVAL,
-            max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
-        }
-    }
-}
-
-impl PushConsumerConfig {
-    /// Check every option; the error names the offending one.
-    pub fn validate(&self) -> Result<()> {
-        if self.group.trim().is_empty() {
-            return Err(Error::invalid("group", "must not be blank"));
-        }
-        if self.subscriptions.is_empty() {
-            return Err(Error::invalid(
-                "subscriptions",
-                "subscribe to at least one topic",
-            ));
-        }
-        for (topic, _) in &self.subscriptions {
-            crate::message::validate_topic(topic)?;
-        }
-        if self.max_cache_messages == 0 {
-            return Err(Error::invalid("max_cache_messages", "must be at least 1"));
-        }
-        if self.max_cache_bytes == 0 {
-            return Err(Error::invalid("max_cache_bytes", "must be at least 1"));
-        }
-        if self.receive_batch_size == Some(0) {
-            return Err(Error::invalid("receive_batch_size", "must be at least 1"));
-        }
-        if self.max_concurrent_receives == 0 {
-            return Err(Error::invalid(
-                "max_concurrent_receives",
-                "must be at least 1",
-            ));
-        }
-        if self.assignment_interval.is_zero() {
-            return Err(Error::invalid("assignment_interval", "must be positive"));
-        }
-        Ok(())
-    }
-}
-
-/// Counters of a consumer. Cache figures are live; the rest only grow.
-#[derive(Debug, Default)]
-pub struct ConsumerStats {
-    cached_messages: AtomicUsize,
-    cached_bytes: AtomicUsize,
-    reserved: AtomicUsize,
-    max_cached_messages: AtomicUsize,
-    max_cached_bytes: AtomicUsize,
-    process_queues: AtomicUsize,
-    received: AtomicU64,
-    consumed_ok: AtomicU64,
-    consumed_failed: AtomicU64,
-    local_retries: AtomicU64,
-    acked: AtomicU64,
-    nacked: AtomicU64,
-    dead_lettered: AtomicU64,
-    invalid_handles: AtomicU64,
-    settle_retries: AtomicU64,
-    settle_abandoned: AtomicU64,
-    receive_failures: AtomicU64,
-    receive_throttled: AtomicU64,
-    cache_full: AtomicU64,
-    changed: Notify,
-}
-
-/// A point-in-time copy of [`ConsumerStats`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StatsSnapshot {
-    /// Assigned queues being received from.
-    pub process_queues: usize,
-    /// Messages received and not yet settled.
-    pub cached_messages: usize,
-    /// Approximate bytes of those messages.
-    pub cached_bytes: usize,
-    /// Highest `cached_messages` seen.
-    pub max_cached_messages: usize,
-    /// Highest `cached_bytes` seen.
-    pub max_cached_bytes: usize,
-    /// Messages received.
-    pub received: u64,
-    /// Listener calls that returned SUCCESS.
-    pub consumed_ok: u64,
-    /// Listener calls that returned FAILURE or raised.
-    pub consumed_failed: u64,
-    /// FIFO messages consumed again locally after a failure.
-    pub local_retries: u64,
-    /// Messages acknowledged.
-    pub acked: u64,
-    /// Messages made invisible again after a failure.
-    pub nacked: u64,
-    /// FIFO messages forwarded to the dead-letter queue.
-    pub dead_lettered: u64,
-    /// Settle operations refused with `INVALID_RECEIPT_HANDLE`.
-    pub invalid_receipt_handles: u64,
-    /// Settle operations retried.
-    pub settle_retries: u64,
-    /// Settle operations given up at the shutdown deadline.
-    pub settle_abandoned: u64,
-    /// Receives that failed.
-    pub receive_failures: u64,
-    /// Receives the broker throttled.
-    pub receive_throttled: u64,
-    /// Times a receive loop waited because the cache was full.
-    pub cache_full_waits: u64,
-    /// Deliveries waiting for a consumption thread.
-    pub listener_queued: usize,
-    /// Listener calls running.
-    pub listener_running: usize,
-}
-
-impl ConsumerStats {
-    /// Reserve up to `want` cache slots before a receive, within the consumer-wide limits.
-    pub(crate) fn reserve(&self, want: usize, max_messages: usize, max_bytes: usize) -> usize {
-        if self.cached_bytes.load(Ordering::Acquire) >= max_bytes {
-            return 0;
-        }
-        let mut reserved = self.reserved.load(Ordering::Acquire);
-        loop {
-            let used = reserved + self.cached_messages.load(Ordering::Acquire);
-            let grant = want.min(max_messages.saturating_sub(used));
-            if grant == 0 {
-                return 0;
-            }
-            match self.reserved.compare_exchange_weak(
-                reserved,
-                reserved + grant,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return grant,
-                Err(now) => reserved = now,
-            }
-        }
-    }
-
-    pub(crate) fn unreserve(&self, n: usize) {
-        self.reserved.fetch_sub(n, Ordering::AcqRel);
-        self.changed.notify_waiters();
-    }
-
-    pub(crate) fn on_cached(&self, messages: usize, bytes: usize, reserved: usize) {
-        // Count first, then release the reservation: the sum never drops below the truth.
-        let m = self.cached_messages.fetch_add(messages, Ordering::AcqRel) + messages;
-        let b = self.cached_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        self.reserved.fetch_sub(reserved, Ordering::AcqRel);
-        self.max_cached_messages.fetch_max(m, Ordering::AcqRel);
-        self.max_cached_bytes.fetch_max(b, Ordering::AcqRel);
-    }
-
-    pub(crate) fn on_evicted(&self, bytes: usize) {
-        self.cached_messages.fetch_sub(1, Ordering::AcqRel);
-        self.cached_bytes.fetch_sub(bytes, Ordering::AcqRel);
-    }
-
-    /// Wake whoever waits for the cache to change (receive loops waiting for room, shutdown).
-    pub(crate) fn notify_changed(&self) {
-        self.changed.notify_waiters();
-    }
-
-    /// Resolves at the next change of the cache (arm it with `enable` before checking).
-    pub(crate) fn cache_changed(&self) -> Notified<'_> {
-        self.changed.notified()
-    }
-
-    pub(crate) fn cached(&self) -> usize {
-        self.cached_messages.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn on_received(&self, n: usize) {
-        self.received.fetch_add(n as u64, Ordering::Relaxed);
-    }
-    pub(crate) fn on_consumed(&self, r: ConsumeResult) {
-        match r {
-            ConsumeResult::Success => &self.consumed_ok,
-            ConsumeResult::Failure => &self.consumed_failed,
-        }
-        .fetch_add(1, Ordering::Relaxed);
-    }
-    pub(crate) fn on_local_retry(&self) {
-        self.local_retries.fetch_add(1, Ordering::Relaxed);
-    }
-    pub(crate) fn on_acked(&self, n: usize) {
-        self.acked.fetch_add(n as u64, Ordering::Relaxed);
-    }
-    pub(crate) fn on_nacked(&self) {
-        self.nacked.fetch_add(1, Ordering::Relaxed);
-    }
-    pub(crate) fn on_dead_lettered(&self) {
-        self.dead_lettered.fetch_add(1, Ordering::Relaxed);
-    }
-    pub(crate) fn on_invalid_handle(&self) {
-        self.invalid_handles.fetch_add(1, Ordering::Relaxed);
-    }
-    pub(crate) fn on_settle_retry(&self, n: usize) {
-        self.settle_retries.fetch_add(n as u64, Ordering::Relaxed);
-    }
-    pub(crate) fn on_settle_abandoned(&self, n: usize) {
-        self.settle_abandoned.fetch_add(n as u64, Ordering::Relaxed);
-    }
-    pub(crate) fn on_receive_failed(&self) {
-        self.receive_failures.fetch_add(1, Ordering::Relaxed);
-    }
-    pub(crate) fn on_receive_throttled(&self) {
-        self.receive_throttled.fetch_add(1, Ordering::Relaxed);
-    }
-    pub(crate) fn on_cache_full(&self) {
-        self.cache_full.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Copy the counters.
-    pub fn snapshot(&self) -> StatsSnapshot {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        StatsSnapshot {
-            process_queues: self.process_queues.load(Ordering::Relaxed),
-            cached_messages: self.cached_messages.load(Ordering::Acquire),
-            cached_bytes: self.cached_bytes.load(Ordering::Acquire),
-            max_cached_messages: self.max_cached_messages.load(Ordering::Acquire),
-            max_cached_bytes: self.max_cached_bytes.load(Ordering::Acquire),
-            received: l(&self.received),
-            consumed_ok: l(&self.consumed_ok),
-            consumed_failed: l(&self.consumed_failed),
-            local_retries: l(&self.local_retries),
-            acked: l(&self.acked),
-            nacked: l(&self.nacked),
-            dead_lettered: l(&self.dead_lettered),
-            invalid_receipt_handles: l(&self.invalid_handles),
-            settle_retries: l(&self.settle_retries),
-            settle_abandoned: l(&self.settle_abandoned),
-            receive_failures: l(&self.receive_failures),
-            receive_throttled: l(&self.receive_throttled),
-            cache_full_waits: l(&self.cache_full),
-            listener_queued: 0,
-            listener_running: 0,
-        }
-    }
-}
-
-/// State shared by the tasks of one push consumer.
-pub(crate) struct Context<R: ConsumerRpc> {
-    pub(crate) rpc: Arc<R>,
-    pub(crate) config: PushConsumerConfig,
-    pub(crate) stats: Arc<ConsumerStats>,
-    pub(crate) listener: Arc<dyn Listener>,
-    pub(crate) settle: SettleHandle,
-    /// FIFO consumption (decided by the broker's settings at start).
-    pub(crate) fifo: bool,
-    /// Cancelled when shutdown begins: stop receiving and starting callbacks.
-    pub(crate) closing: CancellationToken,
-    /// Cancelled at the shutdown deadline: give up settle retries.
-    pub(crate) abandon: CancellationToken,
-    /// Cancelled when shutdown is over: the settler exits.
-    pub(crate) stopped: CancellationToken,
-}
-
-impl<R: ConsumerRpc> Context<R> {
-    /// Per-queue cache limits: the consumer's limits shared evenly by its process queues.
-    pub(crate) fn per_queue_limits(&self) -> (usize, usize) {
-        let n = self.stats.process_queues.load(Ordering::Relaxed).max(1);
-        (
-            (self.config.max_cache_messages / n).max(1),
-            (self.config.max_cache_bytes / n).max(1),
-        )
-    }
-
-    pub(crate) fn is_closing(&self) -> bool {
-        self.closing.is_cancelled()
-    }
-}
 
 /// Identifies an assigned queue across scans.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -728,6 +415,7 @@ mod tests {
     use crate::rocketmq::consumer_rpc::ConsumerSettings;
     use crate::rocketmq::listener::{BatchListener, WorkerPool};
     use crate::rocketmq::message_view::MessageView;
+    use crate::rocketmq::push::context::DEFAULT_MAX_CONCURRENT_RECEIVES;
     use crate::rocketmq::settings::{Backoff, RetryPolicy};
 
     struct FnListener<F>(F);

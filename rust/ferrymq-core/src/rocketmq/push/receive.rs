@@ -1,42 +1,20 @@
-//! Process queues: the push consumer's per-queue message cache and its receive loop.
+//! The receive loop of a process queue: reserve cache room, receive, cache the messages and hand
+//! them to the consume service; back off when the broker throttles or a receive fails (see the
+//! workflow in [`super::process_queue`]).
 //!
-//! There is one [`ProcessQueue`] per message queue assigned to this consumer. Its receive loop
-//! follows the client workflow of RocketMQ 5 (and the Java `ProcessQueueImpl` schedules):
-//!
-//! ```text
-//!        ┌────────────────────────────────────────────────────────────────┐
-//!        ▼                                                                │
-//!   cache full (count or bytes)? ── yes ─▶ wait until a message leaves    │
-//!        │ no                              the cache, at most 1 s ────────┤
-//!        ▼                                                                │
-//!   ReceiveMessage(batch ≤ free count) ─ throttled ─▶ sleep 20 ms ────────┤
-//!        │ ok                          ─ failed ────▶ sleep 1 s ──────────┤
-//!        ▼                                                                │
-//!   cache the messages, hand them to the consume service ─────────────────┘
-//! ```
-//!
-//! A message stays in the cache, and counts against the limits, from the moment it is received
-//! until its lifecycle ends: acknowledged, made invisible again after a failure, forwarded to
-//! the dead-letter queue, or abandoned at shutdown. The count limit is therefore exact (slots
-//! are reserved before each receive); the byte limit can be passed by at most one received
-//! batch per receive in flight, because sizes are known only after the receive.
+//! It sits above the cache ([`super::process_queue`]), the shared `Context` and the consume
+//! service it dispatches to; only the consumer imports it.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tokio_util::sync::CancellationToken;
-
+use super::consume_service;
+use super::context::Context;
+use super::process_queue::ProcessQueue;
 use crate::error::ErrorKind;
-use crate::proto;
-use crate::rocketmq::consume_service;
 use crate::rocketmq::consumer_rpc::{ConsumerRpc, ReceiveRequest};
-use crate::rocketmq::endpoints::Endpoints;
-use crate::rocketmq::filter::FilterExpression;
-use crate::rocketmq::message_view::{MessageSource, MessageView};
-use crate::rocketmq::push_consumer::{ConsumerStats, Context};
+use crate::rocketmq::message_view::MessageView;
 
 /// Back-off after a throttled receive (`TOO_MANY_REQUESTS`).
 pub const FLOW_CONTROL_BACKOFF: Duration = Duration::from_millis(20);
@@ -44,122 +22,6 @@ pub const FLOW_CONTROL_BACKOFF: Duration = Duration::from_millis(20);
 pub const RECEIVE_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest wait before the cache is checked again while it is full.
 pub const CACHE_FULL_RECHECK: Duration = Duration::from_secs(1);
-
-/// The messages of one FIFO lane (a message group with the accelerator, else the whole queue)
-/// waiting to be consumed, oldest first.
-#[derive(Default)]
-pub(crate) struct FifoLane {
-    pub(crate) pending: VecDeque<Arc<MessageView>>,
-}
-
-/// The cache and receive state of one assigned message queue.
-pub struct ProcessQueue {
-    queue: proto::MessageQueue,
-    source: Arc<MessageSource>,
-    filter: FilterExpression,
-    cancel: CancellationToken,
-    cached_messages: AtomicUsize,
-    cached_bytes: AtomicUsize,
-    /// FIFO lanes that have a consuming task, keyed by message group ("" without the
-    /// accelerator). A lane is present exactly while its task runs.
-    pub(crate) fifo_lanes: Mutex<HashMap<String, FifoLane>>,
-    /// Receive loops running besides the primary one.
-    extra_receivers: AtomicUsize,
-    stats: Arc<ConsumerStats>,
-}
-
-impl ProcessQueue {
-    /// A process queue for `queue`, stopped by `cancel`, accounting its cache in `stats`.
-    pub fn new(
-        queue: proto::MessageQueue,
-        filter: FilterExpression,
-        cancel: CancellationToken,
-        stats: Arc<ConsumerStats>,
-        fallback: &Endpoints,
-    ) -> Self {
-        Self {
-            stats,
-            source: Arc::new(MessageSource::of_queue(&queue, fallback)),
-            queue,
-            filter,
-            cancel,
-            cached_messages: AtomicUsize::new(0),
-            cached_bytes: AtomicUsize::new(0),
-            extra_receivers: AtomicUsize::new(0),
-            fifo_lanes: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The assigned message queue.
-    pub fn queue(&self) -> &proto::MessageQueue {
-        &self.queue
-    }
-
-    /// Topic and broker of the messages received here.
-    pub fn source(&self) -> &Arc<MessageSource> {
-        &self.source
-    }
-
-    /// Messages in the cache.
-    pub fn cached_messages(&self) -> usize {
-        self.cached_messages.load(Ordering::Acquire)
-    }
-
-    /// Approximate bytes of the messages in the cache.
-    pub fn cached_bytes(&self) -> usize {
-        self.cached_bytes.load(Ordering::Acquire)
-    }
-
-    /// Stop receiving (the queue was unassigned, or the consumer is closing).
-    pub fn drop_queue(&self) {
-        self.cancel.cancel();
-    }
-
-    /// Whether the queue was dropped.
-    pub fn is_dropped(&self) -> bool {
-        self.cancel.is_cancelled()
-    }
-
-    /// Put received messages in the cache; `reserved` slots taken before the receive are
-    /// released at the same time.
-    fn cache(&self, views: &[Arc<MessageView>], reserved: usize) {
-        let bytes: usize = views.iter().map(|v| v.size()).sum();
-        self.cached_messages
-            .fetch_add(views.len(), Ordering::AcqRel);
-        self.cached_bytes.fetch_add(bytes, Ordering::AcqRel);
-        self.stats.on_cached(views.len(), bytes, reserved);
-    }
-
-    /// End the lifecycle of `view`: it leaves the cache, and receive loops waiting for room are
-    /// woken.
-    pub(crate) fn evict(&self, view: &MessageView) {
-        self.evict_quietly(view);
-        self.stats.notify_changed();
-    }
-
-    /// [`ProcessQueue::evict`] without waking anyone (the caller calls
-    /// `ConsumerStats::notify_changed` once for a batch).
-    pub(crate) fn evict_quietly(&self, view: &MessageView) {
-        self.cached_messages.fetch_sub(1, Ordering::AcqRel);
-        self.cached_bytes.fetch_sub(view.size(), Ordering::AcqRel);
-        self.stats.on_evicted(view.size());
-    }
-
-    pub(crate) fn stats(&self) -> &Arc<ConsumerStats> {
-        &self.stats
-    }
-}
-
-impl std::fmt::Debug for ProcessQueue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProcessQueue")
-            .field("topic", &self.source.topic.name)
-            .field("queue_id", &self.queue.id)
-            .field("cached_messages", &self.cached_messages())
-            .field("cached_bytes", &self.cached_bytes())
-            .finish()
-    }
-}
 
 /// The receive loop of one process queue; returns when the queue is dropped.
 ///

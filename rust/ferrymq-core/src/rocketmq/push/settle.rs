@@ -12,17 +12,20 @@
 //! for far fewer RPCs under load: 782 instead of 4,354 `AckMessage`s for 200k messages, and twice
 //! the throughput; FIFO groups linger only below [`FIFO_ACK_LINGER_BELOW`] entries). The channel
 //! holds at most one job per cached message, so the cache limits bound it.
+//!
+//! The channel itself (`SettleHandle` and its jobs) is part of the shared `Context` in
+//! [`super::context`]; this module is the task that reads it and imports nothing else from the
+//! push consumer.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Semaphore};
 
+use super::context::{Context, Job, Kind};
 use crate::error::Error;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
-use crate::rocketmq::process_queue::ProcessQueue;
-use crate::rocketmq::push_consumer::{ConsumerStats, Context};
 use crate::status;
 
 /// Interval between two attempts of a failed ack, nack or DLQ forward.
@@ -43,87 +46,6 @@ pub const ACK_LINGER: Duration = Duration::from_millis(1);
 /// lane's run settles a whole received batch at once and lingering only delays the group's next
 /// batch (176–247k msg/s with no FIFO linger, 174–208k with it always, 238–267k this way).
 pub const FIFO_ACK_LINGER_BELOW: usize = 16;
-
-enum Kind {
-    /// Ack, then evict.
-    Ack,
-    /// Change the invisible duration by the retry policy, then evict.
-    Nack,
-    /// Abandoned unconsumed at shutdown: evict without settling.
-    Release,
-}
-
-/// A message to settle.
-pub(crate) struct Job {
-    pq: Arc<ProcessQueue>,
-    view: Arc<MessageView>,
-    kind: Kind,
-}
-
-impl Job {
-    pub(crate) fn ack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
-        Self {
-            pq,
-            view,
-            kind: Kind::Ack,
-        }
-    }
-    pub(crate) fn nack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
-        Self {
-            pq,
-            view,
-            kind: Kind::Nack,
-        }
-    }
-    pub(crate) fn release(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
-        Self {
-            pq,
-            view,
-            kind: Kind::Release,
-        }
-    }
-
-    /// The job's lifecycle ended (settled or given up).
-    fn finish(self) {
-        let stats = self.finish_quietly();
-        if let Some(stats) = stats {
-            stats.notify_changed();
-        }
-    }
-
-    /// [`Job::finish`] without waking the receive loops; returns the stats to notify (the
-    /// caller notifies once for a whole batch).
-    fn finish_quietly(self) -> Option<Arc<ConsumerStats>> {
-        self.pq.evict_quietly(&self.view);
-        Some(self.pq.stats().clone())
-    }
-}
-
-/// Where consume services send finished messages; cheap to clone, usable from any thread.
-#[derive(Clone)]
-pub(crate) struct SettleHandle {
-    tx: mpsc::UnboundedSender<Job>,
-}
-
-impl SettleHandle {
-    pub(crate) fn channel() -> (Self, mpsc::UnboundedReceiver<Job>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (Self { tx }, rx)
-    }
-
-    pub(crate) fn submit(&self, job: Job) {
-        if let Err(mpsc::error::SendError(job)) = self.tx.send(job) {
-            // The settler stopped (after the shutdown deadline): the message stays unsettled.
-            job.finish_unsettled();
-        }
-    }
-}
-
-impl Job {
-    fn finish_unsettled(self) {
-        self.pq.evict(&self.view);
-    }
-}
 
 fn same_destination(a: &Arc<MessageSource>, b: &Arc<MessageSource>) -> bool {
     Arc::ptr_eq(a, b) || (a.topic == b.topic && a.endpoints == b.endpoints)

@@ -1,7 +1,7 @@
 //! Consume services: what the push consumer does with messages its process queues received.
 //!
 //! * **Standard** (non-FIFO groups): every message goes to the listener at once; the result is
-//!   settled by [`settle`](crate::rocketmq::settle): SUCCESS → ack, FAILURE → change the
+//!   settled by [`settle`]: SUCCESS → ack, FAILURE → change the
 //!   invisible duration to the retry policy's delay for that delivery attempt (the broker
 //!   redelivers, and moves the message to the DLQ after the last attempt). A corrupted message
 //!   is not shown to the listener; it is settled as a failure.
@@ -14,18 +14,21 @@
 //!   moves on. Without the accelerator a lane is the whole process
 //!   queue; with it, each message group is its own lane, so different groups run in parallel
 //!   while every group stays strictly ordered.
+//!
+//! The receive loop ([`super::receive`]) calls `dispatch`; this module imports the shared
+//! context, the process queue and the settler, never the receive loop or the consumer.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use super::context::{Context, Job};
+use super::process_queue::ProcessQueue;
+use super::settle;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::listener::{ConsumeResult, Delivery, Run};
 use crate::rocketmq::message_view::MessageView;
-use crate::rocketmq::process_queue::ProcessQueue;
-use crate::rocketmq::push_consumer::Context;
-use crate::rocketmq::settle;
 
 /// Hand freshly cached messages of `pq` to consumption.
 pub(crate) fn dispatch<R: ConsumerRpc>(
@@ -53,7 +56,7 @@ fn dispatch_standard<R: ConsumerRpc>(
                 "message {} of {} is corrupted (digest mismatch); it will be redelivered",
                 view.message_id(), view.topic()
             );
-            ctx.settle.submit(settle::Job::nack(pq.clone(), view));
+            ctx.settle.submit(Job::nack(pq.clone(), view));
             continue;
         }
         let pq = pq.clone();
@@ -64,12 +67,12 @@ fn dispatch_standard<R: ConsumerRpc>(
             Some(result) => {
                 stats.on_consumed(result);
                 let job = match result {
-                    ConsumeResult::Success => settle::Job::ack(pq, v),
-                    ConsumeResult::Failure => settle::Job::nack(pq, v),
+                    ConsumeResult::Success => Job::ack(pq, v),
+                    ConsumeResult::Failure => Job::nack(pq, v),
                 };
                 settle.submit(job);
             }
-            None => settle.submit(settle::Job::release(pq, v)),
+            None => settle.submit(Job::release(pq, v)),
         }));
     }
     ctx.listener.submit(batch);
@@ -168,7 +171,7 @@ async fn fifo_lane<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>, 
             ctx.stats.on_consumed(result);
             if result == ConsumeResult::Success {
                 let view = current.pop_front().expect("a result per run message");
-                ctx.settle.submit(settle::Job::ack(pq.clone(), view));
+                ctx.settle.submit(Job::ack(pq.clone(), view));
                 continue;
             }
             let view = current[0].clone();

@@ -1,0 +1,220 @@
+//! What every task of one push consumer shares: its configuration ([`PushConsumerConfig`]), the
+//! `Context` (broker calls, stats, listener, shutdown tokens) and the settle channel the
+//! consume services hand finished messages to (`SettleHandle`, `Job`; the settler task that
+//! reads it is in [`super::settle`]).
+//!
+//! It imports [`super::stats`] and [`super::process_queue`] (a job names its process queue);
+//! everything above it (settle, consume service, receive loop, consumer) imports it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::process_queue::ProcessQueue;
+use super::stats::ConsumerStats;
+use crate::error::{Error, Result};
+use crate::rocketmq::consumer_rpc::ConsumerRpc;
+use crate::rocketmq::filter::FilterExpression;
+use crate::rocketmq::listener::Listener;
+use crate::rocketmq::message_view::MessageView;
+
+/// Java's default cap on cached messages per consumer.
+pub const DEFAULT_MAX_CACHE_MESSAGES: usize = 4096;
+/// Java's default cap on cached bytes per consumer (64 MiB).
+pub const DEFAULT_MAX_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Java's interval between two assignment scans.
+pub const DEFAULT_ASSIGNMENT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Default of [`PushConsumerConfig::max_concurrent_receives`].
+pub const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 4;
+
+/// Push consumer options.
+#[derive(Debug, Clone)]
+pub struct PushConsumerConfig {
+    /// The consumer group.
+    pub group: String,
+    /// Subscribed topics and their filters.
+    pub subscriptions: Vec<(String, FilterExpression)>,
+    /// Most messages cached (received and not yet settled) by the whole consumer.
+    pub max_cache_messages: usize,
+    /// Most bytes cached by the whole consumer (may be passed by one received batch per
+    /// receive in flight: sizes are known only after a receive).
+    pub max_cache_bytes: usize,
+    /// FIFO groups: consume different message groups of a queue in parallel.
+    pub fifo_accelerator: bool,
+    /// Messages per receive; `None` uses the batch size the broker issued.
+    pub receive_batch_size: Option<u32>,
+    /// Interval between two assignment scans.
+    pub assignment_interval: Duration,
+    /// Most receives in flight per process queue. Beyond the first, receives run only while
+    /// the queue has a backlog (1 = the workflow's single receive loop).
+    pub max_concurrent_receives: usize,
+}
+
+impl Default for PushConsumerConfig {
+    fn default() -> Self {
+        Self {
+            group: String::new(),
+            subscriptions: Vec::new(),
+            max_cache_messages: DEFAULT_MAX_CACHE_MESSAGES,
+            max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
+            fifo_accelerator: false,
+            receive_batch_size: None,
+            assignment_interval: DEFAULT_ASSIGNMENT_INTERVAL,
+            max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
+        }
+    }
+}
+
+impl PushConsumerConfig {
+    /// Check every option; the error names the offending one.
+    pub fn validate(&self) -> Result<()> {
+        if self.group.trim().is_empty() {
+            return Err(Error::invalid("group", "must not be blank"));
+        }
+        if self.subscriptions.is_empty() {
+            return Err(Error::invalid(
+                "subscriptions",
+                "subscribe to at least one topic",
+            ));
+        }
+        for (topic, _) in &self.subscriptions {
+            crate::message::validate_topic(topic)?;
+        }
+        if self.max_cache_messages == 0 {
+            return Err(Error::invalid("max_cache_messages", "must be at least 1"));
+        }
+        if self.max_cache_bytes == 0 {
+            return Err(Error::invalid("max_cache_bytes", "must be at least 1"));
+        }
+        if self.receive_batch_size == Some(0) {
+            return Err(Error::invalid("receive_batch_size", "must be at least 1"));
+        }
+        if self.max_concurrent_receives == 0 {
+            return Err(Error::invalid(
+                "max_concurrent_receives",
+                "must be at least 1",
+            ));
+        }
+        if self.assignment_interval.is_zero() {
+            return Err(Error::invalid("assignment_interval", "must be positive"));
+        }
+        Ok(())
+    }
+}
+
+/// State shared by the tasks of one push consumer.
+pub(crate) struct Context<R: ConsumerRpc> {
+    pub(crate) rpc: Arc<R>,
+    pub(crate) config: PushConsumerConfig,
+    pub(crate) stats: Arc<ConsumerStats>,
+    pub(crate) listener: Arc<dyn Listener>,
+    pub(crate) settle: SettleHandle,
+    /// FIFO consumption (decided by the broker's settings at start).
+    pub(crate) fifo: bool,
+    /// Cancelled when shutdown begins: stop receiving and starting callbacks.
+    pub(crate) closing: CancellationToken,
+    /// Cancelled at the shutdown deadline: give up settle retries.
+    pub(crate) abandon: CancellationToken,
+    /// Cancelled when shutdown is over: the settler exits.
+    pub(crate) stopped: CancellationToken,
+}
+
+impl<R: ConsumerRpc> Context<R> {
+    /// Per-queue cache limits: the consumer's limits shared evenly by its process queues.
+    pub(crate) fn per_queue_limits(&self) -> (usize, usize) {
+        let n = self.stats.process_queues.load(Ordering::Relaxed).max(1);
+        (
+            (self.config.max_cache_messages / n).max(1),
+            (self.config.max_cache_bytes / n).max(1),
+        )
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.is_cancelled()
+    }
+}
+
+pub(super) enum Kind {
+    /// Ack, then evict.
+    Ack,
+    /// Change the invisible duration by the retry policy, then evict.
+    Nack,
+    /// Abandoned unconsumed at shutdown: evict without settling.
+    Release,
+}
+
+/// A message to settle.
+pub(crate) struct Job {
+    pub(super) pq: Arc<ProcessQueue>,
+    pub(super) view: Arc<MessageView>,
+    pub(super) kind: Kind,
+}
+
+impl Job {
+    pub(crate) fn ack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
+        Self {
+            pq,
+            view,
+            kind: Kind::Ack,
+        }
+    }
+    pub(crate) fn nack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
+        Self {
+            pq,
+            view,
+            kind: Kind::Nack,
+        }
+    }
+    pub(crate) fn release(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
+        Self {
+            pq,
+            view,
+            kind: Kind::Release,
+        }
+    }
+
+    /// The job's lifecycle ended (settled or given up).
+    pub(super) fn finish(self) {
+        let stats = self.finish_quietly();
+        if let Some(stats) = stats {
+            stats.notify_changed();
+        }
+    }
+
+    /// [`Job::finish`] without waking the receive loops; returns the stats to notify (the
+    /// caller notifies once for a whole batch).
+    pub(super) fn finish_quietly(self) -> Option<Arc<ConsumerStats>> {
+        self.pq.evict_quietly(&self.view);
+        Some(self.pq.stats().clone())
+    }
+}
+
+/// Where consume services send finished messages; cheap to clone, usable from any thread.
+#[derive(Clone)]
+pub(crate) struct SettleHandle {
+    tx: mpsc::UnboundedSender<Job>,
+}
+
+impl SettleHandle {
+    pub(crate) fn channel() -> (Self, mpsc::UnboundedReceiver<Job>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Self { tx }, rx)
+    }
+
+    pub(crate) fn submit(&self, job: Job) {
+        if let Err(mpsc::error::SendError(job)) = self.tx.send(job) {
+            // The settler stopped (after the shutdown deadline): the message stays unsettled.
+            job.finish_unsettled();
+        }
+    }
+}
+
+impl Job {
+    pub(super) fn finish_unsettled(self) {
+        self.pq.evict(&self.view);
+    }
+}

@@ -1,0 +1,152 @@
+//! Process queues: the push consumer's per-queue message cache. Its receive loop is in
+//! [`super::receive`]; this module imports only [`super::stats`] from the push consumer.
+//!
+//! There is one [`ProcessQueue`] per message queue assigned to this consumer. Its receive loop
+//! follows the client workflow of RocketMQ 5 (and the Java `ProcessQueueImpl` schedules):
+//!
+//! ```text
+//!        ┌────────────────────────────────────────────────────────────────┐
+//!        ▼                                                                │
+//!   cache full (count or bytes)? ── yes ─▶ wait until a message leaves    │
+//!        │ no                              the cache, at most 1 s ────────┤
+//!        ▼                                                                │
+//!   ReceiveMessage(batch ≤ free count) ─ throttled ─▶ sleep 20 ms ────────┤
+//!        │ ok                          ─ failed ────▶ sleep 1 s ──────────┤
+//!        ▼                                                                │
+//!   cache the messages, hand them to the consume service ─────────────────┘
+//! ```
+//!
+//! A message stays in the cache, and counts against the limits, from the moment it is received
+//! until its lifecycle ends: acknowledged, made invisible again after a failure, forwarded to
+//! the dead-letter queue, or abandoned at shutdown. The count limit is therefore exact (slots
+//! are reserved before each receive); the byte limit can be passed by at most one received
+//! batch per receive in flight, because sizes are known only after the receive.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::stats::ConsumerStats;
+use crate::proto;
+use crate::rocketmq::endpoints::Endpoints;
+use crate::rocketmq::filter::FilterExpression;
+use crate::rocketmq::message_view::{MessageSource, MessageView};
+
+/// The messages of one FIFO lane (a message group with the accelerator, else the whole queue)
+/// waiting to be consumed, oldest first.
+#[derive(Default)]
+pub(crate) struct FifoLane {
+    pub(crate) pending: VecDeque<Arc<MessageView>>,
+}
+
+/// The cache and receive state of one assigned message queue.
+pub struct ProcessQueue {
+    pub(super) queue: proto::MessageQueue,
+    pub(super) source: Arc<MessageSource>,
+    pub(super) filter: FilterExpression,
+    pub(super) cancel: CancellationToken,
+    cached_messages: AtomicUsize,
+    cached_bytes: AtomicUsize,
+    /// FIFO lanes that have a consuming task, keyed by message group ("" without the
+    /// accelerator). A lane is present exactly while its task runs.
+    pub(crate) fifo_lanes: Mutex<HashMap<String, FifoLane>>,
+    /// Receive loops running besides the primary one.
+    pub(super) extra_receivers: AtomicUsize,
+    stats: Arc<ConsumerStats>,
+}
+
+impl ProcessQueue {
+    /// A process queue for `queue`, stopped by `cancel`, accounting its cache in `stats`.
+    pub fn new(
+        queue: proto::MessageQueue,
+        filter: FilterExpression,
+        cancel: CancellationToken,
+        stats: Arc<ConsumerStats>,
+        fallback: &Endpoints,
+    ) -> Self {
+        Self {
+            stats,
+            source: Arc::new(MessageSource::of_queue(&queue, fallback)),
+            queue,
+            filter,
+            cancel,
+            cached_messages: AtomicUsize::new(0),
+            cached_bytes: AtomicUsize::new(0),
+            extra_receivers: AtomicUsize::new(0),
+            fifo_lanes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The assigned message queue.
+    pub fn queue(&self) -> &proto::MessageQueue {
+        &self.queue
+    }
+
+    /// Topic and broker of the messages received here.
+    pub fn source(&self) -> &Arc<MessageSource> {
+        &self.source
+    }
+
+    /// Messages in the cache.
+    pub fn cached_messages(&self) -> usize {
+        self.cached_messages.load(Ordering::Acquire)
+    }
+
+    /// Approximate bytes of the messages in the cache.
+    pub fn cached_bytes(&self) -> usize {
+        self.cached_bytes.load(Ordering::Acquire)
+    }
+
+    /// Stop receiving (the queue was unassigned, or the consumer is closing).
+    pub fn drop_queue(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Whether the queue was dropped.
+    pub fn is_dropped(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Put received messages in the cache; `reserved` slots taken before the receive are
+    /// released at the same time.
+    pub(super) fn cache(&self, views: &[Arc<MessageView>], reserved: usize) {
+        let bytes: usize = views.iter().map(|v| v.size()).sum();
+        self.cached_messages
+            .fetch_add(views.len(), Ordering::AcqRel);
+        self.cached_bytes.fetch_add(bytes, Ordering::AcqRel);
+        self.stats.on_cached(views.len(), bytes, reserved);
+    }
+
+    /// End the lifecycle of `view`: it leaves the cache, and receive loops waiting for room are
+    /// woken.
+    pub(crate) fn evict(&self, view: &MessageView) {
+        self.evict_quietly(view);
+        self.stats.notify_changed();
+    }
+
+    /// [`ProcessQueue::evict`] without waking anyone (the caller calls
+    /// `ConsumerStats::notify_changed` once for a batch).
+    pub(crate) fn evict_quietly(&self, view: &MessageView) {
+        self.cached_messages.fetch_sub(1, Ordering::AcqRel);
+        self.cached_bytes.fetch_sub(view.size(), Ordering::AcqRel);
+        self.stats.on_evicted(view.size());
+    }
+
+    pub(crate) fn stats(&self) -> &Arc<ConsumerStats> {
+        &self.stats
+    }
+}
+
+impl std::fmt::Debug for ProcessQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessQueue")
+            .field("topic", &self.source.topic.name)
+            .field("queue_id", &self.queue.id)
+            .field("cached_messages", &self.cached_messages())
+            .field("cached_bytes", &self.cached_bytes())
+            .finish()
+    }
+}
