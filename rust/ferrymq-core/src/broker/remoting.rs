@@ -26,9 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use hmac::{Hmac, Mac};
 use parking_lot::Mutex;
-use sha1::Sha1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -237,40 +235,9 @@ fn check_signature(creds: &Credentials, req: &RemotingCommand) -> Result<(), Str
     }
 }
 
-/// The ACL signature of a request: base64 of HMAC-SHA1 over the values of every field but
-/// `Signature`, in the UTF-16 order of their keys, followed by the body.
+/// The ACL signature of a request (the client's signer: one implementation of the rule).
 pub(crate) fn signature(secret: &str, fields: &[(String, String)], body: &[u8]) -> String {
-    let mut signed: Vec<&(String, String)> =
-        fields.iter().filter(|(k, _)| k != "Signature").collect();
-    signed.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-    let mut mac = Hmac::<Sha1>::new_from_slice(secret.as_bytes()).expect("any key length");
-    for (_, v) in signed {
-        mac.update(v.as_bytes());
-    }
-    mac.update(body);
-    base64(&mac.finalize().into_bytes())
-}
-
-/// Standard, padded base64.
-fn base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    crate::remoting::acl::sign(fields, body, secret)
 }
 
 // ---- name server ---------------------------------------------------------------------------
@@ -544,16 +511,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64_matches_the_standard_alphabet() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
-    }
-
-    #[test]
     fn signature_sorts_keys_and_appends_the_body() {
+        use hmac::{Hmac, Mac};
+        use sha1::Sha1;
+
         let fields = vec![
             ("b".to_string(), "2".to_string()),
             ("Signature".to_string(), "ignored".to_string()),
@@ -564,7 +525,7 @@ mod tests {
         mac.update(b"ak12body");
         assert_eq!(
             signature("sk", &fields, b"body"),
-            base64(&mac.finalize().into_bytes())
+            crate::remoting::acl::base64(&mac.finalize().into_bytes())
         );
     }
 }

@@ -21,8 +21,8 @@ pub const SECURITY_TOKEN: &str = "SecurityToken";
 pub fn sign(ext_fields: &[(String, String)], body: &[u8], secret: &str) -> String {
     let mut fields: Vec<&(String, String)> =
         ext_fields.iter().filter(|(k, _)| k != SIGNATURE).collect();
-    // Java sorts by UTF-16 code units; for the ASCII keys of this protocol that is byte order.
-    fields.sort_by(|a, b| a.0.cmp(&b.0));
+    // Java sorts the keys as a `TreeMap<String, _>`: by UTF-16 code units.
+    fields.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
     let key = hmac::Key::new(hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, secret.as_bytes());
     let mut ctx = hmac::Context::with_key(&key);
     for (_, v) in fields {

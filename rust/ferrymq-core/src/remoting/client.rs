@@ -17,7 +17,6 @@ use super::codec::RemotingCommand;
 use super::codes::{request, response, status_error};
 use super::connection::Connection;
 use super::route::{RouteCache, TopicRoute};
-pub use super::send::BatchReceipt;
 use super::stored::{decode_stored, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
 use crate::rocketmq::metadata::Credentials;
