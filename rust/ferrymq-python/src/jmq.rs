@@ -276,11 +276,11 @@ impl JmqProducer {
         namespace: Option<String>,
         qos: &str,
         compression: &str,
-        compress_threshold: usize,
-        max_attempts: u32,
+        #[pyo3(from_py_with = crate::ints::compress_threshold)] compress_threshold: usize,
+        #[pyo3(from_py_with = crate::ints::max_attempts)] max_attempts: u32,
         send_timeout: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
-        max_body: usize,
+        #[pyo3(from_py_with = crate::ints::max_body)] max_body: usize,
         transaction_timeout: Option<&Bound<'_, PyAny>>,
         transaction_checker: Option<Py<PyAny>>,
         transaction_topics: Option<Vec<String>>,
@@ -975,7 +975,7 @@ impl JmqConsumer {
     fn receive(
         &self,
         py: Python<'_>,
-        max_messages: usize,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: usize,
         wait: Option<&Bound<'_, PyAny>>,
         ack_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyJmqMessage>> {
@@ -994,7 +994,7 @@ impl JmqConsumer {
     fn receive_async<'py>(
         &self,
         py: Python<'py>,
-        max_messages: usize,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: usize,
         wait: Option<&Bound<'_, PyAny>>,
         ack_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -1098,7 +1098,7 @@ impl JmqConsumer {
         &self,
         py: Python<'_>,
         topic: String,
-        partition: i16,
+        #[pyo3(from_py_with = crate::ints::partition)] partition: i16,
     ) -> PyResult<(i64, i64, i64)> {
         let s = self.state.clone();
         self.rt.block_on(py, async move {
@@ -1112,8 +1112,8 @@ impl JmqConsumer {
         &self,
         py: Python<'_>,
         topic: String,
-        partition: i16,
-        index: i64,
+        #[pyo3(from_py_with = crate::ints::partition)] partition: i16,
+        #[pyo3(from_py_with = crate::ints::index)] index: i64,
     ) -> PyResult<()> {
         let s = self.state.clone();
         self.rt.block_on(py, async move {
@@ -1247,14 +1247,14 @@ impl JmqServer {
     fn new(
         py: Python<'_>,
         broker: Option<Bound<'_, crate::broker::EmbeddedBroker>>,
-        nodes: usize,
-        port: Option<u16>,
+        #[pyo3(from_py_with = crate::ints::nodes)] nodes: usize,
+        #[pyo3(from_py_with = crate::ints::port)] port: Option<u16>,
         host: &str,
         advertised_host: Option<String>,
         regions: Option<Vec<String>>,
         apps: Option<std::collections::HashMap<String, String>>,
         retry_delay: Option<&Bound<'_, PyAny>>,
-        max_body: usize,
+        #[pyo3(from_py_with = crate::ints::max_body)] max_body: usize,
     ) -> PyResult<Self> {
         if nodes == 0 || nodes > 64 {
             return Err(invalid("nodes", "must be between 1 and 64"));

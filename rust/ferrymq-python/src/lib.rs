@@ -11,6 +11,7 @@ mod consumer;
 mod durations;
 mod errors;
 mod exit;
+mod ints;
 mod jmq;
 mod jmq_range;
 mod logging;

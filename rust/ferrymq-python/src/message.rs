@@ -57,7 +57,7 @@ impl PyMessage {
         properties: Option<&Bound<'_, PyAny>>,
         message_group: Option<String>,
         delivery_time: Option<&Bound<'_, PyAny>>,
-        priority: Option<i32>,
+        #[pyo3(from_py_with = crate::ints::priority)] priority: Option<i32>,
     ) -> PyResult<Self> {
         let topic: String = topic
             .extract()
