@@ -113,7 +113,8 @@ impl PyFilterExpression {
     #[staticmethod]
     fn tag(expression: &str) -> PyResult<Self> {
         Ok(Self {
-            inner: FilterExpression::tag(expression).map_err(to_pyerr)?,
+            inner: FilterExpression::tag(expression)
+                .map_err(crate::errors::renamed("expression", "filter"))?,
         })
     }
 
@@ -122,7 +123,8 @@ impl PyFilterExpression {
     #[staticmethod]
     fn sql(expression: &str) -> PyResult<Self> {
         Ok(Self {
-            inner: FilterExpression::sql(expression).map_err(to_pyerr)?,
+            inner: FilterExpression::sql(expression)
+                .map_err(crate::errors::renamed("expression", "filter"))?,
         })
     }
 

@@ -115,4 +115,9 @@ named!(
     timestamp_ms,
     transaction_check_max,
     auto_create_queues,
+    group,
+    level,
+    node,
+    partitions,
+    times,
 );

@@ -64,8 +64,8 @@ impl PyMessage {
             .map_err(|_| invalid("topic", "must be a str"))?;
         let mut b = Message::builder(topic, extract_body(body)?);
         if let Some(keys) = keys {
-            let keys: Vec<String> = if keys.is_instance_of::<PyString>() {
-                vec![keys.extract()?]
+            let keys: Vec<String> = if let Ok(s) = keys.cast::<PyString>() {
+                vec![crate::errors::text("keys", s)?]
             } else {
                 keys.extract()
                     .map_err(|_| invalid("keys", "must be a str or a sequence of str"))?

@@ -18,7 +18,7 @@ use crate::runtime::{future_into_py, RuntimeRef};
 
 fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     let joined = if let Ok(s) = endpoints.cast::<PyString>() {
-        s.to_str()?.to_owned()
+        crate::errors::text("endpoints", s)?
     } else if let Ok(list) = endpoints.extract::<Vec<String>>() {
         list.join(",")
     } else {
@@ -333,7 +333,7 @@ impl PyJetStream {
         #[pyo3(from_py_with = crate::ints::replicas)] replicas: usize,
     ) -> PyResult<PyStreamInfo> {
         let subjects: Vec<String> = if let Ok(s) = subjects.cast::<PyString>() {
-            vec![s.to_str()?.to_owned()]
+            vec![crate::errors::text("subjects", s)?]
         } else {
             subjects
                 .extract()
@@ -359,6 +359,7 @@ impl PyJetStream {
 
     /// The state of stream `name`.
     fn stream_info(&self, py: Python<'_>, name: String) -> PyResult<PyStreamInfo> {
+        ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
         let js = self.inner.clone();
         self.rt.block_on(py, async move {
             let inner = js.stream_info(&name).await?;
@@ -368,6 +369,7 @@ impl PyJetStream {
 
     /// Delete stream `name`; False when it did not exist.
     fn delete_stream(&self, py: Python<'_>, name: String) -> PyResult<bool> {
+        ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
         let js = self.inner.clone();
         self.rt
             .block_on(py, async move { js.delete_stream(&name).await })
