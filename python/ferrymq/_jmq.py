@@ -72,6 +72,15 @@ def _checker(
     return check
 
 
+def _topic_of(message: object) -> str:
+    """The topic of a message sent in a transaction (the first one opens it on its topic)."""
+    if not isinstance(message, Message):
+        raise InvalidArgumentError(
+            f"message: must be a ferrymq.Message, not {type(message).__name__}"
+        )
+    return message.topic
+
+
 class _Transaction:
     """A JMQ4 transaction whose topic is set by the first ``send``."""
 
@@ -87,13 +96,13 @@ class _Transaction:
         return self._tx
 
     def send(self, message: Message) -> JmqSendReceipt:
-        receipt = self._open(message.topic).send(message)[0]
+        receipt = self._open(_topic_of(message)).send(message)[0]
         self._receipts.append(receipt)
         return receipt
 
     async def send_async(self, message: Message) -> JmqSendReceipt:
         if self._tx is None:
-            self._tx = await self._producer.begin_transaction_async(message.topic)
+            self._tx = await self._producer.begin_transaction_async(_topic_of(message))
         receipt = (await self._tx.send_async(message))[0]
         self._receipts.append(receipt)
         return receipt
