@@ -245,6 +245,8 @@ class Live:
     js_message: Any
     jmq_producer: ferrymq.JmqProducer
     jmq_consumer: ferrymq.JmqConsumer
+    jmq_facade: ferrymq.Producer
+    remoting_facade: ferrymq.Producer
     extra: list[Any] = field(default_factory=list)
 
 
@@ -287,6 +289,10 @@ def live(
         broker.jmq_endpoint, jmq_topic, app=APP, token=TOKEN, request_timeout=3.0
     )
     jmq_consumer.start()
+    jmq_facade = ferrymq.Producer(
+        broker.jmq_endpoint, app=APP, token=TOKEN, request_timeout=3.0
+    ).start()
+    remoting_facade = ferrymq.Producer(broker.remoting_endpoint, request_timeout=3.0).start()
     admin = EmbeddedBroker(endpoints=2)
     admin.create_topic("admin-t")
     js_message = js_consumer.fetch(1, timeout=2.0)[0]
@@ -308,11 +314,24 @@ def live(
         js_message=js_message,
         jmq_producer=jmq_producer,
         jmq_consumer=jmq_consumer,
+        jmq_facade=jmq_facade,
+        remoting_facade=remoting_facade,
     )
     try:
         yield env
     finally:
-        for obj in [jmq_consumer, jmq_producer, js, pull, consumer, producer, admin, *env.extra]:
+        for obj in [
+            jmq_consumer,
+            jmq_producer,
+            jmq_facade,
+            remoting_facade,
+            js,
+            pull,
+            consumer,
+            producer,
+            admin,
+            *env.extra,
+        ]:
             closing(obj)
         total = sum(TRIED.values())
         lines = [f"api properties: {total} inputs tried over {len(TRIED)} calls"]
@@ -417,6 +436,15 @@ def _none(_: Live) -> dict[str, Any]:
 
 def _rmq_tx(live: Live, a: dict[str, Any]) -> Any:
     tx = live.producer.begin_transaction()
+    try:
+        return tx.send(a["message"])
+    finally:
+        with contextlib.suppress(ferrymq.FerryError):
+            tx.rollback()
+
+
+def _facade_tx(live: Live, a: dict[str, Any]) -> Any:
+    tx = live.jmq_facade.begin_transaction()
     try:
         return tx.send(a["message"])
     finally:
@@ -953,6 +981,41 @@ CASES = [
         lambda lv: {"endpoint": 0},
         {"endpoint": "int"},
         examples=20,
+    ),
+    Case(
+        "Producer(jmq://).send",
+        lambda lv, a: lv.jmq_facade.send(a["message"]),
+        lambda lv: {"message": ferrymq.Message(lv.topic, b"x")},
+        {"message": messages_of},
+        examples=25,
+    ),
+    Case(
+        "Producer(jmq://).send_batch",
+        lambda lv, a: lv.jmq_facade.send_batch(a["messages"]),
+        lambda lv: {"messages": [ferrymq.Message(lv.topic, b"x")]},
+        {"messages": lambda lv: st.one_of(st.lists(messages_of(lv), max_size=3), EVERYTHING)},
+        examples=25,
+    ),
+    Case(
+        "Producer(jmq://).transaction.send",
+        _facade_tx,
+        lambda lv: {"message": ferrymq.Message(lv.topic, b"x")},
+        {"message": messages_of},
+        examples=25,
+    ),
+    Case(
+        "Producer(remoting://).send",
+        lambda lv, a: lv.remoting_facade.send(a["message"]),
+        lambda lv: {"message": ferrymq.Message(lv.topic, b"x")},
+        {"message": messages_of},
+        examples=25,
+    ),
+    Case(
+        "Producer(remoting://).send_batch",
+        lambda lv, a: lv.remoting_facade.send_batch(a["messages"]),
+        lambda lv: {"messages": [ferrymq.Message(lv.topic, b"x")]},
+        {"messages": lambda lv: st.one_of(st.lists(messages_of(lv), max_size=3), EVERYTHING)},
+        examples=25,
     ),
     Case(
         "Credentials",
