@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import _native
+from ._args import as_list
 from ._native import JmqSendReceipt, Message
 from .exceptions import FerryError, InvalidArgumentError
 
@@ -226,13 +227,17 @@ class JmqBackend:
     ) -> list[JmqSendReceipt]:
         # A JMQ4 batch is always one MESSAGE per topic, each message keeping its businessId.
         del packed
-        return self._native.send_batch(list(messages))
+        return self._native.send_batch(
+            as_list(messages, "messages", "an iterable of ferrymq.Message")
+        )
 
     async def send_batch_async(
         self, messages: Iterable[Message], *, packed: bool = False
     ) -> list[JmqSendReceipt]:
         del packed
-        return await self._native.send_batch_async(list(messages))
+        return await self._native.send_batch_async(
+            as_list(messages, "messages", "an iterable of ferrymq.Message")
+        )
 
     def produce(self, message: Message, on_delivery: Callable[..., object] | None) -> None:
         if len(self._reports) >= self._max_pending:

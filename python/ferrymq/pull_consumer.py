@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from . import _native
+from ._args import as_list
 from ._endpoints import first_endpoint, protocol_of
 from ._native import Credentials, MessageView
 from .exceptions import InvalidArgumentError
@@ -61,7 +62,7 @@ def _tuple(q: MessageQueue, name: str = "queue") -> tuple[str, str, int]:
 def _queues(queues: Iterable[MessageQueue], name: str = "queues") -> list[tuple[str, str, int]]:
     if isinstance(queues, MessageQueue):
         raise InvalidArgumentError(f"{name}: pass a list of MessageQueue, not one")
-    return [_tuple(q, name) for q in queues]
+    return [_tuple(q, name) for q in as_list(queues, name, "an iterable of MessageQueue")]
 
 
 def _ms(when: float | datetime, queue: MessageQueue) -> int:
@@ -235,22 +236,22 @@ class PullConsumer:
 
     def beginning_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         """The first stored offset of each queue."""
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, self._native.beginning_offsets(_queues(qs)), strict=True))
 
     async def beginning_offsets_async(
         self, queues: Iterable[MessageQueue]
     ) -> dict[MessageQueue, int]:
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, await self._native.beginning_offsets_async(_queues(qs)), strict=True))
 
     def end_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         """The offset the next message of each queue will get."""
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, self._native.end_offsets(_queues(qs)), strict=True))
 
     async def end_offsets_async(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, await self._native.end_offsets_async(_queues(qs)), strict=True))
 
     def offsets_for_times(
@@ -297,13 +298,13 @@ class PullConsumer:
 
     def committed(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int | None]:
         """The group's committed offset of each queue (``None``: nothing committed)."""
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, self._native.committed(_queues(qs)), strict=True))
 
     async def committed_async(
         self, queues: Iterable[MessageQueue]
     ) -> dict[MessageQueue, int | None]:
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, await self._native.committed_async(_queues(qs)), strict=True))
 
     def _or_assigned(self, queues: Iterable[MessageQueue] | None) -> list[tuple[str, str, int]]:
