@@ -7,8 +7,8 @@ parameters. For every example, hypothesis picks one parameter and an adversarial
 surrogates, wrong types, extreme ``timedelta``s) while the others keep valid defaults.
 
 The oracle: the call succeeds, or raises ``ferrymq.FerryError``, ``TypeError`` or
-``ValueError``; an ``InvalidArgumentError`` (and any plain ``ValueError`` or
-``OverflowError``) must name the parameter. A ``PanicException``, ``AttributeError``,
+``ValueError``; an ``InvalidArgumentError``, ``TypeError``, plain ``ValueError`` or
+``OverflowError`` must name the parameter. A ``PanicException``, ``AttributeError``,
 ``KeyError``, ``IndexError``, ``SystemError``, ``ferrymq.InternalError`` or a call slower
 than ``CALL_LIMIT`` fails the test. Example counts are fixed and derandomized so the module
 runs in bounded time; the total number of calls is reported at the end of the module.
@@ -172,13 +172,14 @@ def violation(case: str, param: str, text: str) -> None:
 
 def names(e: BaseException, param: str, aliases: tuple[str, ...]) -> bool:
     """Whether the error names the parameter: in its message (``param``, the element of a
-    plural parameter such as ``topic`` for ``topics``, or a listed alias), or, for a string
-    PyO3 could not encode (a lone surrogate), in the note PyO3 attaches to it."""
+    plural parameter such as ``topic`` for ``topics``, or a listed alias), or, for a wrong type
+    or a string PyO3 could not encode (a lone surrogate) refused while PyO3 read the
+    arguments, in the note PyO3 attaches to it ("while processing 'param'")."""
     text = str(e)
     if any(n in text for n in (param, param.removesuffix("s"), *aliases)):
         return True
     notes = getattr(e, "__notes__", [])
-    return isinstance(e, UnicodeEncodeError) and f"'{param}'" in " ".join(notes)
+    return isinstance(e, (UnicodeEncodeError, TypeError)) and f"'{param}'" in " ".join(notes)
 
 
 def check(
@@ -202,7 +203,7 @@ def check(
         elif not isinstance(e, (ferrymq.FerryError, TypeError, ValueError, OverflowError)):
             violation(case, param, f"{what} raised {kind} (not allowed): {text[:300]}")
         else:
-            must_name = isinstance(e, (ferrymq.InvalidArgumentError, OverflowError)) or (
+            must_name = isinstance(e, (ferrymq.InvalidArgumentError, OverflowError, TypeError)) or (
                 isinstance(e, ValueError) and not isinstance(e, ferrymq.FerryError)
             )
             if must_name and not names(e, param, aliases):
