@@ -52,5 +52,8 @@ async def test_failures_over_jmq(producer: ferrymq.JmqProducer) -> None:
         with pytest.raises(ferrymq.FerryError):
             await flight
     assert rec.kinds("completed_exceptionally") == [flight]
-    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^expected_stream"):
+    # the error names the expectation given
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^expected_last_sequence"):
         ferrymq.AsyncPublisher(producer).submit("t", b"x", expected_last_sequence=1)
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^expected_last_msg_id"):
+        ferrymq.AsyncPublisher(producer).submit("t", b"x", expected_last_msg_id="m")

@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import _native
+from ._args import as_list
 from ._native import JmqSendReceipt, Message
 from .exceptions import FerryError, InvalidArgumentError
 
@@ -72,6 +73,15 @@ def _checker(
     return check
 
 
+def _topic_of(message: object) -> str:
+    """The topic of a message sent in a transaction (the first one opens it on its topic)."""
+    if not isinstance(message, Message):
+        raise InvalidArgumentError(
+            f"message: must be a ferrymq.Message, not {type(message).__name__}"
+        )
+    return message.topic
+
+
 class _Transaction:
     """A JMQ4 transaction whose topic is set by the first ``send``."""
 
@@ -87,13 +97,13 @@ class _Transaction:
         return self._tx
 
     def send(self, message: Message) -> JmqSendReceipt:
-        receipt = self._open(message.topic).send(message)[0]
+        receipt = self._open(_topic_of(message)).send(message)[0]
         self._receipts.append(receipt)
         return receipt
 
     async def send_async(self, message: Message) -> JmqSendReceipt:
         if self._tx is None:
-            self._tx = await self._producer.begin_transaction_async(message.topic)
+            self._tx = await self._producer.begin_transaction_async(_topic_of(message))
         receipt = (await self._tx.send_async(message))[0]
         self._receipts.append(receipt)
         return receipt
@@ -217,13 +227,17 @@ class JmqBackend:
     ) -> list[JmqSendReceipt]:
         # A JMQ4 batch is always one MESSAGE per topic, each message keeping its businessId.
         del packed
-        return self._native.send_batch(list(messages))
+        return self._native.send_batch(
+            as_list(messages, "messages", "an iterable of ferrymq.Message")
+        )
 
     async def send_batch_async(
         self, messages: Iterable[Message], *, packed: bool = False
     ) -> list[JmqSendReceipt]:
         del packed
-        return await self._native.send_batch_async(list(messages))
+        return await self._native.send_batch_async(
+            as_list(messages, "messages", "an iterable of ferrymq.Message")
+        )
 
     def produce(self, message: Message, on_delivery: Callable[..., object] | None) -> None:
         if len(self._reports) >= self._max_pending:

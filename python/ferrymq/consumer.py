@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, cast
 
 from . import _exit, _native
+from ._args import as_list
 from ._endpoints import protocol_of
 from ._jmq_consumer import JmqPushBackend, JmqSimpleBackend
 from ._native import ConsumeResult, Credentials, FilterExpression, MessageView, TlsConfig
@@ -184,7 +185,7 @@ class SimpleConsumer:
         elif isinstance(message, MessageView):
             self._impl.ack(message)
         else:
-            for m in message:
+            for m in as_list(message, "message", "a MessageView or an iterable of them"):
                 self._impl.ack(m)
 
     async def ack_async(self, message: MessageView | Iterable[MessageView]) -> None:
@@ -193,7 +194,7 @@ class SimpleConsumer:
         elif isinstance(message, MessageView):
             await self._impl.ack_async(message)
         else:
-            for m in message:
+            for m in as_list(message, "message", "a MessageView or an iterable of them"):
                 await self._impl.ack_async(m)
 
     def nack(

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, cast
 
 from . import _native
+from ._args import as_list
 from ._endpoints import protocol_of
 from ._jmq import JmqBackend
 from ._native import Credentials, Message, MessageView, SendReceipt, TlsConfig, Transaction
@@ -120,7 +121,7 @@ class Producer:
             return
         self._impl = _native.RocketMQProducer(
             endpoints,
-            topics=list(topics),
+            topics=as_list(topics, "topics", "an iterable of topic names"),
             credentials=credentials,
             namespace=namespace,
             tls=tls,

@@ -18,13 +18,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
+from typing import TypeVar
 
 from . import _native
+from ._args import as_list
 from ._endpoints import first_endpoint, protocol_of
 from ._native import Credentials, MessageView
 from .exceptions import InvalidArgumentError
 
 __all__ = ["MessageQueue", "PullConsumer"]
+
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True, order=True)
@@ -49,16 +53,16 @@ class MessageQueue:
         return f"{self.topic}/{self.broker}:{self.queue_id}"
 
 
-def _tuple(q: MessageQueue) -> tuple[str, str, int]:
+def _tuple(q: MessageQueue, name: str = "queue") -> tuple[str, str, int]:
     if not isinstance(q, MessageQueue):
-        raise InvalidArgumentError(f"queue: {q!r} is not a ferrymq.MessageQueue")
+        raise InvalidArgumentError(f"{name}: {q!r} is not a ferrymq.MessageQueue")
     return (q.topic, q.broker, q.queue_id)
 
 
 def _queues(queues: Iterable[MessageQueue], name: str = "queues") -> list[tuple[str, str, int]]:
     if isinstance(queues, MessageQueue):
         raise InvalidArgumentError(f"{name}: pass a list of MessageQueue, not one")
-    return [_tuple(q) for q in queues]
+    return [_tuple(q, name) for q in as_list(queues, name, "an iterable of MessageQueue")]
 
 
 def _ms(when: float | datetime, queue: MessageQueue) -> int:
@@ -75,14 +79,22 @@ def _ms(when: float | datetime, queue: MessageQueue) -> int:
     return int(when * 1000)
 
 
+def _mapping(value: Mapping[MessageQueue, _V], name: str) -> Mapping[MessageQueue, _V]:
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(
+            f"{name}: must be a mapping of MessageQueue to a value, not {type(value).__name__}"
+        )
+    return value
+
+
 def _offset_items(offsets: Mapping[MessageQueue, int]) -> list[tuple[tuple[str, str, int], int]]:
     out = []
-    for q, off in offsets.items():
+    for q, off in _mapping(offsets, "offsets").items():
         if isinstance(off, bool) or not isinstance(off, int):
             raise InvalidArgumentError(f"offsets: {q}: {off!r} is not an integer offset")
         if not 0 <= off < 2**63:
             raise InvalidArgumentError(f"offsets: {q}: {off} is not a valid offset")
-        out.append((_tuple(q), off))
+        out.append((_tuple(q, "offsets"), off))
     return out
 
 
@@ -224,22 +236,22 @@ class PullConsumer:
 
     def beginning_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         """The first stored offset of each queue."""
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, self._native.beginning_offsets(_queues(qs)), strict=True))
 
     async def beginning_offsets_async(
         self, queues: Iterable[MessageQueue]
     ) -> dict[MessageQueue, int]:
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, await self._native.beginning_offsets_async(_queues(qs)), strict=True))
 
     def end_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         """The offset the next message of each queue will get."""
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, self._native.end_offsets(_queues(qs)), strict=True))
 
     async def end_offsets_async(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, await self._native.end_offsets_async(_queues(qs)), strict=True))
 
     def offsets_for_times(
@@ -247,13 +259,19 @@ class PullConsumer:
     ) -> dict[MessageQueue, int | None]:
         """For each queue, the first offset stored at or after the time (Unix seconds or an
         aware ``datetime``), or ``None`` when every stored message is older."""
-        items = [(_tuple(q), _ms(t, q)) for q, t in timestamps.items()]
+        items = [
+            (_tuple(q, "timestamps"), _ms(t, q))
+            for q, t in _mapping(timestamps, "timestamps").items()
+        ]
         return dict(zip(timestamps, self._native.offsets_for_times(items), strict=True))
 
     async def offsets_for_times_async(
         self, timestamps: Mapping[MessageQueue, float | datetime]
     ) -> dict[MessageQueue, int | None]:
-        items = [(_tuple(q), _ms(t, q)) for q, t in timestamps.items()]
+        items = [
+            (_tuple(q, "timestamps"), _ms(t, q))
+            for q, t in _mapping(timestamps, "timestamps").items()
+        ]
         found = await self._native.offsets_for_times_async(items)
         return dict(zip(timestamps, found, strict=True))
 
@@ -280,13 +298,13 @@ class PullConsumer:
 
     def committed(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int | None]:
         """The group's committed offset of each queue (``None``: nothing committed)."""
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, self._native.committed(_queues(qs)), strict=True))
 
     async def committed_async(
         self, queues: Iterable[MessageQueue]
     ) -> dict[MessageQueue, int | None]:
-        qs = list(queues)
+        qs = as_list(queues, "queues", "an iterable of MessageQueue")
         return dict(zip(qs, await self._native.committed_async(_queues(qs)), strict=True))
 
     def _or_assigned(self, queues: Iterable[MessageQueue] | None) -> list[tuple[str, str, int]]:

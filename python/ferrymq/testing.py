@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from . import _native
+from ._args import as_list
 
 __all__ = ["STATUS_CODES", "EmbeddedBroker"]
 
@@ -157,7 +158,7 @@ class EmbeddedBroker:
             endpoints=endpoints,
             auto_create=auto_create,
             host=host,
-            ports=list(ports) if ports is not None else None,
+            ports=as_list(ports, "ports", "a list of int") if ports is not None else None,
             max_body_size=max_body_size,
             max_topic_bytes=max_topic_bytes,
             when_full=when_full,
@@ -278,7 +279,9 @@ class EmbeddedBroker:
             name,
             fifo,
             max_delivery_attempts,
-            list(retry_backoff) if retry_backoff is not None else None,
+            as_list(retry_backoff, "retry_backoff", "a list of durations")
+            if retry_backoff is not None
+            else None,
         )
 
     def set_queue_permission(

@@ -186,10 +186,25 @@ pub struct PublishOptions {
 impl PublishOptions {
     /// Whether any expectation is set.
     pub fn has_expectations(&self) -> bool {
-        self.expected_stream.is_some()
-            || self.expected_last_sequence.is_some()
-            || self.expected_last_subject_sequence.is_some()
-            || self.expected_last_msg_id.is_some()
+        self.first_expectation().is_some()
+    }
+
+    /// The parameter name of the first expectation set, if any.
+    pub fn first_expectation(&self) -> Option<&'static str> {
+        [
+            ("expected_stream", self.expected_stream.is_some()),
+            (
+                "expected_last_sequence",
+                self.expected_last_sequence.is_some(),
+            ),
+            (
+                "expected_last_subject_sequence",
+                self.expected_last_subject_sequence.is_some(),
+            ),
+            ("expected_last_msg_id", self.expected_last_msg_id.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(name, set)| set.then_some(name))
     }
 }
 

@@ -82,12 +82,12 @@ impl EmbeddedBroker {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        endpoints: usize,
+        #[pyo3(from_py_with = crate::ints::endpoints)] endpoints: usize,
         auto_create: bool,
         host: &str,
         ports: Option<Vec<u16>>,
-        max_body_size: Option<usize>,
-        max_topic_bytes: Option<usize>,
+        #[pyo3(from_py_with = crate::ints::max_body_size)] max_body_size: Option<usize>,
+        #[pyo3(from_py_with = crate::ints::max_topic_bytes)] max_topic_bytes: Option<usize>,
         when_full: &str,
         long_polling_min: Option<&Bound<'_, PyAny>>,
         long_polling_max: Option<&Bound<'_, PyAny>>,
@@ -96,11 +96,13 @@ impl EmbeddedBroker {
         auto_renew_invisible: Option<&Bound<'_, PyAny>>,
         transaction_check_delay: Option<&Bound<'_, PyAny>>,
         transaction_check_interval: Option<&Bound<'_, PyAny>>,
-        transaction_check_max: Option<u32>,
+        #[pyo3(from_py_with = crate::ints::transaction_check_max)] transaction_check_max: Option<
+            u32,
+        >,
         max_delay: Option<&Bound<'_, PyAny>>,
         access_key: Option<String>,
         secret_key: Option<String>,
-        auto_create_queues: Option<usize>,
+        #[pyo3(from_py_with = crate::ints::auto_create_queues)] auto_create_queues: Option<usize>,
     ) -> PyResult<Self> {
         let mut c = BrokerConfig {
             endpoints,
@@ -238,7 +240,12 @@ impl EmbeddedBroker {
     }
 
     #[pyo3(signature = (name, message_type="NORMAL", queues=8))]
-    fn create_topic(&self, name: &str, message_type: &str, queues: usize) -> PyResult<()> {
+    fn create_topic(
+        &self,
+        name: &str,
+        message_type: &str,
+        #[pyo3(from_py_with = crate::ints::queues)] queues: usize,
+    ) -> PyResult<()> {
         self.inner
             .create_topic(name, message_type, queues)
             .map_err(to_pyerr)
@@ -253,7 +260,7 @@ impl EmbeddedBroker {
         &self,
         name: &str,
         fifo: bool,
-        max_delivery_attempts: u32,
+        #[pyo3(from_py_with = crate::ints::max_delivery_attempts)] max_delivery_attempts: u32,
         retry_backoff: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let mut backoff = Vec::new();
@@ -275,8 +282,8 @@ impl EmbeddedBroker {
     fn set_queue_permission(
         &self,
         topic: &str,
-        endpoint: usize,
-        queue: i32,
+        #[pyo3(from_py_with = crate::ints::endpoint)] endpoint: usize,
+        #[pyo3(from_py_with = crate::ints::queue)] queue: i32,
         permission: &str,
     ) -> PyResult<()> {
         self.inner
@@ -285,7 +292,12 @@ impl EmbeddedBroker {
     }
 
     #[pyo3(signature = (endpoint, mode))]
-    fn set_unavailable(&self, py: Python<'_>, endpoint: usize, mode: Option<&str>) -> PyResult<()> {
+    fn set_unavailable(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::ints::endpoint)] endpoint: usize,
+        mode: Option<&str>,
+    ) -> PyResult<()> {
         let mode = match mode {
             None => None,
             Some("refuse") => Some(Unavailable::Refuse),
@@ -305,10 +317,10 @@ impl EmbeddedBroker {
     #[pyo3(signature = (endpoint, code, *, rpc=None, count=None, fraction=1.0, message=None))]
     fn inject_status(
         &self,
-        endpoint: usize,
-        code: i32,
+        #[pyo3(from_py_with = crate::ints::endpoint)] endpoint: usize,
+        #[pyo3(from_py_with = crate::ints::code)] code: i32,
         rpc: Option<&str>,
-        count: Option<u64>,
+        #[pyo3(from_py_with = crate::ints::count)] count: Option<u64>,
         fraction: f64,
         message: Option<String>,
     ) -> PyResult<()> {
@@ -325,7 +337,7 @@ impl EmbeddedBroker {
     #[pyo3(signature = (endpoint, seconds, *, rpc=None))]
     fn set_latency(
         &self,
-        endpoint: usize,
+        #[pyo3(from_py_with = crate::ints::endpoint)] endpoint: usize,
         seconds: &Bound<'_, PyAny>,
         rpc: Option<&str>,
     ) -> PyResult<()> {
@@ -336,7 +348,11 @@ impl EmbeddedBroker {
     }
 
     #[pyo3(signature = (endpoint=None))]
-    fn clear_faults(&self, py: Python<'_>, endpoint: Option<usize>) -> PyResult<()> {
+    fn clear_faults(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::ints::endpoint)] endpoint: Option<usize>,
+    ) -> PyResult<()> {
         let b = self.inner.clone();
         let all: Vec<usize> = match endpoint {
             Some(e) => vec![e],
@@ -350,11 +366,17 @@ impl EmbeddedBroker {
         })
     }
 
-    fn drop_telemetry(&self, endpoint: usize) -> PyResult<()> {
+    fn drop_telemetry(
+        &self,
+        #[pyo3(from_py_with = crate::ints::endpoint)] endpoint: usize,
+    ) -> PyResult<()> {
         self.inner.drop_telemetry(endpoint).map_err(to_pyerr)
     }
 
-    fn restart(&self, endpoint: usize) -> PyResult<()> {
+    fn restart(
+        &self,
+        #[pyo3(from_py_with = crate::ints::endpoint)] endpoint: usize,
+    ) -> PyResult<()> {
         self.inner.restart(endpoint).map_err(to_pyerr)
     }
 
@@ -466,7 +488,7 @@ impl EmbeddedBroker {
         &self,
         py: Python<'py>,
         topic: &str,
-        limit: usize,
+        #[pyo3(from_py_with = crate::ints::limit)] limit: usize,
     ) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         for m in self.inner.messages(topic, limit).map_err(to_pyerr)? {
@@ -484,13 +506,21 @@ impl EmbeddedBroker {
     }
 
     #[pyo3(signature = (endpoint, rpc))]
-    fn calls(&self, endpoint: usize, rpc: &str) -> PyResult<u64> {
+    fn calls(
+        &self,
+        #[pyo3(from_py_with = crate::ints::endpoint)] endpoint: usize,
+        rpc: &str,
+    ) -> PyResult<u64> {
         let rpc = Rpc::parse(rpc).map_err(to_pyerr)?;
         self.inner.calls(endpoint, rpc).map_err(to_pyerr)
     }
 
     #[pyo3(signature = (endpoint=0))]
-    fn clients<'py>(&self, py: Python<'py>, endpoint: usize) -> PyResult<Bound<'py, PyList>> {
+    fn clients<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::ints::endpoint)] endpoint: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
         for s in self.inner.clients(endpoint).map_err(to_pyerr)? {
             let d = PyDict::new(py);

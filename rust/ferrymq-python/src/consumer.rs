@@ -113,7 +113,8 @@ impl PyFilterExpression {
     #[staticmethod]
     fn tag(expression: &str) -> PyResult<Self> {
         Ok(Self {
-            inner: FilterExpression::tag(expression).map_err(to_pyerr)?,
+            inner: FilterExpression::tag(expression)
+                .map_err(crate::errors::renamed("expression", "filter"))?,
         })
     }
 
@@ -122,7 +123,8 @@ impl PyFilterExpression {
     #[staticmethod]
     fn sql(expression: &str) -> PyResult<Self> {
         Ok(Self {
-            inner: FilterExpression::sql(expression).map_err(to_pyerr)?,
+            inner: FilterExpression::sql(expression)
+                .map_err(crate::errors::renamed("expression", "filter"))?,
         })
     }
 
@@ -818,7 +820,7 @@ impl PySimpleConsumer {
     fn receive(
         &self,
         py: Python<'_>,
-        max_messages: u32,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: u32,
         invisible_duration: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyMessageView>> {
         let d = invisible_arg(invisible_duration)?;
@@ -840,7 +842,7 @@ impl PySimpleConsumer {
     fn receive_async<'py>(
         &self,
         py: Python<'py>,
-        max_messages: u32,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: u32,
         invisible_duration: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let d = invisible_arg(invisible_duration)?;
@@ -1208,12 +1210,12 @@ impl PyPushConsumer {
         group: String,
         subscriptions: &Bound<'_, PyAny>,
         listener: Bound<'_, PyAny>,
-        consumption_threads: i128,
-        max_cache_messages: usize,
-        max_cache_bytes: usize,
+        #[pyo3(from_py_with = crate::ints::consumption_threads)] consumption_threads: i128,
+        #[pyo3(from_py_with = crate::ints::max_cache_messages)] max_cache_messages: usize,
+        #[pyo3(from_py_with = crate::ints::max_cache_bytes)] max_cache_bytes: usize,
         fifo_accelerator: bool,
-        receive_batch_size: Option<u32>,
-        max_concurrent_receives: usize,
+        #[pyo3(from_py_with = crate::ints::receive_batch_size)] receive_batch_size: Option<u32>,
+        #[pyo3(from_py_with = crate::ints::max_concurrent_receives)] max_concurrent_receives: usize,
         shutdown_timeout: Option<&Bound<'_, PyAny>>,
         credentials: Option<&Bound<'_, PyAny>>,
         namespace: Option<String>,

@@ -78,3 +78,26 @@ pub fn to_pyerr_ref(err: &Error) -> PyErr {
 pub fn invalid(field: &str, why: impl std::fmt::Display) -> PyErr {
     to_pyerr(Error::invalid(field, why))
 }
+
+/// Like [`to_pyerr`], for a core call that names the value `core_field` where the Python
+/// parameter is `field`: an invalid-argument error about `core_field` names `field` instead.
+pub fn renamed(field: &'static str, core_field: &'static str) -> impl Fn(Error) -> PyErr {
+    move |err| {
+        let prefix = format!("{core_field}: ");
+        match err.message().strip_prefix(&prefix) {
+            Some(why) if err.kind() == ErrorKind::InvalidArgument => invalid(field, why),
+            _ => to_pyerr(err),
+        }
+    }
+}
+
+/// The text of the `str` argument `field`, or an invalid-argument error naming it when the
+/// string cannot be UTF-8 (a lone surrogate such as `"\ud800"`).
+pub fn text(field: &str, s: &Bound<'_, pyo3::types::PyString>) -> PyResult<String> {
+    s.to_str().map(str::to_owned).map_err(|_| {
+        invalid(
+            field,
+            "is not valid Unicode text (it holds a lone surrogate)",
+        )
+    })
+}

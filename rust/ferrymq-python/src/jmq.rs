@@ -276,11 +276,11 @@ impl JmqProducer {
         namespace: Option<String>,
         qos: &str,
         compression: &str,
-        compress_threshold: usize,
-        max_attempts: u32,
+        #[pyo3(from_py_with = crate::ints::compress_threshold)] compress_threshold: usize,
+        #[pyo3(from_py_with = crate::ints::max_attempts)] max_attempts: u32,
         send_timeout: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
-        max_body: usize,
+        #[pyo3(from_py_with = crate::ints::max_body)] max_body: usize,
         transaction_timeout: Option<&Bound<'_, PyAny>>,
         transaction_checker: Option<Py<PyAny>>,
         transaction_topics: Option<Vec<String>>,
@@ -801,19 +801,19 @@ impl PyJmqMessage {
     }
 }
 
-fn extract_received(v: &Bound<'_, PyAny>) -> PyResult<Vec<ReceivedMessage>> {
+fn extract_received(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<ReceivedMessage>> {
     if let Ok(m) = v.cast::<PyJmqMessage>() {
         return Ok(vec![m.get().inner.clone()]);
     }
     let mut out = Vec::new();
     for item in v
         .try_iter()
-        .map_err(|_| invalid("messages", "must be a JmqMessage or an iterable of them"))?
+        .map_err(|_| invalid(field, "must be a JmqMessage or an iterable of them"))?
     {
         let item = item?;
         let m = item
             .cast::<PyJmqMessage>()
-            .map_err(|_| invalid("messages", "must contain JmqMessage objects"))?;
+            .map_err(|_| invalid(field, "must contain JmqMessage objects"))?;
         out.push(m.get().inner.clone());
     }
     Ok(out)
@@ -975,7 +975,7 @@ impl JmqConsumer {
     fn receive(
         &self,
         py: Python<'_>,
-        max_messages: usize,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: usize,
         wait: Option<&Bound<'_, PyAny>>,
         ack_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyJmqMessage>> {
@@ -994,7 +994,7 @@ impl JmqConsumer {
     fn receive_async<'py>(
         &self,
         py: Python<'py>,
-        max_messages: usize,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: usize,
         wait: Option<&Bound<'_, PyAny>>,
         ack_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -1019,8 +1019,8 @@ impl JmqConsumer {
         nacks: &Bound<'_, PyAny>,
         retry_type: &str,
     ) -> PyResult<()> {
-        let a = extract_received(acks)?;
-        let n = extract_received(nacks)?;
+        let a = extract_received("acks", acks)?;
+        let n = extract_received("nacks", nacks)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
         let s = self.state.clone();
         self.rt
@@ -1036,8 +1036,8 @@ impl JmqConsumer {
         nacks: &Bound<'py, PyAny>,
         retry_type: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let a = extract_received(acks)?;
-        let n = extract_received(nacks)?;
+        let a = extract_received("acks", acks)?;
+        let n = extract_received("nacks", nacks)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
@@ -1047,7 +1047,7 @@ impl JmqConsumer {
 
     /// Acknowledge one message or a list of them (COMMIT_ACK).
     fn ack(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<()> {
-        let ms = extract_received(messages)?;
+        let ms = extract_received("messages", messages)?;
         let s = self.state.clone();
         self.rt
             .block_on(py, async move { s.get().await?.ack(&ms).await })
@@ -1059,7 +1059,7 @@ impl JmqConsumer {
         py: Python<'py>,
         messages: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let ms = extract_received(messages)?;
+        let ms = extract_received("messages", messages)?;
         let s = self.state.clone();
         future_into_py(py, self.rt, async move { s.get().await?.ack(&ms).await })
     }
@@ -1068,7 +1068,7 @@ impl JmqConsumer {
     /// the broker redelivers the messages from its retry queue.
     #[pyo3(signature = (messages, retry_type="exception"))]
     fn nack(&self, py: Python<'_>, messages: &Bound<'_, PyAny>, retry_type: &str) -> PyResult<()> {
-        let ms = extract_received(messages)?;
+        let ms = extract_received("messages", messages)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
         let s = self.state.clone();
         self.rt
@@ -1083,7 +1083,7 @@ impl JmqConsumer {
         messages: &Bound<'py, PyAny>,
         retry_type: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let ms = extract_received(messages)?;
+        let ms = extract_received("messages", messages)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
         let s = self.state.clone();
         future_into_py(
@@ -1098,7 +1098,7 @@ impl JmqConsumer {
         &self,
         py: Python<'_>,
         topic: String,
-        partition: i16,
+        #[pyo3(from_py_with = crate::ints::partition)] partition: i16,
     ) -> PyResult<(i64, i64, i64)> {
         let s = self.state.clone();
         self.rt.block_on(py, async move {
@@ -1112,8 +1112,8 @@ impl JmqConsumer {
         &self,
         py: Python<'_>,
         topic: String,
-        partition: i16,
-        index: i64,
+        #[pyo3(from_py_with = crate::ints::partition)] partition: i16,
+        #[pyo3(from_py_with = crate::ints::index)] index: i64,
     ) -> PyResult<()> {
         let s = self.state.clone();
         self.rt.block_on(py, async move {
@@ -1247,14 +1247,14 @@ impl JmqServer {
     fn new(
         py: Python<'_>,
         broker: Option<Bound<'_, crate::broker::EmbeddedBroker>>,
-        nodes: usize,
-        port: Option<u16>,
+        #[pyo3(from_py_with = crate::ints::nodes)] nodes: usize,
+        #[pyo3(from_py_with = crate::ints::port)] port: Option<u16>,
         host: &str,
         advertised_host: Option<String>,
         regions: Option<Vec<String>>,
         apps: Option<std::collections::HashMap<String, String>>,
         retry_delay: Option<&Bound<'_, PyAny>>,
-        max_body: usize,
+        #[pyo3(from_py_with = crate::ints::max_body)] max_body: usize,
     ) -> PyResult<Self> {
         if nodes == 0 || nodes > 64 {
             return Err(invalid("nodes", "must be between 1 and 64"));
@@ -1309,11 +1309,16 @@ impl JmqServer {
 
     /// Create a topic with `partitions` partitions (idempotent for the same count).
     #[pyo3(signature = (name, partitions=4, *, broadcast=false))]
-    fn create_topic(&self, name: &str, partitions: u16, broadcast: bool) -> PyResult<()> {
+    fn create_topic(
+        &self,
+        name: &str,
+        #[pyo3(from_py_with = crate::ints::partitions)] partitions: u16,
+        broadcast: bool,
+    ) -> PyResult<()> {
         self.inner
             .store()
             .create_topic(name, partitions, broadcast)
-            .map_err(to_pyerr)
+            .map_err(crate::errors::renamed("name", "topic"))
     }
 
     /// Register an app and its token.
@@ -1329,7 +1334,12 @@ impl JmqServer {
     /// Answer the next `times` requests of `command` (a name like "PRODUCE_MESSAGE", an id, or
     /// None for any) with JMQ4 code `code`.
     #[pyo3(signature = (code, *, command=None, times=1))]
-    fn fail_next(&self, code: i32, command: Option<&Bound<'_, PyAny>>, times: u32) -> PyResult<()> {
+    fn fail_next(
+        &self,
+        #[pyo3(from_py_with = crate::ints::code)] code: i32,
+        command: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = crate::ints::times)] times: u32,
+    ) -> PyResult<()> {
         let c = command_of(command)?;
         self.inner.fail_next(c, code, times);
         Ok(())
@@ -1348,7 +1358,7 @@ impl JmqServer {
     }
 
     /// The FETCH_HEALTH point of `node` (0 healthy; ferrymq divides weights by 1 + point).
-    fn set_health(&self, node: i32, point: f64) {
+    fn set_health(&self, #[pyo3(from_py_with = crate::ints::node)] node: i32, point: f64) {
         self.inner.set_health(node, point);
     }
 
@@ -1358,7 +1368,12 @@ impl JmqServer {
     }
 
     /// Move the leader of partition group `group` of `topic` to broker `node`.
-    fn set_leader(&self, topic: &str, group: i32, node: i32) -> PyResult<()> {
+    fn set_leader(
+        &self,
+        topic: &str,
+        #[pyo3(from_py_with = crate::ints::group)] group: i32,
+        #[pyo3(from_py_with = crate::ints::node)] node: i32,
+    ) -> PyResult<()> {
         self.inner.set_leader(topic, group, node).map_err(to_pyerr)
     }
 

@@ -35,7 +35,7 @@ impl PyJmqRangeReader {
         region: Option<String>,
         namespace: Option<String>,
         request_timeout: Option<&Bound<'_, PyAny>>,
-        max_body: usize,
+        #[pyo3(from_py_with = crate::ints::max_body)] max_body: usize,
         metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
     ) -> PyResult<Self> {
@@ -97,10 +97,10 @@ impl PyJmqRangeReader {
         &self,
         py: Python<'_>,
         topic: String,
-        partition: i16,
-        start: i64,
-        end: i64,
-        max_rows: usize,
+        #[pyo3(from_py_with = crate::ints::partition)] partition: i16,
+        #[pyo3(from_py_with = crate::ints::start)] start: i64,
+        #[pyo3(from_py_with = crate::ints::end)] end: i64,
+        #[pyo3(from_py_with = crate::ints::max_rows)] max_rows: usize,
     ) -> PyResult<PyMessageColumns> {
         if max_rows == 0 {
             return Err(invalid("max_rows", "must be at least 1"));

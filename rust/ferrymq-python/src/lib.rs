@@ -11,6 +11,7 @@ mod consumer;
 mod durations;
 mod errors;
 mod exit;
+mod ints;
 mod jmq;
 mod jmq_range;
 mod logging;
@@ -103,7 +104,7 @@ mod _native {
 
     /// Set the most verbose level forwarded from Rust to Python logging (a logging level number).
     #[pyfunction]
-    fn set_log_level(level: i64) {
+    fn set_log_level(#[pyo3(from_py_with = crate::ints::level)] level: i64) {
         crate::logging::set_python_level(level);
     }
 
@@ -127,7 +128,10 @@ mod _native {
 
     /// The FIFO queue index of `group` among `queues` writable leader queues.
     #[pyfunction]
-    fn fifo_queue_index(group: &str, queues: usize) -> PyResult<usize> {
+    fn fifo_queue_index(
+        group: &str,
+        #[pyo3(from_py_with = crate::ints::queues)] queues: usize,
+    ) -> PyResult<usize> {
         if queues == 0 {
             return Err(crate::errors::invalid("queues", "must be at least 1"));
         }

@@ -57,15 +57,15 @@ impl PyMessage {
         properties: Option<&Bound<'_, PyAny>>,
         message_group: Option<String>,
         delivery_time: Option<&Bound<'_, PyAny>>,
-        priority: Option<i32>,
+        #[pyo3(from_py_with = crate::ints::priority)] priority: Option<i32>,
     ) -> PyResult<Self> {
         let topic: String = topic
             .extract()
             .map_err(|_| invalid("topic", "must be a str"))?;
         let mut b = Message::builder(topic, extract_body(body)?);
         if let Some(keys) = keys {
-            let keys: Vec<String> = if keys.is_instance_of::<PyString>() {
-                vec![keys.extract()?]
+            let keys: Vec<String> = if let Ok(s) = keys.cast::<PyString>() {
+                vec![crate::errors::text("keys", s)?]
             } else {
                 keys.extract()
                     .map_err(|_| invalid("keys", "must be a str or a sequence of str"))?

@@ -18,7 +18,7 @@ use crate::runtime::{future_into_py, RuntimeRef};
 
 fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     let joined = if let Ok(s) = endpoints.cast::<PyString>() {
-        s.to_str()?.to_owned()
+        crate::errors::text("endpoints", s)?
     } else if let Ok(list) = endpoints.extract::<Vec<String>>() {
         list.join(",")
     } else {
@@ -253,7 +253,10 @@ impl PyJetStream {
         headers: Option<&Bound<'_, PyAny>>,
         message_id: Option<String>,
         expected_stream: Option<String>,
-        expected_last_sequence: Option<u64>,
+        #[pyo3(from_py_with = crate::ints::expected_last_sequence)] expected_last_sequence: Option<
+            u64,
+        >,
+        #[pyo3(from_py_with = crate::ints::expected_last_subject_sequence)]
         expected_last_subject_sequence: Option<u64>,
         expected_last_msg_id: Option<String>,
     ) -> PyResult<PyPublishAck> {
@@ -287,7 +290,10 @@ impl PyJetStream {
         headers: Option<&Bound<'_, PyAny>>,
         message_id: Option<String>,
         expected_stream: Option<String>,
-        expected_last_sequence: Option<u64>,
+        #[pyo3(from_py_with = crate::ints::expected_last_sequence)] expected_last_sequence: Option<
+            u64,
+        >,
+        #[pyo3(from_py_with = crate::ints::expected_last_subject_sequence)]
         expected_last_subject_sequence: Option<u64>,
         expected_last_msg_id: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -321,13 +327,13 @@ impl PyJetStream {
         storage: &str,
         retention: &str,
         duplicate_window: Option<&Bound<'_, PyAny>>,
-        max_messages: Option<i64>,
-        max_bytes: Option<i64>,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: Option<i64>,
+        #[pyo3(from_py_with = crate::ints::max_bytes)] max_bytes: Option<i64>,
         max_age: Option<&Bound<'_, PyAny>>,
-        replicas: usize,
+        #[pyo3(from_py_with = crate::ints::replicas)] replicas: usize,
     ) -> PyResult<PyStreamInfo> {
         let subjects: Vec<String> = if let Ok(s) = subjects.cast::<PyString>() {
-            vec![s.to_str()?.to_owned()]
+            vec![crate::errors::text("subjects", s)?]
         } else {
             subjects
                 .extract()
@@ -353,6 +359,7 @@ impl PyJetStream {
 
     /// The state of stream `name`.
     fn stream_info(&self, py: Python<'_>, name: String) -> PyResult<PyStreamInfo> {
+        ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
         let js = self.inner.clone();
         self.rt.block_on(py, async move {
             let inner = js.stream_info(&name).await?;
@@ -362,6 +369,7 @@ impl PyJetStream {
 
     /// Delete stream `name`; False when it did not exist.
     fn delete_stream(&self, py: Python<'_>, name: String) -> PyResult<bool> {
+        ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
         let js = self.inner.clone();
         self.rt
             .block_on(py, async move { js.delete_stream(&name).await })
@@ -378,8 +386,8 @@ impl PyJetStream {
         filter_subject: Option<String>,
         deliver: Option<&Bound<'_, PyAny>>,
         ack_wait: Option<&Bound<'_, PyAny>>,
-        max_deliver: Option<i64>,
-        max_ack_pending: Option<i64>,
+        #[pyo3(from_py_with = crate::ints::max_deliver)] max_deliver: Option<i64>,
+        #[pyo3(from_py_with = crate::ints::max_ack_pending)] max_ack_pending: Option<i64>,
         inactive_threshold: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyPullConsumer> {
         let cfg = PullConsumerConfig {
@@ -530,7 +538,7 @@ impl PyPullConsumer {
     fn fetch(
         &self,
         py: Python<'_>,
-        max_messages: i64,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: i64,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyJsMessage>> {
         let (max, timeout) = batch_args(max_messages, timeout)?;
@@ -547,7 +555,7 @@ impl PyPullConsumer {
     fn fetch_async<'py>(
         &self,
         py: Python<'py>,
-        max_messages: i64,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: i64,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (max, timeout) = batch_args(max_messages, timeout)?;

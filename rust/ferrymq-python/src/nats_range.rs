@@ -79,9 +79,9 @@ impl PyNatsRangeReader {
         &self,
         py: Python<'_>,
         stream: String,
-        start: i64,
-        end: i64,
-        max_rows: usize,
+        #[pyo3(from_py_with = crate::ints::start)] start: i64,
+        #[pyo3(from_py_with = crate::ints::end)] end: i64,
+        #[pyo3(from_py_with = crate::ints::max_rows)] max_rows: usize,
         filter_subject: Option<String>,
     ) -> PyResult<PyMessageColumns> {
         if max_rows == 0 {

@@ -139,7 +139,11 @@ impl PyOffsetConsumer {
         self.inner.assignment().iter().map(tuple).collect()
     }
 
-    fn seek(&self, queue: QueueTuple, offset: i64) -> PyResult<()> {
+    fn seek(
+        &self,
+        queue: QueueTuple,
+        #[pyo3(from_py_with = crate::ints::offset)] offset: i64,
+    ) -> PyResult<()> {
         self.inner.seek(&tq(queue)?, offset).map_err(to_pyerr)
     }
 
@@ -261,7 +265,7 @@ impl PyOffsetConsumer {
     fn poll(
         &self,
         py: Python<'_>,
-        max_messages: usize,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: usize,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyMessageView>> {
         let t = wait(timeout)?;
@@ -274,7 +278,7 @@ impl PyOffsetConsumer {
     fn poll_async<'py>(
         &self,
         py: Python<'py>,
-        max_messages: usize,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: usize,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let t = wait(timeout)?;

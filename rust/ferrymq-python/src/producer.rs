@@ -502,9 +502,9 @@ impl PyProducer {
         namespace: Option<String>,
         tls: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
-        max_attempts: Option<i64>,
+        #[pyo3(from_py_with = crate::ints::max_attempts)] max_attempts: Option<i64>,
         transaction_checker: Option<Py<PyAny>>,
-        max_pending: usize,
+        #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
         heartbeat_interval: Option<&Bound<'_, PyAny>>,
         route_refresh_interval: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {

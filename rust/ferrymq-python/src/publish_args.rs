@@ -146,11 +146,12 @@ pub fn extract_outgoing(
             message: Some(msg),
         });
     }
-    let subject: String = subject
-        .cast::<PyString>()
-        .map_err(|_| invalid("subject", "must be a str (or a ferrymq.Message)"))?
-        .to_str()?
-        .to_owned();
+    let subject = crate::errors::text(
+        "subject",
+        subject
+            .cast::<PyString>()
+            .map_err(|_| invalid("subject", "must be a str (or a ferrymq.Message)"))?,
+    )?;
     let Some(body) = body else {
         return Err(invalid("body", "is required (bytes)"));
     };

@@ -305,8 +305,8 @@ impl PublisherCore {
     fn new(
         producer: &Bound<'_, PyAny>,
         id_prefix: Option<String>,
-        max_in_flight: i128,
-        refill_allowed_at: i128,
+        #[pyo3(from_py_with = crate::ints::max_in_flight)] max_in_flight: i128,
+        #[pyo3(from_py_with = crate::ints::refill_allowed_at)] refill_allowed_at: i128,
         retry: Option<RetryArgs<'_>>,
         poll_time: Option<&Bound<'_, PyAny>>,
         hold_pause_time: Option<&Bound<'_, PyAny>>,
@@ -405,7 +405,10 @@ impl PublisherCore {
         headers: Option<&Bound<'_, PyAny>>,
         message_id: Option<String>,
         expected_stream: Option<String>,
-        expected_last_sequence: Option<u64>,
+        #[pyo3(from_py_with = crate::ints::expected_last_sequence)] expected_last_sequence: Option<
+            u64,
+        >,
+        #[pyo3(from_py_with = crate::ints::expected_last_subject_sequence)]
         expected_last_subject_sequence: Option<u64>,
         expected_last_msg_id: Option<String>,
     ) -> PyResult<PyFlight> {
@@ -437,7 +440,10 @@ impl PublisherCore {
         headers: Option<&Bound<'py, PyAny>>,
         message_id: Option<String>,
         expected_stream: Option<String>,
-        expected_last_sequence: Option<u64>,
+        #[pyo3(from_py_with = crate::ints::expected_last_sequence)] expected_last_sequence: Option<
+            u64,
+        >,
+        #[pyo3(from_py_with = crate::ints::expected_last_subject_sequence)]
         expected_last_subject_sequence: Option<u64>,
         expected_last_msg_id: Option<String>,
     ) -> PyResult<(PyFlight, Option<Bound<'py, PyAny>>)> {
@@ -532,7 +538,7 @@ impl PublisherCore {
     fn next_events(
         &self,
         py: Python<'_>,
-        max: usize,
+        #[pyo3(from_py_with = crate::ints::max)] max: usize,
         timeout: &Bound<'_, PyAny>,
     ) -> PyResult<Option<PyEventBatch>> {
         let limit = durations::non_negative("timeout", timeout)?;

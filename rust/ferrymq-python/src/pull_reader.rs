@@ -53,7 +53,7 @@ impl PyPullReader {
         group: String,
         topics: Vec<String>,
         tag_filter: Option<String>,
-        pull_batch_size: i32,
+        #[pyo3(from_py_with = crate::ints::pull_batch_size)] pull_batch_size: i32,
         credentials: Option<&Bound<'_, PyAny>>,
         namespace: Option<String>,
         tls: Option<&Bound<'_, PyAny>>,
@@ -99,7 +99,7 @@ impl PyPullReader {
         topic: String,
         queue: &str,
         policy: &str,
-        timestamp_ms: Option<i64>,
+        #[pyo3(from_py_with = crate::ints::timestamp_ms)] timestamp_ms: Option<i64>,
     ) -> PyResult<i64> {
         let p = self::policy(policy, timestamp_ms)?;
         let q = self::queue(queue)?;
@@ -127,7 +127,7 @@ impl PyPullReader {
         py: Python<'_>,
         topic: String,
         queue: &str,
-        offset: i64,
+        #[pyo3(from_py_with = crate::ints::offset)] offset: i64,
     ) -> PyResult<()> {
         let q = self::queue(queue)?;
         let r = self.reader.clone();
@@ -143,9 +143,9 @@ impl PyPullReader {
         py: Python<'_>,
         topic: String,
         queue: &str,
-        start: i64,
-        end: i64,
-        max_rows: usize,
+        #[pyo3(from_py_with = crate::ints::start)] start: i64,
+        #[pyo3(from_py_with = crate::ints::end)] end: i64,
+        #[pyo3(from_py_with = crate::ints::max_rows)] max_rows: usize,
     ) -> PyResult<PyMessageColumns> {
         if max_rows == 0 {
             return Err(invalid("max_rows", "must be at least 1"));

@@ -88,6 +88,22 @@ impl Default for NatsOptions {
     }
 }
 
+/// Parse `data` as the reply to a JetStream publish, as the publisher does (plain, and with
+/// the status codes a reply can carry). For the decoder fuzz test: errors are expected,
+/// panics are bugs.
+#[doc(hidden)]
+pub fn fuzz_decode_ack(data: &[u8]) {
+    use async_nats::StatusCode;
+    for status in [
+        None,
+        Some(StatusCode::NO_RESPONDERS),
+        Some(StatusCode::TIMEOUT),
+        Some(StatusCode::OK),
+    ] {
+        let _ = acks::decode(status, data);
+    }
+}
+
 /// Split a comma-separated endpoint list and check that each is a `nats://` URL.
 pub fn parse_endpoints(endpoints: &str) -> Result<Vec<String>> {
     let list: Vec<String> = endpoints

@@ -46,9 +46,9 @@ pub(crate) fn to_message(flight: &Flight) -> Result<Message> {
 
 /// Refuse JetStream expectations on backends that have none.
 pub(crate) fn check_no_expectations(out: &Outgoing) -> Result<()> {
-    if out.options.has_expectations() {
+    if let Some(field) = out.options.first_expectation() {
         return Err(Error::invalid(
-            "expected_stream",
+            field,
             "JetStream expectations (expected_*) are only supported on NATS JetStream",
         ));
     }
