@@ -158,11 +158,7 @@ impl Broker {
         let ep = self.core.endpoints[ep.index].clone();
         let previous = ep.unavailable.lock().replace_or_take(mode);
         match mode {
-            Some(Unavailable::Refuse) => {
-                ep.faults.io.set_frozen(false);
-                ep.stop_accepting_and_wait().await;
-                ep.faults.io.cut_all();
-            }
+            Some(Unavailable::Refuse) => ep.refuse().await,
             Some(Unavailable::Hang) => {
                 if previous == Some(Unavailable::Refuse) {
                     self.listen_again(&ep).await?;

@@ -120,13 +120,18 @@ impl Endpoint {
         }
     }
 
-    /// Stop accepting and wait until the accept task is gone, so its listener is closed and
-    /// the port can be bound again at once (an abort alone takes effect whenever the runtime
-    /// next gets to the task).
-    async fn stop_accepting_and_wait(&self) {
+    /// Stop accepting, cut every open connection, then wait until the accept task is gone, so
+    /// its listener is closed and the port can be bound again at once (an abort alone takes
+    /// effect whenever the runtime next gets to the task). Cutting comes first: nothing held
+    /// by a fault reaches the service in between.
+    async fn refuse(&self) {
+        self.faults.io.set_frozen(false);
         let task = self.accept.lock().take();
-        if let Some(t) = task {
+        if let Some(t) = &task {
             t.abort();
+        }
+        self.faults.io.cut_all();
+        if let Some(t) = task {
             let _ = t.await;
         }
     }
