@@ -918,6 +918,15 @@ CASES = [
         },
     ),
     Case(
+        "EmbeddedBroker.update_settings",
+        lambda lv, a: (
+            lv.admin.update_settings(**a),
+            lv.admin.update_settings(max_body_size=4 * MIB, producer_max_attempts=3),
+        ),
+        lambda lv: {"max_body_size": None, "producer_max_attempts": None},
+        {"max_body_size": "int", "producer_max_attempts": "int"},
+    ),
+    Case(
         "EmbeddedBroker.set_queue_permission",
         lambda lv, a: lv.admin.set_queue_permission(**a),
         lambda lv: {"topic": "admin-t", "endpoint": 0, "queue": 0, "permission": "rw"},

@@ -87,6 +87,26 @@ def _rocketmq_cases(broker: EmbeddedBroker, producer: ferrymq.Producer) -> dict[
             "route_refresh_interval",
             lambda v: ferrymq.Producer(ep, route_refresh_interval=v),
         ),
+        "Producer.settings_sync_interval": (
+            "settings_sync_interval",
+            lambda v: ferrymq.Producer(ep, settings_sync_interval=v),
+        ),
+        **{
+            f"SimpleConsumer.{f}": (
+                f,
+                lambda v, f=f: ferrymq.SimpleConsumer(ep, "g", subscriptions=sub, **{f: v}),
+            )
+            for f in ("route_refresh_interval", "settings_sync_interval")
+        },
+        **{
+            f"PushConsumer.{f}": (
+                f,
+                lambda v, f=f: ferrymq.PushConsumer(
+                    ep, "g", subscriptions=sub, listener=lambda m: None, **{f: v}
+                ),
+            )
+            for f in ("route_refresh_interval", "settings_sync_interval")
+        },
         "Producer.poll": ("timeout", lambda v: producer.poll(v)),
         "Producer.flush": ("timeout", lambda v: producer.flush(v)),
         "SimpleConsumer.await_duration": (
@@ -137,6 +157,11 @@ ROCKETMQ = [
     "Producer.request_timeout",
     "Producer.heartbeat_interval",
     "Producer.route_refresh_interval",
+    "Producer.settings_sync_interval",
+    "SimpleConsumer.route_refresh_interval",
+    "SimpleConsumer.settings_sync_interval",
+    "PushConsumer.route_refresh_interval",
+    "PushConsumer.settings_sync_interval",
     "Producer.poll",
     "Producer.flush",
     "SimpleConsumer.await_duration",

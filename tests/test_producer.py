@@ -432,13 +432,11 @@ def test_orphaned_transaction_is_resolved_by_the_checker(
 
 
 def test_telemetry_commands_are_answered(broker: EmbeddedBroker, producer: Producer) -> None:
+    # ReconnectEndpoints: tests/test_runtime_changes.py (a new connection is observed).
     nonce = broker.print_thread_stack_trace(producer.client_id)
     wait_until(lambda: any(r["nonce"] == nonce for r in broker.telemetry_replies()))
     reply = next(r for r in broker.telemetry_replies() if r["nonce"] == nonce)
     assert "Thread" in reply["detail"]
-    broker.reconnect_endpoints(producer.client_id)
-    topic = producer.settings  # still usable
-    assert topic["from_server"]
 
 
 def test_recovers_after_broker_restart(

@@ -349,6 +349,9 @@ class EmbeddedBroker:
         max_delivery_attempts: int = 17,
         retry_backoff: list[float | timedelta] | None = None,
     ) -> None: ...
+    def update_settings(
+        self, *, max_body_size: int | None = None, producer_max_attempts: int | None = None
+    ) -> None: ...
     def set_queue_permission(
         self, topic: str, endpoint: int, queue: int, permission: str
     ) -> None: ...
@@ -502,6 +505,7 @@ class RocketMQProducer:
         max_pending: int = ...,
         heartbeat_interval: float | timedelta | None = None,
         route_refresh_interval: float | timedelta | None = None,
+        settings_sync_interval: float | timedelta | None = None,
     ) -> RocketMQProducer: ...
     def start(self) -> None: ...
     def start_async(self) -> Awaitable[None]: ...
@@ -576,6 +580,8 @@ class SimpleConsumer:
         namespace: str | None = None,
         tls: _TlsArg = None,
         request_timeout: _Seconds | None = None,
+        route_refresh_interval: _Seconds | None = None,
+        settings_sync_interval: _Seconds | None = None,
     ) -> SimpleConsumer: ...
     @property
     def group(self) -> str: ...
@@ -628,6 +634,8 @@ class PushConsumer:
         namespace: str | None = None,
         tls: _TlsArg = None,
         request_timeout: _Seconds | None = None,
+        route_refresh_interval: _Seconds | None = None,
+        settings_sync_interval: _Seconds | None = None,
     ) -> PushConsumer: ...
     @property
     def group(self) -> str: ...

@@ -63,7 +63,8 @@ class SimpleConsumer:
         subscriptions: ``{topic: filter}`` (``None``/``"*"``, a tag expression, or a
             :class:`FilterExpression`), a topic, or a list of topics. JMQ4: topics only.
         await_duration: long-polling time of :meth:`receive` (default 20 s).
-        credentials, namespace, tls, request_timeout: as for :class:`ferrymq.Producer`.
+        credentials, namespace, tls, request_timeout, route_refresh_interval,
+            settings_sync_interval: as for :class:`ferrymq.Producer` (the last two RocketMQ only).
         app, token: JMQ4 identity (``app`` may repeat ``group``); ``token`` is required there;
             both are ignored by RocketMQ.
         jmq_options: further :class:`ferrymq.JmqConsumer` options for ``jmq://`` (``mode``,
@@ -87,6 +88,8 @@ class SimpleConsumer:
         namespace: str | None = None,
         tls: _TlsArg = None,
         request_timeout: _Seconds | None = None,
+        route_refresh_interval: _Seconds | None = None,
+        settings_sync_interval: _Seconds | None = None,
         app: str | None = None,
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
@@ -95,6 +98,10 @@ class SimpleConsumer:
         self._impl: _native.SimpleConsumer
         protocol = _consumer_protocol(endpoints)
         if protocol == "jmq":
+            _jmq_refuses(
+                route_refresh_interval=route_refresh_interval,
+                settings_sync_interval=settings_sync_interval,
+            )
             self._jmq = JmqSimpleBackend(
                 endpoints,
                 group,
@@ -121,6 +128,8 @@ class SimpleConsumer:
             namespace=namespace,
             tls=tls,
             request_timeout=request_timeout,
+            route_refresh_interval=route_refresh_interval,
+            settings_sync_interval=settings_sync_interval,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -269,8 +278,10 @@ class PushConsumer:
     JMQ4: through the broker's retry queue).
 
     Args:
-        endpoints, group, subscriptions, credentials, namespace, tls, request_timeout, app,
-            token, jmq_options: as for :class:`SimpleConsumer`.
+        endpoints, group, subscriptions, credentials, namespace, tls, request_timeout,
+            route_refresh_interval, settings_sync_interval, app, token, jmq_options: as for
+            :class:`SimpleConsumer` (a RocketMQ push consumer follows queue changes through its
+            assignment scan, every 5 s, whatever ``route_refresh_interval``).
         consumption_threads: listener concurrency.
         max_cache_messages, max_cache_bytes: bounds of received but unsettled messages.
         fifo_accelerator: RocketMQ FIFO groups: consume message groups in parallel.
@@ -299,6 +310,8 @@ class PushConsumer:
         namespace: str | None = None,
         tls: _TlsArg = None,
         request_timeout: _Seconds | None = None,
+        route_refresh_interval: _Seconds | None = None,
+        settings_sync_interval: _Seconds | None = None,
         app: str | None = None,
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
@@ -307,6 +320,10 @@ class PushConsumer:
         self._impl: _native.PushConsumer
         protocol = _consumer_protocol(endpoints)
         if protocol == "jmq":
+            _jmq_refuses(
+                route_refresh_interval=route_refresh_interval,
+                settings_sync_interval=settings_sync_interval,
+            )
             self._jmq = JmqPushBackend(
                 endpoints,
                 group,
@@ -346,6 +363,8 @@ class PushConsumer:
             namespace=namespace,
             tls=tls,
             request_timeout=request_timeout,
+            route_refresh_interval=route_refresh_interval,
+            settings_sync_interval=settings_sync_interval,
         )
 
     def start(self) -> PushConsumer:
@@ -420,6 +439,13 @@ class PushConsumer:
 
     def __repr__(self) -> str:
         return repr(self._impl)
+
+
+def _jmq_refuses(**options: object) -> None:
+    # RocketMQ client options that mean nothing to JMQ4: refused rather than ignored.
+    for name, value in options.items():
+        if value is not None:
+            raise InvalidArgumentError(f"{name}: only for RocketMQ endpoints")
 
 
 def _rocketmq_only(*, jmq_options: object) -> None:

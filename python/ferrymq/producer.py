@@ -57,7 +57,11 @@ class Producer:
         transaction_checker: ``f(MessageView) -> TransactionResolution`` for orphaned
             transactions; runs on a ferrymq thread, never under a ferrymq lock.
         max_pending: bound of :meth:`produce`'d messages not yet reported by :meth:`poll`.
-        heartbeat_interval, route_refresh_interval: periods of the background tasks.
+        heartbeat_interval, route_refresh_interval, settings_sync_interval: periods of the
+            background tasks: heartbeats (10 s), route refresh (30 s: new queues and changed
+            permissions are used from then on) and the settings re-sent on telemetry (5 min:
+            the broker's answer, e.g. a new body-size limit or retry policy, applies from then
+            on).
         app, token: JMQ4 (``jmq://``) identity; required there, unused by RocketMQ.
         jmq_options: further :class:`ferrymq.JmqProducer` options for ``jmq://`` (``qos``,
             ``compression``, ``compress_threshold``, ``transaction_timeout``, ``region`` …).
@@ -77,6 +81,7 @@ class Producer:
         max_pending: int = 65536,
         heartbeat_interval: float | timedelta | None = None,
         route_refresh_interval: float | timedelta | None = None,
+        settings_sync_interval: float | timedelta | None = None,
         app: str | None = None,
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
@@ -131,6 +136,7 @@ class Producer:
             max_pending=max_pending,
             heartbeat_interval=heartbeat_interval,
             route_refresh_interval=route_refresh_interval,
+            settings_sync_interval=settings_sync_interval,
         )
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -284,6 +284,18 @@ class EmbeddedBroker:
             else None,
         )
 
+    def update_settings(
+        self, *, max_body_size: int | None = None, producer_max_attempts: int | None = None
+    ) -> None:
+        """Change server settings while clients run: the largest message body (checked on
+        every send from now on) and the send attempts given to producers. Like the proxy, the
+        broker answers each client's next settings sync (``settings_sync_interval`` of the
+        client, 5 min by default) or re-opened telemetry stream with the new values; a group's
+        retry policy changes the same way when :meth:`create_group` replaces the group."""
+        self._native.update_settings(
+            max_body_size=max_body_size, producer_max_attempts=producer_max_attempts
+        )
+
     def set_queue_permission(
         self,
         topic: str,
@@ -369,7 +381,8 @@ class EmbeddedBroker:
 
     def stats(self) -> dict[str, Any]:
         """Counts: ``topics`` (messages, bytes, delayed, per queue offsets and per group acked
-        offset / in-flight), ``endpoints`` (calls per RPC, injected faults, clients) and
+        offset / in-flight), ``endpoints`` (calls per RPC, injected faults, clients, gRPC
+        ``connections_accepted`` since start and ``connections_open`` now) and
         ``transactions``."""
         return self._native.stats()
 

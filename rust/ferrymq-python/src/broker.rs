@@ -279,6 +279,19 @@ impl EmbeddedBroker {
             .map_err(to_pyerr)
     }
 
+    #[pyo3(signature = (*, max_body_size=None, producer_max_attempts=None))]
+    fn update_settings(
+        &self,
+        #[pyo3(from_py_with = crate::ints::max_body_size)] max_body_size: Option<usize>,
+        #[pyo3(from_py_with = crate::ints::producer_max_attempts)] producer_max_attempts: Option<
+            i32,
+        >,
+    ) -> PyResult<()> {
+        self.inner
+            .update_settings(max_body_size, producer_max_attempts)
+            .map_err(to_pyerr)
+    }
+
     fn set_queue_permission(
         &self,
         topic: &str,
@@ -469,6 +482,8 @@ impl EmbeddedBroker {
             d.set_item("injected", e.injected)?;
             d.set_item("unavailable", e.unavailable)?;
             d.set_item("clients", e.clients)?;
+            d.set_item("connections_accepted", e.connections_accepted)?;
+            d.set_item("connections_open", e.connections_open)?;
             endpoints.append(d)?;
         }
         out.set_item("endpoints", endpoints)?;

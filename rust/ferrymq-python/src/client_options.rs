@@ -159,6 +159,7 @@ pub fn client_options(
     max_attempts: Option<i64>,
     heartbeat_interval: Option<&Bound<'_, PyAny>>,
     route_refresh_interval: Option<&Bound<'_, PyAny>>,
+    settings_sync_interval: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<ClientOptions> {
     let endpoints: String = if let Ok(s) = endpoints.extract::<String>() {
         s
@@ -194,6 +195,9 @@ pub fn client_options(
     }
     if let Some(t) = route_refresh_interval.filter(|t| !t.is_none()) {
         o.route_refresh_interval = extract_duration("route_refresh_interval", t)?;
+    }
+    if let Some(t) = settings_sync_interval.filter(|t| !t.is_none()) {
+        o.settings_sync_interval = extract_duration("settings_sync_interval", t)?;
     }
     Ok(o)
 }

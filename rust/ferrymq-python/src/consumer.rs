@@ -749,7 +749,7 @@ impl PySimpleConsumer {
 #[pymethods]
 impl PySimpleConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions=None, await_duration=None, credentials=None, namespace=None, tls=None, request_timeout=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions=None, await_duration=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         endpoints: &Bound<'_, PyAny>,
@@ -760,6 +760,8 @@ impl PySimpleConsumer {
         namespace: Option<String>,
         tls: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
+        route_refresh_interval: Option<&Bound<'_, PyAny>>,
+        settings_sync_interval: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let options = client_options(
             endpoints,
@@ -769,7 +771,8 @@ impl PySimpleConsumer {
             request_timeout,
             None,
             None,
-            None,
+            route_refresh_interval,
+            settings_sync_interval,
         )?;
         if group.trim().is_empty() {
             return Err(invalid("group", "must not be blank"));
@@ -1202,7 +1205,7 @@ fn is_coroutine_function(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<bool>
 #[pymethods]
 impl PyPushConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -1221,6 +1224,8 @@ impl PyPushConsumer {
         namespace: Option<String>,
         tls: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
+        route_refresh_interval: Option<&Bound<'_, PyAny>>,
+        settings_sync_interval: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let options = client_options(
             endpoints,
@@ -1230,7 +1235,8 @@ impl PyPushConsumer {
             request_timeout,
             None,
             None,
-            None,
+            route_refresh_interval,
+            settings_sync_interval,
         )?;
         if !listener.is_callable() {
             return Err(invalid(

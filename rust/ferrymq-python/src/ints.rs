@@ -105,6 +105,7 @@ named!(
     partition,
     port,
     priority,
+    producer_max_attempts,
     pull_batch_size,
     queue,
     queues,

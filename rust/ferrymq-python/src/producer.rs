@@ -493,7 +493,7 @@ async fn batch(
 #[pymethods]
 impl PyProducer {
     #[new]
-    #[pyo3(signature = (endpoints, *, topics=Vec::new(), credentials=None, namespace=None, tls=None, request_timeout=None, max_attempts=None, transaction_checker=None, max_pending=DEFAULT_MAX_PENDING, heartbeat_interval=None, route_refresh_interval=None))]
+    #[pyo3(signature = (endpoints, *, topics=Vec::new(), credentials=None, namespace=None, tls=None, request_timeout=None, max_attempts=None, transaction_checker=None, max_pending=DEFAULT_MAX_PENDING, heartbeat_interval=None, route_refresh_interval=None, settings_sync_interval=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         endpoints: &Bound<'_, PyAny>,
@@ -507,6 +507,7 @@ impl PyProducer {
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
         heartbeat_interval: Option<&Bound<'_, PyAny>>,
         route_refresh_interval: Option<&Bound<'_, PyAny>>,
+        settings_sync_interval: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;
         let options = client_options(
@@ -518,6 +519,7 @@ impl PyProducer {
             max_attempts,
             heartbeat_interval,
             route_refresh_interval,
+            settings_sync_interval,
         )?;
         if max_pending == 0 {
             return Err(invalid("max_pending", "must be at least 1"));

@@ -69,6 +69,7 @@ impl PyPullReader {
             None,
             None,
             None,
+            None,
         )?;
         let _guard = rt.handle().enter();
         let reader = PullReader::new(options, group, &topics, tag_filter, pull_batch_size)

@@ -68,6 +68,10 @@ pub struct EndpointStats {
     pub unavailable: Option<&'static str>,
     /// Clients with settings.
     pub clients: usize,
+    /// gRPC connections accepted since start.
+    pub connections_accepted: u64,
+    /// gRPC connections open now.
+    pub connections_open: u64,
 }
 
 /// A stored message, as inspection shows it.
@@ -148,6 +152,21 @@ impl Broker {
         })?;
         q.set_permission(p);
         Ok(())
+    }
+
+    /// Change server settings while clients run: the largest message body (checked on every
+    /// send from now on) and the send attempts echoed to producers. Clients get the new values
+    /// in the answer to their next settings sync, as from the proxy (see [`super::live`]).
+    pub fn update_settings(
+        &self,
+        max_body_size: Option<usize>,
+        producer_max_attempts: Option<i32>,
+    ) -> Result<()> {
+        self.core.live.update(
+            max_body_size,
+            producer_max_attempts,
+            self.core.config.max_topic_bytes,
+        )
     }
 
     // ---- faults ------------------------------------------------------------------------
@@ -353,6 +372,8 @@ impl Broker {
                     Unavailable::Hang => "hang",
                 }),
                 clients: e.clients.all().len(),
+                connections_accepted: e.accepted.load(Ordering::Relaxed),
+                connections_open: e.faults.io.open_connections() as u64,
             })
             .collect()
     }

@@ -280,6 +280,15 @@ impl IoControl {
         self.generation.load(Ordering::SeqCst)
     }
 
+    /// Connections of the endpoint still open (accepted and not yet closed by either side).
+    pub fn open_connections(&self) -> usize {
+        self.conns
+            .lock()
+            .iter()
+            .filter(|c| c.strong_count() > 0)
+            .count()
+    }
+
     fn register(&self) -> Arc<ConnWakers> {
         let w = Arc::new(ConnWakers::default());
         let mut conns = self.conns.lock();

@@ -18,6 +18,7 @@
 //! | [`route`] | QueryRoute / QueryAssignment answers |
 //! | [`send`] | SendMessage checks, message kinds, queue choice |
 //! | [`telemetry`] | client settings per endpoint, merged echo, pushed commands |
+//! | [`live`] | server settings changed at run time, answered at the clients' next sync |
 //! | [`cursor`] | POP cursor of one group on one queue: per-offset slots, in-flight count |
 //! | [`pop`] | receive / ack / invisibility / receipt handles / FIFO blocking / DLQ |
 //! | [`transaction`] | half messages, EndTransaction, orphan check-back |
@@ -36,6 +37,7 @@ pub mod auth;
 pub mod config;
 pub mod cursor;
 pub mod fault;
+pub mod live;
 pub mod pop;
 pub mod remoting;
 pub mod remoting_pull;
@@ -82,6 +84,9 @@ pub(crate) struct Endpoint {
     pub(crate) clients: telemetry::Clients,
     pub(crate) faults: fault::Faults,
     pub(crate) calls: [AtomicU64; 17],
+    /// gRPC connections accepted since the endpoint started (a client that reconnects shows
+    /// here as a new one).
+    pub(crate) accepted: AtomicU64,
     /// The remoting side of the endpoint (its address when it listens).
     pub(crate) remoting: remoting::EndpointState,
     accept: Mutex<Option<JoinHandle<()>>>,
@@ -96,6 +101,7 @@ impl Endpoint {
             loop {
                 match listener.accept().await {
                     Ok((sock, _)) => {
+                        ep.accepted.fetch_add(1, Ordering::Relaxed);
                         let _ = sock.set_nodelay(true);
                         let io = fault::FaultIo::new(sock, ep.faults.io.clone());
                         if ep.conn_tx.send(io).await.is_err() {
@@ -147,6 +153,8 @@ pub(crate) struct Core {
     pub(crate) timer: timer::Timer,
     pub(crate) txs: transaction::Transactions,
     pub(crate) replies: telemetry::Replies,
+    /// Server settings changed at run time (answered to clients at their next settings sync).
+    pub(crate) live: live::LiveSettings,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -205,6 +213,7 @@ impl Broker {
                 clients: telemetry::Clients::default(),
                 faults: fault::Faults::default(),
                 calls: Default::default(),
+                accepted: AtomicU64::new(0),
                 remoting: remoting::EndpointState::new(
                     remoting_listeners
                         .get(i)
@@ -219,6 +228,7 @@ impl Broker {
         }
         let core = Arc::new(Core {
             store: store::Store::new(config.endpoints),
+            live: live::LiveSettings::new(&config),
             config,
             endpoints,
             nonces: AtomicU32::new(1),

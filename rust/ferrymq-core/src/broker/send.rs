@@ -24,6 +24,7 @@ fn st(c: i32, message: impl Into<String>) -> proto::Status {
 /// Check one message of a send and tell its kind.
 pub(crate) fn validate(
     cfg: &BrokerConfig,
+    max_body_size: usize,
     topic: &Topic,
     m: &proto::Message,
     now: i64,
@@ -40,13 +41,13 @@ pub(crate) fn validate(
     if m.body.is_empty() {
         return Err(st(code::MESSAGE_BODY_EMPTY, "the message body is empty"));
     }
-    if m.body.len() > cfg.max_body_size {
+    if m.body.len() > max_body_size {
         return Err(st(
             code::MESSAGE_BODY_TOO_LARGE,
             format!(
                 "body of {} bytes exceeds the limit of {} bytes",
                 m.body.len(),
-                cfg.max_body_size
+                max_body_size
             ),
         ));
     }

@@ -502,8 +502,9 @@ impl MessagingService for EndpointService {
         };
         let now = now_ms();
         let mut kinds = Vec::with_capacity(n);
+        let max_body_size = self.core.live.max_body_size();
         for m in &msgs {
-            match send::validate(&self.core.config, &topic, m, now) {
+            match send::validate(&self.core.config, max_body_size, &topic, m, now) {
                 Ok(k) => kinds.push(k),
                 Err(s) => return Ok(Response::new(fail(s, n, &msgs))),
             }
@@ -1373,7 +1374,8 @@ async fn on_telemetry(
                     .and_then(|g| core.store.group_or_create(&g.name, &core.config)),
                 _ => None,
             };
-            let merged = merge_settings(&settings, group.as_deref(), &core.config);
+            let mut merged = merge_settings(&settings, group.as_deref(), &core.config);
+            core.live.apply(&mut merged);
             ep.clients
                 .store_settings(client_id, settings, merged.clone(), stream, tx.clone());
             let _ = tx

@@ -24,6 +24,9 @@ pub mod settings;
 pub mod simple_consumer;
 pub mod telemetry;
 
+#[cfg(test)]
+mod runtime_tests;
+
 pub use client::{check_status, deadline, Client, ClientOptions, CommandHandler, NoCommands};
 pub use connection::TlsOptions;
 pub use endpoints::Endpoints;
