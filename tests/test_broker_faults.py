@@ -158,8 +158,19 @@ def test_restart_forgets_clients_and_keeps_messages(make_broker: MakeBroker) -> 
         assert [m.body for m in r.receive("g", "t")[1]] == [b"survives"]
 
 
+def _accounted(make_broker: MakeBroker, body: bytes) -> int:
+    """The bytes a topic's bound counts for one message like ``message("t", body)``."""
+    probe = _broker(make_broker)
+    with Raw(probe.addresses[0]) as r:
+        assert r.send(message("t", body)).status.code == OK
+    return int(probe.stats()["topics"]["t"]["bytes"])
+
+
 def test_memory_bound_per_topic(make_broker: MakeBroker) -> None:
-    per_message = 100 + 256
+    # The bound counts what a stored message holds: its body and metadata and a fixed
+    # overhead, at most body + 256 bytes.
+    per_message = _accounted(make_broker, b"x" * 100)
+    assert 100 + 100 < per_message <= 100 + 256
     b = _broker(make_broker, max_body_size=100, max_topic_bytes=10 * per_message)
     with Raw(b.addresses[0]) as r:
         r.consumer("g")
@@ -175,7 +186,8 @@ def test_memory_bound_per_topic(make_broker: MakeBroker) -> None:
         for _ in range(len(msgs)):
             assert r.send(message("t", b"x" * 100)).status.code == OK
         assert r.send(message("t", b"x" * 100)).status.code == C["TOO_MANY_REQUESTS"]
-    drop = make_broker(max_body_size=100, max_topic_bytes=3 * (10 + 256), when_full="drop_oldest")
+    small = _accounted(make_broker, bytes([0]) * 10)
+    drop = make_broker(max_body_size=100, max_topic_bytes=3 * small, when_full="drop_oldest")
     drop.create_topic("t", "NORMAL", 1)
     with Raw(drop.addresses[0]) as r:
         for i in range(6):

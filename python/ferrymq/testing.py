@@ -106,9 +106,11 @@ class EmbeddedBroker:
         host: the loopback address to listen on.
         ports: fixed ports, one per endpoint (default: free ports).
         max_body_size: largest message body (4 MiB).
-        max_topic_bytes: memory bound of a topic (256 MiB, body + properties + 256 B per
-            message). A full topic first evicts messages every consumer group is done with,
-            then answers ``TOO_MANY_REQUESTS`` (42900, retriable: consumers must catch up).
+        max_topic_bytes: memory bound of a topic (256 MiB), counting what each stored message
+            holds: its body and metadata plus 128 B, about 320 B for a 100 B message (see
+            ``docs/reliability.md``). A full topic first evicts messages every consumer group
+            is done with, then answers ``TOO_MANY_REQUESTS`` (42900, retriable: consumers must
+            catch up).
         when_full: ``"reject"`` (above) or ``"drop_oldest"`` (evict regardless, like retention).
         long_polling_min, long_polling_max: bounds of the receive long-polling time
             (proxy: 5 s and 20 s).

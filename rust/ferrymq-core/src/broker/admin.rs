@@ -88,12 +88,12 @@ pub struct MessageInfo {
 }
 
 impl MessageInfo {
-    fn of(broker: usize, queue: i32, s: &Stored) -> Self {
+    fn of(topic: &str, broker: usize, queue: i32, s: &Stored) -> Self {
         Self {
             broker,
             queue,
             offset: s.offset,
-            message: s.msg.clone(),
+            message: s.to_message(topic, queue),
         }
     }
 }
@@ -412,7 +412,7 @@ impl Broker {
                 if out.len() >= limit {
                     return Ok(out);
                 }
-                out.push(MessageInfo::of(q.broker, q.id, m));
+                out.push(MessageInfo::of(&t.name, q.broker, q.id, m));
             }
         }
         Ok(out)
@@ -429,7 +429,7 @@ impl Broker {
         for q in &t.queues {
             let st = q.state.lock();
             if let Some(m) = st.messages.iter().find(|m| m.message_id() == message_id) {
-                return Some(MessageInfo::of(q.broker, q.id, m));
+                return Some(MessageInfo::of(&t.name, q.broker, q.id, m));
             }
         }
         None

@@ -53,7 +53,9 @@ pub struct BrokerConfig {
     pub max_body_size: usize,
     /// Largest total size of a message's user properties (16 KiB).
     pub max_properties_size: usize,
-    /// Memory bound of one topic's stored messages (accounted size: body + properties + 256 B).
+    /// Memory bound of one topic's stored messages, counting what each holds (its record of
+    /// body and metadata + 128 B, see `record::accounted`; delay and half messages count from
+    /// their send).
     pub max_topic_bytes: usize,
     /// Behaviour of a full topic.
     pub when_full: WhenFull,

@@ -15,6 +15,7 @@
 //! | --- | --- |
 //! | [`config`] | [`BrokerConfig`]: limits and timers (proxy defaults) |
 //! | [`store`] | topics, queues (one lock each), groups, memory bound |
+//! | [`record`] | the compact stored form of a message, per-queue record chunks, accounted size |
 //! | [`route`] | QueryRoute / QueryAssignment answers |
 //! | [`send`] | SendMessage checks, message kinds, queue choice |
 //! | [`telemetry`] | client settings per endpoint, merged echo, pushed commands |
@@ -39,6 +40,7 @@ pub mod cursor;
 pub mod fault;
 pub mod live;
 pub mod pop;
+pub mod record;
 pub mod remoting;
 pub mod remoting_pull;
 pub mod remoting_send;

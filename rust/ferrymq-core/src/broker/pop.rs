@@ -565,7 +565,6 @@ mod tests {
                 }),
                 body: bytes::Bytes::new(),
             },
-            1,
             0,
         ))
     }

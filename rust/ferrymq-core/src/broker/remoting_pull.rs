@@ -164,7 +164,7 @@ pub(crate) async fn pull(conn: &Conn, req: &RemotingCommand) -> Answer {
                 while at < scan_end && found.len() < max_msgs {
                     let Some(m) = st.get(at) else { break };
                     if filter.matches(m) {
-                        let size = m.msg.body.len() + 128;
+                        let size = m.body_len() + 128;
                         if !found.is_empty() && bytes + size > MAX_BYTES {
                             break;
                         }
@@ -358,7 +358,7 @@ pub(crate) fn encode_record(
     queue_id: i32,
     store_host: SocketAddr,
 ) {
-    let msg = &m.msg;
+    let msg = &m.to_message(topic, queue_id);
     let sp = msg.system_properties.as_ref();
     let born = born_addr(msg);
     let born_ms = sp

@@ -289,7 +289,9 @@ pub(crate) fn send(conn: &Conn, req: &RemotingCommand) -> Answer {
         })
         .collect();
     let first = if let Some(at) = due {
-        let msg = stored.pop().expect("one message");
+        let mut msg = stored.pop().expect("one message");
+        // Held until due: a body of its own, not a slice keeping the request buffer alive.
+        msg.body = bytes::Bytes::copy_from_slice(&msg.body);
         core.store
             .reserve(&topic, store::accounted_size(&msg), cfg)
             .map_err(|e| refuse(req, rs::SYSTEM_BUSY, format!("[OVERLOAD] {}", e.message)))?;

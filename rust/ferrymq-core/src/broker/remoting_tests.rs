@@ -690,8 +690,9 @@ async fn remoting_pull_below_retention_moves_to_the_new_min() {
     let broker = Broker::start(BrokerConfig {
         when_full: WhenFull::DropOldest,
         max_body_size: 512,
-        // Room for about four of the batches' messages.
-        max_topic_bytes: 4 * (store::MESSAGE_OVERHEAD + 16),
+        // Room for more than one batch of three messages (each about 100 bytes of record),
+        // fewer than all nine.
+        max_topic_bytes: 4 * (store::MESSAGE_OVERHEAD + 160),
         ..fast()
     })
     .await

@@ -40,9 +40,6 @@ const MAX_DECODE: usize = 256 * 1024 * 1024;
 const MAX_BATCH: usize = 1024;
 /// `MESSAGE_CORRUPTED`: what the proxy answers a SendMessage without messages.
 const MESSAGE_CORRUPTED: i32 = 40016;
-/// A SendMessage whose bodies total less than this stores copies of them, not slices of the
-/// request's receive buffer (see `send_message`). Larger requests fill most of their buffer.
-const COMPACT_BODIES_BELOW: usize = 4 * 1024;
 
 /// Start serving `ep` on the connections its accept loop hands over.
 pub(crate) fn spawn_server(
@@ -277,12 +274,20 @@ impl EndpointService {
     }
 
     /// Move dead letters of `group` to its DLQ topic.
-    fn to_dlq(&self, group: &str, dead: Vec<pop::DeadLetter>) -> Result<(), proto::Status> {
+    fn to_dlq(
+        &self,
+        group: &str,
+        topic: &str,
+        dead: Vec<pop::DeadLetter>,
+    ) -> Result<(), proto::Status> {
         if dead.is_empty() {
             return Ok(());
         }
         let dlq = self.core.store.dlq_of(group);
-        let msgs: Vec<_> = dead.iter().map(|d| dlq_copy(&dlq, &d.stored)).collect();
+        let msgs: Vec<_> = dead
+            .iter()
+            .map(|d| dlq_copy(&dlq, topic, &d.stored))
+            .collect();
         self.core
             .store
             .append(&dlq, &dlq.queues[0], msgs, &self.core.config)
@@ -294,36 +299,26 @@ impl EndpointService {
     }
 }
 
-/// The copy of a message stored in a DLQ topic.
-fn dlq_copy(dlq: &Topic, s: &Stored) -> proto::Message {
-    let mut m = s.msg.clone();
-    let original = m.topic.clone();
-    m.topic = Some(proto::Resource {
-        resource_namespace: original
-            .as_ref()
-            .map_or(String::new(), |r| r.resource_namespace.clone()),
-        name: dlq.name.to_string(),
-    });
+/// The copy of a message of `topic` stored in a DLQ topic.
+fn dlq_copy(dlq: &Topic, topic: &str, s: &Stored) -> proto::Message {
+    // Queue id and offset are the DLQ's, given when the copy is stored.
+    let mut m = s.to_message(&dlq.name, 0);
     if let Some(sp) = m.system_properties.as_mut() {
         sp.dead_letter_queue = Some(proto::DeadLetterQueue {
-            topic: original.map_or(String::new(), |r| r.name),
+            topic: topic.to_string(),
             message_id: sp.message_id.clone(),
         });
-        sp.receipt_handle = None;
-        sp.delivery_attempt = None;
-        sp.invisible_duration = None;
     }
     m
 }
 
 /// The message handed to a consumer for one delivery.
 /// The proxy does not tell the invisible duration in delivered messages.
-fn delivered(broker: usize, q: &Queue, d: &pop::Delivery) -> proto::Message {
-    let mut m = d.stored.msg.clone();
+fn delivered(broker: usize, topic: &str, q: &Queue, d: &pop::Delivery) -> proto::Message {
+    let mut m = d.stored.to_message(topic, q.id);
     let sp = m.system_properties.get_or_insert_with(Default::default);
     sp.receipt_handle = Some(pop::encode_handle(broker, q.id, d.stored.offset, d.nonce));
     sp.delivery_attempt = Some(d.attempt as i32);
-    sp.invisible_duration = None;
     m
 }
 
@@ -522,15 +517,9 @@ impl MessagingService for EndpointService {
                 &msgs,
             )));
         };
-        // A body decodes as a slice of tonic's receive buffer (at least 8 KiB), which stays
-        // allocated as long as any slice of it is stored: a small request's bodies get their own
-        // allocation, or each stored 100 B unary message would hold 8 KiB (uncounted by the
-        // topic's memory bound, and new memory to fault in on every send).
-        let compact = msgs.iter().map(|m| m.body.len()).sum::<usize>() < COMPACT_BODIES_BELOW;
+        // Bodies decode as slices of tonic's receive buffer; the store copies each into the
+        // message's record, so no stored message keeps a request's buffer alive.
         for (m, k) in msgs.iter_mut().zip(&kinds) {
-            if compact {
-                m.body = bytes::Bytes::copy_from_slice(&m.body);
-            }
             let digest = send::crc32_digest(&m.body);
             if let Some(sp) = m.system_properties.as_mut() {
                 sp.message_type = kind_to_proto(*k) as i32;
@@ -603,9 +592,12 @@ impl MessagingService for EndpointService {
                 }
             }
         } else {
-            for (m, k) in msgs.into_iter().zip(kinds) {
+            for (mut m, k) in msgs.into_iter().zip(kinds) {
                 let id = id_of(&m);
                 if matches!(k, MessageKind::Transaction | MessageKind::Delay) {
+                    // Held until committed or due: a body of its own, not a slice that would
+                    // keep the whole request buffer alive meanwhile.
+                    m.body = bytes::Bytes::copy_from_slice(&m.body);
                     // Held messages count against the topic's bound from now on.
                     let size = store::accounted_size(&m);
                     if let Err(e) = self.core.store.reserve(&topic, size, &self.core.config) {
@@ -810,7 +802,7 @@ impl MessagingService for EndpointService {
                     let mut out = PopOutcome::default();
                     q.state.lock().pop(&pop, &mut out);
                     for d in &out.deliveries {
-                        messages.push(delivered(broker, q, d));
+                        messages.push(delivered(broker, &topic.name, q, d));
                     }
                     dead.extend(out.dead);
                     if let Some(due) = out.next_due {
@@ -831,7 +823,7 @@ impl MessagingService for EndpointService {
                 }
             }
         }
-        let _ = self.to_dlq(&group.name, dead);
+        let _ = self.to_dlq(&group.name, &topic.name, dead);
         if messages.is_empty() {
             return Ok(Response::new(receive_status(st(
                 code::MESSAGE_NOT_FOUND,
@@ -947,7 +939,7 @@ impl MessagingService for EndpointService {
             |s| answer(s)
         );
         let dead = vec![pop::DeadLetter { stored, attempts }];
-        check!(self.to_dlq(&group.name, dead), |s| answer(s));
+        check!(self.to_dlq(&group.name, &topic.name, dead), |s| answer(s));
         topic.wake();
         Ok(Response::new(answer(ok())))
     }
@@ -1036,7 +1028,7 @@ impl MessagingService for EndpointService {
                 });
                 out.extend(found.into_iter().map(|m| proto::PullMessageResponse {
                     content: Some(proto::pull_message_response::Content::Message(
-                        m.msg.clone(),
+                        m.to_message(&topic.name, queue.id),
                     )),
                 }));
                 out.push(proto::PullMessageResponse {

@@ -1,10 +1,10 @@
 //! Topics, queues and consumer groups: where messages live.
 //!
 //! Every queue has its own lock (`parking_lot::Mutex<QueueState>`); the topic and group maps are
-//! read-mostly `RwLock`s taken only to look a name up. Messages are the decoded
-//! `proto::Message` values, stored once behind an `Arc` with their system properties filled in
-//! (queue id, offset, store time and host, CRC32 digest); bodies are `bytes::Bytes` slices of the
-//! receive buffer, so nothing is copied between send and receive.
+//! read-mostly `RwLock`s taken only to look a name up. Messages are stored once behind an `Arc`
+//! in the compact form of [`record`](super::record) (metadata encoded once, body in the same
+//! record, records packed into per-queue chunks); a topic's memory bound counts what each
+//! message really holds ([`accounted_size`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -16,13 +16,13 @@ use tokio::sync::Notify;
 
 use super::config::{BrokerConfig, WhenFull};
 use super::cursor::Cursor;
+use super::record::Arena;
 use crate::error::{Error, Result};
 use crate::message::MessageKind;
 use crate::proto;
 use crate::status;
 
-/// Fixed per-message overhead counted against a topic's memory bound.
-pub const MESSAGE_OVERHEAD: usize = 256;
+pub use super::record::{accounted_size, Stored, MESSAGE_OVERHEAD};
 
 /// The message types a topic accepts (its `message.type` attribute).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -113,76 +113,6 @@ pub fn writable(p: proto::Permission) -> bool {
     matches!(p, proto::Permission::Write | proto::Permission::ReadWrite)
 }
 
-/// One stored message. Immutable once stored; shared by every delivery.
-#[derive(Debug)]
-pub struct Stored {
-    /// The offset in its queue.
-    pub offset: u64,
-    /// The message as it is delivered (system properties filled in at store time).
-    pub msg: proto::Message,
-    /// Size counted against the topic's memory bound.
-    pub size: usize,
-    /// Store time, milliseconds since the Unix epoch.
-    pub store_ms: i64,
-    /// The key a FIFO receive holds the message's group back by: a hash of the message group
-    /// (if any), computed once at store time, so that scanning neither allocates nor hashes
-    /// strings.
-    pub group_key: Option<u64>,
-}
-
-impl Stored {
-    /// A stored message at `offset`.
-    pub fn new(offset: u64, msg: proto::Message, size: usize, store_ms: i64) -> Self {
-        let mut s = Self {
-            offset,
-            msg,
-            size,
-            store_ms,
-            group_key: None,
-        };
-        s.group_key = s.message_group().map(|g| {
-            use std::hash::{BuildHasher, BuildHasherDefault};
-            BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(g)
-        });
-        s
-    }
-
-    /// The message id.
-    pub fn message_id(&self) -> &str {
-        self.msg
-            .system_properties
-            .as_ref()
-            .map_or("", |s| s.message_id.as_str())
-    }
-
-    /// The FIFO message group, if any.
-    pub fn message_group(&self) -> Option<&str> {
-        self.msg
-            .system_properties
-            .as_ref()
-            .and_then(|s| s.message_group.as_deref())
-            .filter(|g| !g.is_empty())
-    }
-
-    /// The tag, if any.
-    pub fn tag(&self) -> Option<&str> {
-        self.msg
-            .system_properties
-            .as_ref()
-            .and_then(|s| s.tag.as_deref())
-    }
-}
-
-/// The accounted size of a message.
-pub fn accounted_size(m: &proto::Message) -> usize {
-    let props: usize = m
-        .user_properties
-        .iter()
-        .map(|(k, v)| k.len() + v.len())
-        .sum();
-    m.body.len() + props + MESSAGE_OVERHEAD
-}
-
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -234,6 +164,8 @@ pub struct QueueState {
     pub cursors: HashMap<Arc<str>, Cursor>,
     /// Offsets committed with UpdateOffset, per group.
     pub offsets: HashMap<String, i64>,
+    /// Where the records of new messages are written.
+    pub arena: Arena,
 }
 
 impl QueueState {
@@ -262,7 +194,7 @@ impl QueueState {
         while freed < want && self.base < limit {
             match self.messages.pop_front() {
                 Some(m) => {
-                    freed += m.size;
+                    freed += m.size();
                     self.base += 1;
                 }
                 None => break,
@@ -624,23 +556,16 @@ impl Store {
     /// half messages count against the bound from the moment they are sent).
     pub fn append_reserved(&self, topic: &Topic, queue: &Queue, msgs: Vec<proto::Message>) -> u64 {
         let store_ms = now_ms();
-        let store_ts = timestamp_ms(store_ms);
         let first;
-        let mut total = 0;
         {
-            let mut st = queue.state.lock();
+            let mut guard = queue.state.lock();
+            let st = &mut *guard;
             first = st.end();
-            for (i, mut m) in msgs.into_iter().enumerate() {
-                let offset = first + i as u64;
-                let size = accounted_size(&m);
-                total += size;
-                if let Some(sp) = m.system_properties.as_mut() {
-                    sp.queue_offset = Some(offset as i64);
-                    sp.queue_id = queue.id;
-                    sp.store_timestamp = Some(store_ts);
-                }
-                st.messages
-                    .push_back(Arc::new(Stored::new(offset, m, size, store_ms)));
+            let mut total = 0;
+            for (i, m) in msgs.into_iter().enumerate() {
+                let stored = Stored::store(first + i as u64, m, store_ms, &mut st.arena);
+                total += stored.size();
+                st.messages.push_back(Arc::new(stored));
             }
             st.bytes += total;
         }
@@ -733,8 +658,9 @@ mod tests {
         let t = s
             .create_topic("t", TopicType::Only(MessageKind::Normal), 1)
             .unwrap();
+        let one = accounted_size(&msg(b"x"));
         let cfg = BrokerConfig {
-            max_topic_bytes: 3 * (MESSAGE_OVERHEAD + 1),
+            max_topic_bytes: 3 * one,
             max_body_size: 1,
             ..BrokerConfig::default()
         };
@@ -755,7 +681,7 @@ mod tests {
         };
         q.state.lock().offsets.clear();
         assert_eq!(s.append(&t, &q, vec![msg(b"x")], &drop).unwrap(), 4);
-        assert_eq!(t.bytes.load(Ordering::Relaxed), 3 * (MESSAGE_OVERHEAD + 1));
+        assert_eq!(t.bytes.load(Ordering::Relaxed), 3 * one);
     }
 
     #[test]
