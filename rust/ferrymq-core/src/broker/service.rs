@@ -530,7 +530,7 @@ impl MessagingService for EndpointService {
             if compact {
                 m.body = bytes::Bytes::copy_from_slice(&m.body);
             }
-            let digest = send::crc32_digest(&m.body);
+            let digest = send::body_digest(&m.body);
             if let Some(sp) = m.system_properties.as_mut() {
                 sp.message_type = kind_to_proto(*k) as i32;
                 sp.store_host.clone_from(&self.ep.addr_str);
