@@ -445,3 +445,36 @@ def test_body_digest_is_upper_case_md5(
     }
     assert digests[b"md5-495"].checksum.startswith("00")
     assert code_name(c.ack(group, topic, *got).status.code) == "OK"
+
+
+def test_transaction_id_and_check_back_properties(
+    server: Server, unique: Callable[[str], str]
+) -> None:
+    # The proxy answers a transactional send with the message id as transaction id, and a
+    # check-back's message carries it (``__transactionId__``) and the number of checks so far
+    # (``TRANSACTION_CHECK_TIMES``) as user properties: the official clients hand both to the
+    # application's checker, and to consumers once committed.
+    topic = unique("t")
+    server.setup({topic: "TRANSACTION"})
+    with Wire(server.address) as p:
+        telemetry, _ = p.settings(p.producer_settings(topic))
+        sent = p.send(message(topic, b"orphan", kind=pb.TRANSACTION, properties={"a": "1"}))
+        assert code_name(sent.status.code) == "OK"
+        (entry,) = sent.entries
+        assert entry.transaction_id == entry.message_id
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "no check-back"
+            cmd = telemetry.next(timeout=60)
+            assert cmd is not None
+            if cmd.WhichOneof("command") == "recover_orphaned_transaction_command":
+                break
+        check = cmd.recover_orphaned_transaction_command
+        assert check.transaction_id == entry.transaction_id
+        assert check.message.system_properties.message_id == entry.message_id
+        assert dict(check.message.user_properties) == {
+            "a": "1",
+            "__transactionId__": entry.transaction_id,
+            "TRANSACTION_CHECK_TIMES": "1",
+        }
+        telemetry.close()

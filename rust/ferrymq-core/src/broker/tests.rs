@@ -342,6 +342,12 @@ async fn orphaned_transaction_is_checked_back_then_committed() {
         panic!("expected a check-back, got {cmd:?}");
     };
     assert_eq!(rec.transaction_id, entry.transaction_id);
+    // As the proxy: the transaction id is the message id, and the check-back carries it and
+    // the check count as properties.
+    assert_eq!(entry.transaction_id, entry.message_id);
+    let props = &rec.message.as_ref().unwrap().user_properties;
+    assert_eq!(props["__transactionId__"], entry.transaction_id);
+    assert_eq!(props["TRANSACTION_CHECK_TIMES"], "1");
     let r = p
         .rpc
         .end_transaction(req(
@@ -362,7 +368,16 @@ async fn orphaned_transaction_is_checked_back_then_committed() {
     let counts = broker.transaction_counts();
     assert_eq!((counts.pending, counts.committed), (0, 1));
     assert!(counts.checks >= 1);
-    assert_eq!(broker.messages("tx", 10).unwrap().len(), 1);
+    let stored = broker.messages("tx", 10).unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        stored[0].message.user_properties["__transactionId__"],
+        entry.transaction_id
+    );
+    assert!(stored[0]
+        .message
+        .user_properties
+        .contains_key("TRANSACTION_CHECK_TIMES"));
 }
 
 #[tokio::test]
