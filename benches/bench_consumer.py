@@ -1,31 +1,35 @@
-"""Push-consumer throughput: ferrymq vs the official ``rocketmq-python-client``, same broker.
+"""Consumer throughput: ferrymq vs the official ``rocketmq-python-client`` and the official Java
+client (``rocketmq-client-java``, run by ``tests/java/FerryPeer.java``), same broker.
 
-Both clients consume pre-loaded messages from the same server, with a trivial Python callback, in
-one run: the embedded broker in its own process (``ferrymq broker``, the default) or, with
-``--server real``, a real Apache RocketMQ 5 proxy (``scripts/rocketmq-server``; started and
-stopped by the script if it is not running). Either way the server runs outside this process,
-so the figures of this process are the client's alone. For each client the script prints:
+The clients consume pre-loaded messages from the same server, with a trivial callback (Python;
+Java: a lambda returning SUCCESS), in one run: the embedded broker in its own process
+(``ferrymq broker``, the default) or, with ``--server real``, a real Apache RocketMQ 5 proxy
+(``scripts/rocketmq-server``; started and stopped by the script if it is not running). Either
+way the server runs outside the clients' processes, so their figures are the client's alone.
+For each client the script prints:
 
 * **msg/s**: messages consumed per second of wall time, from the consumer's start until every
-  message was consumed (ferrymq: and acknowledged by the broker; the official client: until its
-  last callback, which favours it slightly);
-* **CPU µs/msg**: CPU time (user + system) this process spent per message over the same span,
-  which is robust on a busy machine where wall-clock rates vary;
+  message was consumed (ferrymq: and acknowledged by the broker; the official clients: until
+  their last callback, which favours them slightly);
+* **CPU µs/msg**: CPU time (user + system) the client's process spent per message over the same
+  span (Java: its JVM), which is robust on a busy machine where wall-clock rates vary;
 
-and the ratios. Scenarios:
+and the ratios ferrymq / official Python and ferrymq / Java. Scenarios:
 
-* ``normal``: a NORMAL topic and group;
-* ``fifo``: a FIFO topic and group, messages spread over many message groups; ferrymq is
-  measured without and with the FIFO accelerator (the official client has none).
+* ``normal``: a NORMAL topic and group, push consumers;
+* ``fifo``: a FIFO topic and group, messages spread over many message groups, push consumers;
+  ferrymq is measured without and with the FIFO accelerator (the official clients have none);
+* ``simple``: a NORMAL topic and group, simple consumers: receive up to 32 messages, ack each,
+  repeat.
 
 Usage (build the extension in release mode first: ``maturin develop --release``)::
 
     python benches/bench_consumer.py [--messages 200000] [--official-messages 5000]
-        [--body 100] [--queues 8] [--message-groups 512] [--scenarios normal,fifo]
-        [--server embedded|real]
+        [--java-messages 50000] [--body 100] [--queues 8] [--message-groups 512]
+        [--scenarios normal,fifo,simple] [--no-official] [--no-java] [--server embedded|real]
 
-The official client is measured on fewer messages because it is much slower; rates are
-per-second figures either way.
+The official clients are measured on fewer messages because they are slower; rates are
+per-second figures either way. The Java peer needs Java 17 and Maven (``scripts/java-peer``).
 """
 
 from __future__ import annotations
@@ -43,10 +47,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ferrymq
 from _bench_server import add_arguments, open_server
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from java_peer import JavaPeer
 
 
 @dataclass
@@ -185,6 +193,45 @@ def run_ferrymq(
         c.close()
 
 
+def run_ferrymq_simple(label: str, endpoints: str, topic: str, group: str, n: int) -> Result:
+    # 5 s: a real proxy raises shorter long polls to its 5 s floor, and ferrymq's call deadline
+    # would then be too short for it (ILLEGAL_POLLING_TIME).
+    c = ferrymq.SimpleConsumer(endpoints, group, subscriptions={topic: "*"}, await_duration=5)
+    got = 0
+
+    def start() -> None:
+        nonlocal got
+        c.start()
+        while got < n:
+            for m in c.receive(32, 60):
+                c.ack(m)
+                got += 1
+
+    try:
+        return measure(label, n, start, lambda: got >= n)
+    finally:
+        c.close()
+
+
+def run_java(
+    java: JavaPeer, label: str, endpoints: str, topic: str, group: str, n: int, simple: bool
+) -> Result:
+    """The Java client in its own JVM; its msg/s and CPU are measured inside it."""
+    s0 = process_cpu_seconds(SERVER_PID)
+    p = java.run(
+        "bench-simple" if simple else "bench-push",
+        endpoints=endpoints,
+        topic=topic,
+        group=group,
+        count=n,
+        timeout=900,
+    )
+    s1 = process_cpu_seconds(SERVER_PID)
+    (r,) = p.of("bench")
+    server = None if s0 is None or s1 is None else s1 - s0
+    return Result(label, n, r["seconds"], r["cpu_seconds"], server)
+
+
 def shim_official_client() -> None:
     """The official push consumer computes a delivery-latency metric from the
     ``delivery_timestamp`` element of the receive stream and raises when a server omits it,
@@ -233,15 +280,52 @@ def run_official(label: str, endpoints: str, topic: str, group: str, n: int) -> 
         c.shutdown()
 
 
+def run_official_simple(label: str, endpoints: str, topic: str, group: str, n: int) -> Result:
+    shim_official_client()
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    config = ClientConfiguration(endpoints, Credentials(), request_timeout=5)
+    c = SimpleConsumer(config, group, {topic: FilterExpression("*")}, 2)
+    got = 0
+
+    def start() -> None:
+        nonlocal got
+        c.startup()
+        # Its startup() does not wait for the server to hold its settings; a receive right after
+        # it races them and a real proxy fails it (tests/test_broker_official_client.py).
+        for attempt in range(100):
+            try:
+                batch = c.receive(32, 60)
+                break
+            except Exception:
+                if attempt == 99:
+                    raise
+                time.sleep(0.05)
+        while True:
+            for m in batch:
+                c.ack(m)
+                got += 1
+            if got >= n:
+                return
+            batch = c.receive(32, 60)
+
+    try:
+        return measure(label, n, start, lambda: got >= n)
+    finally:
+        c.shutdown()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--official-messages", type=int, default=5_000)
+    ap.add_argument("--java-messages", type=int, default=50_000)
     ap.add_argument("--body", type=int, default=100, help="body size in bytes")
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--message-groups", type=int, default=512)
-    ap.add_argument("--scenarios", default="normal,fifo")
+    ap.add_argument("--scenarios", default="normal,fifo,simple")
     ap.add_argument("--no-official", action="store_true")
+    ap.add_argument("--no-java", action="store_true")
     ap.add_argument(
         "--receive-batch-size",
         type=int,
@@ -253,6 +337,7 @@ def main() -> int:
     args = ap.parse_args()
     body = b"x" * args.body
     scenarios = args.scenarios.split(",")
+    java = None if args.no_java else JavaPeer()
 
     # (scenario, client, accelerator, topic, group, messages, fifo)
     plan: list[tuple[str, str, bool, str, str, int, bool]] = []
@@ -262,6 +347,11 @@ def main() -> int:
             plan.append(
                 (scenario, "official", False, f"official-{scenario}", f"official-{scenario}-g",
                  args.official_messages, fifo)
+            )  # fmt: skip
+        if java is not None:
+            plan.append(
+                (scenario, "java", False, f"java-{scenario}", f"java-{scenario}-g",
+                 args.java_messages, fifo)
             )  # fmt: skip
         plan.append(
             (scenario, "ferrymq", False, f"ferrymq-{scenario}", f"ferrymq-{scenario}-g",
@@ -298,8 +388,15 @@ def main() -> int:
         for scenario, client, accel, topic, group, n, fifo in plan:
             preload(endpoints, topic, n, body, args.message_groups if fifo else 0)
             label = f"{scenario}/{client}"
-            if client == "official":
-                r = run_official(label, endpoints, topic, group, n)
+            simple = scenario == "simple"
+            if client == "java":
+                assert java is not None
+                r = run_java(java, label, endpoints, topic, group, n, simple)
+            elif client == "official":
+                run = run_official_simple if simple else run_official
+                r = run(label, endpoints, topic, group, n)
+            elif simple:
+                r = run_ferrymq_simple(label, endpoints, topic, group, n)
             else:
                 r = run_ferrymq(
                     label,
@@ -317,16 +414,21 @@ def main() -> int:
                 flush=True,
             )
 
-    print(f"\nsummary (server: {args.server}; trivial Python callback; server in its own process):")
+    print(
+        f"\nsummary (server: {args.server}; trivial callback; server in its own process; "
+        "ratios are ferrymq / other client):"
+    )
     for scenario, by_client in results.items():
-        official = by_client.get("official")
+        others = {k: by_client.get(k) for k in ("official", "java")}
         for client, r in by_client.items():
             line = f"  {scenario:<7} {client:<21} {r.rate:>10,.0f} msg/s {r.cpu_us:>8.1f} µs/msg"
-            if official is not None and client != "official":
-                line += (
-                    f"   {r.rate / official.rate:,.1f}x msg/s, "
-                    f"{official.cpu_us / r.cpu_us:,.1f}x less CPU per message"
-                )
+            if client.startswith("ferrymq"):
+                for name, o in others.items():
+                    if o is not None:
+                        line += (
+                            f"   vs {'Python' if name == 'official' else 'Java'}: "
+                            f"{r.rate / o.rate:,.1f}x msg/s, {o.cpu_us / r.cpu_us:,.1f}x less CPU"
+                        )
             print(line)
     return 0
 

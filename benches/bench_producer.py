@@ -1,39 +1,52 @@
-"""Producer throughput: ferrymq vs the official ``rocketmq-python-client`` (PyPI), side by side on
-the same server in one run: the embedded broker (default) or, with ``--server real``, a real
-Apache RocketMQ 5 proxy (``scripts/rocketmq-server``; started and stopped by the script if it
-is not running).
+"""Producer throughput: ferrymq vs the official ``rocketmq-python-client`` (PyPI) and the official
+Java client (``rocketmq-client-java``, run by ``tests/java/FerryPeer.java``), side by side on the
+same server in one run: the embedded broker (default) or, with ``--server real``, a real Apache
+RocketMQ 5 proxy (``scripts/rocketmq-server``; started and stopped by the script if it is not
+running).
 
-Scenarios, each with 100 B and 1 KiB bodies:
+Scenarios, each with 100 B and 1 KiB bodies (``--sizes``):
 
-* ``sync``    — one blocking ``send`` after another (round-trip bound);
-* ``async``   — the official client's ``send_async`` futures (a window of in-flight sends)
-  against ferrymq's ``produce`` + ``flush`` (bounded, batched in the background),
-  ``send_batch`` (1000 messages per call, one request each) and ``send_batch(packed=True)``
-  (1000 messages per call in one request: messages that differ only in their bodies).
+* ``sync``    — one blocking ``send`` after another (round-trip bound); Java: ``send`` in a loop;
+* ``async``   — a window of 1000 sends in flight: the official Python client's ``send_async``
+  futures and Java's ``sendAsync`` under a 1000-permit semaphore, against ferrymq's
+  ``produce`` + ``flush`` (bounded, batched in the background), ``asyncio.gather`` of
+  ``await send_async`` under a 1000-slot semaphore, ``send_batch`` (1000 messages per call,
+  one request each) and ``send_batch(packed=True)`` (1000 messages per call in one request:
+  messages that differ only in their bodies).
 
-Prints, for both clients, messages/s (wall clock) and the CPU time of the whole process per
-message (client + embedded broker, which run in this process for both; with ``--server real``
-the client only: the proxy runs in its own JVM), with the ratios. On a
-shared machine the wall-clock rate depends on what else runs; the CPU cost per message does
-much less, and ``2 cores / cost`` is the rate the run would reach on two dedicated cores.
+Prints, for each client, messages/s (wall clock) and CPU time per message, with the ratios
+ferrymq/Java and ferrymq/official-Python. CPU: ferrymq and the official Python client are
+measured as this whole process (client + embedded broker, which runs in this process for both;
+with ``--server real`` the client only); Java as its own JVM (client only, after a warm-up),
+so on the embedded broker Java's CPU figure leaves the broker's share out. On a shared machine
+the wall-clock rate depends on what else runs; the CPU cost per message does much less, and
+``2 cores / cost`` is the rate the run would reach on two dedicated cores.
 
 Build the extension in release mode first (``maturin develop --release``), then run
-``python benches/bench_producer.py [--seconds 3] [--server embedded|real]``.
+``python benches/bench_producer.py [--seconds 3] [--sizes 100,1024] [--server embedded|real]
+[--no-official] [--no-java]`` (the Java peer needs Java 17 and Maven: ``scripts/java-peer``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import resource
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 
 import ferrymq
 from _bench_server import add_arguments, open_server
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from java_peer import JavaPeer
+
 Rate = tuple[float, float]  # (messages/s, process CPU microseconds per message)
+WINDOW = 1000  # sends in flight in the async scenarios
 
 
 def cpu_seconds() -> float:
@@ -83,6 +96,30 @@ def ferry_produce(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) 
     return rate
 
 
+def ferry_send_async(endpoints: str, topic: str, body: bytes, seconds: float) -> Rate:
+    """``asyncio.gather`` of ``await send_async`` with at most WINDOW in flight."""
+
+    async def run() -> Rate:
+        msg = ferrymq.Message(topic, body)
+        window = asyncio.Semaphore(WINDOW)
+        async with ferrymq.Producer(endpoints, topics=[topic]) as p:
+
+            async def one() -> None:
+                async with window:
+                    await p.send_async(msg)
+
+            done = 0
+            cpu0 = cpu_seconds()
+            start = time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                await asyncio.gather(*(one() for _ in range(10_000)))
+                done += 10_000
+            elapsed = time.perf_counter() - start
+            return done / elapsed, (cpu_seconds() - cpu0) / done * 1e6
+
+    return asyncio.run(run())
+
+
 def ferry_batch(
     p: ferrymq.Producer, topic: str, body: bytes, seconds: float, packed: bool = False
 ) -> Rate:
@@ -125,7 +162,7 @@ def official_sync(p: object, topic: str, body: bytes, seconds: float) -> Rate:
 
 def official_async(p: object, topic: str, body: bytes, seconds: float) -> Rate:
     msg = official_message(topic, body)
-    window = 256
+    window = WINDOW
 
     def step() -> int:
         futures: list[Future[object]] = [
@@ -139,52 +176,100 @@ def official_async(p: object, topic: str, body: bytes, seconds: float) -> Rate:
     return timed(seconds, step)
 
 
+def java_send(
+    java: JavaPeer, endpoints: str, topic: str, size: int, seconds: float, mode: str
+) -> Rate:
+    """The Java client in its own JVM: 2 s of warm-up, then ``seconds`` measured."""
+    p = java.run(
+        "bench-send",
+        endpoints=endpoints,
+        topic=topic,
+        mode=mode,
+        window=WINDOW,
+        size=size,
+        warmup=2,
+        seconds=seconds,
+        timeout=seconds + 120,
+    )
+    (r,) = p.of("bench")
+    return r["rate"], r["cpu_seconds"] / r["msgs"] * 1e6
+
+
+Row = tuple[str, int, Rate, Rate | None, Rate | None]
+
+
+def ratio(ours: Rate, theirs: Rate | None) -> tuple[str, str, str, str]:
+    """(their msg/s, rate ratio, their CPU, CPU ratio) columns."""
+    if theirs is None:
+        return f"{'-':>9}", f"{'-':>6}", f"{'-':>7}", f"{'-':>6}"
+    (rate, cpu), (t_rate, t_cpu) = ours, theirs
+    return (
+        f"{t_rate:9,.0f}",
+        f"{rate / t_rate:5.1f}x",
+        f"{t_cpu:7.1f}",
+        f"{t_cpu / cpu:5.1f}x",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=3.0, help="per measurement")
-    ap.add_argument("--no-official", action="store_true", help="skip the official client")
+    ap.add_argument("--sizes", default="100,1024", help="body sizes in bytes, comma-separated")
+    ap.add_argument("--no-official", action="store_true", help="skip the official Python client")
+    ap.add_argument("--no-java", action="store_true", help="skip the official Java client")
     add_arguments(ap)
     args = ap.parse_args()
     logging.getLogger("rocketmq").setLevel(logging.ERROR)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    java = None if args.no_java else JavaPeer()
 
     with open_server(args, endpoints=1, when_full="drop_oldest") as server:
         topic = server.name("bench")
         server.create_topic(topic, "NORMAL", queues=8)
         official = None if args.no_official else official_client(server.endpoints, topic)
-        rows: list[tuple[str, int, Rate, Rate | None]] = []
+        rows: list[Row] = []
         with ferrymq.Producer(server.endpoints, topics=[topic]) as p:
-            for size in (100, 1024):
+            for size in sizes:
                 body = b"x" * size
                 ours = ferry_sync(p, topic, body, args.seconds)
                 theirs = official_sync(official, topic, body, args.seconds) if official else None
-                rows.append(("sync send", size, ours, theirs))
+                j_sync = (
+                    java_send(java, server.endpoints, topic, size, args.seconds, "sync")
+                    if java
+                    else None
+                )
+                rows.append(("sync send", size, ours, theirs, j_sync))
                 theirs_async = (
                     official_async(official, topic, body, args.seconds) if official else None
                 )
+                j_async = (
+                    java_send(java, server.endpoints, topic, size, args.seconds, "async")
+                    if java
+                    else None
+                )
                 ours = ferry_produce(p, topic, body, args.seconds)
-                rows.append(("produce+flush vs send_async", size, ours, theirs_async))
+                rows.append(("produce+flush vs async", size, ours, theirs_async, j_async))
+                ours = ferry_send_async(server.endpoints, topic, body, args.seconds)
+                rows.append(("gather(send_async) vs async", size, ours, theirs_async, j_async))
                 ours = ferry_batch(p, topic, body, args.seconds)
-                rows.append(("send_batch(1000) vs send_async", size, ours, theirs_async))
+                rows.append(("send_batch(1000) vs async", size, ours, theirs_async, j_async))
                 ours = ferry_batch(p, topic, body, args.seconds, packed=True)
-                rows.append(("send_batch(packed) vs send_async", size, ours, theirs_async))
+                rows.append(("send_batch(packed) vs async", size, ours, theirs_async, j_async))
         if official is not None:
             official.shutdown()  # type: ignore[attr-defined]
 
-    print(f"server: {args.server}")
+    print(f"server: {args.server}; async window {WINDOW}; ratios are ferrymq / other client")
     print(
-        f"{'scenario':32} {'body':>6} | {'ferrymq':>10} {'official':>10} {'ratio':>7} msg/s"
-        f" | {'ferrymq':>8} {'official':>9} {'ratio':>7} CPU us/msg | 2-core msg/s"
+        f"{'scenario':28} {'body':>6} | {'ferrymq':>9} {'Java':>9} {'f/J':>6} {'Python':>9}"
+        f" {'f/Py':>6} msg/s | {'ferrymq':>7} {'Java':>7} {'J/f':>6} {'Python':>7} {'Py/f':>6}"
+        " CPU us/msg"
     )
-    for name, size, (rate, cpu), theirs in rows:
-        if theirs:
-            t_rate, t_cpu = theirs
-            rt = f"{t_rate:10,.0f} {rate / t_rate:6.1f}x"
-            ct = f"{t_cpu:9.1f} {t_cpu / cpu:6.1f}x"
-        else:
-            rt, ct = f"{'-':>10} {'-':>7}", f"{'-':>9} {'-':>7}"
+    for name, size, ours, py, jv in rows:
+        j_rate, j_x, j_cpu, j_cx = ratio(ours, jv)
+        p_rate, p_x, p_cpu, p_cx = ratio(ours, py)
         print(
-            f"{name:32} {size:>5}B | {rate:10,.0f} {rt}       | {cpu:8.2f} {ct}"
-            f"            | {2e6 / cpu:12,.0f}"
+            f"{name:28} {size:>5}B | {ours[0]:9,.0f} {j_rate} {j_x} {p_rate} {p_x}       |"
+            f" {ours[1]:7.2f} {j_cpu} {j_cx} {p_cpu} {p_cx}"
         )
     with open("/proc/loadavg") as f:
         print(f"(load average during the run: {f.read().split()[0]})")

@@ -10,6 +10,12 @@ Servers are started once per session. The embedded broker fixtures:
   credentials), closed at the end of the test. Same test timers unless overridden.
 * ``unique(prefix)`` — a fresh, valid topic/group name.
 
+The official Java client (``tests/java``, built by ``scripts/java-peer``):
+
+* ``java_peer`` — a :class:`java_peer.JavaPeer` that starts ``FerryPeer`` commands as
+  subprocesses (killed at the end of the test). Built once per machine (Maven + javac; needs
+  Java 17 and Maven); a failed build fails the tests that use it.
+
 Real Apache RocketMQ (tests marked ``rocketmq``):
 
 * ``rocketmq_server`` — a :class:`servers.RealServer`: the name server + local-mode proxy of
@@ -41,6 +47,7 @@ import pytest
 # -- NATS JetStream (nats-server) -------------------------------------------------------------
 from _nats_server import HoldingProxy, NatsServer, run_nats_server
 from ferrymq.testing import EmbeddedBroker
+from java_peer import JavaPeer, JavaPeerError
 from servers import EmbeddedServer, RealServer, RealServerError, Server
 
 #: Broker options used by the fixtures: the proxy's rules with short timers.
@@ -253,3 +260,24 @@ def proxy_server(request: pytest.FixtureRequest) -> Server:
         return EmbeddedServer(request.getfixturevalue("proxy_broker"))
     real: RealServer = request.getfixturevalue("rocketmq_server")
     return real
+
+
+# --------------------------------------------------------------------------------------------
+# The official Java client as a peer (tests/java/FerryPeer.java via scripts/java-peer).
+# --------------------------------------------------------------------------------------------
+
+_JAVA: dict[str, Any] = {}
+
+
+@pytest.fixture
+def java_peer() -> Iterator[JavaPeer]:
+    if "peer" not in _JAVA and "error" not in _JAVA:
+        try:
+            _JAVA["peer"] = JavaPeer()
+        except (JavaPeerError, subprocess.TimeoutExpired, OSError) as exc:
+            _JAVA["error"] = f"the Java peer could not be built: {exc}"
+    if "error" in _JAVA:
+        pytest.fail(_JAVA["error"], pytrace=False)
+    peer: JavaPeer = _JAVA["peer"].fresh()
+    yield peer
+    peer.kill_all()

@@ -9,6 +9,7 @@ Status messages differ between the servers and are not pinned, only codes and sh
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -418,3 +419,62 @@ def test_fifo_receive_hands_out_a_groups_messages_in_order_then_holds_the_group(
     rest = c.receive_messages(group, topic, 1, long_polling=5)
     assert [m.body for m in rest] == [b"a3"]
     assert code_name(c.ack(group, topic, *rest).status.code) == "OK"
+
+
+def test_body_digest_is_upper_case_md5(
+    proxy_server: Server, unique: Callable[[str], str], wire: Callable[[], Wire]
+) -> None:
+    # The proxy attaches the MD5 of each delivered body as 32 upper-case hex digits; both
+    # official clients recompute exactly that string and compare. A CRC32 cannot please both:
+    # the Java client writes it without leading zeros, the Python client with them, so one in
+    # 16 messages looked corrupted to one of them (a FIFO one went to the DLQ).
+    topic, group = unique("t"), unique("g")
+    proxy_server.setup({topic: "NORMAL"}, [group])
+    # CRC32s with 1, 2 and 3 leading zero digits, and one without; MD5s with leading zeros.
+    bodies = [b"crc-3", b"crc-320", b"crc-31", b"hello", b"md5-495"]
+    p = wire()
+    p.settings(p.producer_settings(topic))
+    for body in bodies:
+        assert code_name(p.send(message(topic, body)).status.code) == "OK"
+    c = wire()
+    c.settings(c.consumer_settings(group, topic))
+    got = c.receive_messages(group, topic, len(bodies), long_polling=5)
+    digests = {m.body: m.system_properties.body_digest for m in got}
+    assert {b: (pb.DigestType.Name(d.type), d.checksum) for b, d in digests.items()} == {
+        b: ("MD5", hashlib.md5(b).hexdigest().upper()) for b in bodies
+    }
+    assert digests[b"md5-495"].checksum.startswith("00")
+    assert code_name(c.ack(group, topic, *got).status.code) == "OK"
+
+
+def test_transaction_id_and_check_back_properties(
+    server: Server, unique: Callable[[str], str]
+) -> None:
+    # The proxy answers a transactional send with the message id as transaction id, and a
+    # check-back's message carries it (``__transactionId__``) and the number of checks so far
+    # (``TRANSACTION_CHECK_TIMES``) as user properties: the official clients hand both to the
+    # application's checker, and to consumers once committed.
+    topic = unique("t")
+    server.setup({topic: "TRANSACTION"})
+    with Wire(server.address) as p:
+        telemetry, _ = p.settings(p.producer_settings(topic))
+        sent = p.send(message(topic, b"orphan", kind=pb.TRANSACTION, properties={"a": "1"}))
+        assert code_name(sent.status.code) == "OK"
+        (entry,) = sent.entries
+        assert entry.transaction_id == entry.message_id
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "no check-back"
+            cmd = telemetry.next(timeout=60)
+            assert cmd is not None
+            if cmd.WhichOneof("command") == "recover_orphaned_transaction_command":
+                break
+        check = cmd.recover_orphaned_transaction_command
+        assert check.transaction_id == entry.transaction_id
+        assert check.message.system_properties.message_id == entry.message_id
+        assert dict(check.message.user_properties) == {
+            "a": "1",
+            "__transactionId__": entry.transaction_id,
+            "TRANSACTION_CHECK_TIMES": "1",
+        }
+        telemetry.close()

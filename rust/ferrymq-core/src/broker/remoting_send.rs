@@ -16,7 +16,7 @@ use bytes::{Buf, Bytes};
 
 use super::remoting_pull::{offset_msg_id, physical_offset, prop};
 use super::remoting_wire::{field, flag_field, number, refuse, reply, Answer, Conn, REGION};
-use super::send::crc32_digest;
+use super::send::body_digest;
 use super::store::{self, kind_to_proto, now_ms, valid_resource_name, writable, Queue};
 use super::timer::Delayed;
 use crate::message::{MessageKind, RESERVED_PROPERTIES};
@@ -363,7 +363,7 @@ fn to_proto(
             })
             .unwrap_or_default(),
         message_id: non_empty(m.get(prop::UNIQ_KEY)).unwrap_or_else(crate::message_id::generate),
-        body_digest: Some(crc32_digest(&m.body)),
+        body_digest: Some(body_digest(&m.body)),
         body_encoding: if sys_flag & 0x1 != 0 {
             proto::Encoding::Gzip as i32
         } else {

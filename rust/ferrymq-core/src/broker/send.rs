@@ -170,18 +170,21 @@ pub(crate) fn pick_queue(
     Some(mine[i].clone())
 }
 
-/// A CRC32 digest, upper-case hex as the clients compare it.
-pub(crate) fn crc32_digest(body: &[u8]) -> proto::Digest {
+/// The body digest a proxy attaches to every delivered message: MD5, upper-case hex (32
+/// digits). Both official clients recompute it in that exact form; a CRC32 would not do, since
+/// the Java client writes it without leading zeros and the Python client with them.
+pub(crate) fn body_digest(body: &[u8]) -> proto::Digest {
+    use md5::{Digest as _, Md5};
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    let sum = Md5::digest(body);
+    let mut checksum = String::with_capacity(2 * sum.len());
+    for b in sum {
+        checksum.push(char::from(DIGITS[usize::from(b >> 4)]));
+        checksum.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
     proto::Digest {
-        r#type: proto::DigestType::Crc32 as i32,
-        checksum: {
-            const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
-            let crc = crc32fast::hash(body);
-            (0..8)
-                .rev()
-                .map(|i| char::from(DIGITS[((crc >> (i * 4)) & 0xf) as usize]))
-                .collect()
-        },
+        r#type: proto::DigestType::Md5 as i32,
+        checksum,
     }
 }
 
@@ -190,10 +193,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn crc32_is_upper_case_hex() {
-        let d = crc32_digest(b"hello");
-        assert_eq!(d.checksum, format!("{:08X}", crc32fast::hash(b"hello")));
-        assert_eq!(d.checksum, "3610A686");
-        assert_eq!(crc32_digest(b"").checksum, "00000000");
+    fn digest_is_upper_case_md5() {
+        let d = body_digest(b"hello");
+        assert_eq!(d.r#type, proto::DigestType::Md5 as i32);
+        assert_eq!(d.checksum, "5D41402ABC4B2A76B9719D911017C592");
+        // Leading zero digits are kept: the digest always has 32.
+        assert_eq!(
+            body_digest(b"").checksum,
+            "D41D8CD98F00B204E9800998ECF8427E"
+        );
     }
 }

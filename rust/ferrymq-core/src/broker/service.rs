@@ -520,7 +520,7 @@ impl MessagingService for EndpointService {
         // Bodies decode as slices of tonic's receive buffer; the store copies each into the
         // message's record, so no stored message keeps a request's buffer alive.
         for (m, k) in msgs.iter_mut().zip(&kinds) {
-            let digest = send::crc32_digest(&m.body);
+            let digest = send::body_digest(&m.body);
             if let Some(sp) = m.system_properties.as_mut() {
                 sp.message_type = kind_to_proto(*k) as i32;
                 sp.store_host.clone_from(&self.ep.addr_str);

@@ -257,8 +257,8 @@ async fn send_receive_ack_over_two_endpoints() {
     let sp = got[0].system_properties.as_ref().unwrap();
     assert_eq!(sp.delivery_attempt, Some(1));
     assert_eq!(
-        sp.body_digest.as_ref().unwrap().checksum,
-        format!("{:08X}", crc32fast::hash(&got[0].body))
+        sp.body_digest.as_ref().unwrap(),
+        &send::body_digest(&got[0].body)
     );
     for m in &got {
         assert_eq!(c.ack("g", "t", m).await, code::OK);
@@ -342,6 +342,12 @@ async fn orphaned_transaction_is_checked_back_then_committed() {
         panic!("expected a check-back, got {cmd:?}");
     };
     assert_eq!(rec.transaction_id, entry.transaction_id);
+    // As the proxy: the transaction id is the message id, and the check-back carries it and
+    // the check count as properties.
+    assert_eq!(entry.transaction_id, entry.message_id);
+    let props = &rec.message.as_ref().unwrap().user_properties;
+    assert_eq!(props["__transactionId__"], entry.transaction_id);
+    assert_eq!(props["TRANSACTION_CHECK_TIMES"], "1");
     let r = p
         .rpc
         .end_transaction(req(
@@ -362,7 +368,16 @@ async fn orphaned_transaction_is_checked_back_then_committed() {
     let counts = broker.transaction_counts();
     assert_eq!((counts.pending, counts.committed), (0, 1));
     assert!(counts.checks >= 1);
-    assert_eq!(broker.messages("tx", 10).unwrap().len(), 1);
+    let stored = broker.messages("tx", 10).unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        stored[0].message.user_properties["__transactionId__"],
+        entry.transaction_id
+    );
+    assert!(stored[0]
+        .message
+        .user_properties
+        .contains_key("TRANSACTION_CHECK_TIMES"));
 }
 
 /// The accounted size of `m` once a send filled in what the broker adds: a store host (of the
@@ -370,7 +385,7 @@ async fn orphaned_transaction_is_checked_back_then_committed() {
 fn accounted_as_sent(mut m: proto::Message, kind: proto::MessageType) -> usize {
     let sp = m.system_properties.as_mut().unwrap();
     sp.store_host = "127.0.0.1:65535".into();
-    sp.body_digest = Some(super::send::crc32_digest(&m.body));
+    sp.body_digest = Some(super::send::body_digest(&m.body));
     sp.message_type = kind as i32;
     store::accounted_size(&m)
 }

@@ -14,6 +14,11 @@ use parking_lot::Mutex;
 use super::store::{Queue, Topic};
 use crate::proto;
 
+/// The user property that carries a transactional message's transaction id.
+pub const TRANSACTION_ID_PROPERTY: &str = "__transactionId__";
+/// The user property that counts the check-backs of a half message.
+pub const CHECK_TIMES_PROPERTY: &str = "TRANSACTION_CHECK_TIMES";
+
 /// A half message.
 #[derive(Debug, Clone)]
 pub struct Half {
@@ -66,18 +71,27 @@ pub struct Transactions {
 }
 
 impl Transactions {
-    /// Store a half message; returns its transaction id.
-    pub fn add(&self, half: Half) -> String {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let id = format!(
-            "{}{:016X}",
-            half.msg
-                .system_properties
-                .as_ref()
-                .map_or("", |s| s.message_id.as_str()),
-            seq
-        );
-        self.halves.lock().insert(id.clone(), half);
+    /// Store a half message; returns its transaction id: as on a proxy, the message id (with a
+    /// sequence number after it if that id is already pending, e.g. a resent message). The
+    /// message carries it in its `__transactionId__` property, which the check-back and, once
+    /// committed, the consumers see.
+    pub fn add(&self, mut half: Half) -> String {
+        let message_id = half
+            .msg
+            .system_properties
+            .as_ref()
+            .map_or(String::new(), |s| s.message_id.clone());
+        let mut halves = self.halves.lock();
+        let id = if message_id.is_empty() || halves.contains_key(&message_id) {
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            format!("{message_id}{seq:016X}")
+        } else {
+            message_id
+        };
+        half.msg
+            .user_properties
+            .insert(TRANSACTION_ID_PROPERTY.to_string(), id.clone());
+        halves.insert(id.clone(), half);
         id
     }
 
@@ -133,6 +147,11 @@ impl Transactions {
                 return false;
             }
             h.checks += 1;
+            // As the proxy: the check-back (and the message, if the producer commits it)
+            // tells how many checks there were.
+            h.msg
+                .user_properties
+                .insert(CHECK_TIMES_PROPERTY.to_string(), h.checks.to_string());
             h.next_check = crate::duration::deadline(now, interval);
             check.push((id.clone(), h.clone()));
             true

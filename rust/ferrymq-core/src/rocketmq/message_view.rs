@@ -88,6 +88,30 @@ fn millis(ts: Option<&prost_types::Timestamp>) -> Option<i64> {
     })
 }
 
+/// Whether a body matches its wire digest. A real proxy sends MD5 (upper-case hex); CRC32 is
+/// accepted with or without leading zeros and hex digits in either case (servers differ), and
+/// an unknown digest type is not checked.
+fn digest_matches(d: &proto::Digest, body: &[u8]) -> bool {
+    use sha1::Digest as _;
+    let hex_eq = |sum: &[u8]| {
+        let want = d.checksum.trim().as_bytes();
+        want.len() == 2 * sum.len()
+            && sum.iter().zip(want.chunks(2)).all(|(b, pair)| {
+                let hi = char::from(pair[0]).to_digit(16);
+                let lo = char::from(pair[1]).to_digit(16);
+                matches!((hi, lo), (Some(h), Some(l)) if (h << 4 | l) == u32::from(*b))
+            })
+    };
+    match proto::DigestType::try_from(d.r#type) {
+        Ok(proto::DigestType::Crc32) => {
+            u32::from_str_radix(d.checksum.trim(), 16).ok() == Some(crc32fast::hash(body))
+        }
+        Ok(proto::DigestType::Md5) => hex_eq(&md5::Md5::digest(body)),
+        Ok(proto::DigestType::Sha1) => hex_eq(&sha1::Sha1::digest(body)),
+        _ => true,
+    }
+}
+
 impl MessageView {
     /// Decode a wire message received from `source`.
     ///
@@ -101,10 +125,7 @@ impl MessageView {
         let mut corrupted = false;
         let mut body = msg.body;
         if let Some(d) = &sp.body_digest {
-            if d.r#type == proto::DigestType::Crc32 as i32 {
-                let crc = crc32fast::hash(&body);
-                corrupted = u32::from_str_radix(d.checksum.trim(), 16).ok() != Some(crc);
-            }
+            corrupted = !digest_matches(d, &body);
         }
         if sp.body_encoding == proto::Encoding::Gzip as i32 {
             let mut out = Vec::with_capacity(body.len() * 2);
@@ -336,6 +357,45 @@ pub(crate) mod tests {
         let mut w = wire_message("M2", b"hello", None);
         w.body = Bytes::from_static(b"hellO");
         assert!(MessageView::from_proto(w, source()).unwrap().is_corrupted());
+    }
+
+    #[test]
+    fn checks_crc32_md5_and_sha1_digests_in_every_server_form() {
+        let check = |kind: proto::DigestType, checksum: &str, body: &[u8]| {
+            let mut w = wire_message("M", body, None);
+            w.system_properties.as_mut().unwrap().body_digest = Some(proto::Digest {
+                r#type: kind as i32,
+                checksum: checksum.into(),
+            });
+            !MessageView::from_proto(w, source()).unwrap().is_corrupted()
+        };
+        use proto::DigestType::{Crc32, Md5, Sha1};
+        // CRC32 of "crc-3" is 0x0CEDDC17: padded (Python client) or not (Java client, proxy).
+        assert!(check(Crc32, "0CEDDC17", b"crc-3"));
+        assert!(check(Crc32, "CEDDC17", b"crc-3"));
+        assert!(check(Crc32, "ceddc17", b"crc-3"));
+        assert!(!check(Crc32, "CEDDC18", b"crc-3"));
+        // What a real proxy sends: MD5, upper-case.
+        assert!(check(Md5, "5D41402ABC4B2A76B9719D911017C592", b"hello"));
+        assert!(check(Md5, "5d41402abc4b2a76b9719d911017c592", b"hello"));
+        assert!(!check(Md5, "5D41402ABC4B2A76B9719D911017C592", b"hellO"));
+        assert!(!check(Md5, "5D41402ABC4B2A76B9719D911017C59", b"hello"));
+        assert!(!check(Md5, "5D41402ABC4B2A76B9719D911017C5ZZ", b"hello"));
+        assert!(check(
+            Sha1,
+            "AAF4C61DDCC5E8A2DABEDE0F3B482CD9AEA9434D",
+            b"hello"
+        ));
+        assert!(!check(
+            Sha1,
+            "AAF4C61DDCC5E8A2DABEDE0F3B482CD9AEA9434E",
+            b"hello"
+        ));
+        // Whatever the embedded broker attaches checks out.
+        let mut w = wire_message("M", b"crc-3", None);
+        w.system_properties.as_mut().unwrap().body_digest =
+            Some(crate::broker::send::body_digest(b"crc-3"));
+        assert!(!MessageView::from_proto(w, source()).unwrap().is_corrupted());
     }
 
     #[test]
