@@ -232,14 +232,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             server.run("stop", check=False)
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    lines = []
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    # What each real server's start cost this session (a share of CI time worth watching).
     for state in _SESSION_SERVERS.values():
         if "start_seconds" in state:
             server = state["server"]
             took = state["start_seconds"]
-            lines.append(f"real RocketMQ ({server.kind}) started in {took:.1f} s")
-    return lines
+            terminalreporter.write_line(f"real RocketMQ ({server.kind}) started in {took:.1f} s")
 
 
 def _session_server(marker: str) -> RealServer:
