@@ -30,6 +30,14 @@ Real Apache RocketMQ (tests marked ``rocketmq``):
   (``proxy_broker``: 5 s long-polling floor, 10 s invisible floor), for conformance tests that
   pin those limits.
 * Tests marked ``restarts_server`` run last (they stop and start the real proxy).
+
+The secure instance of the real server (tests marked ``rocketmq_secure``):
+
+* ``rocketmq_secure_server`` — a :class:`servers.SecureServer` (``scripts/rocketmq-server
+  --secure``: TLS enforced on the proxy, ACL 2.0 on; its own ports and state directory, so the
+  plain tests never need credentials), started and stopped like ``rocketmq_server`` (same
+  ``FERRYMQ_ROCKETMQ_KEEP``); ``FERRYMQ_ROCKETMQ_SECURE_HOME`` / ``_ENDPOINTS`` /
+  ``_NAMESRV_PORT`` / ``_REMOTING_PORT`` / ``_BROKER_PORT`` move it elsewhere.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ import pytest
 from _nats_server import HoldingProxy, NatsServer, run_nats_server
 from ferrymq.testing import EmbeddedBroker
 from java_peer import JavaPeer, JavaPeerError
-from servers import EmbeddedServer, RealServer, RealServerError, Server
+from servers import EmbeddedServer, RealServer, RealServerError, SecureServer, Server
 
 #: Broker options used by the fixtures: the proxy's rules with short timers.
 TEST_BROKER_OPTIONS: dict[str, Any] = {
@@ -188,51 +196,77 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("restarts_server") is not None)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    # Start the real server before the first test when a selected test needs it: its start
-    # (24-60 s on a loaded machine) then counts against no test's timeout.
-    if session.config.option.collectonly:
-        return
-    if not any(item.get_closest_marker("rocketmq") for item in session.items):
-        return
-    server = RealServer()
+#: Per marker: "server" (the RealServer), "start_seconds" or "error".
+_SESSION_SERVERS: dict[str, dict[str, Any]] = {"rocketmq": _REAL, "rocketmq_secure": {}}
+_SERVER_CLASSES: dict[str, Callable[[], RealServer]] = {
+    "rocketmq": RealServer,
+    "rocketmq_secure": SecureServer,
+}
+
+
+def _start_server(marker: str) -> RealServer:
+    """Start the marker's server unless it runs already; records the outcome."""
+    state = _SESSION_SERVERS[marker]
+    server = _SERVER_CLASSES[marker]()
     try:
         if not server.running():
             server.started_here = True  # stop it at the end even if the start fails half-way
-            _REAL["start_seconds"] = server.start()
+            state["start_seconds"] = server.start()
     except (RealServerError, subprocess.TimeoutExpired, OSError) as exc:
-        _REAL["error"] = f"the real RocketMQ server did not start: {exc}"
-    _REAL["server"] = server
+        state["error"] = f"the real RocketMQ server ({server.kind}) did not start: {exc}"
+    state["server"] = server
+    return server
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Start the real server(s) before the first test when a selected test needs one: a start
+    # (24-60 s on a loaded machine) then counts against no test's timeout.
+    if session.config.option.collectonly:
+        return
+    for marker in _SESSION_SERVERS:
+        if any(item.get_closest_marker(marker) for item in session.items):
+            _start_server(marker)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    server: RealServer | None = _REAL.get("server")
-    if server is not None and server.started_here and not os.environ.get("FERRYMQ_ROCKETMQ_KEEP"):
-        server.run("stop", check=False)
+    for state in _SESSION_SERVERS.values():
+        server: RealServer | None = state.get("server")
+        if (
+            server is not None
+            and server.started_here
+            and not os.environ.get("FERRYMQ_ROCKETMQ_KEEP")
+        ):
+            server.run("stop", check=False)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
-    if "start_seconds" in _REAL:
-        took, where = _REAL["start_seconds"], _REAL["server"].endpoints
-        return f"real RocketMQ started in {took:.1f} s at {where}"
-    return None
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    # What each real server's start cost this session (a share of CI time worth watching).
+    for state in _SESSION_SERVERS.values():
+        if "start_seconds" in state:
+            server = state["server"]
+            took = state["start_seconds"]
+            terminalreporter.write_line(f"real RocketMQ ({server.kind}) started in {took:.1f} s")
+
+
+def _session_server(marker: str) -> RealServer:
+    state = _SESSION_SERVERS[marker]
+    if "server" not in state:  # selected indirectly (e.g. by a fixture): start it now
+        _start_server(marker)
+    if "error" in state:
+        pytest.fail(state["error"], pytrace=False)
+    server: RealServer = state["server"]
+    return server
 
 
 @pytest.fixture(scope="session")
 def rocketmq_server() -> RealServer:
-    if "error" in _REAL:
-        pytest.fail(_REAL["error"], pytrace=False)
-    server: RealServer | None = _REAL.get("server")
-    if server is None:  # selected indirectly (e.g. by a fixture): start it now
-        server = RealServer()
-        try:
-            if not server.running():
-                server.started_here = True
-                server.start()
-        except (RealServerError, subprocess.TimeoutExpired, OSError) as exc:
-            _REAL["error"] = f"the real RocketMQ server did not start: {exc}"
-            pytest.fail(_REAL["error"], pytrace=False)
-        _REAL["server"] = server
+    return _session_server("rocketmq")
+
+
+@pytest.fixture(scope="session")
+def rocketmq_secure_server() -> SecureServer:
+    server = _session_server("rocketmq_secure")
+    assert isinstance(server, SecureServer)
     return server
 
 

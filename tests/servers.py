@@ -3,6 +3,8 @@
 * :class:`EmbeddedServer` — ferrymq's embedded broker (:class:`ferrymq.testing.EmbeddedBroker`).
 * :class:`RealServer` — a real Apache RocketMQ 5 (name server + local-mode proxy) run by
   ``scripts/rocketmq-server``; one per test session (the ``rocketmq_server`` fixture).
+* :class:`SecureServer` — the same server's secure instance (``scripts/rocketmq-server
+  --secure``: TLS enforced, ACL 2.0 on; the ``rocketmq_secure_server`` fixture).
 
 Tests parametrised over both (the ``server`` and ``proxy_server`` fixtures of ``conftest.py``)
 create their own topics and groups with :meth:`Server.setup`, send and receive through ferrymq
@@ -11,6 +13,7 @@ or the raw driver (``rmq_wire``), and assert the same behaviour on both.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -105,6 +108,8 @@ class RealServer:
     """A real Apache RocketMQ 5 (namesrv + local-mode proxy) run by ``scripts/rocketmq-server``."""
 
     kind = "real"
+    #: Environment of every ``scripts/rocketmq-server`` run (``None``: this process's).
+    env: dict[str, str] | None = None
 
     def __init__(self) -> None:
         self._endpoints = real_endpoints()
@@ -132,11 +137,17 @@ class RealServer:
             text=True,
             timeout=timeout,
             check=False,
+            env=self.env,
         )
         out = proc.stdout + proc.stderr
         if check and proc.returncode != 0:
             logs = subprocess.run(
-                [str(SCRIPT), "logs"], capture_output=True, text=True, timeout=30, check=False
+                [str(SCRIPT), "logs"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+                env=self.env,
             ).stdout
             raise RealServerError(
                 f"scripts/rocketmq-server {' '.join(args)} exited {proc.returncode}:\n{out}\n"
@@ -148,7 +159,7 @@ class RealServer:
         """Whether both JVMs are up and a QueryRoute answers OK."""
         return (
             subprocess.run(
-                [str(SCRIPT), "status"], capture_output=True, timeout=60, check=False
+                [str(SCRIPT), "status"], capture_output=True, timeout=60, check=False, env=self.env
             ).returncode
             == 0
         )
@@ -182,3 +193,69 @@ class RealServer:
 
     def __repr__(self) -> str:
         return f"RealServer({self.endpoints})"
+
+
+#: The script's instance settings; the secure instance takes them from ``FERRYMQ_ROCKETMQ_SECURE_*``
+#: (so pointing the plain tests at another instance never moves the secure one onto it).
+_INSTANCE_VARIABLES = ("HOME", "ENDPOINTS", "NAMESRV_PORT", "REMOTING_PORT", "BROKER_PORT")
+
+
+def secure_env() -> dict[str, str]:
+    """The environment of ``scripts/rocketmq-server`` for the secure instance."""
+    env = dict(os.environ, FERRYMQ_ROCKETMQ_SECURE="1")
+    for name in _INSTANCE_VARIABLES:
+        env.pop(f"FERRYMQ_ROCKETMQ_{name}", None)
+        value = os.environ.get(f"FERRYMQ_ROCKETMQ_SECURE_{name}")
+        if value:
+            env[f"FERRYMQ_ROCKETMQ_{name}"] = value
+    return env
+
+
+class SecureServer(RealServer):
+    """The secure instance of ``scripts/rocketmq-server`` (``--secure``): TLS enforced on the
+    proxy (a CA generated into its state directory), ACL 2.0 authentication and authorization.
+
+    Users (:meth:`credentials`): ``admin`` (Super), ``client`` (Normal: Pub/Sub on every topic,
+    Sub on every group), ``limited`` (Normal: Pub/Sub on topics ``ferry-open-*`` only)."""
+
+    kind = "secure"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.env = secure_env()
+        self._info: dict[str, str] = {}
+
+    def info(self) -> dict[str, str]:
+        """``status`` of the running instance: endpoints, namesrv, remoting, tls_ca, users."""
+        if not self._info:
+            out = self.run("status", timeout=60)
+            self._info = dict(
+                line.split("=", 1) for line in out.splitlines() if "=" in line and " " not in line
+            )
+        return self._info
+
+    @property
+    def endpoints(self) -> str:
+        return self.info()["endpoints"]
+
+    @property
+    def address(self) -> str:
+        return self.endpoints
+
+    @property
+    def remoting_endpoint(self) -> str:
+        return f"remoting://{self.info()['namesrv']}"
+
+    @property
+    def ca_file(self) -> str:
+        """The CA certificate (PEM) that signed the proxy's certificate."""
+        return self.info()["tls_ca"]
+
+    def credentials(self, role: str) -> tuple[str, str]:
+        """``(access_key, secret_key)`` of ``admin``, ``client`` or ``limited``."""
+        with open(self.info()["users"]) as f:
+            user = json.load(f)[role]
+        return user["access_key"], user["secret_key"]
+
+    def __repr__(self) -> str:
+        return f"SecureServer({self._info.get('endpoints', '?')})"

@@ -13,6 +13,16 @@
 //                                   POLICY: GroupRetryPolicy JSON or "-"
 //   route NAME                      wait until the name server returns a route for NAME, so a later
 //                                   gRPC QueryRoute cannot cache TOPIC_NOT_FOUND
+//   user NAME TYPE                  create (or update) an ACL 2.0 user; TYPE: Super|Normal; the
+//                                   password is read from the environment variable
+//                                   FERRYMQ_PASSWORD_<NAME upper-cased, other than A-Z0-9 as _>
+//   acl NAME RESOURCES ACTIONS DECISION
+//                                   grant (merge) a policy to user NAME: RESOURCES and ACTIONS are
+//                                   comma-separated (Topic:orders,Group:*  Pub,Sub), DECISION Allow|Deny
+//
+// With FERRYMQ_ADMIN_ACCESS_KEY and FERRYMQ_ADMIN_SECRET_KEY in the environment every request is
+// signed with that user (a broker with ACL 2.0 authentication); TLS comes from the -Dtls.* system
+// properties of the JVM (TlsSystemConfig).
 //
 // Why routes can lag: the broker's first full registration with the name server only happens 10 s
 // after boot (the registration in BrokerController.start() finds no "available" name server yet,
@@ -24,12 +34,16 @@
 // Exit status 0 when every op succeeded, 1 otherwise.
 import com.alibaba.fastjson.JSON;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.constant.PermName;
+import org.apache.rocketmq.remoting.protocol.body.UserInfo;
 import org.apache.rocketmq.remoting.protocol.route.TopicRouteData;
 import org.apache.rocketmq.remoting.protocol.subscription.GroupRetryPolicy;
 import org.apache.rocketmq.remoting.protocol.subscription.SubscriptionGroupConfig;
@@ -51,6 +65,8 @@ public class FerryAdmin {
                 case "topic": arity = 4; break;
                 case "group": arity = 5; break;
                 case "route": arity = 2; break;
+                case "user": arity = 3; break;
+                case "acl": arity = 5; break;
                 default:
                     System.err.println("unknown op: " + args[i]);
                     System.exit(2);
@@ -66,7 +82,11 @@ public class FerryAdmin {
             i += arity;
         }
 
-        DefaultMQAdminExt admin = new DefaultMQAdminExt(5000);
+        String accessKey = System.getenv("FERRYMQ_ADMIN_ACCESS_KEY");
+        String secretKey = System.getenv("FERRYMQ_ADMIN_SECRET_KEY");
+        DefaultMQAdminExt admin = accessKey != null && secretKey != null
+            ? new DefaultMQAdminExt(new AclClientRPCHook(new SessionCredentials(accessKey, secretKey)), 5000)
+            : new DefaultMQAdminExt(5000);
         admin.setNamesrvAddr(namesrv);
         admin.setInstanceName("ferrymq-admin-" + ProcessHandle.current().pid());
         admin.start();
@@ -146,6 +166,30 @@ public class FerryAdmin {
                     throw new IllegalStateException("no queue data yet");
                 }
                 return "OK route " + op[1] + " " + route.getQueueDatas();
+            }
+            case "user": {
+                String variable = "FERRYMQ_PASSWORD_" + op[1].toUpperCase().replaceAll("[^A-Z0-9]", "_");
+                String password = System.getenv(variable);
+                if (password == null || password.isEmpty()) {
+                    throw new IllegalArgumentException("no password in " + variable);
+                }
+                UserInfo existing = null;
+                try {
+                    existing = admin.getUser(broker, op[1]);
+                } catch (Exception notFound) {
+                    // created below
+                }
+                if (existing == null || existing.getUsername() == null) {
+                    admin.createUser(broker, op[1], password, op[2]);
+                    return "OK user " + op[1] + " created (" + op[2] + ")";
+                }
+                admin.updateUser(broker, op[1], password, op[2], "enable");
+                return "OK user " + op[1] + " updated (" + op[2] + ")";
+            }
+            case "acl": {
+                admin.createAcl(broker, "User:" + op[1], Arrays.asList(op[2].split(",")),
+                    Arrays.asList(op[3].split(",")), null, op[4]);
+                return "OK acl User:" + op[1] + " " + op[2] + " " + op[3] + " " + op[4];
             }
             default:
                 throw new IllegalArgumentException(op[0]);

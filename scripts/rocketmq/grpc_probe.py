@@ -1,6 +1,10 @@
 """Readiness probe for scripts/rocketmq-server: a real gRPC QueryRoute against the proxy.
 
-Usage: python grpc_probe.py HOST:PORT TOPIC [TOPIC ...] [--timeout SECONDS] [--quiet]
+Usage: python grpc_probe.py HOST:PORT TOPIC [TOPIC ...] [--timeout SECONDS] [--quiet] [--ca FILE]
+
+--ca FILE: TLS, verifying the server against that CA certificate (PEM). With
+FERRYMQ_PROBE_ACCESS_KEY and FERRYMQ_PROBE_SECRET_KEY in the environment, each request is
+signed (the `authorization` header of RocketMQ 5 gRPC: HMAC-SHA1 of `x-mq-date-time`).
 
 Only needs `grpcio`: the request and the few response fields we look at are hand-encoded
 protobuf (apache.rocketmq.v2, field numbers from service.proto / definition.proto), so no
@@ -10,8 +14,11 @@ Exit status: 0 every topic answered Code.OK with at least one queue; 1 otherwise
 3 grpcio is not importable.
 """
 
+import hashlib
+import hmac
 import os
 import sys
+import time
 import uuid
 
 try:
@@ -122,9 +129,25 @@ def describe_route(payload):
     return code, message, queues
 
 
+def signed_metadata():
+    """The authorization headers when credentials are in the environment, else none."""
+    access_key = os.environ.get("FERRYMQ_PROBE_ACCESS_KEY")
+    secret_key = os.environ.get("FERRYMQ_PROBE_SECRET_KEY")
+    if not access_key or not secret_key:
+        return ()
+    date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    signature = hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest().upper()
+    authorization = (
+        f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, "
+        f"Signature={signature}"
+    )
+    return (("x-mq-date-time", date_time), ("authorization", authorization))
+
+
 def main(argv):
     timeout = 5.0
     quiet = False
+    ca_file = None
     args = []
     it = iter(argv)
     for arg in it:
@@ -132,6 +155,8 @@ def main(argv):
             timeout = float(next(it))
         elif arg == "--quiet":
             quiet = True
+        elif arg == "--ca":
+            ca_file = next(it)
         else:
             args.append(arg)
     if len(args) < 2:
@@ -147,12 +172,19 @@ def main(argv):
         ("x-mq-request-id", uuid.uuid4().hex),
     )
     ok = True
-    with grpc.insecure_channel(target) as channel:
+    if ca_file is None:
+        channel = grpc.insecure_channel(target)
+    else:
+        with open(ca_file, "rb") as f:
+            channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(f.read()))
+    with channel:
         call = channel.unary_unary("/apache.rocketmq.v2.MessagingService/QueryRoute")
         for topic in topics:
             try:
                 payload = call(
-                    query_route_request(topic, host, int(port)), metadata=metadata, timeout=timeout
+                    query_route_request(topic, host, int(port)),
+                    metadata=metadata + signed_metadata(),
+                    timeout=timeout,
                 )
             except grpc.RpcError as exc:
                 ok = False

@@ -224,8 +224,8 @@ impl std::error::Error for Error {
 impl From<tonic::Status> for Error {
     fn from(s: tonic::Status) -> Self {
         use tonic::Code;
-        let msg = format!("gRPC {:?}: {}", s.code(), s.message());
-        let kind = match s.code() {
+        let mut msg = format!("gRPC {:?}: {}", s.code(), s.message());
+        let mut kind = match s.code() {
             Code::Unavailable | Code::Aborted => ErrorKind::Connection,
             Code::DeadlineExceeded | Code::Cancelled => ErrorKind::Timeout,
             Code::ResourceExhausted => ErrorKind::FlowControl,
@@ -234,6 +234,21 @@ impl From<tonic::Status> for Error {
             Code::Unknown | Code::Internal | Code::DataLoss => ErrorKind::Protocol,
             _ => ErrorKind::Broker,
         };
+        // A status that tonic made from a local transport failure (never one a server sent)
+        // carries that failure as its source: name it (e.g. a plaintext client reading a TLS
+        // server's alert as an HTTP/2 frame), and report it as the connection failure it is.
+        let mut cause = std::error::Error::source(&s);
+        if cause.is_some() && s.code() == Code::Unknown {
+            kind = ErrorKind::Connection;
+        }
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !msg.contains(&text) {
+                msg.push_str(": ");
+                msg.push_str(&text);
+            }
+            cause = c.source();
+        }
         let mut e = Error::new(kind, msg);
         if kind == ErrorKind::Broker {
             e.status = Some(BrokerStatus {
@@ -299,6 +314,18 @@ mod tests {
             e.status().unwrap().name,
             "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"
         );
+    }
+
+    #[test]
+    fn a_local_transport_failure_is_a_connection_error_naming_its_cause() {
+        let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe");
+        let e: Error = tonic::Status::from_error(Box::new(io)).into();
+        assert_eq!(e.kind(), ErrorKind::Connection);
+        assert!(e.message().ends_with("broken pipe"), "{}", e.message());
+        // A status the server sent (no source) keeps its kind.
+        let e: Error = tonic::Status::unknown("odd").into();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert_eq!(e.message(), "gRPC Unknown: odd");
     }
 
     #[test]
