@@ -36,10 +36,21 @@ use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 
 /// The messages of one FIFO lane (a message group with the accelerator, else the whole queue)
-/// waiting to be consumed, oldest first.
+/// waiting to be consumed, oldest first, each with the number of the receive that brought it
+/// (see [`FifoLanes`]).
 #[derive(Default)]
 pub(crate) struct FifoLane {
-    pub(crate) pending: VecDeque<Arc<MessageView>>,
+    pub(crate) pending: VecDeque<(u64, Arc<MessageView>)>,
+}
+
+/// The FIFO lanes of a process queue that have a consuming task, keyed by message group (""
+/// without the accelerator); a lane is present exactly while its task runs. `receives` numbers
+/// the receives whose messages were added, so a lane knows which of its messages came with an
+/// earlier one (when the broker refuses that one's result, it redelivers it and them).
+#[derive(Default)]
+pub(crate) struct FifoLanes {
+    pub(crate) lanes: HashMap<String, FifoLane>,
+    pub(crate) receives: u64,
 }
 
 /// The cache and receive state of one assigned message queue.
@@ -50,9 +61,8 @@ pub struct ProcessQueue {
     pub(super) cancel: CancellationToken,
     cached_messages: AtomicUsize,
     cached_bytes: AtomicUsize,
-    /// FIFO lanes that have a consuming task, keyed by message group ("" without the
-    /// accelerator). A lane is present exactly while its task runs.
-    pub(crate) fifo_lanes: Mutex<HashMap<String, FifoLane>>,
+    /// FIFO lanes that have a consuming task.
+    pub(crate) fifo_lanes: Mutex<FifoLanes>,
     /// Receive loops running besides the primary one.
     pub(super) extra_receivers: AtomicUsize,
     stats: Arc<ConsumerStats>,
@@ -76,7 +86,7 @@ impl ProcessQueue {
             cached_messages: AtomicUsize::new(0),
             cached_bytes: AtomicUsize::new(0),
             extra_receivers: AtomicUsize::new(0),
-            fifo_lanes: Mutex::new(HashMap::new()),
+            fifo_lanes: Mutex::new(FifoLanes::default()),
         }
     }
 
