@@ -498,6 +498,8 @@ pub(crate) mod fake {
         /// `INVALID_RECEIPT_HANDLE`, and the message is redelivered with the rest of the batch
         /// it was received in, as a broker does when their invisibility ends.
         pub(crate) expire_acks: AtomicUsize,
+        /// Answer OK to an ack whose handle is unknown (stale), without effect, as a proxy does.
+        pub(crate) stale_acks_ok: std::sync::atomic::AtomicBool,
         pub(crate) throttle_receives: AtomicUsize,
         pub(crate) fail_receives: AtomicUsize,
         pub(crate) receives: AtomicUsize,
@@ -545,6 +547,14 @@ pub(crate) mod fake {
                 .or_default()
                 .push_front(s);
             self.arrived.notify_waiters();
+        }
+
+        /// The invisibility of every message in flight ended: they are redelivered.
+        pub(crate) fn expire_inflight(&self) {
+            let handles: Vec<String> = self.state.lock().inflight.keys().cloned().collect();
+            for h in handles {
+                self.expire_batch(&h);
+            }
         }
 
         /// The invisibility of the batch that brought `handle` ended: every message of it still
@@ -737,6 +747,7 @@ pub(crate) mod fake {
                         self.acked.lock().push(s.id);
                         out.push(Ok(()));
                     }
+                    None if self.stale_acks_ok.load(Ordering::Relaxed) => out.push(Ok(())),
                     None => out.push(Err(Error::rocketmq_status(
                         status::INVALID_RECEIPT_HANDLE,
                         "unknown handle",

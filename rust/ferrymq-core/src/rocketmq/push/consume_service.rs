@@ -28,7 +28,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::context::{Context, Job, Settled};
-use super::process_queue::ProcessQueue;
+use super::process_queue::{ProcessQueue, Rewind};
 use super::settle;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::listener::{ConsumeResult, Delivery, Run};
@@ -102,7 +102,7 @@ fn dispatch_fifo<R: ConsumerRpc>(
                 start.push(key);
                 Default::default()
             });
-            lane.pending.push_back((receive, view));
+            lane.push(receive, view);
         }
     }
     for key in start {
@@ -127,7 +127,10 @@ pub const MAX_RUN: usize = 64;
 ///   redelivers the message, and the rest of the batch it came in after it (it holds a FIFO
 ///   queue's next messages until the earlier ones are settled); so the lane drops, unconsumed,
 ///   its messages that came with the refused one or before, and goes on with later receives,
-///   which bring the redelivered message first.
+///   which bring the redelivered message first. A proxy answers OK to an ack with a stale
+///   handle, so redeliveries are also recognised as they arrive: a message of a group at or
+///   below an offset the lane already received of that group makes the lane drop its older
+///   copies of the group from that offset on.
 /// * Pipelined (`fifo_pipelining`): runs of up to [`MAX_RUN`], consumed by one thread,
 ///   stopping at the first failure; each success's ack is handed to the settler without
 ///   waiting. Order holds as long as acks land; if one is refused for good, the broker
@@ -137,10 +140,20 @@ async fn fifo_lane<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>, 
     let run_len = if ordered { 1 } else { MAX_RUN };
     let mut current: VecDeque<(u64, Arc<MessageView>)> = VecDeque::new();
     loop {
-        if current.is_empty() {
+        if current.is_empty() || ordered {
             let mut fifo = pq.fifo_lanes.lock();
             match fifo.lanes.get_mut(&key) {
-                Some(lane) if !lane.pending.is_empty() => current.extend(lane.pending.drain(..)),
+                Some(lane) if !lane.pending.is_empty() || !current.is_empty() => {
+                    current.extend(lane.pending.drain(..));
+                    let rewinds = std::mem::take(&mut lane.rewinds);
+                    drop(fifo);
+                    if ordered {
+                        drop_stale(&ctx, &pq, &mut current, &rewinds);
+                    }
+                    if current.is_empty() {
+                        continue;
+                    }
+                }
                 _ => {
                     fifo.lanes.remove(&key);
                     return;
@@ -228,6 +241,40 @@ async fn fifo_lane<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>, 
             ctx.stats.on_local_retry();
             break;
         }
+    }
+}
+
+/// The broker redelivers some of the lane's messages (`rewinds`): drop their stale copies,
+/// unconsumed, so that the redelivered ones (already behind them in the lane) come first. This
+/// also covers an ack the broker answered OK without effect because the message had been
+/// redelivered already (a proxy does so for a stale receipt handle).
+fn drop_stale<R: ConsumerRpc>(
+    ctx: &Context<R>,
+    pq: &ProcessQueue,
+    current: &mut VecDeque<(u64, Arc<MessageView>)>,
+    rewinds: &[Rewind],
+) {
+    if rewinds.is_empty() {
+        return;
+    }
+    let before = current.len();
+    current.retain(|(receive, view)| {
+        let stale = rewinds.iter().any(|rw| rw.stales(*receive, view));
+        if stale {
+            pq.evict_quietly(view);
+        }
+        !stale
+    });
+    let dropped = before - current.len();
+    if dropped > 0 {
+        ctx.stats.on_left_for_redelivery(dropped);
+        ctx.stats.notify_changed();
+        tracing::warn!(
+            target: "ferrymq::consumer",
+            "the broker redelivers FIFO messages of {} from offset {} of queue {}; {dropped} \
+             earlier copies are dropped unconsumed so that the redelivery comes first",
+            pq.source().topic.name, rewinds[0].offset, rewinds[0].queue_id
+        );
     }
 }
 

@@ -197,3 +197,33 @@ async fn with_pipelining_a_refused_ack_brings_its_message_back_after_later_ones(
     assert!(!watch.order_violations().is_empty());
     c.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivery_overtakes_the_stale_copies_even_when_the_stale_ack_is_answered_ok() {
+    // A proxy answers OK to an ack whose handle went stale (the message was redelivered): the
+    // lane cannot learn it from the ack, but the redelivered copies show it.
+    for accelerator in [false, true] {
+        let broker = FakeBroker::new(1, settings(true, 5));
+        for i in 0..12 {
+            let g = format!("g{}", i % 2);
+            broker.send(0, &format!("{g}-{i:02}"), b"x", Some(&g));
+        }
+        broker.stale_acks_ok.store(true, Ordering::Relaxed);
+        broker.fail_acks.store(1000, Ordering::Relaxed);
+        let watch = Watch::new(&broker, accelerator);
+        let c = start(&broker, fifo_config(accelerator, false), 4, succeed(&watch));
+        wait_for("an ack failed", || c.stats().settle_retries >= 1).await;
+        let received = c.stats().received;
+        broker.expire_inflight();
+        wait_for("the redelivery", || c.stats().received > received).await;
+        broker.fail_acks.store(0, Ordering::Relaxed);
+        wait_for("all acked", || broker.acked.lock().len() == 12).await;
+        let violations = watch.order_violations();
+        assert!(
+            violations.is_empty(),
+            "accelerator {accelerator}: out of order: {violations:?}"
+        );
+        assert!(c.stats().left_for_redelivery >= 1, "{:?}", c.stats());
+        c.shutdown(Duration::from_secs(5)).await;
+    }
+}

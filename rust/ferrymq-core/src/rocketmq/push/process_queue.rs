@@ -41,6 +41,55 @@ use crate::rocketmq::message_view::{MessageSource, MessageView};
 #[derive(Default)]
 pub(crate) struct FifoLane {
     pub(crate) pending: VecDeque<(u64, Arc<MessageView>)>,
+    /// Highest offset received so far per queue id (a process queue may cover several queues
+    /// when the broker assigns queue -1) and message group: the broker hands out a group's
+    /// messages in offset order, different groups' in any order.
+    pub(crate) high: HashMap<(i32, String), i64>,
+    /// Redeliveries the broker started since the lane last looked (see [`Rewind`]).
+    pub(crate) rewinds: Vec<Rewind>,
+}
+
+/// A receive brought a message of a group at or below an offset the lane had already received
+/// of that group: the broker redelivers the group from `offset` on (the invisibility of the
+/// earlier delivery ended, whatever an ack of it was answered), so the lane's copies of the
+/// group from earlier receives at or above it are stale.
+#[derive(Debug, Clone)]
+pub(crate) struct Rewind {
+    pub(crate) queue_id: i32,
+    pub(crate) group: String,
+    pub(crate) offset: i64,
+    pub(crate) receive: u64,
+}
+
+impl FifoLane {
+    /// Add a message of receive number `receive`, noting a rewind when it is a redelivery.
+    pub(crate) fn push(&mut self, receive: u64, view: Arc<MessageView>) {
+        let (queue_id, offset) = (view.queue_id(), view.offset());
+        if offset >= 0 {
+            let group = view.message_group().unwrap_or_default().to_string();
+            let high = self.high.entry((queue_id, group.clone())).or_insert(-1);
+            if offset <= *high {
+                self.rewinds.push(Rewind {
+                    queue_id,
+                    group,
+                    offset,
+                    receive,
+                });
+            }
+            *high = (*high).max(offset);
+        }
+        self.pending.push_back((receive, view));
+    }
+}
+
+impl Rewind {
+    /// Whether the lane's copy `view`, of receive number `receive`, is stale after this rewind.
+    pub(crate) fn stales(&self, receive: u64, view: &MessageView) -> bool {
+        receive < self.receive
+            && view.queue_id() == self.queue_id
+            && view.offset() >= self.offset
+            && view.message_group().unwrap_or_default() == self.group
+    }
 }
 
 /// The FIFO lanes of a process queue that have a consuming task, keyed by message group (""

@@ -70,8 +70,9 @@ pub struct StatsSnapshot {
     pub settle_retries: u64,
     /// Settle operations given up at the shutdown deadline.
     pub settle_abandoned: u64,
-    /// FIFO messages dropped from the cache unconsumed because the broker refused the result
-    /// of an earlier message received with them: it redelivers that message, then them.
+    /// FIFO messages dropped from the cache unconsumed because the broker redelivers them
+    /// (it refused the result of an earlier message received with them, or a redelivered copy
+    /// arrived): the redelivered copies are consumed instead, in order.
     pub left_for_redelivery: u64,
     /// Receives that failed.
     pub receive_failures: u64,
