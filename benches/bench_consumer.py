@@ -15,14 +15,18 @@ so the figures of this process are the client's alone. For each client the scrip
 and the ratios. Scenarios:
 
 * ``normal``: a NORMAL topic and group;
-* ``fifo``: a FIFO topic and group, messages spread over many message groups; ferrymq is
-  measured without and with the FIFO accelerator (the official client has none).
+* ``fifo``: a FIFO topic and group, once per ``--message-groups`` count (default 100 message
+  groups, then one); ferrymq is measured without and with the FIFO accelerator (the official
+  client has none), each in the default ordered mode (a group's next message starts once the
+  broker accepted the previous one's ack) and with ``fifo_pipelining=True`` (the next messages
+  run while the ack is under way). With one message group the accelerator changes nothing and
+  is skipped, and ferrymq consumes ``--single-group-messages`` messages.
 
 Usage (build the extension in release mode first: ``maturin develop --release``)::
 
     python benches/bench_consumer.py [--messages 200000] [--official-messages 5000]
-        [--body 100] [--queues 8] [--message-groups 512] [--scenarios normal,fifo]
-        [--server embedded|real]
+        [--body 100] [--queues 8] [--message-groups 100,1] [--single-group-messages 20000]
+        [--scenarios normal,fifo] [--server embedded|real]
 
 The official client is measured on fewer messages because it is much slower; rates are
 per-second figures either way.
@@ -163,6 +167,7 @@ def run_ferrymq(
     n: int,
     *,
     accelerator: bool,
+    pipelining: bool,
     receive_batch_size: int | None,
 ) -> Result:
     calls = 0
@@ -177,6 +182,7 @@ def run_ferrymq(
         subscriptions={topic: "*"},
         listener=listener,
         fifo_accelerator=accelerator,
+        fifo_pipelining=pipelining,
         receive_batch_size=receive_batch_size,
     )
     try:
@@ -233,13 +239,69 @@ def run_official(label: str, endpoints: str, topic: str, group: str, n: int) -> 
         c.shutdown()
 
 
+@dataclass
+class Step:
+    scenario: str
+    client: str
+    topic: str
+    group: str
+    messages: int
+    fifo: bool
+    message_groups: int = 0
+    accelerator: bool = False
+    pipelining: bool = False
+
+
+def build_plan(args: argparse.Namespace) -> list[Step]:
+    plan: list[Step] = []
+    for scenario in args.scenarios.split(","):
+        if scenario != "fifo":
+            if not args.no_official:
+                plan.append(
+                    Step(scenario, "official", f"official-{scenario}", f"official-{scenario}-g",
+                         args.official_messages, False)
+                )  # fmt: skip
+            plan.append(
+                Step(scenario, "ferrymq", f"ferrymq-{scenario}", f"ferrymq-{scenario}-g",
+                     args.messages, False)
+            )  # fmt: skip
+            continue
+        for groups in (int(g) for g in args.message_groups.split(",")):
+            name = f"fifo-{groups}g"
+            if not args.no_official:
+                plan.append(
+                    Step(name, "official", f"official-{name}", f"official-{name}-g",
+                         args.official_messages, True, groups)
+                )  # fmt: skip
+            n = args.single_group_messages if groups == 1 else args.messages
+            for accelerator in [False, True] if groups > 1 else [False]:
+                for pipelining in [False, True]:
+                    client = "ferrymq" + "+accelerator" * accelerator + "+pipelining" * pipelining
+                    tag = f"ferrymq-{name}{'-a' * accelerator}{'-p' * pipelining}"
+                    plan.append(
+                        Step(name, client, tag, f"{tag}-g", n, True, groups, accelerator,
+                             pipelining)
+                    )  # fmt: skip
+    return plan
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--official-messages", type=int, default=5_000)
     ap.add_argument("--body", type=int, default=100, help="body size in bytes")
     ap.add_argument("--queues", type=int, default=8)
-    ap.add_argument("--message-groups", type=int, default=512)
+    ap.add_argument(
+        "--message-groups",
+        default="100,1",
+        help="FIFO scenarios: message groups of each (comma-separated)",
+    )
+    ap.add_argument(
+        "--single-group-messages",
+        type=int,
+        default=20_000,
+        help="ferrymq's messages in a FIFO scenario with one message group",
+    )
     ap.add_argument("--scenarios", default="normal,fifo")
     ap.add_argument("--no-official", action="store_true")
     ap.add_argument(
@@ -252,41 +314,24 @@ def main() -> int:
     add_arguments(ap)
     args = ap.parse_args()
     body = b"x" * args.body
-    scenarios = args.scenarios.split(",")
-
-    # (scenario, client, accelerator, topic, group, messages, fifo)
-    plan: list[tuple[str, str, bool, str, str, int, bool]] = []
-    for scenario in scenarios:
-        fifo = scenario == "fifo"
-        if not args.no_official:
-            plan.append(
-                (scenario, "official", False, f"official-{scenario}", f"official-{scenario}-g",
-                 args.official_messages, fifo)
-            )  # fmt: skip
-        plan.append(
-            (scenario, "ferrymq", False, f"ferrymq-{scenario}", f"ferrymq-{scenario}-g",
-             args.messages, fifo)
-        )  # fmt: skip
-        if fifo:
-            plan.append(
-                (scenario, "ferrymq+accelerator", True, "ferrymq-accel-fifo",
-                 "ferrymq-accel-fifo-g", args.messages, fifo)
-            )  # fmt: skip
+    plan = build_plan(args)
     topics = [
-        {"name": t, "message_type": "FIFO" if f else "NORMAL", "queues": args.queues}
-        for (_, _, _, t, _, _, f) in plan
+        {"name": st.topic, "message_type": "FIFO" if st.fifo else "NORMAL", "queues": args.queues}
+        for st in plan
     ]
-    groups = [{"name": g, "fifo": f} for (_, _, _, _, g, _, f) in plan]
+    groups = [{"name": st.group, "fifo": st.fifo} for st in plan]
     results: dict[str, dict[str, Result]] = {}
     with contextlib.ExitStack() as stack:
         if args.server == "real":
             # Topics and groups of a real server outlive the run: unique names.
             suffix = f"-{int(time.time())}"
-            plan = [(s, c, a, t + suffix, g + suffix, n, f) for (s, c, a, t, g, n, f) in plan]
+            for st in plan:
+                st.topic += suffix
+                st.group += suffix
             server = stack.enter_context(open_server(args))
             server.create_many(
-                {t: "FIFO" if f else "NORMAL" for (_, _, _, t, _, _, f) in plan},
-                {g: f for (_, _, _, _, g, _, f) in plan},
+                {st.topic: "FIFO" if st.fifo else "NORMAL" for st in plan},
+                {st.group: st.fifo for st in plan},
             )
             endpoints = server.endpoints
         else:
@@ -295,24 +340,26 @@ def main() -> int:
             SERVER_PID = proc.pid
             stack.callback(proc.wait, 10)
             stack.callback(proc.terminate)
-        for scenario, client, accel, topic, group, n, fifo in plan:
-            preload(endpoints, topic, n, body, args.message_groups if fifo else 0)
-            label = f"{scenario}/{client}"
-            if client == "official":
-                r = run_official(label, endpoints, topic, group, n)
+        for st in plan:
+            n = st.messages
+            preload(endpoints, st.topic, n, body, st.message_groups)
+            label = f"{st.scenario}/{st.client}"
+            if st.client == "official":
+                r = run_official(label, endpoints, st.topic, st.group, n)
             else:
                 r = run_ferrymq(
                     label,
                     endpoints,
-                    topic,
-                    group,
+                    st.topic,
+                    st.group,
                     n,
-                    accelerator=accel,
+                    accelerator=st.accelerator,
+                    pipelining=st.pipelining,
                     receive_batch_size=args.receive_batch_size,
                 )
-            results.setdefault(scenario, {})[client] = r
+            results.setdefault(st.scenario, {})[st.client] = r
             print(
-                f"{label:<28} {r.rate:>10,.0f} msg/s  {r.cpu_us:>8.1f} CPU µs/msg  "
+                f"{label:<40} {r.rate:>10,.0f} msg/s  {r.cpu_us:>8.1f} CPU µs/msg  "
                 f"({n:,} messages in {r.seconds:.2f} s{r.server_cpu_us})",
                 flush=True,
             )
@@ -321,12 +368,15 @@ def main() -> int:
     for scenario, by_client in results.items():
         official = by_client.get("official")
         for client, r in by_client.items():
-            line = f"  {scenario:<7} {client:<21} {r.rate:>10,.0f} msg/s {r.cpu_us:>8.1f} µs/msg"
+            line = f"  {scenario:<9} {client:<31} {r.rate:>10,.0f} msg/s {r.cpu_us:>8.1f} µs/msg"
             if official is not None and client != "official":
                 line += (
                     f"   {r.rate / official.rate:,.1f}x msg/s, "
                     f"{official.cpu_us / r.cpu_us:,.1f}x less CPU per message"
                 )
+            pipelined = by_client.get(client + "+pipelining")
+            if pipelined is not None:
+                line += f"   ordered/pipelined {r.rate / pipelined.rate:.2f}x msg/s"
             print(line)
     return 0
 

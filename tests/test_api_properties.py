@@ -599,6 +599,7 @@ CASES = [
             "max_cache_messages": "int",
             "max_cache_bytes": "int",
             "fifo_accelerator": "bool",
+            "fifo_pipelining": "bool",
             "receive_batch_size": "int",
             "max_concurrent_receives": "int",
             "shutdown_timeout": "duration",

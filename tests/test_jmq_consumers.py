@@ -337,6 +337,15 @@ def test_bad_input(jmq_broker: EmbeddedBroker, topic: str, broker: EmbeddedBroke
             token=TOKEN,
             fifo_accelerator=True,
         )
+    with pytest.raises(ferrymq.InvalidArgumentError, match="fifo_pipelining"):
+        ferrymq.PushConsumer(
+            ep,
+            APP,
+            subscriptions=topic,
+            listener=lambda m: None,
+            token=TOKEN,
+            fifo_pipelining=True,
+        )
     with pytest.raises(ferrymq.InvalidArgumentError, match="listener"):
         ferrymq.PushConsumer(ep, APP, subscriptions=topic, listener=42, token=TOKEN)  # type: ignore[arg-type]
     c = ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, token=TOKEN)

@@ -627,6 +627,7 @@ class PushConsumer:
         max_cache_messages: int = 4096,
         max_cache_bytes: int = 67108864,
         fifo_accelerator: bool = False,
+        fifo_pipelining: bool = False,
         receive_batch_size: int | None = None,
         max_concurrent_receives: int = 4,
         shutdown_timeout: _Seconds | None = None,

@@ -285,6 +285,13 @@ class PushConsumer:
         consumption_threads: listener concurrency.
         max_cache_messages, max_cache_bytes: bounds of received but unsettled messages.
         fifo_accelerator: RocketMQ FIFO groups: consume message groups in parallel.
+        fifo_pipelining: RocketMQ FIFO groups: start a message group's (or queue's) next
+            message as soon as the previous one was consumed, without waiting for the broker
+            to accept its ack. Faster per group, but weaker: if an ack is refused for good
+            (its receipt handle expired), the broker redelivers that message after the ones
+            behind it were consumed. By default the next message starts only once the
+            broker accepted the previous one's ack (retried until it lands) or its
+            dead-letter forward.
         receive_batch_size: messages per receive (default: RocketMQ's, or 32 for JMQ4).
         max_concurrent_receives: receives in flight at once (JMQ4: receiving threads).
         shutdown_timeout: how long :meth:`close` waits for callbacks and acks.
@@ -303,6 +310,7 @@ class PushConsumer:
         max_cache_messages: int = 4096,
         max_cache_bytes: int = 67108864,
         fifo_accelerator: bool = False,
+        fifo_pipelining: bool = False,
         receive_batch_size: int | None = None,
         max_concurrent_receives: int = 4,
         shutdown_timeout: _Seconds | None = None,
@@ -324,6 +332,8 @@ class PushConsumer:
                 route_refresh_interval=route_refresh_interval,
                 settings_sync_interval=settings_sync_interval,
             )
+            if fifo_pipelining:
+                raise InvalidArgumentError("fifo_pipelining: JMQ4 has no FIFO groups")
             self._jmq = JmqPushBackend(
                 endpoints,
                 group,
@@ -356,6 +366,7 @@ class PushConsumer:
             max_cache_messages=max_cache_messages,
             max_cache_bytes=max_cache_bytes,
             fifo_accelerator=fifo_accelerator,
+            fifo_pipelining=fifo_pipelining,
             receive_batch_size=receive_batch_size,
             max_concurrent_receives=max_concurrent_receives,
             shutdown_timeout=shutdown_timeout,

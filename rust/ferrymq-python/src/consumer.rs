@@ -666,6 +666,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py, Py
     d.set_item("invalid_receipt_handles", s.invalid_receipt_handles)?;
     d.set_item("settle_retries", s.settle_retries)?;
     d.set_item("settle_abandoned", s.settle_abandoned)?;
+    d.set_item("left_for_redelivery", s.left_for_redelivery)?;
     d.set_item("receive_failures", s.receive_failures)?;
     d.set_item("receive_throttled", s.receive_throttled)?;
     d.set_item("cache_full_waits", s.cache_full_waits)?;
@@ -1205,7 +1206,7 @@ fn is_coroutine_function(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<bool>
 #[pymethods]
 impl PyPushConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, fifo_pipelining=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -1217,6 +1218,7 @@ impl PyPushConsumer {
         #[pyo3(from_py_with = crate::ints::max_cache_messages)] max_cache_messages: usize,
         #[pyo3(from_py_with = crate::ints::max_cache_bytes)] max_cache_bytes: usize,
         fifo_accelerator: bool,
+        fifo_pipelining: bool,
         #[pyo3(from_py_with = crate::ints::receive_batch_size)] receive_batch_size: Option<u32>,
         #[pyo3(from_py_with = crate::ints::max_concurrent_receives)] max_concurrent_receives: usize,
         shutdown_timeout: Option<&Bound<'_, PyAny>>,
@@ -1261,6 +1263,7 @@ impl PyPushConsumer {
             max_cache_messages,
             max_cache_bytes,
             fifo_accelerator,
+            fifo_pipelining,
             receive_batch_size,
             max_concurrent_receives,
             ..Default::default()

@@ -467,6 +467,8 @@ pub(crate) mod fake {
         queue: i32,
         offset: i64,
         attempt: i32,
+        /// The receive that handed it out (while in flight).
+        receive: u64,
     }
 
     #[derive(Default)]
@@ -476,6 +478,7 @@ pub(crate) mod fake {
         group_inflight: HashMap<(i32, String), usize>,
         next_handle: u64,
         next_offset: i64,
+        receives: u64,
     }
 
     #[derive(Default)]
@@ -491,6 +494,12 @@ pub(crate) mod fake {
         pub(crate) dlq: Mutex<Vec<(String, u32)>>,
         pub(crate) fail_acks: AtomicUsize,
         pub(crate) invalid_acks: AtomicUsize,
+        /// The next ack entries find their receipt handle expired: refused with
+        /// `INVALID_RECEIPT_HANDLE`, and the message is redelivered with the rest of the batch
+        /// it was received in, as a broker does when their invisibility ends.
+        pub(crate) expire_acks: AtomicUsize,
+        /// Answer OK to an ack whose handle is unknown (stale), without effect, as a proxy does.
+        pub(crate) stale_acks_ok: std::sync::atomic::AtomicBool,
         pub(crate) throttle_receives: AtomicUsize,
         pub(crate) fail_receives: AtomicUsize,
         pub(crate) receives: AtomicUsize,
@@ -517,6 +526,7 @@ pub(crate) mod fake {
                 queue,
                 offset: st.next_offset,
                 attempt: 1,
+                receive: 0,
             };
             st.ready.entry(queue).or_default().push_back(s);
             drop(st);
@@ -539,6 +549,42 @@ pub(crate) mod fake {
             self.arrived.notify_waiters();
         }
 
+        /// The invisibility of every message in flight ended: they are redelivered.
+        pub(crate) fn expire_inflight(&self) {
+            let handles: Vec<String> = self.state.lock().inflight.keys().cloned().collect();
+            for h in handles {
+                self.expire_batch(&h);
+            }
+        }
+
+        /// The invisibility of the batch that brought `handle` ended: every message of it still
+        /// in flight is redelivered (first, in offset order, with one more attempt).
+        fn expire_batch(&self, handle: &str) {
+            let mut st = self.state.lock();
+            let Some((queue, receive)) = st.inflight.get(handle).map(|s| (s.queue, s.receive))
+            else {
+                return;
+            };
+            let handles: Vec<String> = st
+                .inflight
+                .iter()
+                .filter(|(_, s)| s.queue == queue && s.receive == receive)
+                .map(|(h, _)| h.clone())
+                .collect();
+            let mut batch: Vec<Stored> = handles
+                .iter()
+                .filter_map(|h| st.inflight.remove(h))
+                .collect();
+            batch.sort_by_key(|s| std::cmp::Reverse(s.offset));
+            for mut s in batch {
+                Self::release_group(&mut st, &s);
+                s.attempt += 1;
+                st.ready.entry(queue).or_default().push_front(s);
+            }
+            drop(st);
+            self.arrived.notify_waiters();
+        }
+
         fn release_group(st: &mut State, s: &Stored) {
             if let Some(g) = &s.group {
                 let key = (s.queue, g.clone());
@@ -555,6 +601,8 @@ pub(crate) mod fake {
             let mut st = self.state.lock();
             let fifo = self.settings.lock().fifo;
             let mut out = Vec::new();
+            st.receives += 1;
+            let receive = st.receives;
             let ready = std::mem::take(st.ready.entry(queue).or_default());
             let mut keep = VecDeque::new();
             let mut blocked_now: Vec<String> = Vec::new();
@@ -564,7 +612,7 @@ pub(crate) mod fake {
                 .filter(|(q, _)| *q == queue)
                 .map(|(_, g)| g.clone())
                 .collect();
-            for s in ready {
+            for mut s in ready {
                 let blocked = fifo
                     && s.group
                         .as_ref()
@@ -598,6 +646,7 @@ pub(crate) mod fake {
                     }),
                     body: bytes::Bytes::from(s.body.clone()),
                 });
+                s.receive = receive;
                 st.inflight.insert(handle, s);
             }
             st.ready.insert(queue, keep);
@@ -675,6 +724,14 @@ pub(crate) mod fake {
             }
             let mut out = Vec::new();
             for m in messages {
+                if take_one(&self.expire_acks) {
+                    self.expire_batch(&m.receipt_handle());
+                    out.push(Err(Error::rocketmq_status(
+                        status::INVALID_RECEIPT_HANDLE,
+                        "expired",
+                    )));
+                    continue;
+                }
                 if take_one(&self.invalid_acks) {
                     out.push(Err(Error::rocketmq_status(
                         status::INVALID_RECEIPT_HANDLE,
@@ -690,6 +747,7 @@ pub(crate) mod fake {
                         self.acked.lock().push(s.id);
                         out.push(Ok(()));
                     }
+                    None if self.stale_acks_ok.load(Ordering::Relaxed) => out.push(Ok(())),
                     None => out.push(Err(Error::rocketmq_status(
                         status::INVALID_RECEIPT_HANDLE,
                         "unknown handle",

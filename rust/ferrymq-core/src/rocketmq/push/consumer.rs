@@ -406,7 +406,7 @@ fn apply_assignment<R: ConsumerRpc>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::HashMap;
     use std::sync::atomic::AtomicBool;
 
@@ -418,7 +418,7 @@ mod tests {
     use crate::rocketmq::push::context::DEFAULT_MAX_CONCURRENT_RECEIVES;
     use crate::rocketmq::settings::{Backoff, RetryPolicy};
 
-    struct FnListener<F>(F);
+    pub(crate) struct FnListener<F>(F);
 
     impl<F> BatchListener for FnListener<F>
     where
@@ -429,7 +429,7 @@ mod tests {
         }
     }
 
-    fn settings(fifo: bool, max_attempts: u32) -> ConsumerSettings {
+    pub(crate) fn settings(fifo: bool, max_attempts: u32) -> ConsumerSettings {
         ConsumerSettings {
             fifo,
             receive_batch_size: 8,
@@ -445,7 +445,7 @@ mod tests {
         }
     }
 
-    fn config() -> PushConsumerConfig {
+    pub(crate) fn config() -> PushConsumerConfig {
         PushConsumerConfig {
             group: "g".into(),
             subscriptions: vec![("t".into(), FilterExpression::all())],
@@ -454,7 +454,7 @@ mod tests {
         }
     }
 
-    fn start<F>(
+    pub(crate) fn start<F>(
         broker: &Arc<FakeBroker>,
         config: PushConsumerConfig,
         threads: usize,
@@ -467,7 +467,7 @@ mod tests {
         PushConsumer::start(broker.clone(), config, Arc::new(pool)).unwrap()
     }
 
-    async fn wait_for(what: &str, cond: impl Fn() -> bool) {
+    pub(crate) async fn wait_for(what: &str, cond: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !cond() {
             assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -607,7 +607,7 @@ mod tests {
         c.shutdown(Duration::from_secs(5)).await;
     }
 
-    fn fifo_broker(max_attempts: u32) -> Arc<FakeBroker> {
+    pub(crate) fn fifo_broker(max_attempts: u32) -> Arc<FakeBroker> {
         let broker = FakeBroker::new(1, settings(true, max_attempts));
         for i in 0..30 {
             let group = format!("g{}", i % 3);

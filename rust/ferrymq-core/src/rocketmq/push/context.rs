@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::process_queue::ProcessQueue;
@@ -45,6 +45,13 @@ pub struct PushConsumerConfig {
     pub max_cache_bytes: usize,
     /// FIFO groups: consume different message groups of a queue in parallel.
     pub fifo_accelerator: bool,
+    /// FIFO groups: start a lane's next message as soon as the previous one was consumed,
+    /// without waiting for the broker to accept its ack (runs of up to
+    /// [`MAX_RUN`](super::consume_service::MAX_RUN) messages per hand-off). Faster, but weaker
+    /// than the workflow's order: if an ack is refused for good, the broker redelivers that
+    /// message after the ones behind it were consumed. Off by default: the next message starts
+    /// only once the broker accepted the previous one's ack (or dead-letter forward).
+    pub fifo_pipelining: bool,
     /// Messages per receive; `None` uses the batch size the broker issued.
     pub receive_batch_size: Option<u32>,
     /// Interval between two assignment scans.
@@ -62,6 +69,7 @@ impl Default for PushConsumerConfig {
             max_cache_messages: DEFAULT_MAX_CACHE_MESSAGES,
             max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
             fifo_accelerator: false,
+            fifo_pipelining: false,
             receive_batch_size: None,
             assignment_interval: DEFAULT_ASSIGNMENT_INTERVAL,
             max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
@@ -136,6 +144,23 @@ impl<R: ConsumerRpc> Context<R> {
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.is_cancelled()
     }
+
+    /// FIFO consumption in the workflow's order: a lane waits for the broker to accept each
+    /// result before it starts the next message.
+    pub(crate) fn fifo_ordered(&self) -> bool {
+        self.fifo && !self.config.fifo_pipelining
+    }
+}
+
+/// What became of a settle operation, for a FIFO lane that waits on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The broker accepted it (acked, or forwarded to the dead-letter queue).
+    Accepted,
+    /// The broker refused it with `INVALID_RECEIPT_HANDLE`: it redelivers the message.
+    Refused,
+    /// Given up at the shutdown deadline: the broker redelivers the message.
+    Abandoned,
 }
 
 pub(super) enum Kind {
@@ -152,6 +177,8 @@ pub(crate) struct Job {
     pub(super) pq: Arc<ProcessQueue>,
     pub(super) view: Arc<MessageView>,
     pub(super) kind: Kind,
+    /// Told what became of the job once it finished (a FIFO lane waiting to go on).
+    confirm: Option<oneshot::Sender<Settled>>,
 }
 
 impl Job {
@@ -160,13 +187,26 @@ impl Job {
             pq,
             view,
             kind: Kind::Ack,
+            confirm: None,
         }
+    }
+    /// An ack whose outcome is reported on the returned receiver (a closed receiver means
+    /// [`Settled::Abandoned`]).
+    pub(crate) fn confirmed_ack(
+        pq: Arc<ProcessQueue>,
+        view: Arc<MessageView>,
+    ) -> (Self, oneshot::Receiver<Settled>) {
+        let (tx, rx) = oneshot::channel();
+        let mut job = Self::ack(pq, view);
+        job.confirm = Some(tx);
+        (job, rx)
     }
     pub(crate) fn nack(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
         Self {
             pq,
             view,
             kind: Kind::Nack,
+            confirm: None,
         }
     }
     pub(crate) fn release(pq: Arc<ProcessQueue>, view: Arc<MessageView>) -> Self {
@@ -174,12 +214,14 @@ impl Job {
             pq,
             view,
             kind: Kind::Release,
+            confirm: None,
         }
     }
 
-    /// The job's lifecycle ended (settled or given up).
-    pub(super) fn finish(self) {
-        let stats = self.finish_quietly();
+    /// The job's lifecycle ended (settled or given up): the message leaves the cache, then a
+    /// waiting lane learns `how`.
+    pub(super) fn finish(self, how: Settled) {
+        let stats = self.finish_quietly(how);
         if let Some(stats) = stats {
             stats.notify_changed();
         }
@@ -187,8 +229,11 @@ impl Job {
 
     /// [`Job::finish`] without waking the receive loops; returns the stats to notify (the
     /// caller notifies once for a whole batch).
-    pub(super) fn finish_quietly(self) -> Option<Arc<ConsumerStats>> {
+    pub(super) fn finish_quietly(mut self, how: Settled) -> Option<Arc<ConsumerStats>> {
         self.pq.evict_quietly(&self.view);
+        if let Some(tx) = self.confirm.take() {
+            let _ = tx.send(how);
+        }
         Some(self.pq.stats().clone())
     }
 }
@@ -215,6 +260,6 @@ impl SettleHandle {
 
 impl Job {
     pub(super) fn finish_unsettled(self) {
-        self.pq.evict(&self.view);
+        self.finish(Settled::Abandoned);
     }
 }

@@ -22,6 +22,9 @@ pub mod receive;
 pub mod settle;
 pub mod stats;
 
+#[cfg(test)]
+mod fifo_order_tests;
+
 pub use consumer::{ConsumerCommands, PushConsumer, ShutdownReport};
 pub use context::{
     PushConsumerConfig, DEFAULT_ASSIGNMENT_INTERVAL, DEFAULT_MAX_CACHE_BYTES,

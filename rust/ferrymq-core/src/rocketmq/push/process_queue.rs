@@ -36,10 +36,70 @@ use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 
 /// The messages of one FIFO lane (a message group with the accelerator, else the whole queue)
-/// waiting to be consumed, oldest first.
+/// waiting to be consumed, oldest first, each with the number of the receive that brought it
+/// (see [`FifoLanes`]).
 #[derive(Default)]
 pub(crate) struct FifoLane {
-    pub(crate) pending: VecDeque<Arc<MessageView>>,
+    pub(crate) pending: VecDeque<(u64, Arc<MessageView>)>,
+    /// Highest offset received so far per queue id (a process queue may cover several queues
+    /// when the broker assigns queue -1) and message group: the broker hands out a group's
+    /// messages in offset order, different groups' in any order.
+    pub(crate) high: HashMap<(i32, String), i64>,
+    /// Redeliveries the broker started since the lane last looked (see [`Rewind`]).
+    pub(crate) rewinds: Vec<Rewind>,
+}
+
+/// A receive brought a message of a group at or below an offset the lane had already received
+/// of that group: the broker redelivers the group from `offset` on (the invisibility of the
+/// earlier delivery ended, whatever an ack of it was answered), so the lane's copies of the
+/// group from earlier receives at or above it are stale.
+#[derive(Debug, Clone)]
+pub(crate) struct Rewind {
+    pub(crate) queue_id: i32,
+    pub(crate) group: String,
+    pub(crate) offset: i64,
+    pub(crate) receive: u64,
+}
+
+impl FifoLane {
+    /// Add a message of receive number `receive`, noting a rewind when it is a redelivery.
+    pub(crate) fn push(&mut self, receive: u64, view: Arc<MessageView>) {
+        let (queue_id, offset) = (view.queue_id(), view.offset());
+        if offset >= 0 {
+            let group = view.message_group().unwrap_or_default().to_string();
+            let high = self.high.entry((queue_id, group.clone())).or_insert(-1);
+            if offset <= *high {
+                self.rewinds.push(Rewind {
+                    queue_id,
+                    group,
+                    offset,
+                    receive,
+                });
+            }
+            *high = (*high).max(offset);
+        }
+        self.pending.push_back((receive, view));
+    }
+}
+
+impl Rewind {
+    /// Whether the lane's copy `view`, of receive number `receive`, is stale after this rewind.
+    pub(crate) fn stales(&self, receive: u64, view: &MessageView) -> bool {
+        receive < self.receive
+            && view.queue_id() == self.queue_id
+            && view.offset() >= self.offset
+            && view.message_group().unwrap_or_default() == self.group
+    }
+}
+
+/// The FIFO lanes of a process queue that have a consuming task, keyed by message group (""
+/// without the accelerator); a lane is present exactly while its task runs. `receives` numbers
+/// the receives whose messages were added, so a lane knows which of its messages came with an
+/// earlier one (when the broker refuses that one's result, it redelivers it and them).
+#[derive(Default)]
+pub(crate) struct FifoLanes {
+    pub(crate) lanes: HashMap<String, FifoLane>,
+    pub(crate) receives: u64,
 }
 
 /// The cache and receive state of one assigned message queue.
@@ -50,9 +110,8 @@ pub struct ProcessQueue {
     pub(super) cancel: CancellationToken,
     cached_messages: AtomicUsize,
     cached_bytes: AtomicUsize,
-    /// FIFO lanes that have a consuming task, keyed by message group ("" without the
-    /// accelerator). A lane is present exactly while its task runs.
-    pub(crate) fifo_lanes: Mutex<HashMap<String, FifoLane>>,
+    /// FIFO lanes that have a consuming task.
+    pub(crate) fifo_lanes: Mutex<FifoLanes>,
     /// Receive loops running besides the primary one.
     pub(super) extra_receivers: AtomicUsize,
     stats: Arc<ConsumerStats>,
@@ -76,7 +135,7 @@ impl ProcessQueue {
             cached_messages: AtomicUsize::new(0),
             cached_bytes: AtomicUsize::new(0),
             extra_receivers: AtomicUsize::new(0),
-            fifo_lanes: Mutex::new(HashMap::new()),
+            fifo_lanes: Mutex::new(FifoLanes::default()),
         }
     }
 

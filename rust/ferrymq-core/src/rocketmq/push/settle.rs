@@ -10,8 +10,12 @@
 //! RPCs in flight. While those are busy, more results accumulate and the next RPC carries
 //! them all; a batch that is not full waits up to [`ACK_LINGER`] for more (1 ms of ack latency
 //! for far fewer RPCs under load: 782 instead of 4,354 `AckMessage`s for 200k messages, and twice
-//! the throughput; FIFO groups linger only below [`FIFO_ACK_LINGER_BELOW`] entries). The channel
-//! holds at most one job per cached message, so the cache limits bound it.
+//! the throughput; pipelined FIFO groups linger only below [`FIFO_ACK_LINGER_BELOW`] entries,
+//! ordered FIFO lanes never, as each waits on its ack). The channel holds at most one job per
+//! cached message, so the cache limits bound it.
+//!
+//! A job may carry a confirmation: an ordered FIFO lane learns whether the broker accepted its
+//! ack ([`Settled`]) before it starts its next message.
 //!
 //! The channel itself (`SettleHandle` and its jobs) is part of the shared `Context` in
 //! [`super::context`]; this module is the task that reads it and imports nothing else from the
@@ -22,7 +26,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Semaphore};
 
-use super::context::{Context, Job, Kind};
+use super::context::{Context, Job, Kind, Settled};
 use crate::error::Error;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
@@ -110,6 +114,9 @@ pub(crate) async fn run<R: ConsumerRpc>(
         while jobs.len() < MAX_ACK_BATCH {
             match rx.try_recv() {
                 Ok(j) => jobs.push(j),
+                // Ordered FIFO lanes each wait on their ack: lingering would add to every
+                // message's latency; acks of many lanes pile up while the slots are busy.
+                Err(_) if ctx.fifo_ordered() => break,
                 Err(_) if ctx.fifo && jobs.len() >= FIFO_ACK_LINGER_BELOW => break,
                 Err(_) => tokio::select! {
                     () = &mut linger => break,
@@ -135,7 +142,7 @@ pub(crate) async fn run<R: ConsumerRpc>(
                 Kind::Nack => {
                     tokio::spawn(nack_until_done(ctx.clone(), job));
                 }
-                Kind::Release => job.finish(),
+                Kind::Release => job.finish(Settled::Abandoned),
             }
         }
         for group in groups {
@@ -181,7 +188,7 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
                 match results.next() {
                     Some(Ok(())) => {
                         acked += 1;
-                        notify = job.finish_quietly().or(notify);
+                        notify = job.finish_quietly(Settled::Accepted).or(notify);
                     }
                     Some(Err(e)) if is_invalid_handle(&e) => {
                         ctx.stats.on_invalid_handle();
@@ -190,7 +197,7 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
                             "ack of message {} refused ({e}); the broker will redeliver it",
                             job.view.message_id()
                         );
-                        job.finish();
+                        job.finish(Settled::Refused);
                     }
                     Some(Err(e)) => {
                         tracing::debug!(
@@ -213,7 +220,7 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
                 target: "ferrymq::consumer",
                 "ack of {} messages refused ({e}); the broker will redeliver them", jobs.len()
             );
-            jobs.into_iter().for_each(Job::finish);
+            jobs.into_iter().for_each(|j| j.finish(Settled::Refused));
         }
         Err(e) => {
             tracing::warn!(
@@ -244,7 +251,11 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
 }
 
 async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
-    let view = &job.view;
+    let how = nack(&ctx, &job.view).await;
+    job.finish(how);
+}
+
+async fn nack<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &MessageView) -> Settled {
     let delay = ctx
         .rpc
         .settings()
@@ -256,7 +267,7 @@ async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
             Ok(handle) => {
                 view.set_receipt_handle(&handle);
                 ctx.stats.on_nacked();
-                break;
+                return Settled::Accepted;
             }
             Err(e) if is_invalid_handle(&e) => {
                 ctx.stats.on_invalid_handle();
@@ -265,7 +276,7 @@ async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
                     "changing the invisible duration of message {} was refused ({e}); the \
                      broker will redeliver it", view.message_id()
                 );
-                break;
+                return Settled::Refused;
             }
             Err(e) => {
                 ctx.stats.on_settle_retry(1);
@@ -274,23 +285,23 @@ async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
                 tokio::select! {
                     () = ctx.abandon.cancelled() => {
                         ctx.stats.on_settle_abandoned(1);
-                        break;
+                        return Settled::Abandoned;
                     }
                     () = tokio::time::sleep(SETTLE_RETRY_INTERVAL) => {}
                 }
             }
         }
     }
-    job.finish();
 }
 
 /// Forward a FIFO message to the dead-letter queue, retrying until it succeeds (or the
-/// consumer gives up). The caller evicts the message afterwards.
+/// broker refuses its receipt handle, or the consumer gives up). The caller evicts the message
+/// afterwards.
 pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
     ctx: &Arc<Context<R>>,
     view: &Arc<MessageView>,
     max_attempts: u32,
-) {
+) -> Settled {
     let mut failures = 0u32;
     loop {
         match ctx
@@ -300,7 +311,7 @@ pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
         {
             Ok(()) => {
                 ctx.stats.on_dead_lettered();
-                return;
+                return Settled::Accepted;
             }
             Err(e) if is_invalid_handle(&e) => {
                 ctx.stats.on_invalid_handle();
@@ -309,7 +320,7 @@ pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
                     "forwarding message {} to the dead-letter queue was refused ({e}); the \
                      broker will redeliver it", view.message_id()
                 );
-                return;
+                return Settled::Refused;
             }
             Err(e) => {
                 ctx.stats.on_settle_retry(1);
@@ -318,7 +329,7 @@ pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
                 tokio::select! {
                     () = ctx.abandon.cancelled() => {
                         ctx.stats.on_settle_abandoned(1);
-                        return;
+                        return Settled::Abandoned;
                     }
                     () = tokio::time::sleep(SETTLE_RETRY_INTERVAL) => {}
                 }

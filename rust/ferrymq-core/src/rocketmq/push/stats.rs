@@ -30,6 +30,7 @@ pub struct ConsumerStats {
     invalid_handles: AtomicU64,
     settle_retries: AtomicU64,
     settle_abandoned: AtomicU64,
+    left_for_redelivery: AtomicU64,
     receive_failures: AtomicU64,
     receive_throttled: AtomicU64,
     cache_full: AtomicU64,
@@ -69,6 +70,10 @@ pub struct StatsSnapshot {
     pub settle_retries: u64,
     /// Settle operations given up at the shutdown deadline.
     pub settle_abandoned: u64,
+    /// FIFO messages dropped from the cache unconsumed because the broker redelivers them
+    /// (it refused the result of an earlier message received with them, or a redelivered copy
+    /// arrived): the redelivered copies are consumed instead, in order.
+    pub left_for_redelivery: u64,
     /// Receives that failed.
     pub receive_failures: u64,
     /// Receives the broker throttled.
@@ -170,6 +175,10 @@ impl ConsumerStats {
     pub(crate) fn on_settle_abandoned(&self, n: usize) {
         self.settle_abandoned.fetch_add(n as u64, Ordering::Relaxed);
     }
+    pub(crate) fn on_left_for_redelivery(&self, n: usize) {
+        self.left_for_redelivery
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
     pub(crate) fn on_receive_failed(&self) {
         self.receive_failures.fetch_add(1, Ordering::Relaxed);
     }
@@ -199,6 +208,7 @@ impl ConsumerStats {
             invalid_receipt_handles: l(&self.invalid_handles),
             settle_retries: l(&self.settle_retries),
             settle_abandoned: l(&self.settle_abandoned),
+            left_for_redelivery: l(&self.left_for_redelivery),
             receive_failures: l(&self.receive_failures),
             receive_throttled: l(&self.receive_throttled),
             cache_full_waits: l(&self.cache_full),
