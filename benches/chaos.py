@@ -103,12 +103,14 @@ def real(kills: int, gap: float, seed: int) -> Result:
     )
     sc = Scenario(
         f"proxy SIGKILL x{kills}",
-        seconds=gap * (kills + 1) + 5,
+        seconds=gap,
         drain=180.0,
         seed=seed,
         faults=(),
         rate=100.0,
         listener_failure_rate=0.0,
+        simple_await=5.0,
+        simple_invisible=15.0,
     )
     kills_fault = RealServerKills(script, env, kills, gap)
     return run(sc, REAL_ENV["FERRYMQ_ROCKETMQ_ENDPOINTS"], normal, fifo, groups, kills_fault)

@@ -78,6 +78,8 @@ class Scenario:
     listener_failure_rate: float = 0.02
     rate: float = 400.0  # most messages/s per producer
     endpoints: int = 2
+    simple_await: float = 1.0  # simple consumer's long polling (a real proxy: 5 s or more)
+    simple_invisible: float = 3.0  # its invisible duration (a real proxy: 10 s or more)
 
 
 # -- the ledger ------------------------------------------------------------------------------
@@ -89,6 +91,8 @@ class ConsumerLedger:
     fifo: bool
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     high: dict[str, int] = field(default_factory=dict)
+    offsets: dict[str, set[int]] = field(default_factory=dict)
+    stored_twice: int = 0
     duplicates: int = 0
     reordered: int = 0
     rewinds: int = 0
@@ -97,16 +101,23 @@ class ConsumerLedger:
     examples: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def consumed(self, mid: str, group: str, seq: int) -> None:
+    def consumed(self, mid: str, group: str, seq: int, offset: int) -> None:
         with self.lock:
             self.counts[mid] += 1
             high = self.high.get(group, -1) if self.fifo else -1
+            offsets = self.offsets.setdefault(mid, set())
             if self.counts[mid] > 1:
                 self.duplicates += 1
-                if self.fifo and seq < high:
+                if offset not in offsets:
+                    # Another stored copy (a send retried after the broker stored it): the
+                    # broker delivers it in its own place in the queue, not as a redelivery.
+                    self.stored_twice += 1
+                    offsets.add(offset)
+                elif self.fifo and seq < high:
                     self.rewinds += 1
                     self._example(f"rewind {group}: {seq} again after {high}")
                 return
+            offsets.add(offset)
             if not self.fifo:
                 return
             if seq < high:
@@ -337,35 +348,39 @@ class Producers:
 # -- consumers -------------------------------------------------------------------------------
 
 
-def _fails_on_purpose(seed: int, mid: str, attempt: int, rate: float) -> bool:
-    h = hashlib.blake2b(f"{seed}/{mid}/{attempt}".encode(), digest_size=8).digest()
+def _fails_on_purpose(seed: int, mid: str, rate: float) -> bool:
+    h = hashlib.blake2b(f"{seed}/{mid}".encode(), digest_size=8).digest()
     return int.from_bytes(h, "big") / 2**64 < rate
 
 
 def push_listener(sc: Scenario, book: ConsumerLedger) -> Callable[[Any], ConsumeResult]:
     def listener(message: Any) -> ConsumeResult:
         mid, group, seq = parse(message.body)
-        if _fails_on_purpose(sc.seed, mid, message.delivery_attempt, sc.listener_failure_rate):
+        # Only a first delivery fails on purpose, so every message is consumed on its retry.
+        first = message.delivery_attempt <= 1
+        if first and _fails_on_purpose(sc.seed, mid, sc.listener_failure_rate):
             with book.lock:
                 book.listener_failures += 1
             return ConsumeResult.FAILURE
-        book.consumed(mid, group, seq)
+        book.consumed(mid, group, seq, message.offset)
         return ConsumeResult.SUCCESS
 
     return listener
 
 
-def simple_loop(consumer: SimpleConsumer, book: ConsumerLedger, stop: threading.Event) -> None:
+def simple_loop(
+    consumer: SimpleConsumer, book: ConsumerLedger, invisible: float, stop: threading.Event
+) -> None:
     while not stop.is_set():
         try:
-            batch = consumer.receive(max_messages=16, invisible_duration=3)
+            batch = consumer.receive(max_messages=16, invisible_duration=invisible)
         except ferrymq.FerryError as e:
             with book.lock:
                 book.receive_errors[f"{type(e).__name__}: {str(e)[:80]}"] += 1
             stop.wait(0.05)
             continue
         for message in batch:
-            book.consumed(*parse(message.body))
+            book.consumed(*parse(message.body), message.offset)
         try:
             if batch:
                 consumer.ack(batch)
@@ -414,11 +429,17 @@ def run(
         for name in sc.consumers:
             if name == "simple":
                 sconsumer = SimpleConsumer(
-                    endpoints, groups[name], subscriptions={normal: "*"}, await_duration=1.0, **opts
+                    endpoints,
+                    groups[name],
+                    subscriptions={normal: "*"},
+                    await_duration=sc.simple_await,
+                    **opts,
                 ).start()
                 closers.append(sconsumer.close)
                 th = threading.Thread(
-                    target=simple_loop, args=(sconsumer, books[name], stop_consumers), daemon=True
+                    target=simple_loop,
+                    args=(sconsumer, books[name], sc.simple_invisible, stop_consumers),
+                    daemon=True,
                 )
                 th.start()
                 threads.append(th)
@@ -453,6 +474,9 @@ def run(
         fault_thread = threading.Thread(target=faults.run, args=(stop_faults, t0))
         fault_thread.start()
         time.sleep(sc.seconds)  # the producing phase is a fixed time by design
+        if isinstance(faults, RealServerKills):
+            fault_thread.join(1800)  # every kill/restart cycle happens while producers run
+            time.sleep(5)
         stop_producers.set()
         for th in prod_threads:
             th.join(120)
@@ -483,6 +507,7 @@ def run(
             "unacked_received": len(got - acked),
             "lost": len(acked - got),
             "duplicates": book.duplicates,
+            "stored_twice": book.stored_twice,
             "reordered": book.reordered if book.fifo else None,
             "rewinds": book.rewinds if book.fifo else None,
             "listener_failures": book.listener_failures,
@@ -552,7 +577,8 @@ def table_rows(r: Result) -> list[str]:
         out.append(
             f"| {r.scenario} | {r.server} | {faults} | {sent} | {name} | {row['topic']} | "
             f"{row['acked']} | {row['received']} (+{row['unacked_received']} unacked) | "
-            f"{row['lost']} | {row['duplicates']} | {na(row['reordered'])} | "
+            f"{row['lost']} | {row['duplicates']} ({row['stored_twice']} stored twice) | "
+            f"{na(row['reordered'])} | "
             f"{na(row['rewinds'])} | {r.seconds:.1f} s |"
         )
     return out
