@@ -1,0 +1,152 @@
+"""The full chaos run: longer fault schedules on the embedded broker and SIGKILL/restart cycles
+of a real Apache RocketMQ proxy, with every message accounted for (see tests/chaos_harness.py
+for the definitions). Prints one Markdown table (the one in docs/reliability.md, "Chaos").
+
+    python benches/chaos.py                      # embedded scenarios only
+    python benches/chaos.py --real --kills 3     # + a real server of its own, killed 3 times
+
+``--real`` starts (and at the end stops) a RocketMQ of its own with scripts/rocketmq-server on
+ports that do not collide with the default instance (gRPC 28081, remoting 28080, name server
+29876, broker 30911, state directory /tmp/ferrymq-rocketmq-chaos), so a shared default server is
+never touched. Exit status 1 when a message was lost or a FIFO guarantee broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from chaos_harness import (  # noqa: E402
+    HEADER,
+    RealServerKills,
+    Result,
+    Scenario,
+    run,
+    run_embedded,
+    table_rows,
+)
+
+REAL_ENV = {
+    "FERRYMQ_ROCKETMQ_HOME": "/tmp/ferrymq-rocketmq-chaos",
+    "FERRYMQ_ROCKETMQ_ENDPOINTS": "127.0.0.1:28081",
+    "FERRYMQ_ROCKETMQ_NAMESRV_PORT": "29876",
+    "FERRYMQ_ROCKETMQ_REMOTING_PORT": "28080",
+    "FERRYMQ_ROCKETMQ_BROKER_PORT": "30911",
+}
+
+
+def embedded(seconds: float, seed: int, pipelining: bool) -> list[Result]:
+    out = [
+        run_embedded(Scenario("mixed faults", seconds=seconds, seed=seed)),
+        run_embedded(
+            Scenario(
+                "FIFO, failing acks",
+                seconds=seconds,
+                seed=seed + 1,
+                faults=("fail_ack", "hang", "latency"),
+                fault_gap=(0.1, 0.3),
+            )
+        ),
+        run_embedded(
+            Scenario(
+                "FIFO accelerator, failing acks",
+                seconds=seconds,
+                seed=seed + 2,
+                faults=("fail_ack", "hang", "restart"),
+                fault_gap=(0.1, 0.3),
+                fifo_accelerator=True,
+            )
+        ),
+    ]
+    if pipelining:
+        out.append(
+            run_embedded(
+                Scenario(
+                    "FIFO pipelined (opt-in), failing acks",
+                    seconds=seconds,
+                    seed=seed + 1,
+                    faults=("fail_ack", "hang", "latency"),
+                    fault_gap=(0.1, 0.3),
+                    fifo_pipelining=True,
+                )
+            )
+        )
+    return out
+
+
+def real(kills: int, gap: float, seed: int) -> Result:
+    env = {**os.environ, **REAL_ENV}
+    script = str(ROOT / "scripts" / "rocketmq-server")
+    subprocess.run([script, "start"], env=env, check=True)
+    suffix = f"{int(time.time())}"
+    normal, fifo = f"chaos-normal-{suffix}", f"chaos-fifo-{suffix}"
+    groups = {k: f"chaos-{k.replace('_', '-')}-{suffix}" for k in ("push", "simple", "push_fifo")}
+    subprocess.run(
+        [
+            script,
+            "create",
+            f"topic:{normal}:NORMAL",
+            f"topic:{fifo}:FIFO",
+            f"group:{groups['push']}",
+            f"group:{groups['simple']}",
+            f"group:{groups['push_fifo']}:fifo",
+        ],
+        env=env,
+        check=True,
+    )
+    sc = Scenario(
+        f"proxy SIGKILL x{kills}",
+        seconds=gap,
+        drain=180.0,
+        seed=seed,
+        faults=(),
+        rate=100.0,
+        listener_failure_rate=0.0,
+        simple_await=5.0,
+        simple_invisible=15.0,
+    )
+    kills_fault = RealServerKills(script, env, kills, gap)
+    return run(sc, REAL_ENV["FERRYMQ_ROCKETMQ_ENDPOINTS"], normal, fifo, groups, kills_fault)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=20.0, help="producing time per scenario")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--real", action="store_true", help="also kill/restart a real proxy")
+    ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--kill-gap", type=float, default=15.0, help="seconds of service per cycle")
+    ap.add_argument("--no-pipelining", action="store_true")
+    ap.add_argument("--stop-real", action="store_true", help="stop the real server at the end")
+    args = ap.parse_args()
+    results = embedded(args.seconds, args.seed, not args.no_pipelining)
+    if args.real:
+        try:
+            results.append(real(args.kills, args.kill_gap, args.seed))
+        finally:
+            if args.stop_real:
+                env = {**os.environ, **REAL_ENV}
+                subprocess.run([str(ROOT / "scripts/rocketmq-server"), "stop"], env=env)
+    print(HEADER)
+    bad = False
+    for r in results:
+        for line in table_rows(r):
+            print(line)
+        for name, row in r.rows.items():
+            ordered = row["topic"] == "FIFO" and "pipelined" not in r.scenario
+            if row["lost"] or (ordered and (row["reordered"] or row["rewinds"])):
+                bad = True
+            if row["examples"] or row["lost_ids"]:
+                print(f"<!-- {r.scenario} / {name}: {row['examples']} lost {row['lost_ids']} -->")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

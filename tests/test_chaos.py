@@ -1,0 +1,121 @@
+"""Short chaos runs on the embedded broker (two endpoints, seeded fault schedules): every acked
+message is received, and a FIFO group consumed in the default mode never goes backwards, while
+endpoints refuse or hang, restart, throttle sends and fail or refuse acks. The long version,
+with SIGKILL/restart cycles of a real proxy, is benches/chaos.py (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos_harness import EMBEDDED_FAULTS, Result, Scenario, fault_schedule, run_embedded
+
+pytestmark = pytest.mark.slow
+
+
+def _check(r: Result, ordered: bool = True) -> None:
+    assert r.drained, r.rows
+    assert sum(r.faults.values()) >= 5, r.faults
+    for name, row in r.rows.items():
+        assert row["acked"] > 0, (name, row)
+        assert row["lost"] == 0, (name, row)
+        assert row["dead_lettered"] == 0, (name, row)
+        if row["topic"] == "FIFO" and ordered:
+            assert row["reordered"] == 0, (name, row)
+            assert row["rewinds"] == 0, (name, row)
+
+
+def test_schedule_is_repeatable() -> None:
+    sc = Scenario("s", seconds=10, seed=3)
+    assert fault_schedule(sc) == fault_schedule(Scenario("s", seconds=10, seed=3))
+    assert fault_schedule(sc) != fault_schedule(Scenario("s", seconds=10, seed=4))
+    assert {k for _, k, _, _ in fault_schedule(Scenario("s", seconds=60))} == set(EMBEDDED_FAULTS)
+
+
+#: Faults answered with a status (the connection stays up).
+STATUS_FAULTS = ("throttle_send", "fail_send", "fail_ack", "fail_receive", "drop_telemetry")
+#: Faults that cut or stall connections. A receive they interrupt can leave its messages in
+#: flight on the broker, auto-renewed for as long as the consumer lives (see the last test).
+CONNECTION_FAULTS = ("refuse", "hang", "latency", "restart")
+
+
+def test_mixed_faults_lose_nothing() -> None:
+    r = run_embedded(
+        Scenario(
+            "mixed",
+            seconds=6.0,
+            seed=11,
+            rate=200.0,
+            faults=STATUS_FAULTS,
+            consumers=("push", "push_fifo"),
+        )
+    )
+    _check(r)
+
+
+def test_failing_acks_keep_fifo_order() -> None:
+    r = run_embedded(
+        Scenario(
+            "fifo-acks",
+            seconds=5.0,
+            seed=12,
+            consumers=("push_fifo",),
+            faults=("fail_ack", "fail_receive", "drop_telemetry"),
+            fault_gap=(0.1, 0.25),
+            rate=200.0,
+        )
+    )
+    _check(r)
+
+
+def test_pipelined_fifo_loses_nothing_but_may_rewind() -> None:
+    r = run_embedded(
+        Scenario(
+            "fifo-pipelined",
+            seconds=5.0,
+            seed=12,
+            consumers=("push_fifo",),
+            faults=("fail_ack", "fail_receive", "drop_telemetry"),
+            fault_gap=(0.1, 0.25),
+            rate=200.0,
+            fifo_pipelining=True,
+        )
+    )
+    _check(r, ordered=False)
+    # Redeliveries are duplicates; a first delivery still never skips ahead.
+    assert r.rows["push_fifo"]["reordered"] == 0
+
+
+@pytest.mark.xfail(
+    reason="after endpoint restarts a SimpleConsumer stops receiving some of the messages stored "
+    "on the restarted endpoint, while a new consumer of the same group receives them at once",
+    strict=False,
+)
+def test_simple_consumer_keeps_receiving_after_endpoint_restarts() -> None:
+    r = run_embedded(
+        Scenario(
+            "simple-restart",
+            seconds=4.0,
+            seed=11,
+            producers=("publisher",),
+            consumers=("simple",),
+            faults=("restart",),
+            rate=200.0,
+            drain=10.0,
+        )
+    )
+    assert r.rows["simple"]["lost"] == 0, r.rows
+
+
+@pytest.mark.xfail(
+    reason="a push consumer's receive cut by a connection fault can leave its messages in flight "
+    "on the embedded broker, renewed while the consumer lives, so they are not consumed until it "
+    "closes (a proxy makes a message it could not write visible again); timing-dependent",
+    strict=False,
+)
+def test_connection_faults_lose_nothing() -> None:
+    r = run_embedded(
+        Scenario(
+            "connections", seconds=4.0, seed=13, rate=200.0, faults=CONNECTION_FAULTS, drain=8.0
+        )
+    )
+    _check(r)
