@@ -101,6 +101,68 @@ async def test_cancelling_an_async_call() -> None:
         await task
 
 
+async def test_cancelling_an_async_call_aborts_the_rust_future() -> None:
+    # A cancelled sleep of 30 s must not keep its runtime task: the runtime's live task count
+    # drops back once the task is aborted.
+    probe = _native.Probe()
+    before = probe.live_tasks()
+    task = asyncio.ensure_future(probe.sleep_async(30))
+    await asyncio.sleep(0)
+    assert probe.live_tasks() == before + 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 10
+    while probe.live_tasks() > before and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert probe.live_tasks() == before
+
+
+async def test_many_async_calls_complete_with_their_own_results() -> None:
+    # Completions reach the loop in batches; every future still gets its own result or error.
+    probe = _native.Probe()
+    delays = [(i % 7) / 1000 for i in range(2000)]
+    results = await asyncio.gather(*(probe.sleep_async(d) for d in delays))
+    assert results == delays
+    outcomes = await asyncio.gather(
+        *(probe.panic_async() if i % 3 == 0 else probe.sleep_async(0) for i in range(300)),
+        return_exceptions=True,
+    )
+    for i, outcome in enumerate(outcomes):
+        if i % 3 == 0:
+            assert isinstance(outcome, InternalError)
+        else:
+            assert outcome == 0
+
+
+def test_async_calls_on_successive_and_concurrent_event_loops() -> None:
+    probe = _native.Probe()
+
+    async def work(n: int) -> list[float]:
+        return await asyncio.gather(*(probe.sleep_async(0.001) for _ in range(n)))
+
+    # A new loop per asyncio.run (the previous one closed), on this thread...
+    for _ in range(5):
+        assert asyncio.run(work(50)) == [0.001] * 50
+    # ... and loops running at the same time on several threads.
+    results: list[list[float]] = []
+
+    def run() -> None:
+        results.append(asyncio.run(work(200)))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert results == [[0.001] * 200] * 4
+
+
+def test_async_call_outside_an_event_loop_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="running event loop"):
+        _native.Probe().sleep_async(0.01)
+
+
 def test_blocking_call_releases_the_gil() -> None:
     probe = _native.Probe()
     ticks = 0

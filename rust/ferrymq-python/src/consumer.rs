@@ -1323,7 +1323,7 @@ impl PyPushConsumer {
             return future_into_py(py, me.rt, async { Ok(()) });
         }
         let event_loop = if me.is_async {
-            Some(pyo3_async_runtimes::get_running_loop(py)?)
+            Some(crate::aio::running_loop(py)?)
         } else {
             None
         };

@@ -1,9 +1,10 @@
 //! `ferrymq._native`: the private extension module behind the `ferrymq` package.
 //!
 //! A thin layer: it converts Python values into core types, releases the GIL through
-//! [`runtime::enter`] (blocking) or [`runtime::future_into_py`] (asyncio), and maps errors in
+//! [`runtime::enter`] (blocking) or [`aio::future_into_py`] (asyncio, completions delivered to the loop in batches), and maps errors in
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
+mod aio;
 mod broker;
 mod client_options;
 mod columns;

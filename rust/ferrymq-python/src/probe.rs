@@ -1,6 +1,9 @@
 //! `_native.Probe`: a tiny runtime-bound object used by the test-suite to exercise the blocking
 //! and async helpers, the error mapping, panics and fork safety without a broker.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use ferrymq_core::{Error, ErrorKind};
 use pyo3::prelude::*;
 
@@ -10,6 +13,24 @@ use crate::runtime::{future_into_py, RuntimeRef};
 #[pyclass(module = "ferrymq._native", frozen)]
 pub struct Probe {
     rt: RuntimeRef,
+    /// `sleep_async` futures alive on the runtime (started, not yet finished or dropped).
+    sleeping: Arc<AtomicUsize>,
+}
+
+/// Counts one live `sleep_async` future until it is dropped (finished or aborted).
+struct Alive(Arc<AtomicUsize>);
+
+impl Alive {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Alive(count.clone())
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn kind_of(name: &str) -> PyResult<ErrorKind> {
@@ -37,6 +58,7 @@ impl Probe {
     fn new() -> PyResult<Self> {
         Ok(Self {
             rt: RuntimeRef::current()?,
+            sleeping: Arc::default(),
         })
     }
 
@@ -56,10 +78,17 @@ impl Probe {
         seconds: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let d = crate::durations::non_negative("seconds", seconds)?;
+        let alive = Alive::new(&self.sleeping);
         future_into_py(py, self.rt, async move {
+            let _alive = alive;
             tokio::time::sleep(d).await;
             Ok(d.as_secs_f64())
         })
+    }
+
+    /// How many `sleep_async` futures of this probe are alive on the runtime.
+    fn live_tasks(&self) -> usize {
+        self.sleeping.load(Ordering::SeqCst)
     }
 
     /// Raise the exception mapped from a core error of `kind` (and RocketMQ `code`, if given).

@@ -17,12 +17,11 @@
 //!   runtime threads, so a client from the parent refuses to run (a clear `ClientClosedError`)
 //!   instead of hanging, and the first new client in the child builds a fresh runtime. The
 //!   parent's runtime is leaked in the child: dropping it would wait for threads that do not exist.
-//! * [`enter`] is the single place where blocking methods release the GIL; [`future_into_py`] is
-//!   the single shape of async methods.
+//! * [`enter`] is the single place where blocking methods release the GIL; async methods all go
+//!   through `aio::future_into_py` (re-exported here).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::Duration;
@@ -30,11 +29,11 @@ use std::time::Duration;
 use ferrymq_core::Error;
 use futures::FutureExt;
 use pyo3::prelude::*;
-use pyo3_async_runtimes::generic::{ContextExt, Runtime as GenericRuntime};
-use pyo3_async_runtimes::TaskLocals;
 use tokio::runtime::Runtime;
 
 use crate::errors::to_pyerr;
+
+pub use crate::aio::future_into_py;
 
 static CURRENT: Mutex<Option<RuntimeRef>> = Mutex::new(None);
 static SERVER: Mutex<Option<RuntimeRef>> = Mutex::new(None);
@@ -49,7 +48,7 @@ extern "C" fn refresh_pid() {
 }
 
 /// The id of this process (cached; correct after `fork()`).
-fn pid() -> u32 {
+pub(crate) fn pid() -> u32 {
     AT_FORK.call_once(|| {
         refresh_pid();
         // SAFETY: registers a child handler that only stores getpid() into an atomic, which is
@@ -201,77 +200,4 @@ pub fn panic_error(panic: &(dyn std::any::Any + Send)) -> Error {
     Error::internal(format!(
         "internal error (a Rust panic inside ferrymq): {what}"
     ))
-}
-
-/// The single shape of async methods: run `fut` on the ferrymq runtime and return an asyncio
-/// awaitable. The output is converted to Python objects only at the end, on the event loop's
-/// thread; cancelling the awaitable drops the Rust future; a panic becomes `InternalError`.
-pub fn future_into_py<'py, F, T>(
-    py: Python<'py>,
-    rt: RuntimeRef,
-    fut: F,
-) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = Result<T, Error>> + Send + 'static,
-    T: for<'a> IntoPyObject<'a> + Send + 'static,
-{
-    rt.check().map_err(to_pyerr)?;
-    pyo3_async_runtimes::generic::future_into_py::<FerryRuntime, _, T>(py, async move {
-        match AssertUnwindSafe(fut).catch_unwind().await {
-            Ok(r) => r.map_err(to_pyerr),
-            Err(panic) => Err(to_pyerr(panic_error(&*panic))),
-        }
-    })
-}
-
-tokio::task_local! {
-    static TASK_LOCALS: std::cell::OnceCell<TaskLocals>;
-}
-
-/// Adapter that lets `pyo3_async_runtimes::generic` spawn on ferrymq's own runtime rather than
-/// on a second, global one.
-pub struct FerryRuntime;
-
-impl GenericRuntime for FerryRuntime {
-    type JoinError = tokio::task::JoinError;
-    type JoinHandle = tokio::task::JoinHandle<()>;
-
-    fn spawn<F>(fut: F) -> Self::JoinHandle
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        match RuntimeRef::current() {
-            Ok(rt) => rt.spawn(fut),
-            // Only reachable if the runtime cannot be built at all, which `future_into_py`
-            // already checked; fall back to the ambient runtime.
-            Err(_) => tokio::spawn(fut),
-        }
-    }
-
-    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        match RuntimeRef::current() {
-            Ok(rt) => rt.handle().spawn_blocking(f),
-            Err(_) => tokio::task::spawn_blocking(f),
-        }
-    }
-}
-
-impl ContextExt for FerryRuntime {
-    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
-    where
-        F: Future<Output = R> + Send + 'static,
-    {
-        let cell = std::cell::OnceCell::new();
-        let _ = cell.set(locals);
-        Box::pin(TASK_LOCALS.scope(cell, fut))
-    }
-
-    fn get_task_locals() -> Option<TaskLocals> {
-        TASK_LOCALS
-            .try_with(|c| c.get().cloned())
-            .unwrap_or_default()
-    }
 }
