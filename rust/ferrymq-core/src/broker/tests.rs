@@ -488,3 +488,68 @@ async fn refuse_and_hang_faults() {
     assert_eq!(route(&mut c2).await.unwrap().status.unwrap().code, code::OK);
     assert_eq!(broker.calls(0, Rpc::QueryRoute).unwrap(), 4);
 }
+
+/// A FIFO receive that long-polls because its message group is in flight is woken when the ack
+/// that releases the group lands (as a proxy notifies a long-polling pop), not at the end of its
+/// long poll; an ack that releases nothing leaves it waiting.
+#[tokio::test]
+async fn fifo_ack_releasing_a_group_wakes_a_long_polling_receive() {
+    let broker = Broker::start(fast()).await.unwrap();
+    broker.create_topic("f", "FIFO", 1).unwrap();
+    let mut group = GroupConfig::new("g");
+    group.fifo = true;
+    broker.create_group(group).unwrap();
+    let mut c = Client::connect(broker.addresses()[0], "c1").await;
+    c.producer(&["f"]).await;
+    c.consumer("g").await;
+    let mut msgs = vec![];
+    for body in [&b"0"[..], b"1", b"2"] {
+        let mut m = message("f", body);
+        m.system_properties.as_mut().unwrap().message_group = Some("a".into());
+        msgs.push(m);
+    }
+    assert_eq!(c.send(msgs).await.status.unwrap().code, code::OK);
+    let (_, first) = c.receive("g", "f", 2, Duration::from_secs(60)).await;
+    assert_eq!(first.len(), 2);
+    let topic = broker.core.store.topic("f").unwrap();
+    let mut waiting = c.rpc.clone();
+    let mut r = req(
+        &c.id,
+        proto::ReceiveMessageRequest {
+            group: res("g"),
+            message_queue: Some(proto::MessageQueue {
+                topic: res("f"),
+                id: -1,
+                ..Default::default()
+            }),
+            batch_size: 8,
+            invisible_duration: Some(store::proto_duration(Duration::from_secs(60))),
+            long_polling_timeout: Some(store::proto_duration(Duration::from_secs(60))),
+            ..Default::default()
+        },
+    );
+    r.set_timeout(Duration::from_secs(90));
+    let receive = tokio::spawn(async move {
+        let mut s = waiting.receive_message(r).await.unwrap().into_inner();
+        let mut out = vec![];
+        while let Some(m) = s.message().await.unwrap() {
+            if let Some(proto::receive_message_response::Content::Message(m)) = m.content {
+                out.push(m.body);
+            }
+        }
+        out
+    });
+    while topic.waiters.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(c.ack("g", "f", &first[0]).await, code::OK);
+    assert!(!receive.is_finished(), "message 1 still holds the group");
+    assert_eq!(c.ack("g", "f", &first[1]).await, code::OK);
+    // Without the wake the receive would answer at the end of its long poll (20 s at most).
+    let got = tokio::time::timeout(Duration::from_secs(10), receive)
+        .await
+        .expect("the releasing ack wakes the receive")
+        .unwrap();
+    assert_eq!(got, vec![bytes::Bytes::from_static(b"2")]);
+    broker.shutdown().await;
+}
