@@ -32,10 +32,7 @@ const FIFO_SCAN_LIMIT: usize = 16 * 1024;
 /// A FIFO receive also gives up on a queue after this many slots in a row that it could not
 /// deliver (held back behind an earlier message of their group): with a deep backlog of a few
 /// groups, scanning on finds nothing and cost every receive the whole scan limit. Order is
-/// never at stake, only how far ahead one receive looks for another group. Slots in flight or
-/// done do not count (the consumer's cache bounds the first, compaction the second): so what a
-/// receive reaches changes only when a message group is released ([`QueueState::fifo_released`]),
-/// and an ack that releases none need not wake a waiting receive.
+/// never at stake, only how far ahead one receive looks for another group.
 const FIFO_FRUITLESS_LIMIT: usize = 256;
 
 /// Hashes the group keys of a FIFO receive's blocked set ([`Stored::group_key`], already hashes)
@@ -252,36 +249,6 @@ impl QueueState {
         stored.ok_or_else(|| HandleError("the message was evicted".into()))
     }
 
-    /// After an ack or dead-letter forward by FIFO consumer `group` of a message of message
-    /// group `key`: whether that released the group (none of its messages is in flight any
-    /// more), so that a waiting receive may now deliver its next message, as a proxy's long
-    /// polling pop is notified when an ack unblocks a FIFO queue. Messages without a group
-    /// hold nothing back. A cursor too long for one receive's scan always answers yes.
-    pub fn fifo_released(&self, group: &Arc<str>, key: Option<u64>) -> bool {
-        let (Some(key), Some(c)) = (key, self.cursors.get(group)) else {
-            return key.is_some();
-        };
-        if c.slots.len() >= FIFO_SCAN_LIMIT {
-            return true;
-        }
-        let mut left = c.inflight;
-        for (i, slot) in c.slots.iter().enumerate() {
-            if left == 0 {
-                break;
-            }
-            if let Slot::Inflight(_) = slot {
-                left -= 1;
-                if self
-                    .get(c.low + i as u64)
-                    .is_some_and(|s| s.group_key == Some(key))
-                {
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
     /// Give the message a new invisible duration; returns the new nonce.
     pub fn change_invisible(
         &mut self,
@@ -449,6 +416,7 @@ fn pop_fifo<'m>(
             return;
         }
         scanned += 1;
+        fruitless += 1;
         let offset = low + i as u64;
         let attempts = match &mut c.slots[i] {
             Slot::Done => continue,
@@ -480,12 +448,10 @@ fn pop_fifo<'m>(
                 c.slots[i] = Slot::Ready { attempts };
                 c.inflight -= 1;
             }
-            fruitless += 1;
             continue;
         }
         let was_inflight = matches!(c.slots[i], Slot::Inflight(_));
         if attempts >= p.max_attempts {
-            fruitless += 1;
             c.slots[i] = Slot::Done;
             if was_inflight {
                 c.inflight -= 1;
@@ -726,15 +692,9 @@ mod tests {
         assert_eq!(offsets(&second), vec![2, 3, 4]);
         assert!(ctx.pop(&mut q, true, 10, t0).deliveries.is_empty());
         // a stays blocked until every message of its batch is settled
-        let a = q.ack(&ctx.group, 0, first.deliveries[0].nonce, t0).unwrap();
-        assert!(!q.fifo_released(&ctx.group, a.group_key), "1 is in flight");
+        q.ack(&ctx.group, 0, first.deliveries[0].nonce, t0).unwrap();
         assert!(ctx.pop(&mut q, true, 10, t0).deliveries.is_empty());
-        let a = q.ack(&ctx.group, 1, first.deliveries[1].nonce, t0).unwrap();
-        assert!(q.fifo_released(&ctx.group, a.group_key));
-        assert!(
-            !q.fifo_released(&ctx.group, q.get(3).unwrap().group_key),
-            "no group"
-        );
+        q.ack(&ctx.group, 1, first.deliveries[1].nonce, t0).unwrap();
         let third = ctx.pop(&mut q, true, 10, t0);
         assert_eq!(offsets(&third), vec![5]);
         // everything in flight expires: redelivered in offset order, attempts counted

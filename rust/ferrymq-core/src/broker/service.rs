@@ -861,10 +861,6 @@ impl MessagingService for EndpointService {
         }
         let g: Arc<str> = group.name.as_str().into();
         let now = Instant::now();
-        // An ack makes a message deliverable only when it releases a FIFO message group: only
-        // then are the topic's long-polling receives woken (each wake costs every waiting
-        // receive a scan of its queues).
-        let mut released = false;
         let entries: Vec<_> = req
             .entries
             .into_iter()
@@ -879,17 +875,10 @@ impl MessagingService for EndpointService {
                     ),
                     Some((b, q, off, nonce)) => {
                         if let Some(queue) = topic.queue(b, q) {
-                            let mut state = queue.state.lock();
-                            let evicted = state.get(off).is_none();
-                            match state.ack(&g, off, nonce, now) {
-                                Ok(s) => {
-                                    released = released
-                                        || (group.fifo && state.fifo_released(&g, s.group_key));
-                                }
-                                Err(pop::HandleError(why)) => {
-                                    released |= group.fifo && evicted;
-                                    tracing::debug!(target: "ferrymq::broker", "ack without effect: {why}");
-                                }
+                            if let Err(pop::HandleError(why)) =
+                                queue.state.lock().ack(&g, off, nonce, now)
+                            {
+                                tracing::debug!(target: "ferrymq::broker", "ack without effect: {why}");
                             }
                         }
                         ok()
@@ -902,9 +891,7 @@ impl MessagingService for EndpointService {
                 }
             })
             .collect();
-        if released {
-            topic.wake();
-        }
+        topic.wake();
         let first = entries[0].status.clone().unwrap_or_else(ok);
         let same = entries
             .iter()
