@@ -17,16 +17,22 @@ For each client the script prints:
 and the ratios ferrymq / official Python and ferrymq / Java. Scenarios:
 
 * ``normal``: a NORMAL topic and group, push consumers;
-* ``fifo``: a FIFO topic and group, messages spread over many message groups, push consumers;
-  ferrymq is measured without and with the FIFO accelerator (the official clients have none);
+* ``fifo``: a FIFO topic and group, push consumers, once per ``--message-groups`` count
+  (default 100 message groups, then one); ferrymq is measured without and with the FIFO
+  accelerator (the official clients have none), each in the default ordered mode (a group's
+  next message starts once the broker accepted the previous one's ack) and with
+  ``fifo_pipelining=True`` (the next messages run while the ack is under way). With one message
+  group the accelerator changes nothing and is skipped, and ferrymq consumes
+  ``--single-group-messages`` messages;
 * ``simple``: a NORMAL topic and group, simple consumers: receive up to 32 messages, ack each,
   repeat.
 
 Usage (build the extension in release mode first: ``maturin develop --release``)::
 
     python benches/bench_consumer.py [--messages 200000] [--official-messages 5000]
-        [--java-messages 50000] [--body 100] [--queues 8] [--message-groups 512]
-        [--scenarios normal,fifo,simple] [--no-official] [--no-java] [--server embedded|real]
+        [--java-messages 50000] [--body 100] [--queues 8] [--message-groups 100,1]
+        [--single-group-messages 20000] [--scenarios normal,fifo,simple] [--no-official]
+        [--no-java] [--server embedded|real]
 
 The official clients are measured on fewer messages because they are slower; rates are
 per-second figures either way. The Java peer needs Java 17 and Maven (``scripts/java-peer``).
@@ -171,6 +177,7 @@ def run_ferrymq(
     n: int,
     *,
     accelerator: bool,
+    pipelining: bool,
     receive_batch_size: int | None,
 ) -> Result:
     calls = 0
@@ -185,6 +192,7 @@ def run_ferrymq(
         subscriptions={topic: "*"},
         listener=listener,
         fifo_accelerator=accelerator,
+        fifo_pipelining=pipelining,
         receive_batch_size=receive_batch_size,
     )
     try:
@@ -315,6 +323,56 @@ def run_official_simple(label: str, endpoints: str, topic: str, group: str, n: i
         c.shutdown()
 
 
+@dataclass
+class Step:
+    scenario: str
+    client: str
+    topic: str
+    group: str
+    messages: int
+    fifo: bool
+    message_groups: int = 0
+    accelerator: bool = False
+    pipelining: bool = False
+
+
+def build_plan(args: argparse.Namespace, java: bool) -> list[Step]:
+    plan: list[Step] = []
+    for scenario in args.scenarios.split(","):
+        names = [scenario]
+        if scenario == "fifo":
+            names = [f"fifo-{int(g)}g" for g in args.message_groups.split(",")]
+        for name in names:
+            fifo = scenario == "fifo"
+            groups = int(name[5:-1]) if fifo else 0
+            if not args.no_official:
+                plan.append(
+                    Step(name, "official", f"official-{name}", f"official-{name}-g",
+                         args.official_messages, fifo, groups)
+                )  # fmt: skip
+            if java:
+                plan.append(
+                    Step(name, "java", f"java-{name}", f"java-{name}-g", args.java_messages,
+                         fifo, groups)
+                )  # fmt: skip
+            if not fifo:
+                plan.append(
+                    Step(name, "ferrymq", f"ferrymq-{name}", f"ferrymq-{name}-g",
+                         args.messages, False)
+                )  # fmt: skip
+                continue
+            n = args.single_group_messages if groups == 1 else args.messages
+            for accelerator in [False, True] if groups > 1 else [False]:
+                for pipelining in [False, True]:
+                    client = "ferrymq" + "+accelerator" * accelerator + "+pipelining" * pipelining
+                    tag = f"ferrymq-{name}{'-a' * accelerator}{'-p' * pipelining}"
+                    plan.append(
+                        Step(name, client, tag, f"{tag}-g", n, True, groups, accelerator,
+                             pipelining)
+                    )  # fmt: skip
+    return plan
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=200_000)
@@ -322,7 +380,17 @@ def main() -> int:
     ap.add_argument("--java-messages", type=int, default=50_000)
     ap.add_argument("--body", type=int, default=100, help="body size in bytes")
     ap.add_argument("--queues", type=int, default=8)
-    ap.add_argument("--message-groups", type=int, default=512)
+    ap.add_argument(
+        "--message-groups",
+        default="100,1",
+        help="FIFO scenarios: message groups of each (comma-separated)",
+    )
+    ap.add_argument(
+        "--single-group-messages",
+        type=int,
+        default=20_000,
+        help="ferrymq's messages in a FIFO scenario with one message group",
+    )
     ap.add_argument("--scenarios", default="normal,fifo,simple")
     ap.add_argument("--no-official", action="store_true")
     ap.add_argument("--no-java", action="store_true")
@@ -336,47 +404,25 @@ def main() -> int:
     add_arguments(ap)
     args = ap.parse_args()
     body = b"x" * args.body
-    scenarios = args.scenarios.split(",")
     java = None if args.no_java else JavaPeer()
-
-    # (scenario, client, accelerator, topic, group, messages, fifo)
-    plan: list[tuple[str, str, bool, str, str, int, bool]] = []
-    for scenario in scenarios:
-        fifo = scenario == "fifo"
-        if not args.no_official:
-            plan.append(
-                (scenario, "official", False, f"official-{scenario}", f"official-{scenario}-g",
-                 args.official_messages, fifo)
-            )  # fmt: skip
-        if java is not None:
-            plan.append(
-                (scenario, "java", False, f"java-{scenario}", f"java-{scenario}-g",
-                 args.java_messages, fifo)
-            )  # fmt: skip
-        plan.append(
-            (scenario, "ferrymq", False, f"ferrymq-{scenario}", f"ferrymq-{scenario}-g",
-             args.messages, fifo)
-        )  # fmt: skip
-        if fifo:
-            plan.append(
-                (scenario, "ferrymq+accelerator", True, "ferrymq-accel-fifo",
-                 "ferrymq-accel-fifo-g", args.messages, fifo)
-            )  # fmt: skip
+    plan = build_plan(args, java is not None)
     topics = [
-        {"name": t, "message_type": "FIFO" if f else "NORMAL", "queues": args.queues}
-        for (_, _, _, t, _, _, f) in plan
+        {"name": st.topic, "message_type": "FIFO" if st.fifo else "NORMAL", "queues": args.queues}
+        for st in plan
     ]
-    groups = [{"name": g, "fifo": f} for (_, _, _, _, g, _, f) in plan]
+    groups = [{"name": st.group, "fifo": st.fifo} for st in plan]
     results: dict[str, dict[str, Result]] = {}
     with contextlib.ExitStack() as stack:
         if args.server == "real":
             # Topics and groups of a real server outlive the run: unique names.
             suffix = f"-{int(time.time())}"
-            plan = [(s, c, a, t + suffix, g + suffix, n, f) for (s, c, a, t, g, n, f) in plan]
+            for st in plan:
+                st.topic += suffix
+                st.group += suffix
             server = stack.enter_context(open_server(args))
             server.create_many(
-                {t: "FIFO" if f else "NORMAL" for (_, _, _, t, _, _, f) in plan},
-                {g: f for (_, _, _, _, g, _, f) in plan},
+                {st.topic: "FIFO" if st.fifo else "NORMAL" for st in plan},
+                {st.group: st.fifo for st in plan},
             )
             endpoints = server.endpoints
         else:
@@ -385,8 +431,11 @@ def main() -> int:
             SERVER_PID = proc.pid
             stack.callback(proc.wait, 10)
             stack.callback(proc.terminate)
-        for scenario, client, accel, topic, group, n, fifo in plan:
-            preload(endpoints, topic, n, body, args.message_groups if fifo else 0)
+        for st in plan:
+            scenario, client, topic, group, n = (
+                st.scenario, st.client, st.topic, st.group, st.messages
+            )  # fmt: skip
+            preload(endpoints, topic, n, body, st.message_groups)
             label = f"{scenario}/{client}"
             simple = scenario == "simple"
             if client == "java":
@@ -404,12 +453,13 @@ def main() -> int:
                     topic,
                     group,
                     n,
-                    accelerator=accel,
+                    accelerator=st.accelerator,
+                    pipelining=st.pipelining,
                     receive_batch_size=args.receive_batch_size,
                 )
             results.setdefault(scenario, {})[client] = r
             print(
-                f"{label:<28} {r.rate:>10,.0f} msg/s  {r.cpu_us:>8.1f} CPU µs/msg  "
+                f"{label:<40} {r.rate:>10,.0f} msg/s  {r.cpu_us:>8.1f} CPU µs/msg  "
                 f"({n:,} messages in {r.seconds:.2f} s{r.server_cpu_us})",
                 flush=True,
             )
@@ -421,7 +471,7 @@ def main() -> int:
     for scenario, by_client in results.items():
         others = {k: by_client.get(k) for k in ("official", "java")}
         for client, r in by_client.items():
-            line = f"  {scenario:<7} {client:<21} {r.rate:>10,.0f} msg/s {r.cpu_us:>8.1f} µs/msg"
+            line = f"  {scenario:<9} {client:<31} {r.rate:>10,.0f} msg/s {r.cpu_us:>8.1f} µs/msg"
             if client.startswith("ferrymq"):
                 for name, o in others.items():
                     if o is not None:
@@ -429,6 +479,9 @@ def main() -> int:
                             f"   vs {'Python' if name == 'official' else 'Java'}: "
                             f"{r.rate / o.rate:,.1f}x msg/s, {o.cpu_us / r.cpu_us:,.1f}x less CPU"
                         )
+            pipelined = by_client.get(client + "+pipelining")
+            if pipelined is not None:
+                line += f"   ordered/pipelined {r.rate / pipelined.rate:.2f}x msg/s"
             print(line)
     return 0
 
