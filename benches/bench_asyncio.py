@@ -1,0 +1,137 @@
+"""asyncio send paths against ``produce`` + ``flush``, in one run, on one embedded broker that
+runs in its own process.
+
+Patterns, each over the same producer with ``--window`` sends in flight:
+
+* ``produce+flush``          — the batched, callback-based path (the yardstick);
+* ``coroutines send_async``  — ``--window`` coroutines, each looping ``await send_async``;
+* ``wait-window send_async`` — a sliding window of tasks (``asyncio.wait`` FIRST_COMPLETED);
+* ``gather+sem send_async``  — ``asyncio.gather`` of every send under an ``asyncio.Semaphore``
+  (CPython's semaphore scans its waiters on every acquire: its own cost grows with the number
+  of waiting tasks);
+* ``sync send`` — one blocking ``send`` after another (context switches per round trip).
+
+Prints msg/s, the client process's CPU time per message and its context switches per message.
+Build in release mode first (``maturin develop --release``), then
+``python benches/bench_asyncio.py [--messages 30000] [--window 1000] [--rounds 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import subprocess
+import sys
+import time
+
+import ferrymq
+
+BROKER = """
+import sys
+import ferrymq.testing
+b = ferrymq.testing.EmbeddedBroker(auto_create=True)
+print(b.endpoints, flush=True)
+sys.stdin.read()
+"""
+
+
+def usage() -> tuple[float, int]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
+
+
+class Timer:
+    def __init__(self, name: str, n: int) -> None:
+        self.name, self.n = name, n
+        self.t0 = time.perf_counter()
+        self.cpu0, self.cs0 = usage()
+
+    def report(self) -> None:
+        dt = time.perf_counter() - self.t0
+        cpu, cs = usage()
+        print(
+            f"{self.name:26s} {self.n / dt:10,.0f} msg/s  "
+            f"{(cpu - self.cpu0) / self.n * 1e6:6.1f} CPU us/msg  "
+            f"{(cs - self.cs0) / self.n:5.2f} context switches/msg",
+            flush=True,
+        )
+
+
+def run(producer: ferrymq.Producer, msg: ferrymq.Message, n: int, window: int) -> None:
+    t = Timer("sync send", max(n // 10, 1))
+    for _ in range(t.n):
+        producer.send(msg)
+    t.report()
+
+    t = Timer("produce+flush", n)
+    for _ in range(n):
+        producer.produce(msg)
+    producer.flush()
+    t.report()
+
+    async def coroutines() -> None:
+        todo = iter(range(n))
+
+        async def worker() -> None:
+            for _ in todo:
+                await producer.send_async(msg)
+
+        t = Timer("coroutines send_async", n)
+        await asyncio.gather(*(worker() for _ in range(window)))
+        t.report()
+
+    async def sliding() -> None:
+        t = Timer("wait-window send_async", n)
+        pending: set[asyncio.Future[ferrymq.SendReceipt]] = set()
+        for _ in range(n):
+            if len(pending) >= window:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            pending.add(asyncio.ensure_future(producer.send_async(msg)))
+        await asyncio.wait(pending)
+        t.report()
+
+    async def gather_semaphore() -> None:
+        sem = asyncio.Semaphore(window)
+
+        async def one() -> ferrymq.SendReceipt:
+            async with sem:
+                return await producer.send_async(msg)
+
+        t = Timer("gather+sem send_async", n)
+        await asyncio.gather(*(one() for _ in range(n)))
+        t.report()
+
+    asyncio.run(coroutines())
+    asyncio.run(sliding())
+    asyncio.run(gather_semaphore())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=30_000)
+    ap.add_argument("--window", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--body", type=int, default=100)
+    args = ap.parse_args()
+    broker = subprocess.Popen(
+        [sys.executable, "-c", BROKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert broker.stdout is not None
+        endpoints = broker.stdout.readline().strip()
+        with ferrymq.Producer(endpoints, topics=["bench-asyncio"]) as producer:
+            msg = ferrymq.Message("bench-asyncio", b"x" * args.body)
+            for _ in range(300):  # warm-up: route, connection, settings
+                producer.send(msg)
+            for r in range(args.rounds):
+                print(f"round {r + 1}", flush=True)
+                run(producer, msg, args.messages, args.window)
+    finally:
+        if broker.stdin is not None:
+            broker.stdin.close()
+        broker.wait()
+
+
+if __name__ == "__main__":
+    main()
