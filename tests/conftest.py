@@ -315,3 +315,12 @@ def java_peer() -> Iterator[JavaPeer]:
     peer: JavaPeer = _JAVA["peer"].fresh()
     yield peer
     peer.kill_all()
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Any]]:
+    """Clients to close at the end of the test (in reverse order)."""
+    clients: list[Any] = []
+    yield clients
+    for c in reversed(clients):
+        c.close()

@@ -22,24 +22,9 @@ import pytest
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
+from waiting import async_wait_for, wait_for
 
 Send = Callable[..., list[str]]
-
-
-def wait_for(what: str, cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-async def async_wait_for(what: str, cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def make_sender(endpoints: str) -> tuple[Send, Callable[[], None]]:

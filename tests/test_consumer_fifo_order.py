@@ -11,7 +11,6 @@ whose documented weaker guarantee they must catch.
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from itertools import pairwise
@@ -22,14 +21,7 @@ import pytest
 import ferrymq
 from ferrymq import _native
 from ferrymq.testing import EmbeddedBroker
-
-
-def wait_for(what: str, cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+from waiting import wait_for
 
 
 def send_groups(endpoints: str, topic: str, groups: list[str], per_group: int) -> None:

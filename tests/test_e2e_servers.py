@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -21,23 +21,7 @@ import ferrymq
 from ferrymq import ConsumeResult, Message, MessageView, Producer, TransactionResolution
 from ferrymq.testing import EmbeddedBroker
 from servers import EmbeddedServer, RealServer, Server
-
-
-def wait_for(what: str, cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    """Clients to close at the end of the test (in reverse order)."""
-    clients: list[Any] = []
-    yield clients
-    for c in reversed(clients):
-        c.close()
+from waiting import wait_for
 
 
 def receive_until(

@@ -13,10 +13,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 import ferrymq
 from ferrymq import Message, MessageView, Producer, TransactionResolution
@@ -47,14 +45,6 @@ class Collector:
             assert time.monotonic() < deadline, f"ferrymq consumed {len(self.got)} of {want}"
             time.sleep(0.02)
         return list(self.got)
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    clients: list[Any] = []
-    yield clients
-    for c in reversed(clients):
-        c.close()
 
 
 def by_body(events: list[dict[str, Any]]) -> dict[bytes, dict[str, Any]]:

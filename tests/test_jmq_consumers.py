@@ -9,12 +9,12 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
+from waiting import wait_for
 
 APP = "test_app"
 TOKEN = "test_token"
@@ -52,13 +52,6 @@ def simple(broker: EmbeddedBroker, topic: str, **kw: object) -> ferrymq.SimpleCo
         jmq_options={"long_poll": 0.3},
         **kw,  # type: ignore[arg-type]
     )
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def test_simple_consumer_receives_and_acks(jmq_broker: EmbeddedBroker, topic: str) -> None:
@@ -168,7 +161,10 @@ def test_push_consumer_consumes_every_message(jmq_broker: EmbeddedBroker, topic:
     ) as pc:
         assert isinstance(pc, ferrymq.PushConsumer)
         assert pc.protocol == "jmq4"
-        wait_for(lambda: set(seen) == sent and pc.stats()["cached_messages"] == 0)
+        wait_for(
+            "every message consumed and the cache empty",
+            lambda: set(seen) == sent and pc.stats()["cached_messages"] == 0,
+        )
         stats = pc.stats()
     # Slots are reserved before each receive, but a JMQ4 batch (50 here) is delivered whole:
     # each of the 4 receives in flight may bring one batch beyond its reservation.
@@ -217,7 +213,10 @@ def test_push_consumer_async_listener_from_blocking_code(
     with ferrymq.PushConsumer(
         jmq_broker.jmq_endpoint, APP, subscriptions=topic, listener=listener, token=TOKEN
     ) as pc:
-        wait_for(lambda: seen == sent and pc.stats()["cached_messages"] == 0)
+        wait_for(
+            "every message consumed and the cache empty",
+            lambda: seen == sent and pc.stats()["cached_messages"] == 0,
+        )
     assert threads == {"ferrymq-listener-loop"}
 
 
@@ -243,7 +242,10 @@ def test_push_listener_failure_is_nacked_and_redelivered(
     with ferrymq.PushConsumer(
         jmq_broker.jmq_endpoint, APP, subscriptions=topic, listener=listener, token=TOKEN
     ) as pc:
-        wait_for(lambda: done == sent and pc.stats()["cached_messages"] == 0)
+        wait_for(
+            "every message consumed and the cache empty",
+            lambda: done == sent and pc.stats()["cached_messages"] == 0,
+        )
         stats = pc.stats()
     assert all(n >= 2 for n in attempts.values())
     assert stats["nacked"] >= 10

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,26 +26,10 @@ import ferrymq
 from ferrymq import ConsumeResult, Message, MessageView, Producer
 from ferrymq.testing import EmbeddedBroker
 from servers import EmbeddedServer, RealServer, Server
+from waiting import wait_for
 
 #: Short periods for the background tasks, so a test sees a change within a second.
 FAST: dict[str, float] = {"route_refresh_interval": 0.2, "settings_sync_interval": 0.2}
-
-
-def wait_for(what: str, cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    """Clients to close at the end of the test (in reverse order)."""
-    clients: list[Any] = []
-    yield clients
-    for c in reversed(clients):
-        c.close()
 
 
 def _endpoint(b: EmbeddedBroker, index: int = 0) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,29 +24,13 @@ import pytest
 import ferrymq
 from ferrymq import BrokerError, Credentials, Message, MessageView, Producer, TlsConfig, _native
 from servers import SecureServer
+from waiting import wait_for
 
 pytestmark = [pytest.mark.rocketmq_secure, pytest.mark.timeout(120)]
 
 #: The code the real proxy answers for a refused identity and for a missing permission alike
 #: (its ResponseBuilder maps both AuthenticationException and AuthorizationException to it).
 REFUSED = "UNAUTHORIZED"
-
-
-def wait_for(what: str, cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Any]]:
-    """Clients to close at the end of the test (in reverse order)."""
-    clients: list[Any] = []
-    yield clients
-    for c in reversed(clients):
-        c.close()
 
 
 @pytest.fixture
