@@ -10,7 +10,10 @@ For each client the script prints:
 
 * **msg/s**: messages consumed per second of wall time, from the consumer's start until every
   message was consumed (ferrymq: and acknowledged by the broker; the official clients: until
-  their last callback, which favours them slightly);
+  their last callback, which favours them slightly). The Java client is measured after a
+  warm-up: it consumes ``--java-warmup`` more messages first, and its span runs from the end of
+  those to its last callback (its JIT needs thousands of calls before the client runs
+  compiled; counted from the start, its figures were mostly start-up and JIT work);
 * **CPU µs/msg**: CPU time (user + system) the client's process spent per message over the same
   span (Java: its JVM), which is robust on a busy machine where wall-clock rates vary;
 
@@ -30,9 +33,9 @@ and the ratios ferrymq / official Python and ferrymq / Java. Scenarios:
 Usage (build the extension in release mode first: ``maturin develop --release``)::
 
     python benches/bench_consumer.py [--messages 200000] [--official-messages 5000]
-        [--java-messages 50000] [--body 100] [--queues 8] [--message-groups 100,1]
-        [--single-group-messages 20000] [--scenarios normal,fifo,simple] [--no-official]
-        [--no-java] [--server embedded|real]
+        [--java-messages 50000] [--java-warmup 20000] [--body 100] [--queues 8]
+        [--message-groups 100,1] [--single-group-messages 20000]
+        [--scenarios normal,fifo,simple] [--no-official] [--no-java] [--server embedded|real]
 
 The official clients are measured on fewer messages because they are slower; rates are
 per-second figures either way. The Java peer needs Java 17 and Maven (``scripts/java-peer``).
@@ -222,9 +225,19 @@ def run_ferrymq_simple(label: str, endpoints: str, topic: str, group: str, n: in
 
 
 def run_java(
-    java: JavaPeer, label: str, endpoints: str, topic: str, group: str, n: int, simple: bool
+    java: JavaPeer,
+    label: str,
+    endpoints: str,
+    topic: str,
+    group: str,
+    n: int,
+    warmup: int,
+    simple: bool,
 ) -> Result:
-    """The Java client in its own JVM; its msg/s and CPU are measured inside it."""
+    """The Java client in its own JVM; its msg/s and CPU are measured inside it, over the last
+    ``n`` of ``warmup + n`` messages: the JIT compiles the client's consumption path on the
+    first ``warmup`` (measured from the consumer's start, a few thousand messages were mostly
+    interpreted and JIT work on a busy machine)."""
     s0 = process_cpu_seconds(SERVER_PID)
     p = java.run(
         "bench-simple" if simple else "bench-push",
@@ -232,11 +245,15 @@ def run_java(
         topic=topic,
         group=group,
         count=n,
+        warmup_msgs=warmup,
         timeout=900,
     )
     s1 = process_cpu_seconds(SERVER_PID)
     (r,) = p.of("bench")
-    server = None if s0 is None or s1 is None else s1 - s0
+    warm = {k: v for k, v in r.items() if k.startswith(("warmup", "jit"))}
+    print(f"  {label}: warm-up {warm}", flush=True)
+    # The server's CPU over the whole run, warm-up included: its share of the measured messages.
+    server = None if s0 is None or s1 is None else (s1 - s0) * n / (n + warmup)
     return Result(label, n, r["seconds"], r["cpu_seconds"], server)
 
 
@@ -332,6 +349,7 @@ class Step:
     messages: int
     fifo: bool
     message_groups: int = 0
+    warmup: int = 0  # messages consumed before the measured ones (Java)
     accelerator: bool = False
     pipelining: bool = False
 
@@ -353,7 +371,7 @@ def build_plan(args: argparse.Namespace, java: bool) -> list[Step]:
             if java:
                 plan.append(
                     Step(name, "java", f"java-{name}", f"java-{name}-g", args.java_messages,
-                         fifo, groups)
+                         fifo, groups, warmup=args.java_warmup)
                 )  # fmt: skip
             if not fifo:
                 plan.append(
@@ -378,6 +396,12 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--official-messages", type=int, default=5_000)
     ap.add_argument("--java-messages", type=int, default=50_000)
+    ap.add_argument(
+        "--java-warmup",
+        type=int,
+        default=20_000,
+        help="messages the Java consumer consumes before its measured ones (JIT warm-up)",
+    )
     ap.add_argument("--body", type=int, default=100, help="body size in bytes")
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument(
@@ -435,12 +459,12 @@ def main() -> int:
             scenario, client, topic, group, n = (
                 st.scenario, st.client, st.topic, st.group, st.messages
             )  # fmt: skip
-            preload(endpoints, topic, n, body, st.message_groups)
+            preload(endpoints, topic, n + st.warmup, body, st.message_groups)
             label = f"{scenario}/{client}"
             simple = scenario == "simple"
             if client == "java":
                 assert java is not None
-                r = run_java(java, label, endpoints, topic, group, n, simple)
+                r = run_java(java, label, endpoints, topic, group, n, st.warmup, simple)
             elif client == "official":
                 run = run_official_simple if simple else run_official
                 r = run(label, endpoints, topic, group, n)

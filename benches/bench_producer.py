@@ -15,10 +15,13 @@ Scenarios, each with 100 B and 1 KiB bodies (``--sizes``):
   messages that differ only in their bodies).
 
 Prints, for each client, messages/s (wall clock) and CPU time per message, with the ratios
-ferrymq/Java and ferrymq/official-Python. CPU: ferrymq and the official Python client are
-measured as this whole process (client + embedded broker, which runs in this process for both;
-with ``--server real`` the client only); Java as its own JVM (client only, after a warm-up),
-so on the embedded broker Java's CPU figure leaves the broker's share out. On a shared machine
+ferrymq/Java and ferrymq/official-Python, then the context switches per sync send. CPU and
+context switches: ferrymq and the official Python client are measured as this whole process
+(client + embedded broker, which runs in this process for both; with ``--server real`` the
+client only); Java as its own JVM (client only), so on the embedded broker Java's figures leave
+the broker's share out. The Java client is measured after a warm-up until its JIT is quiet
+(20,000 ``sendAsync``, then for sync 3 s of ``send``: a minute or more on a busy machine), which
+is what a long-running Java producer sees. On a shared machine
 the wall-clock rate depends on what else runs; the CPU cost per message does much less, and
 ``2 cores / cost`` is the rate the run would reach on two dedicated cores.
 
@@ -45,25 +48,41 @@ from _bench_server import add_arguments, open_server
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from java_peer import JavaPeer
 
-Rate = tuple[float, float]  # (messages/s, process CPU microseconds per message)
+# (messages/s, process CPU microseconds per message, process context switches per message)
+Rate = tuple[float, float, float]
 WINDOW = 1000  # sends in flight in the async scenarios
 
 
-def cpu_seconds() -> float:
+def usage() -> tuple[float, int]:
+    """This process's CPU seconds (user + system) and context switches so far."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
+
+
+class Span:
+    """Wall time, CPU time and context switches of this process from creation to ``rate``."""
+
+    def __init__(self) -> None:
+        self.cpu0, self.cs0 = usage()
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def rate(self, done: int) -> Rate:
+        elapsed = self.elapsed()
+        cpu, cs = usage()
+        return done / elapsed, (cpu - self.cpu0) / done * 1e6, (cs - self.cs0) / done
 
 
 def timed(seconds: float, step: Callable[[], int], finish: Callable[[], object] = int) -> Rate:
     """Run ``step`` (returns messages done) until ``seconds`` pass, then ``finish``."""
     done = 0
-    cpu0 = cpu_seconds()
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    span = Span()
+    while span.elapsed() < seconds:
         done += step()
     finish()
-    elapsed = time.perf_counter() - start
-    return done / elapsed, (cpu_seconds() - cpu0) / done * 1e6
+    return span.rate(done)
 
 
 def ferry_sync(p: ferrymq.Producer, topic: str, body: bytes, seconds: float) -> Rate:
@@ -109,13 +128,11 @@ def ferry_send_async(endpoints: str, topic: str, body: bytes, seconds: float) ->
                     await p.send_async(msg)
 
             done = 0
-            cpu0 = cpu_seconds()
-            start = time.perf_counter()
-            while time.perf_counter() - start < seconds:
+            span = Span()
+            while span.elapsed() < seconds:
                 await asyncio.gather(*(one() for _ in range(10_000)))
                 done += 10_000
-            elapsed = time.perf_counter() - start
-            return done / elapsed, (cpu_seconds() - cpu0) / done * 1e6
+            return span.rate(done)
 
     return asyncio.run(run())
 
@@ -179,7 +196,10 @@ def official_async(p: object, topic: str, body: bytes, seconds: float) -> Rate:
 def java_send(
     java: JavaPeer, endpoints: str, topic: str, size: int, seconds: float, mode: str
 ) -> Rate:
-    """The Java client in its own JVM: 2 s of warm-up, then ``seconds`` measured."""
+    """The Java client in its own JVM, measured inside it for ``seconds`` after a warm-up: 20,000
+    ``sendAsync`` (then, for sync, 3 s of ``send``), each until the JIT is quiet. A warm-up of a
+    fixed 2 s left the client interpreted on a busy machine (30-100 msg/s, ms of CPU per send):
+    its JIT needs thousands of calls, and its compiler threads share the cores."""
     p = java.run(
         "bench-send",
         endpoints=endpoints,
@@ -187,12 +207,15 @@ def java_send(
         mode=mode,
         window=WINDOW,
         size=size,
-        warmup=2,
+        warmup_msgs=20_000,
+        warmup=3,
         seconds=seconds,
-        timeout=seconds + 120,
+        timeout=seconds + 400,
     )
     (r,) = p.of("bench")
-    return r["rate"], r["cpu_seconds"] / r["msgs"] * 1e6
+    warm = {k: v for k, v in r.items() if k.startswith(("warmup", "jit"))}
+    print(f"  Java {mode} {size} B: warm-up {warm}", flush=True)
+    return r["rate"], r["cpu_seconds"] / r["msgs"] * 1e6, r["context_switches"] / r["msgs"]
 
 
 Row = tuple[str, int, Rate, Rate | None, Rate | None]
@@ -202,7 +225,7 @@ def ratio(ours: Rate, theirs: Rate | None) -> tuple[str, str, str, str]:
     """(their msg/s, rate ratio, their CPU, CPU ratio) columns."""
     if theirs is None:
         return f"{'-':>9}", f"{'-':>6}", f"{'-':>7}", f"{'-':>6}"
-    (rate, cpu), (t_rate, t_cpu) = ours, theirs
+    (rate, cpu, _), (t_rate, t_cpu, _) = ours, theirs
     return (
         f"{t_rate:9,.0f}",
         f"{rate / t_rate:5.1f}x",
@@ -271,8 +294,17 @@ def main() -> None:
             f"{name:28} {size:>5}B | {ours[0]:9,.0f} {j_rate} {j_x} {p_rate} {p_x}       |"
             f" {ours[1]:7.2f} {j_cpu} {j_cx} {p_cpu} {p_cx}"
         )
+    print("context switches per sync send (ferrymq and Python: this process", end="")
+    print(", embedded broker included;" if args.server == "embedded" else ";", end="")
+    print(" Java: its JVM):")
+    for name, size, ours, py, jv in rows:
+        if name == "sync send":
+            others = "".join(
+                f", {label} {r[2]:.1f}" for label, r in (("Java", jv), ("Python", py)) if r
+            )
+            print(f"  {size} B: ferrymq {ours[2]:.1f}{others}")
     with open("/proc/loadavg") as f:
-        print(f"(load average during the run: {f.read().split()[0]})")
+        print(f"(load average at the end of the run, 1/5/15 min: {' '.join(f.read().split()[:3])})")
 
 
 if __name__ == "__main__":

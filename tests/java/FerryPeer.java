@@ -24,12 +24,15 @@
 //                [--invisible S] [--await S] [--filter EXPR]
 //       a simple consumer: receive + ack until N messages, "msg" lines with "acked", "done".
 //   bench-send   --endpoints E --topic T [--mode sync|async] [--window W] [--size B]
-//                [--warmup S] [--seconds S]
-//   bench-push   --endpoints E --topic T --group G --count N [--size B] [--threads K]
-//   bench-simple --endpoints E --topic T --group G --count N [--batch B]
-//       throughput: one "bench" line with msgs, seconds, rate (msg/s) and cpu_seconds (this
-//       process, over the measured span). bench-push / bench-simple consume N messages loaded
-//       beforehand; the span runs from the consumer's start to the N-th message.
+//                [--warmup S] [--warmup-msgs N] [--warmup-max S] [--seconds S]
+//   bench-push   --endpoints E --topic T --group G --count N [--warmup-msgs W] [--threads K]
+//   bench-simple --endpoints E --topic T --group G --count N [--warmup-msgs W] [--batch B]
+//       throughput: one "bench" line with msgs, seconds, rate (msg/s), cpu_seconds and
+//       context_switches (this process, over the measured span) and the warm-up done before
+//       it. bench-send warms up with --warmup-msgs async sends (1000 in flight), then (sync)
+//       --warmup seconds of sync sends, each until the JIT is quiet (at most --warmup-max
+//       seconds each), and measures --seconds. bench-push / bench-simple consume
+//       --warmup-msgs + N messages loaded beforehand; the span covers the last N.
 
 import java.io.FileDescriptor;
 import java.io.FileOutputStream;
@@ -219,11 +222,6 @@ public final class FerryPeer {
         return Double.NaN;
     }
 
-    private static void bench(String mode, long msgs, double seconds, double cpu) {
-        emit("bench", "\"mode\":" + q(mode) + ",\"msgs\":" + msgs + ",\"seconds\":" + seconds
-                + ",\"rate\":" + (msgs / seconds) + ",\"cpu_seconds\":" + cpu);
-    }
-
     // -- produce ----------------------------------------------------------------------------
 
     private Message build(int i, long deliverAt) {
@@ -389,13 +387,82 @@ public final class FerryPeer {
 
     // -- benchmarks -------------------------------------------------------------------------
 
+    // The JIT compiles the client's hot paths only after thousands of calls, and on a busy
+    // machine its compiler threads get little CPU: a warm-up of a fixed few seconds left the
+    // client interpreted (tens of ms of CPU per send). So each benchmark warms up by work done,
+    // then until the JIT is quiet, before its measured span starts.
+
+    /** One warm-up or measured round of a benchmark: runs until the deadline, returns messages. */
+    private interface Round {
+        long run(long deadlineNanos) throws Exception;
+    }
+
+    /** Compilation time of this JVM so far, in ms (0 when the JVM does not report it). */
+    private static long jitMillis() {
+        var jit = ManagementFactory.getCompilationMXBean();
+        return jit != null && jit.isCompilationTimeMonitoringSupported()
+                ? jit.getTotalCompilationTime() : 0;
+    }
+
+    /** Voluntary + involuntary context switches of every live thread of this JVM. */
+    private static long contextSwitches() {
+        long total = 0;
+        java.io.File[] tasks = new java.io.File("/proc/self/task").listFiles();
+        if (tasks == null) {
+            return -1;
+        }
+        for (java.io.File t : tasks) {
+            try {
+                for (String line : java.nio.file.Files.readAllLines(t.toPath().resolve("status"))) {
+                    if (line.startsWith("voluntary_ctxt_switches:")
+                            || line.startsWith("nonvoluntary_ctxt_switches:")) {
+                        total += Long.parseLong(line.substring(line.indexOf(':') + 1).trim());
+                    }
+                }
+            } catch (java.io.IOException | RuntimeException e) {
+                // the thread ended meanwhile
+            }
+        }
+        return total;
+    }
+
+    /**
+     * Runs 1 s rounds until at least minSeconds and minMsgs messages are done and the JIT
+     * compiled for less than 2% of the last round, or --warmup-max seconds passed. Returns the
+     * JSON fields describing the warm-up (prefixed with `name`).
+     */
+    private String warmUp(String name, Round round, long minMsgs, double minSeconds)
+            throws Exception {
+        double maxSeconds = secs("warmup-max", 90);
+        long t0 = System.nanoTime();
+        long msgs = 0;
+        while (true) {
+            long jit0 = jitMillis();
+            long r0 = System.nanoTime();
+            msgs += round.run(r0 + 1_000_000_000L);
+            double roundMs = (System.nanoTime() - r0) / 1e6;
+            boolean quiet = jitMillis() - jit0 < 0.02 * roundMs;
+            double took = (System.nanoTime() - t0) / 1e9;
+            if ((quiet && msgs >= minMsgs && took >= minSeconds) || took >= maxSeconds) {
+                return q(name + "_msgs") + ":" + msgs + "," + q(name + "_seconds") + ":" + took
+                        + "," + q(name + "_jit_quiet") + ":" + quiet;
+            }
+        }
+    }
+
+    private static void bench(String mode, long msgs, double seconds, double cpu, long switches,
+            String warmup) {
+        emit("bench", "\"mode\":" + q(mode) + ",\"msgs\":" + msgs + ",\"seconds\":" + seconds
+                + ",\"rate\":" + (msgs / seconds) + ",\"cpu_seconds\":" + cpu
+                + ",\"context_switches\":" + switches + "," + warmup);
+    }
+
     private void benchSend() throws Exception {
         byte[] body = new byte[num("size", 100)];
         java.util.Arrays.fill(body, (byte) 'x');
         Message m = PROVIDER.newMessageBuilder().setTopic(str("topic")).setBody(body).build();
         String mode = str("mode", "sync");
         int window = num("window", 1000);
-        double warmup = secs("warmup", 1);
         double seconds = secs("seconds", 3);
         try (Producer producer = PROVIDER.newProducerBuilder()
                 .setClientConfiguration(config())
@@ -404,55 +471,68 @@ public final class FerryPeer {
             AtomicLong completed = new AtomicLong();
             AtomicReference<Throwable> error = new AtomicReference<>();
             Semaphore inFlight = new Semaphore(window);
-            long t0 = System.nanoTime();
-            long measureFrom = t0 + (long) (warmup * 1e9);
-            long end = measureFrom + (long) (seconds * 1e9);
-            long base = -1;
-            double cpu0 = 0;
-            long start = 0;
-            while (true) {
-                long now = System.nanoTime();
-                if (base < 0 && now >= measureFrom) {
-                    base = completed.get();
-                    cpu0 = cpuSeconds();
-                    start = now;
-                }
-                if (now >= end) {
-                    break;
-                }
-                if (error.get() != null) {
-                    throw new RuntimeException(error.get());
-                }
-                if (mode.equals("sync")) {
-                    producer.send(m);
-                    completed.incrementAndGet();
-                } else {
-                    if (!inFlight.tryAcquire(100, TimeUnit.MILLISECONDS)) {
-                        continue;
+            // A round counts the sends that completed during it. Async: sendAsync with at most
+            // `window` in flight.
+            Round async = deadline -> {
+                long before = completed.get();
+                while (System.nanoTime() < deadline) {
+                    if (error.get() != null) {
+                        throw new RuntimeException(error.get());
                     }
-                    producer.sendAsync(m).whenComplete((r, e) -> {
-                        if (e != null) {
-                            error.compareAndSet(null, e);
-                        }
-                        completed.incrementAndGet();
-                        inFlight.release();
-                    });
+                    if (inFlight.tryAcquire(100, TimeUnit.MILLISECONDS)) {
+                        producer.sendAsync(m).whenComplete((r, e) -> {
+                            if (e != null) {
+                                error.compareAndSet(null, e);
+                            }
+                            completed.incrementAndGet();
+                            inFlight.release();
+                        });
+                    }
                 }
+                return completed.get() - before;
+            };
+            Round sync = deadline -> {
+                long n = 0;
+                while (System.nanoTime() < deadline) {
+                    producer.send(m);
+                    n++;
+                }
+                return n;
+            };
+            // Both modes share the client's send path; the async one drives it through the
+            // JIT's thresholds far sooner, so it warms up first in either mode.
+            String warm = warmUp("warmup", async, num("warmup-msgs", 20000), 0);
+            inFlight.acquire(window);
+            inFlight.release(window);
+            Round measured = mode.equals("sync") ? sync : async;
+            if (mode.equals("sync")) {
+                warm += "," + warmUp("warmup_sync", sync, 1000, secs("warmup", 3));
             }
-            long msgs = completed.get() - base;
+            double cpu0 = cpuSeconds();
+            long cs0 = contextSwitches();
+            long start = System.nanoTime();
+            long msgs = measured.run(start + (long) (seconds * 1e9));
             double took = (System.nanoTime() - start) / 1e9;
             double cpu = cpuSeconds() - cpu0;
+            long switches = contextSwitches() - cs0;
             inFlight.acquire(window); // let the tail finish before closing
-            bench(mode.equals("sync") ? "sync" : "async-" + window, msgs, took, cpu);
+            warm += ",\"jit_ms\":" + jitMillis();
+            bench(mode.equals("sync") ? "sync" : "async-" + window, msgs, took, cpu, switches, warm);
         }
     }
 
+    /**
+     * Consumer benchmarks: --warmup-msgs messages are consumed first (the JIT warms up on them),
+     * then the measured span runs over the next --count messages; --count + --warmup-msgs
+     * messages must be loaded beforehand.
+     */
     private void benchPush() throws Exception {
         int count = num("count", 10000);
+        int warm = num("warmup-msgs", 20000);
         AtomicInteger seen = new AtomicInteger();
+        CountDownLatch warmed = new CountDownLatch(1);
         CountDownLatch done = new CountDownLatch(1);
         AtomicLong last = new AtomicLong();
-        double cpu0 = cpuSeconds();
         long t0 = System.nanoTime();
         try (PushConsumer consumer = PROVIDER.newPushConsumerBuilder()
                 .setClientConfiguration(config())
@@ -460,25 +540,40 @@ public final class FerryPeer {
                 .setSubscriptionExpressions(subscription())
                 .setConsumptionThreadCount(num("threads", 20))
                 .setMessageListener(m -> {
-                    if (seen.incrementAndGet() == count) {
+                    int n = seen.incrementAndGet();
+                    if (n == warm) {
+                        warmed.countDown();
+                    }
+                    if (n == warm + count) {
                         last.set(System.nanoTime());
                         done.countDown();
                     }
                     return ConsumeResult.SUCCESS;
                 })
                 .build()) {
-            if (!done.await((long) (secs("timeout", 600) * 1000), TimeUnit.MILLISECONDS)) {
-                throw new RuntimeException("consumed " + seen.get() + " of " + count);
+            long timeout = (long) (secs("timeout", 600) * 1000);
+            if (warm > 0 && !warmed.await(timeout, TimeUnit.MILLISECONDS)) {
+                throw new RuntimeException("warm-up: consumed " + seen.get() + " of " + warm);
+            }
+            long start = System.nanoTime();
+            int base = seen.get();
+            double cpu0 = cpuSeconds();
+            long cs0 = contextSwitches();
+            String warmup = "\"warmup_msgs\":" + base + ",\"warmup_seconds\":"
+                    + (start - t0) / 1e9 + ",\"jit_ms\":" + jitMillis();
+            if (!done.await(timeout, TimeUnit.MILLISECONDS)) {
+                throw new RuntimeException("consumed " + seen.get() + " of " + (warm + count));
             }
             double cpu = cpuSeconds() - cpu0;
-            bench("push", count, (last.get() - t0) / 1e9, cpu);
+            long switches = contextSwitches() - cs0;
+            bench("push", warm + count - base, (last.get() - start) / 1e9, cpu, switches, warmup);
         }
     }
 
     private void benchSimple() throws Exception {
         int count = num("count", 10000);
-        int got = 0;
-        double cpu0 = cpuSeconds();
+        int warm = num("warmup-msgs", 20000);
+        int batch = num("batch", 32);
         long t0 = System.nanoTime();
         long deadline = t0 + (long) (secs("timeout", 600) * 1e9);
         try (SimpleConsumer consumer = PROVIDER.newSimpleConsumerBuilder()
@@ -488,17 +583,31 @@ public final class FerryPeer {
                 .setAwaitDuration(Duration.ofSeconds(2))
                 .build()) {
             Duration invisible = Duration.ofSeconds(60);
-            while (got < count) {
-                if (System.nanoTime() > deadline) {
-                    throw new RuntimeException("consumed " + got + " of " + count);
+            int got = 0;
+            double cpu0 = 0;
+            long cs0 = 0;
+            long start = 0;
+            int base = 0;
+            String warmup = "";
+            while (got < warm + count) {
+                if (start == 0 && got >= warm) {
+                    start = System.nanoTime();
+                    base = got;
+                    cpu0 = cpuSeconds();
+                    cs0 = contextSwitches();
+                    warmup = "\"warmup_msgs\":" + got + ",\"warmup_seconds\":"
+                            + (start - t0) / 1e9 + ",\"jit_ms\":" + jitMillis();
                 }
-                for (MessageView m : consumer.receive(num("batch", 32), invisible)) {
+                if (System.nanoTime() > deadline) {
+                    throw new RuntimeException("consumed " + got + " of " + (warm + count));
+                }
+                for (MessageView m : consumer.receive(batch, invisible)) {
                     consumer.ack(m);
                     got++;
                 }
             }
-            double took = (System.nanoTime() - t0) / 1e9;
-            bench("simple", got, took, cpuSeconds() - cpu0);
+            double took = (System.nanoTime() - start) / 1e9;
+            bench("simple", got - base, took, cpuSeconds() - cpu0, contextSwitches() - cs0, warmup);
         }
     }
 }
