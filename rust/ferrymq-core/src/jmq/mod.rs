@@ -5,7 +5,8 @@
 //! | module | concept |
 //! | --- | --- |
 //! | [`codec`] | framing, header, primitives (S1/S2 strings, arrays, BYTES) |
-//! | [`command`] | request and response payloads of every command |
+//! | [`command`] | request and response payloads of every command, each layout stated once |
+//! | [`wire`] | the `Wire` layout of each field type and the `wire!` field-list macro |
 //! | [`message`] | the MESSAGE store format, sysCode bits, batch bodies, properties text |
 //! | [`compress`] | zlib, framed snappy and zip bodies |
 //! | [`codes`] | result codes, names, retry and refresh classification |
@@ -25,6 +26,10 @@ pub mod consumer;
 pub mod message;
 pub mod producer;
 pub mod range;
+pub mod wire;
+
+#[cfg(test)]
+mod command_tests;
 
 use crate::error::{Error, Result};
 
