@@ -5,7 +5,7 @@
 //! header, rounded up to 16, at least 32 bytes). The store is driven directly, single-threaded,
 //! so what the counter sees between two points is what the store allocated.
 //!
-//! `cargo test -p ferrymq-core --test broker_memory -- --nocapture` prints the figures.
+//! `cargo test -p ferrymq-server --test broker_memory -- --nocapture` prints the figures.
 
 #![allow(clippy::print_stderr)] // the figures are the point of a run with --nocapture
 
