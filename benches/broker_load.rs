@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use ferrymq_core::broker::{Broker, BrokerConfig, GroupConfig, WhenFull};
 use ferrymq_core::proto;
 use ferrymq_core::proto::messaging_service_client::MessagingServiceClient;
 use ferrymq_core::proto::telemetry_command::Command;
+use ferrymq_server::broker::{Broker, BrokerConfig, GroupConfig, WhenFull};
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 

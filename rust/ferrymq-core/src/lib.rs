@@ -2,9 +2,8 @@
 //!
 //! Everything that touches the network, a codec or a cache lives here and is tested with plain
 //! `cargo test`; the PyO3 binding crate (`ferrymq-python`) only converts values and releases the
-//! GIL. See `docs/architecture.md` for how the modules fit together.
+//! GIL. The embedded servers (RocketMQ broker, JMQ4 server) are the `ferrymq-server` crate. See `docs/architecture.md` for how the modules fit together.
 
-pub mod broker;
 pub mod columnar;
 pub mod duration;
 pub mod error;

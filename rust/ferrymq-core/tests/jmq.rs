@@ -14,8 +14,8 @@ use ferrymq_core::jmq::command::{Payload, RetryType};
 use ferrymq_core::jmq::compress::Compression;
 use ferrymq_core::jmq::consumer::{ConsumeMode, ConsumerOptions, JmqConsumer, ReceivedMessage};
 use ferrymq_core::jmq::producer::{JmqProducer, ProducerOptions, TransactionChecker, TxResolution};
-use ferrymq_core::jmq::server::{JmqServer, JmqServerConfig, DEFAULT_APP, DEFAULT_TOKEN};
 use ferrymq_core::{ErrorKind, Message};
+use ferrymq_server::jmq::server::{JmqServer, JmqServerConfig, DEFAULT_APP, DEFAULT_TOKEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -534,7 +534,7 @@ async fn bad_input_gives_clear_errors() {
     s.store().set_subscription(
         "ok",
         DEFAULT_APP,
-        ferrymq_core::jmq::store::Subscription {
+        ferrymq_server::jmq::store::Subscription {
             produce: false,
             consume: false,
         },

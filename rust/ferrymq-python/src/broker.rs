@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrymq_core::broker::admin::MessageInfo;
-use ferrymq_core::broker::{
+use ferrymq_core::proto;
+use ferrymq_server::broker::admin::MessageInfo;
+use ferrymq_server::broker::{
     Broker, BrokerConfig, Credentials, GroupConfig, Rpc, StatusFault, Unavailable, WhenFull,
 };
-use ferrymq_core::proto;
 use prost::Message as _;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};

@@ -20,8 +20,8 @@ use ferrymq_core::jmq::producer::{
     JmqProducer as CoreProducer, JmqTransaction as CoreTransaction, ProducerOptions, SendReceipt,
     TransactionChecker, TxResolution,
 };
-use ferrymq_core::jmq::server::{JmqServer as CoreServer, JmqServerConfig};
 use ferrymq_core::{Error, Message};
+use ferrymq_server::jmq::server::{JmqServer as CoreServer, JmqServerConfig};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tokio::sync::OnceCell;

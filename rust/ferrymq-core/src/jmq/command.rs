@@ -2,13 +2,19 @@
 //!
 //! Each payload implements [`Payload`]: `encode` appends it to a frame buffer, `decode` reads it
 //! from a [`Reader`] positioned at the start of the payload. Layouts that depend on the header
-//! version take it as an argument (the version *sent in the request*, §2.1). Strings are `S1` or
-//! `S2` exactly as the server's codecs write them.
+//! version take it as an argument (the version *sent in the request*, §2.1).
+//!
+//! A layout is stated once: most payloads are declared with [`wire!`](super::wire), their
+//! fields in wire order, each written and read through its type's [`Wire`] layout (S2 strings,
+//! SHORT-counted arrays, big-endian numbers). What is not a plain field list — S1 strings,
+//! version-dependent fields, presence flags, the coordinator sentinel, the COMMIT_ACK count bug
+//! — implements [`Wire`] or [`Payload`] by hand below, next to the type.
 
 use bytes::{BufMut, BytesMut};
 
 use super::codec::{command_type as ct, put_bool, put_count, put_s1, put_s2, Reader, BOOLEAN_ACK};
 use super::message::WireMessage;
+use super::wire::{wire, Wire};
 use crate::error::{Error, Result};
 
 /// A command payload.
@@ -25,27 +31,6 @@ pub trait Payload: Sized {
 pub trait Request: Payload {
     /// The typed response (or [`BooleanAck`]).
     type Response: Payload;
-}
-
-fn put_str_list(dst: &mut BytesMut, field: &str, v: &[String]) -> Result<()> {
-    put_count(dst, field, v.len())?;
-    for s in v {
-        put_s2(dst, field, Some(s))?;
-    }
-    Ok(())
-}
-
-fn read_str_list(r: &mut Reader) -> Result<Vec<String>> {
-    let n = r.count()?;
-    let mut v = Vec::with_capacity(n.min(r.remaining() / 2));
-    for _ in 0..n {
-        v.push(r.s2_or_empty()?);
-    }
-    Ok(v)
-}
-
-fn cap<T>(n: usize, r: &Reader, min_item: usize) -> Vec<T> {
-    Vec::with_capacity(n.min(r.remaining() / min_item.max(1)))
 }
 
 macro_rules! empty_payload {
@@ -204,49 +189,26 @@ impl Payload for AddConnectionResponse {
     }
 }
 
-/// FETCH_HEALTH response (-8).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct FetchHealthResponse {
-    /// Health score (the real server always sends 0; ferrymq treats it as a penalty).
-    pub point: f64,
-}
-
-impl Payload for FetchHealthResponse {
-    const TYPE: i8 = -ct::FETCH_HEALTH;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        d.put_f64(self.point);
-        Ok(())
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        Ok(FetchHealthResponse { point: r.f64()? })
+wire! {
+    /// FETCH_HEALTH response (-8).
+    #[derive(Debug, Clone, Copy, PartialEq, Default)]
+    pub struct FetchHealthResponse [-ct::FETCH_HEALTH] {
+        /// Health score (the real server always sends 0; ferrymq treats it as a penalty).
+        pub point: f64,
     }
 }
 
 macro_rules! topics_app {
     ($(#[$m:meta])* $name:ident, $t:expr, $resp:ty) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, PartialEq, Eq, Default)]
-        pub struct $name {
-            /// Topics (S2).
-            pub topics: Vec<String>,
-            /// The app (S2).
-            pub app: String,
-        }
-        impl Payload for $name {
-            const TYPE: i8 = $t;
-            fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-                put_str_list(d, "topics", &self.topics)?;
-                put_s2(d, "app", Some(&self.app))
+        wire! {
+            $(#[$m])*
+            #[derive(Debug, Clone, PartialEq, Eq, Default)]
+            pub struct $name [$t => $resp] {
+                /// Topics (S2).
+                pub topics: Vec<String>,
+                /// The app (S2).
+                pub app: String,
             }
-            fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-                Ok($name {
-                    topics: read_str_list(r)?,
-                    app: r.s2_or_empty()?,
-                })
-            }
-        }
-        impl Request for $name {
-            type Response = $resp;
         }
     };
 }
@@ -278,34 +240,17 @@ topics_app!(
 
 macro_rules! add_client {
     ($(#[$m:meta])* $name:ident, $t:expr) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, PartialEq, Eq, Default)]
-        pub struct $name {
-            /// Topics (S2).
-            pub topics: Vec<String>,
-            /// The app (S2).
-            pub app: String,
-            /// Increasing sequence.
-            pub sequence: i64,
-        }
-        impl Payload for $name {
-            const TYPE: i8 = $t;
-            fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-                put_str_list(d, "topics", &self.topics)?;
-                put_s2(d, "app", Some(&self.app))?;
-                d.put_i64(self.sequence);
-                Ok(())
+        wire! {
+            $(#[$m])*
+            #[derive(Debug, Clone, PartialEq, Eq, Default)]
+            pub struct $name [$t => ClientIdsResponse<{ -$t }>] {
+                /// Topics (S2).
+                pub topics: Vec<String>,
+                /// The app (S2).
+                pub app: String,
+                /// Increasing sequence.
+                pub sequence: i64,
             }
-            fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-                Ok($name {
-                    topics: read_str_list(r)?,
-                    app: r.s2_or_empty()?,
-                    sequence: r.i64()?,
-                })
-            }
-        }
-        impl Request for $name {
-            type Response = ClientIdsResponse<{ -$t }>;
         }
     };
 }
@@ -330,39 +275,33 @@ pub struct ClientIdsResponse<const T: i8> {
 
 impl<const T: i8> Payload for ClientIdsResponse<T> {
     const TYPE: i8 = T;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "ids", self.ids.len())?;
-        for (t, id) in &self.ids {
-            put_s2(d, "topic", Some(t))?;
-            put_s2(d, "id", Some(id))?;
-        }
-        Ok(())
+    fn encode(&self, version: u8, d: &mut BytesMut) -> Result<()> {
+        self.ids.put(d, "ids", version)
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut ids = cap(n, r, 4);
-        for _ in 0..n {
-            ids.push((r.s2_or_empty()?, r.s2_or_empty()?));
-        }
-        Ok(ClientIdsResponse { ids })
+    fn decode(r: &mut Reader, version: u8) -> Result<Self> {
+        Ok(ClientIdsResponse {
+            ids: Wire::get(r, version)?,
+        })
     }
 }
 
-/// A topic's producer policy in FETCH_CLUSTER.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProducerPolicy {
-    /// Prefer brokers in the client's region.
-    pub nearby: bool,
-    /// Single-threaded sending.
-    pub single: bool,
-    /// Archive.
-    pub archive: bool,
-    /// (brokerId as text, weight).
-    pub weights: Vec<(String, i16)>,
-    /// Client IPs that may not produce.
-    pub black_list: Vec<String>,
-    /// Produce timeout, ms.
-    pub timeout: i32,
+wire! {
+    /// A topic's producer policy in FETCH_CLUSTER.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ProducerPolicy {
+        /// Prefer brokers in the client's region.
+        pub nearby: bool,
+        /// Single-threaded sending.
+        pub single: bool,
+        /// Archive.
+        pub archive: bool,
+        /// (brokerId as text, weight).
+        pub weights: Vec<(String, i16)>,
+        /// Client IPs that may not produce.
+        pub black_list: Vec<String>,
+        /// Produce timeout, ms.
+        pub timeout: i32,
+    }
 }
 
 /// A topic's consumer policy in FETCH_CLUSTER.
@@ -396,15 +335,63 @@ pub struct ConsumerPolicy {
     pub read_retry_probability: i32,
 }
 
-/// A partition group in FETCH_CLUSTER.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PartitionGroupMeta {
-    /// Group id.
-    pub id: i32,
-    /// Leader broker id (match it against the broker list).
-    pub leader: i32,
-    /// Partition ids.
-    pub partitions: Vec<i16>,
+/// Field list plus the deleted `concurrentConsume` BOOLEAN after `batch_size` (written false,
+/// ignored when read).
+impl Wire for ConsumerPolicy {
+    const MIN_LEN: usize = 6 + 4 + 2 + 4 + 4 + 2 + 4 + 4 + 4;
+    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
+        for b in [self.nearby, self.paused, self.archive, self.retry, self.seq] {
+            put_bool(d, b);
+        }
+        d.put_i32(self.ack_timeout);
+        d.put_i16(self.batch_size);
+        put_bool(d, false);
+        d.put_i32(self.concurrent);
+        d.put_i32(self.delay);
+        self.black_list.put(d, "black_list", v)?;
+        d.put_i32(self.err_times);
+        d.put_i32(self.max_partition_num);
+        d.put_i32(self.read_retry_probability);
+        Ok(())
+    }
+    fn get(r: &mut Reader, v: u8) -> Result<Self> {
+        let nearby = r.bool()?;
+        let paused = r.bool()?;
+        let archive = r.bool()?;
+        let retry = r.bool()?;
+        let seq = r.bool()?;
+        let ack_timeout = r.i32()?;
+        let batch_size = r.i16()?;
+        let _deleted = r.bool()?;
+        Ok(ConsumerPolicy {
+            nearby,
+            paused,
+            archive,
+            retry,
+            seq,
+            ack_timeout,
+            batch_size,
+            concurrent: r.i32()?,
+            delay: r.i32()?,
+            black_list: Wire::get(r, v)?,
+            err_times: r.i32()?,
+            max_partition_num: r.i32()?,
+            read_retry_probability: r.i32()?,
+        })
+    }
+}
+
+wire! {
+    /// A partition group in FETCH_CLUSTER.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct PartitionGroupMeta {
+        /// Group id.
+        pub id: i32,
+        /// Leader broker id (match it against the broker list).
+        pub leader: i32,
+        /// Partition ids.
+        pub partitions: Vec<i16>,
+    }
 }
 
 /// Topic type byte: -1 none, 0 TOPIC, 1 BROADCAST.
@@ -434,6 +421,51 @@ pub struct TopicMeta {
     pub code: i32,
     /// Topic params, header version 4 only.
     pub params: Vec<(String, String)>,
+}
+
+/// A BOOLEAN presence flag, then the value when present.
+fn put_present<T: Wire>(d: &mut BytesMut, field: &'static str, v: u8, x: &Option<T>) -> Result<()> {
+    put_bool(d, x.is_some());
+    match x {
+        Some(x) => x.put(d, field, v),
+        None => Ok(()),
+    }
+}
+
+fn get_present<T: Wire>(r: &mut Reader, v: u8) -> Result<Option<T>> {
+    if r.bool()? {
+        Ok(Some(T::get(r, v)?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// Field list with presence-flagged policies; `params` only in version 4.
+impl Wire for TopicMeta {
+    const MIN_LEN: usize = 2 + 1 + 1 + 1 + 2 + 4;
+    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
+        self.topic.put(d, "topic", v)?;
+        put_present(d, "producer_policy", v, &self.producer_policy)?;
+        put_present(d, "consumer_policy", v, &self.consumer_policy)?;
+        d.put_i8(self.topic_type);
+        self.partition_groups.put(d, "partition_groups", v)?;
+        d.put_i32(self.code);
+        if v >= 4 {
+            self.params.put(d, "params", v)?;
+        }
+        Ok(())
+    }
+    fn get(r: &mut Reader, v: u8) -> Result<Self> {
+        Ok(TopicMeta {
+            topic: Wire::get(r, v)?,
+            producer_policy: get_present(r, v)?,
+            consumer_policy: get_present(r, v)?,
+            topic_type: r.i8()?,
+            partition_groups: Wire::get(r, v)?,
+            code: r.i32()?,
+            params: if v >= 4 { Wire::get(r, v)? } else { Vec::new() },
+        })
+    }
 }
 
 /// A broker in FETCH_CLUSTER / FIND_COORDINATOR.
@@ -466,199 +498,62 @@ impl BrokerMeta {
             format!("{}:{}", self.host, self.port)
         }
     }
-}
 
-/// FETCH_CLUSTER response (-10), §5.1.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchClusterResponse {
-    /// Topics in request order.
-    pub topics: Vec<TopicMeta>,
-    /// Leaders of the returned partition groups.
-    pub brokers: Vec<BrokerMeta>,
-}
-
-impl Payload for FetchClusterResponse {
-    const TYPE: i8 = -ct::FETCH_CLUSTER;
-    fn encode(&self, version: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "topics", self.topics.len())?;
-        for t in &self.topics {
-            put_s2(d, "topic", Some(&t.topic))?;
-            put_bool(d, t.producer_policy.is_some());
-            if let Some(p) = &t.producer_policy {
-                put_bool(d, p.nearby);
-                put_bool(d, p.single);
-                put_bool(d, p.archive);
-                put_count(d, "weight", p.weights.len())?;
-                for (b, w) in &p.weights {
-                    put_s2(d, "broker_id", Some(b))?;
-                    d.put_i16(*w);
-                }
-                put_str_list(d, "black_list", &p.black_list)?;
-                d.put_i32(p.timeout);
-            }
-            put_bool(d, t.consumer_policy.is_some());
-            if let Some(c) = &t.consumer_policy {
-                for b in [c.nearby, c.paused, c.archive, c.retry, c.seq] {
-                    put_bool(d, b);
-                }
-                d.put_i32(c.ack_timeout);
-                d.put_i16(c.batch_size);
-                put_bool(d, false); // the deleted "concurrentConsume" field
-                d.put_i32(c.concurrent);
-                d.put_i32(c.delay);
-                put_str_list(d, "black_list", &c.black_list)?;
-                d.put_i32(c.err_times);
-                d.put_i32(c.max_partition_num);
-                d.put_i32(c.read_retry_probability);
-            }
-            d.put_i8(t.topic_type);
-            put_count(d, "partition_groups", t.partition_groups.len())?;
-            for g in &t.partition_groups {
-                d.put_i32(g.id);
-                d.put_i32(g.leader);
-                put_count(d, "partitions", g.partitions.len())?;
-                for p in &g.partitions {
-                    d.put_i16(*p);
-                }
-            }
-            d.put_i32(t.code);
-            if version >= 4 {
-                put_count(d, "params", t.params.len())?;
-                for (k, v) in &t.params {
-                    put_s2(d, "param", Some(k))?;
-                    put_s2(d, "param", Some(v))?;
-                }
-            }
-        }
-        put_count(d, "brokers", self.brokers.len())?;
-        for b in &self.brokers {
-            d.put_i32(b.id);
-            put_s2(d, "host", Some(&b.host))?;
-            d.put_i32(b.port);
-            put_s2(d, "data_center", Some(&b.data_center))?;
-            put_bool(d, b.nearby);
-            d.put_i32(b.weight);
-            if version >= 2 {
-                d.put_i32(b.sys_code);
-                d.put_i32(b.permission);
-            }
-        }
+    /// The fields after `id` up to `weight` (what FIND_COORDINATOR sends).
+    fn put_base(&self, d: &mut BytesMut, v: u8) -> Result<()> {
+        self.host.put(d, "host", v)?;
+        d.put_i32(self.port);
+        self.data_center.put(d, "data_center", v)?;
+        put_bool(d, self.nearby);
+        d.put_i32(self.weight);
         Ok(())
     }
 
-    fn decode(r: &mut Reader, version: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut topics = cap(n, r, 8);
-        for _ in 0..n {
-            let topic = r.s2_or_empty()?;
-            let producer_policy = if r.bool()? {
-                let nearby = r.bool()?;
-                let single = r.bool()?;
-                let archive = r.bool()?;
-                let wn = r.count()?;
-                let mut weights = cap(wn, r, 4);
-                for _ in 0..wn {
-                    weights.push((r.s2_or_empty()?, r.i16()?));
-                }
-                Some(ProducerPolicy {
-                    nearby,
-                    single,
-                    archive,
-                    weights,
-                    black_list: read_str_list(r)?,
-                    timeout: r.i32()?,
-                })
-            } else {
-                None
-            };
-            let consumer_policy = if r.bool()? {
-                let nearby = r.bool()?;
-                let paused = r.bool()?;
-                let archive = r.bool()?;
-                let retry = r.bool()?;
-                let seq = r.bool()?;
-                let ack_timeout = r.i32()?;
-                let batch_size = r.i16()?;
-                let _deleted = r.bool()?;
-                Some(ConsumerPolicy {
-                    nearby,
-                    paused,
-                    archive,
-                    retry,
-                    seq,
-                    ack_timeout,
-                    batch_size,
-                    concurrent: r.i32()?,
-                    delay: r.i32()?,
-                    black_list: read_str_list(r)?,
-                    err_times: r.i32()?,
-                    max_partition_num: r.i32()?,
-                    read_retry_probability: r.i32()?,
-                })
-            } else {
-                None
-            };
-            let topic_type = r.i8()?;
-            let gn = r.count()?;
-            let mut partition_groups = cap(gn, r, 10);
-            for _ in 0..gn {
-                let id = r.i32()?;
-                let leader = r.i32()?;
-                let pn = r.count()?;
-                let mut partitions = cap(pn, r, 2);
-                for _ in 0..pn {
-                    partitions.push(r.i16()?);
-                }
-                partition_groups.push(PartitionGroupMeta {
-                    id,
-                    leader,
-                    partitions,
-                });
-            }
-            let code = r.i32()?;
-            let mut params = Vec::new();
-            if version >= 4 {
-                let pn = r.count()?;
-                for _ in 0..pn {
-                    params.push((r.s2_or_empty()?, r.s2_or_empty()?));
-                }
-            }
-            topics.push(TopicMeta {
-                topic,
-                producer_policy,
-                consumer_policy,
-                topic_type,
-                partition_groups,
-                code,
-                params,
-            });
+    fn get_base(id: i32, r: &mut Reader, v: u8) -> Result<Self> {
+        Ok(BrokerMeta {
+            id,
+            host: Wire::get(r, v)?,
+            port: r.i32()?,
+            data_center: Wire::get(r, v)?,
+            nearby: r.bool()?,
+            weight: r.i32()?,
+            sys_code: 0,
+            permission: 3,
+        })
+    }
+}
+
+/// Field list; `sys_code` and `permission` from version 2 (read as 0 and 3 before).
+impl Wire for BrokerMeta {
+    const MIN_LEN: usize = 4 + 2 + 4 + 2 + 1 + 4;
+    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
+        d.put_i32(self.id);
+        self.put_base(d, v)?;
+        if v >= 2 {
+            d.put_i32(self.sys_code);
+            d.put_i32(self.permission);
         }
-        let bn = r.count()?;
-        let mut brokers = cap(bn, r, 13);
-        for _ in 0..bn {
-            let id = r.i32()?;
-            let host = r.s2_or_empty()?;
-            let port = r.i32()?;
-            let data_center = r.s2_or_empty()?;
-            let nearby = r.bool()?;
-            let weight = r.i32()?;
-            let (sys_code, permission) = if version >= 2 {
-                (r.i32()?, r.i32()?)
-            } else {
-                (0, 3)
-            };
-            brokers.push(BrokerMeta {
-                id,
-                host,
-                port,
-                data_center,
-                nearby,
-                weight,
-                sys_code,
-                permission,
-            });
+        Ok(())
+    }
+    fn get(r: &mut Reader, v: u8) -> Result<Self> {
+        let id = r.i32()?;
+        let mut b = BrokerMeta::get_base(id, r, v)?;
+        if v >= 2 {
+            b.sys_code = r.i32()?;
+            b.permission = r.i32()?;
         }
-        Ok(FetchClusterResponse { topics, brokers })
+        Ok(b)
+    }
+}
+
+wire! {
+    /// FETCH_CLUSTER response (-10), §5.1.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchClusterResponse [-ct::FETCH_CLUSTER] {
+        /// Topics in request order.
+        pub topics: Vec<TopicMeta>,
+        /// Leaders of the returned partition groups.
+        pub brokers: Vec<BrokerMeta>,
     }
 }
 
@@ -673,352 +568,146 @@ pub struct CoordinatorEntry {
     pub code: i32,
 }
 
-/// FIND_COORDINATOR response (-20).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FindCoordinatorResponse {
-    /// One entry per topic.
-    pub coordinators: Vec<CoordinatorEntry>,
-}
-
-impl Payload for FindCoordinatorResponse {
-    const TYPE: i8 = -ct::FIND_COORDINATOR;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "coordinators", self.coordinators.len())?;
-        for c in &self.coordinators {
-            put_s2(d, "topic", Some(&c.topic))?;
-            match &c.broker {
-                None => d.put_i32(-1),
-                Some(b) => {
-                    d.put_i32(b.id);
-                    put_s2(d, "host", Some(&b.host))?;
-                    d.put_i32(b.port);
-                    put_s2(d, "data_center", Some(&b.data_center))?;
-                    put_bool(d, b.nearby);
-                    d.put_i32(b.weight);
-                }
+/// Topic, then the coordinator without sysCode/permission (or the id -1 alone), then the code.
+impl Wire for CoordinatorEntry {
+    const MIN_LEN: usize = 2 + 4 + 4;
+    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
+        self.topic.put(d, "topic", v)?;
+        match &self.broker {
+            None => d.put_i32(-1),
+            Some(b) => {
+                d.put_i32(b.id);
+                b.put_base(d, v)?;
             }
-            d.put_i32(c.code);
         }
+        d.put_i32(self.code);
         Ok(())
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut coordinators = cap(n, r, 10);
-        for _ in 0..n {
-            let topic = r.s2_or_empty()?;
-            let id = r.i32()?;
-            let broker = if id == -1 {
-                None
-            } else {
-                Some(BrokerMeta {
-                    id,
-                    host: r.s2_or_empty()?,
-                    port: r.i32()?,
-                    data_center: r.s2_or_empty()?,
-                    nearby: r.bool()?,
-                    weight: r.i32()?,
-                    sys_code: 0,
-                    permission: 3,
-                })
-            };
-            coordinators.push(CoordinatorEntry {
-                topic,
-                broker,
-                code: r.i32()?,
-            });
-        }
-        Ok(FindCoordinatorResponse { coordinators })
-    }
-}
-
-/// FETCH_ASSIGNED_PARTITION (21), sent to the coordinator.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchAssignedPartition {
-    /// (topic, session timeout ms, nearby).
-    pub topics: Vec<(String, i32, bool)>,
-    /// App.
-    pub app: String,
-}
-
-impl Payload for FetchAssignedPartition {
-    const TYPE: i8 = ct::FETCH_ASSIGNED_PARTITION;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "topics", self.topics.len())?;
-        for (t, timeout, nearby) in &self.topics {
-            put_s2(d, "topic", Some(t))?;
-            d.put_i32(*timeout);
-            put_bool(d, *nearby);
-        }
-        put_s2(d, "app", Some(&self.app))
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut topics = cap(n, r, 7);
-        for _ in 0..n {
-            topics.push((r.s2_or_empty()?, r.i32()?, r.bool()?));
-        }
-        Ok(FetchAssignedPartition {
-            topics,
-            app: r.s2_or_empty()?,
+    fn get(r: &mut Reader, v: u8) -> Result<Self> {
+        let topic = Wire::get(r, v)?;
+        let id = r.i32()?;
+        let broker = if id == -1 {
+            None
+        } else {
+            Some(BrokerMeta::get_base(id, r, v)?)
+        };
+        Ok(CoordinatorEntry {
+            topic,
+            broker,
+            code: r.i32()?,
         })
     }
 }
-impl Request for FetchAssignedPartition {
-    type Response = FetchAssignedPartitionResponse;
-}
 
-/// FETCH_ASSIGNED_PARTITION response (-21).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchAssignedPartitionResponse {
-    /// (topic, partitions, code).
-    pub data: Vec<(String, Vec<i16>, i32)>,
-}
-
-impl Payload for FetchAssignedPartitionResponse {
-    const TYPE: i8 = -ct::FETCH_ASSIGNED_PARTITION;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "data", self.data.len())?;
-        for (t, parts, code) in &self.data {
-            put_s2(d, "topic", Some(t))?;
-            put_count(d, "partitions", parts.len())?;
-            for p in parts {
-                d.put_i16(*p);
-            }
-            d.put_i32(*code);
-        }
-        Ok(())
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut data = cap(n, r, 8);
-        for _ in 0..n {
-            let t = r.s2_or_empty()?;
-            let pn = r.count()?;
-            let mut parts = cap(pn, r, 2);
-            for _ in 0..pn {
-                parts.push(r.i16()?);
-            }
-            data.push((t, parts, r.i32()?));
-        }
-        Ok(FetchAssignedPartitionResponse { data })
+wire! {
+    /// FIND_COORDINATOR response (-20).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FindCoordinatorResponse [-ct::FIND_COORDINATOR] {
+        /// One entry per topic.
+        pub coordinators: Vec<CoordinatorEntry>,
     }
 }
 
-fn put_messages(d: &mut BytesMut, msgs: &[WireMessage]) -> Result<()> {
-    put_count(d, "messages", msgs.len())?;
-    for m in msgs {
-        m.encode(d)?;
-    }
-    Ok(())
-}
-
-fn read_messages(r: &mut Reader, trust_length: bool) -> Result<Vec<WireMessage>> {
-    let n = r.count()?;
-    let mut v = cap(n, r, super::message::FIXED_LEN);
-    for _ in 0..n {
-        v.push(WireMessage::decode(r, trust_length)?);
-    }
-    Ok(v)
-}
-
-/// FETCH_TOPIC_MESSAGE (30): the server picks partition and index.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchTopicMessage {
-    /// (topic, count).
-    pub topics: Vec<(String, i16)>,
-    /// App.
-    pub app: String,
-    /// How long the fetched partition stays occupied without an ack, ms.
-    pub ack_timeout: i32,
-    /// Long-poll wait, ms (0: no long poll).
-    pub long_poll_timeout: i32,
-}
-
-impl Payload for FetchTopicMessage {
-    const TYPE: i8 = ct::FETCH_TOPIC_MESSAGE;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "topics", self.topics.len())?;
-        for (t, c) in &self.topics {
-            put_s2(d, "topic", Some(t))?;
-            d.put_i16(*c);
-        }
-        put_s2(d, "app", Some(&self.app))?;
-        d.put_i32(self.ack_timeout);
-        d.put_i32(self.long_poll_timeout);
-        Ok(())
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut topics = cap(n, r, 4);
-        for _ in 0..n {
-            topics.push((r.s2_or_empty()?, r.i16()?));
-        }
-        Ok(FetchTopicMessage {
-            topics,
-            app: r.s2_or_empty()?,
-            ack_timeout: r.i32()?,
-            long_poll_timeout: r.i32()?,
-        })
-    }
-}
-impl Request for FetchTopicMessage {
-    type Response = FetchTopicMessageResponse;
-}
-
-/// Messages of one topic in a FETCH_TOPIC_MESSAGE response.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TopicMessages {
-    /// Topic.
-    pub topic: String,
-    /// Messages.
-    pub messages: Vec<WireMessage>,
-    /// Per-topic code (DOC omits it).
-    pub code: i32,
-}
-
-/// FETCH_TOPIC_MESSAGE response (-30).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchTopicMessageResponse {
-    /// Per topic.
-    pub data: Vec<TopicMessages>,
-}
-
-impl Payload for FetchTopicMessageResponse {
-    const TYPE: i8 = -ct::FETCH_TOPIC_MESSAGE;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "data", self.data.len())?;
-        for t in &self.data {
-            put_s2(d, "topic", Some(&t.topic))?;
-            put_messages(d, &t.messages)?;
-            d.put_i32(t.code);
-        }
-        Ok(())
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut data = cap(n, r, 8);
-        for _ in 0..n {
-            data.push(TopicMessages {
-                topic: r.s2_or_empty()?,
-                messages: read_messages(r, true)?,
-                code: r.i32()?,
-            });
-        }
-        Ok(FetchTopicMessageResponse { data })
+wire! {
+    /// FETCH_ASSIGNED_PARTITION (21), sent to the coordinator.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchAssignedPartition [ct::FETCH_ASSIGNED_PARTITION => FetchAssignedPartitionResponse] {
+        /// (topic, session timeout ms, nearby).
+        pub topics: Vec<(String, i32, bool)>,
+        /// App.
+        pub app: String,
     }
 }
 
-/// One partition of a FETCH_PARTITION_MESSAGE request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PartitionFetch {
-    /// Partition.
-    pub partition: i16,
-    /// Messages to fetch.
-    pub count: i32,
-    /// Start index; -1 means "from the ack index".
-    pub index: i64,
-}
-
-/// FETCH_PARTITION_MESSAGE (31): the client names partition and index.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchPartitionMessage {
-    /// (topic, partitions).
-    pub topics: Vec<(String, Vec<PartitionFetch>)>,
-    /// App.
-    pub app: String,
-}
-
-impl Payload for FetchPartitionMessage {
-    const TYPE: i8 = ct::FETCH_PARTITION_MESSAGE;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "topics", self.topics.len())?;
-        for (t, parts) in &self.topics {
-            put_s2(d, "topic", Some(t))?;
-            put_count(d, "partitions", parts.len())?;
-            for p in parts {
-                d.put_i16(p.partition);
-                d.put_i32(p.count);
-                d.put_i64(p.index);
-            }
-        }
-        put_s2(d, "app", Some(&self.app))
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut topics = cap(n, r, 4);
-        for _ in 0..n {
-            let t = r.s2_or_empty()?;
-            let pn = r.count()?;
-            let mut parts = cap(pn, r, 14);
-            for _ in 0..pn {
-                parts.push(PartitionFetch {
-                    partition: r.i16()?,
-                    count: r.i32()?,
-                    index: r.i64()?,
-                });
-            }
-            topics.push((t, parts));
-        }
-        Ok(FetchPartitionMessage {
-            topics,
-            app: r.s2_or_empty()?,
-        })
+wire! {
+    /// FETCH_ASSIGNED_PARTITION response (-21).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchAssignedPartitionResponse [-ct::FETCH_ASSIGNED_PARTITION] {
+        /// (topic, partitions, code).
+        pub data: Vec<(String, Vec<i16>, i32)>,
     }
 }
-impl Request for FetchPartitionMessage {
-    type Response = FetchPartitionMessageResponse;
-}
 
-/// Messages of one partition in a FETCH_PARTITION_MESSAGE response.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PartitionMessages {
-    /// Partition.
-    pub partition: i16,
-    /// Messages.
-    pub messages: Vec<WireMessage>,
-    /// Per-partition code (184: index out of range).
-    pub code: i32,
-}
-
-/// FETCH_PARTITION_MESSAGE response (-31).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchPartitionMessageResponse {
-    /// (topic, partitions).
-    pub data: Vec<(String, Vec<PartitionMessages>)>,
-}
-
-impl Payload for FetchPartitionMessageResponse {
-    const TYPE: i8 = -ct::FETCH_PARTITION_MESSAGE;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "data", self.data.len())?;
-        for (t, parts) in &self.data {
-            put_s2(d, "topic", Some(t))?;
-            put_count(d, "partitions", parts.len())?;
-            for p in parts {
-                d.put_i16(p.partition);
-                put_messages(d, &p.messages)?;
-                d.put_i32(p.code);
-            }
-        }
-        Ok(())
+wire! {
+    /// FETCH_TOPIC_MESSAGE (30): the server picks partition and index.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchTopicMessage [ct::FETCH_TOPIC_MESSAGE => FetchTopicMessageResponse] {
+        /// (topic, count).
+        pub topics: Vec<(String, i16)>,
+        /// App.
+        pub app: String,
+        /// How long the fetched partition stays occupied without an ack, ms.
+        pub ack_timeout: i32,
+        /// Long-poll wait, ms (0: no long poll).
+        pub long_poll_timeout: i32,
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut data = cap(n, r, 4);
-        for _ in 0..n {
-            let t = r.s2_or_empty()?;
-            let pn = r.count()?;
-            let mut parts = cap(pn, r, 8);
-            for _ in 0..pn {
-                parts.push(PartitionMessages {
-                    partition: r.i16()?,
-                    messages: read_messages(r, true)?,
-                    code: r.i32()?,
-                });
-            }
-            data.push((t, parts));
-        }
-        Ok(FetchPartitionMessageResponse { data })
+}
+
+wire! {
+    /// Messages of one topic in a FETCH_TOPIC_MESSAGE response.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct TopicMessages {
+        /// Topic.
+        pub topic: String,
+        /// Messages.
+        pub messages: Vec<WireMessage>,
+        /// Per-topic code (DOC omits it).
+        pub code: i32,
+    }
+}
+
+wire! {
+    /// FETCH_TOPIC_MESSAGE response (-30).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchTopicMessageResponse [-ct::FETCH_TOPIC_MESSAGE] {
+        /// Per topic.
+        pub data: Vec<TopicMessages>,
+    }
+}
+
+wire! {
+    /// One partition of a FETCH_PARTITION_MESSAGE request.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct PartitionFetch {
+        /// Partition.
+        pub partition: i16,
+        /// Messages to fetch.
+        pub count: i32,
+        /// Start index; -1 means "from the ack index".
+        pub index: i64,
+    }
+}
+
+wire! {
+    /// FETCH_PARTITION_MESSAGE (31): the client names partition and index.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchPartitionMessage [ct::FETCH_PARTITION_MESSAGE => FetchPartitionMessageResponse] {
+        /// (topic, partitions).
+        pub topics: Vec<(String, Vec<PartitionFetch>)>,
+        /// App.
+        pub app: String,
+    }
+}
+
+wire! {
+    /// Messages of one partition in a FETCH_PARTITION_MESSAGE response.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct PartitionMessages {
+        /// Partition.
+        pub partition: i16,
+        /// Messages.
+        pub messages: Vec<WireMessage>,
+        /// Per-partition code (184: index out of range).
+        pub code: i32,
+    }
+}
+
+wire! {
+    /// FETCH_PARTITION_MESSAGE response (-31).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchPartitionMessageResponse [-ct::FETCH_PARTITION_MESSAGE] {
+        /// (topic, partitions).
+        pub data: Vec<(String, Vec<PartitionMessages>)>,
     }
 }
 
@@ -1063,123 +752,54 @@ impl RetryType {
     }
 }
 
-/// One acknowledged message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct AckItem {
-    /// Partition.
-    pub partition: i16,
-    /// Index.
-    pub index: i64,
-    /// Retry type.
-    pub retry_type: RetryType,
+/// One BYTE.
+impl Wire for RetryType {
+    const MIN_LEN: usize = 1;
+    fn put(&self, d: &mut BytesMut, _: &'static str, _: u8) -> Result<()> {
+        d.put_u8(*self as u8);
+        Ok(())
+    }
+    fn get(r: &mut Reader, _: u8) -> Result<Self> {
+        Ok(RetryType::from_byte(r.u8()?))
+    }
+}
+
+wire! {
+    /// One acknowledged message.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct AckItem {
+        /// Partition.
+        pub partition: i16,
+        /// Index.
+        pub index: i64,
+        /// Retry type.
+        pub retry_type: RetryType,
+    }
 }
 
 /// The acks of one topic: (partition, items).
 pub type PartitionAcks = Vec<(i16, Vec<AckItem>)>;
 
-/// COMMIT_ACK (32).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct CommitAck {
-    /// (topic, (partition, items)).
-    pub topics: Vec<(String, PartitionAcks)>,
-    /// App.
-    pub app: String,
+wire! {
+    /// COMMIT_ACK (32).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct CommitAck [ct::COMMIT_ACK => CommitAckResponse<{ -ct::COMMIT_ACK }>] {
+        /// (topic, (partition, items)).
+        pub topics: Vec<(String, PartitionAcks)>,
+        /// App.
+        pub app: String,
+    }
 }
 
-impl Payload for CommitAck {
-    const TYPE: i8 = ct::COMMIT_ACK;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "topics", self.topics.len())?;
-        for (t, parts) in &self.topics {
-            put_s2(d, "topic", Some(t))?;
-            put_count(d, "partitions", parts.len())?;
-            for (p, items) in parts {
-                d.put_i16(*p);
-                put_count(d, "acks", items.len())?;
-                for a in items {
-                    d.put_i16(a.partition);
-                    d.put_i64(a.index);
-                    d.put_u8(a.retry_type as u8);
-                }
-            }
-        }
-        put_s2(d, "app", Some(&self.app))
+wire! {
+    /// COMMIT_ACK_INDEX (33): set the ack index of partitions.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct CommitAckIndex [ct::COMMIT_ACK_INDEX => CommitAckResponse<{ -ct::COMMIT_ACK_INDEX }>] {
+        /// (topic, (partition, index)).
+        pub topics: Vec<(String, Vec<(i16, i64)>)>,
+        /// App.
+        pub app: String,
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut topics = cap(n, r, 4);
-        for _ in 0..n {
-            let t = r.s2_or_empty()?;
-            let pn = r.count()?;
-            let mut parts = cap(pn, r, 4);
-            for _ in 0..pn {
-                let p = r.i16()?;
-                let an = r.count()?;
-                let mut items = cap(an, r, 11);
-                for _ in 0..an {
-                    items.push(AckItem {
-                        partition: r.i16()?,
-                        index: r.i64()?,
-                        retry_type: RetryType::from_byte(r.u8()?),
-                    });
-                }
-                parts.push((p, items));
-            }
-            topics.push((t, parts));
-        }
-        Ok(CommitAck {
-            topics,
-            app: r.s2_or_empty()?,
-        })
-    }
-}
-impl Request for CommitAck {
-    type Response = CommitAckResponse<{ -ct::COMMIT_ACK }>;
-}
-
-/// COMMIT_ACK_INDEX (33): set the ack index of partitions.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct CommitAckIndex {
-    /// (topic, (partition, index)).
-    pub topics: Vec<(String, Vec<(i16, i64)>)>,
-    /// App.
-    pub app: String,
-}
-
-impl Payload for CommitAckIndex {
-    const TYPE: i8 = ct::COMMIT_ACK_INDEX;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "topics", self.topics.len())?;
-        for (t, parts) in &self.topics {
-            put_s2(d, "topic", Some(t))?;
-            put_count(d, "partitions", parts.len())?;
-            for (p, i) in parts {
-                d.put_i16(*p);
-                d.put_i64(*i);
-            }
-        }
-        put_s2(d, "app", Some(&self.app))
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut topics = cap(n, r, 4);
-        for _ in 0..n {
-            let t = r.s2_or_empty()?;
-            let pn = r.count()?;
-            let mut parts = cap(pn, r, 10);
-            for _ in 0..pn {
-                parts.push((r.i16()?, r.i64()?));
-            }
-            topics.push((t, parts));
-        }
-        Ok(CommitAckIndex {
-            topics,
-            app: r.s2_or_empty()?,
-        })
-    }
-}
-impl Request for CommitAckIndex {
-    type Response = CommitAckResponse<{ -ct::COMMIT_ACK_INDEX }>;
 }
 
 /// COMMIT_ACK (-32) / COMMIT_ACK_INDEX (-33) response: (topic, (partition, code)).
@@ -1195,81 +815,37 @@ pub struct CommitAckResponse<const T: i8> {
 
 impl<const T: i8> Payload for CommitAckResponse<T> {
     const TYPE: i8 = T;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
+    fn encode(&self, v: u8, d: &mut BytesMut) -> Result<()> {
         let cells: usize = self.data.iter().map(|(_, p)| p.len()).sum();
         // The bug: `Table.size()` (cells), not the number of topics.
         put_count(d, "data", cells.max(self.data.len()))?;
-        for (t, parts) in &self.data {
-            put_s2(d, "topic", Some(t))?;
-            put_count(d, "partitions", parts.len())?;
-            for (p, c) in parts {
-                d.put_i16(*p);
-                d.put_i32(*c);
-            }
+        for topic in &self.data {
+            topic.put(d, "data", v)?;
         }
         Ok(())
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
+    fn decode(r: &mut Reader, v: u8) -> Result<Self> {
         let n = r.count()?;
         let mut data = Vec::new();
         for _ in 0..n {
             if r.remaining() == 0 {
                 break;
             }
-            let t = r.s2_or_empty()?;
-            let pn = r.count()?;
-            let mut parts = cap(pn, r, 6);
-            for _ in 0..pn {
-                parts.push((r.i16()?, r.i32()?));
-            }
-            data.push((t, parts));
+            data.push(Wire::get(r, v)?);
         }
         Ok(CommitAckResponse { data })
     }
 }
 
-/// FETCH_INDEX (35).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchIndex {
-    /// (topic, partitions).
-    pub topics: Vec<(String, Vec<i16>)>,
-    /// App.
-    pub app: String,
-}
-
-impl Payload for FetchIndex {
-    const TYPE: i8 = ct::FETCH_INDEX;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "topics", self.topics.len())?;
-        for (t, parts) in &self.topics {
-            put_s2(d, "topic", Some(t))?;
-            put_count(d, "partitions", parts.len())?;
-            for p in parts {
-                d.put_i16(*p);
-            }
-        }
-        put_s2(d, "app", Some(&self.app))
+wire! {
+    /// FETCH_INDEX (35).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchIndex [ct::FETCH_INDEX => FetchIndexResponse] {
+        /// (topic, partitions).
+        pub topics: Vec<(String, Vec<i16>)>,
+        /// App.
+        pub app: String,
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut topics = cap(n, r, 4);
-        for _ in 0..n {
-            let t = r.s2_or_empty()?;
-            let pn = r.count()?;
-            let mut parts = cap(pn, r, 2);
-            for _ in 0..pn {
-                parts.push(r.i16()?);
-            }
-            topics.push((t, parts));
-        }
-        Ok(FetchIndex {
-            topics,
-            app: r.s2_or_empty()?,
-        })
-    }
-}
-impl Request for FetchIndex {
-    type Response = FetchIndexResponse;
 }
 
 /// The ack index of one partition.
@@ -1287,59 +863,44 @@ pub struct IndexEntry {
     pub right_index: i64,
 }
 
-/// FETCH_INDEX response (-35).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchIndexResponse {
-    /// (topic, entries).
-    pub data: Vec<(String, Vec<IndexEntry>)>,
-}
-
-impl Payload for FetchIndexResponse {
-    const TYPE: i8 = -ct::FETCH_INDEX;
-    fn encode(&self, version: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "data", self.data.len())?;
-        for (t, parts) in &self.data {
-            put_s2(d, "topic", Some(t))?;
-            put_count(d, "partitions", parts.len())?;
-            for e in parts {
-                d.put_i16(e.partition);
-                d.put_i64(e.index);
-                d.put_i32(e.code);
-                if version >= 3 {
-                    d.put_i64(e.left_index);
-                    d.put_i64(e.right_index);
-                }
-            }
+/// Field list; `left_index` and `right_index` from version 3 (read as -1 before).
+impl Wire for IndexEntry {
+    const MIN_LEN: usize = 2 + 8 + 4;
+    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
+        d.put_i16(self.partition);
+        d.put_i64(self.index);
+        d.put_i32(self.code);
+        if v >= 3 {
+            d.put_i64(self.left_index);
+            d.put_i64(self.right_index);
         }
         Ok(())
     }
-    fn decode(r: &mut Reader, version: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut data = cap(n, r, 4);
-        for _ in 0..n {
-            let t = r.s2_or_empty()?;
-            let pn = r.count()?;
-            let mut parts = cap(pn, r, 14);
-            for _ in 0..pn {
-                let partition = r.i16()?;
-                let index = r.i64()?;
-                let code = r.i32()?;
-                let (left_index, right_index) = if version >= 3 {
-                    (r.i64()?, r.i64()?)
-                } else {
-                    (-1, -1)
-                };
-                parts.push(IndexEntry {
-                    partition,
-                    index,
-                    code,
-                    left_index,
-                    right_index,
-                });
-            }
-            data.push((t, parts));
-        }
-        Ok(FetchIndexResponse { data })
+    fn get(r: &mut Reader, v: u8) -> Result<Self> {
+        let partition = r.i16()?;
+        let index = r.i64()?;
+        let code = r.i32()?;
+        let (left_index, right_index) = if v >= 3 {
+            (r.i64()?, r.i64()?)
+        } else {
+            (-1, -1)
+        };
+        Ok(IndexEntry {
+            partition,
+            index,
+            code,
+            left_index,
+            right_index,
+        })
+    }
+}
+
+wire! {
+    /// FETCH_INDEX response (-35).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchIndexResponse [-ct::FETCH_INDEX] {
+        /// (topic, entries).
+        pub data: Vec<(String, Vec<IndexEntry>)>,
     }
 }
 
@@ -1358,224 +919,131 @@ pub struct ProduceTopic {
     pub messages: Vec<WireMessage>,
 }
 
-/// PRODUCE_MESSAGE (50): single, batched (a batch MESSAGE) and multi-topic.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProduceMessage {
-    /// Topic entries.
-    pub topics: Vec<ProduceTopic>,
-    /// App.
-    pub app: String,
-}
-
-impl Payload for ProduceMessage {
-    const TYPE: i8 = ct::PRODUCE_MESSAGE;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "topics", self.topics.len())?;
-        for t in &self.topics {
-            put_s2(d, "topic", Some(&t.topic))?;
-            put_s2(d, "tx_id", t.tx_id.as_deref())?;
-            d.put_i32(t.timeout);
-            d.put_u8(t.qos);
-            put_messages(d, &t.messages)?;
-        }
-        put_s2(d, "app", Some(&self.app))
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut topics = cap(n, r, 9);
-        for _ in 0..n {
-            topics.push(ProduceTopic {
-                topic: r.s2_or_empty()?,
-                tx_id: r.s2()?,
-                timeout: r.i32()?,
-                qos: r.u8()?,
-                // The server ignores the message length on produce (§6).
-                messages: read_messages(r, false)?,
-            });
-        }
-        Ok(ProduceMessage {
-            topics,
-            app: r.s2_or_empty()?,
-        })
-    }
-}
-impl Request for ProduceMessage {
-    type Response = ProduceMessageResponse;
-}
-
-/// Where one produced (batch) message landed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ProduceItem {
-    /// Partition (-1 on failure).
-    pub partition: i16,
-    /// Index of the (first) message (-1 on failure).
-    pub index: i64,
-    /// When the broker started processing, epoch ms.
-    pub start_time: i64,
-}
-
-/// The result of one topic entry.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProduceResult {
-    /// Topic.
-    pub topic: String,
-    /// Code.
-    pub code: i32,
-    /// One item per MESSAGE sent.
-    pub items: Vec<ProduceItem>,
-}
-
-/// PRODUCE_MESSAGE response (-50).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProduceMessageResponse {
-    /// Per topic entry.
-    pub data: Vec<ProduceResult>,
-}
-
-impl Payload for ProduceMessageResponse {
-    const TYPE: i8 = -ct::PRODUCE_MESSAGE;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "data", self.data.len())?;
-        for t in &self.data {
-            put_s2(d, "topic", Some(&t.topic))?;
-            d.put_i32(t.code);
-            put_count(d, "result", t.items.len())?;
-            for i in &t.items {
-                d.put_i16(i.partition);
-                d.put_i64(i.index);
-                d.put_i64(i.start_time);
-            }
-        }
-        Ok(())
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut data = cap(n, r, 8);
-        for _ in 0..n {
-            let topic = r.s2_or_empty()?;
-            let code = r.i32()?;
-            let inn = r.count()?;
-            let mut items = cap(inn, r, 18);
-            for _ in 0..inn {
-                items.push(ProduceItem {
-                    partition: r.i16()?,
-                    index: r.i64()?,
-                    start_time: r.i64()?,
-                });
-            }
-            data.push(ProduceResult { topic, code, items });
-        }
-        Ok(ProduceMessageResponse { data })
-    }
-}
-
-/// PRODUCE_MESSAGE_PREPARE (51), with the trailing `timeout INT` DOC omits.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Prepare {
-    /// Topic.
-    pub topic: String,
-    /// App.
-    pub app: String,
-    /// The client's transaction sequence.
-    pub sequence: i64,
-    /// User transaction id (needed for feedback).
-    pub transaction_id: Option<String>,
-    /// Transaction timeout, ms.
-    pub timeout: i32,
-}
-
-impl Payload for Prepare {
-    const TYPE: i8 = ct::PRODUCE_MESSAGE_PREPARE;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_s2(d, "topic", Some(&self.topic))?;
-        put_s2(d, "app", Some(&self.app))?;
-        d.put_i64(self.sequence);
-        put_s2(d, "transaction_id", self.transaction_id.as_deref())?;
+/// Field list, except that the messages' length fields are not trusted when read: the server
+/// ignores them on produce (§6).
+impl Wire for ProduceTopic {
+    const MIN_LEN: usize = 2 + 2 + 4 + 1 + 2;
+    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
+        self.topic.put(d, "topic", v)?;
+        self.tx_id.put(d, "tx_id", v)?;
         d.put_i32(self.timeout);
-        Ok(())
+        d.put_u8(self.qos);
+        self.messages.put(d, "messages", v)
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        Ok(Prepare {
-            topic: r.s2_or_empty()?,
-            app: r.s2_or_empty()?,
-            sequence: r.i64()?,
-            transaction_id: r.s2()?,
-            timeout: r.i32()?,
+    fn get(r: &mut Reader, v: u8) -> Result<Self> {
+        let topic = Wire::get(r, v)?;
+        let tx_id = Wire::get(r, v)?;
+        let timeout = r.i32()?;
+        let qos = r.u8()?;
+        let n = r.count()?;
+        let mut messages = Vec::with_capacity(n.min(r.remaining() / WireMessage::MIN_LEN));
+        for _ in 0..n {
+            messages.push(WireMessage::decode(r, false)?);
+        }
+        Ok(ProduceTopic {
+            topic,
+            tx_id,
+            timeout,
+            qos,
+            messages,
         })
     }
 }
-impl Request for Prepare {
-    type Response = PrepareResponse;
-}
 
-/// PREPARE response (-51).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PrepareResponse {
-    /// The broker's transaction id.
-    pub tx_id: Option<String>,
-    /// Code.
-    pub code: i32,
-}
-
-impl Payload for PrepareResponse {
-    const TYPE: i8 = -ct::PRODUCE_MESSAGE_PREPARE;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_s2(d, "tx_id", self.tx_id.as_deref())?;
-        d.put_i32(self.code);
-        Ok(())
+wire! {
+    /// PRODUCE_MESSAGE (50): single, batched (a batch MESSAGE) and multi-topic.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ProduceMessage [ct::PRODUCE_MESSAGE => ProduceMessageResponse] {
+        /// Topic entries.
+        pub topics: Vec<ProduceTopic>,
+        /// App.
+        pub app: String,
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        Ok(PrepareResponse {
-            tx_id: r.s2()?,
-            code: r.i32()?,
-        })
+}
+
+wire! {
+    /// Where one produced (batch) message landed.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct ProduceItem {
+        /// Partition (-1 on failure).
+        pub partition: i16,
+        /// Index of the (first) message (-1 on failure).
+        pub index: i64,
+        /// When the broker started processing, epoch ms.
+        pub start_time: i64,
+    }
+}
+
+wire! {
+    /// The result of one topic entry.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ProduceResult {
+        /// Topic.
+        pub topic: String,
+        /// Code.
+        pub code: i32,
+        /// One item per MESSAGE sent.
+        pub items: Vec<ProduceItem>,
+    }
+}
+
+wire! {
+    /// PRODUCE_MESSAGE response (-50).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ProduceMessageResponse [-ct::PRODUCE_MESSAGE] {
+        /// Per topic entry.
+        pub data: Vec<ProduceResult>,
+    }
+}
+
+wire! {
+    /// PRODUCE_MESSAGE_PREPARE (51), with the trailing `timeout INT` DOC omits.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct Prepare [ct::PRODUCE_MESSAGE_PREPARE => PrepareResponse] {
+        /// Topic.
+        pub topic: String,
+        /// App.
+        pub app: String,
+        /// The client's transaction sequence.
+        pub sequence: i64,
+        /// User transaction id (needed for feedback).
+        pub transaction_id: Option<String>,
+        /// Transaction timeout, ms.
+        pub timeout: i32,
+    }
+}
+
+wire! {
+    /// PREPARE response (-51).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct PrepareResponse [-ct::PRODUCE_MESSAGE_PREPARE] {
+        /// The broker's transaction id.
+        pub tx_id: Option<String>,
+        /// Code.
+        pub code: i32,
     }
 }
 
 macro_rules! tx_end {
     ($(#[$m:meta])* $name:ident, $resp:ident, $t:expr) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, PartialEq, Eq, Default)]
-        pub struct $name {
-            /// Topic.
-            pub topic: String,
-            /// App.
-            pub app: String,
-            /// The broker's transaction id.
-            pub tx_id: String,
-        }
-        impl Payload for $name {
-            const TYPE: i8 = $t;
-            fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-                put_s2(d, "topic", Some(&self.topic))?;
-                put_s2(d, "app", Some(&self.app))?;
-                put_s2(d, "tx_id", Some(&self.tx_id))
-            }
-            fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-                Ok($name {
-                    topic: r.s2_or_empty()?,
-                    app: r.s2_or_empty()?,
-                    tx_id: r.s2_or_empty()?,
-                })
+        wire! {
+            $(#[$m])*
+            #[derive(Debug, Clone, PartialEq, Eq, Default)]
+            pub struct $name [$t => $resp] {
+                /// Topic.
+                pub topic: String,
+                /// App.
+                pub app: String,
+                /// The broker's transaction id.
+                pub tx_id: String,
             }
         }
-        impl Request for $name {
-            type Response = $resp;
-        }
-        /// The response: a code.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-        pub struct $resp {
-            /// Code.
-            pub code: i32,
-        }
-        impl Payload for $resp {
-            const TYPE: i8 = -$t;
-            fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-                d.put_i32(self.code);
-                Ok(())
-            }
-            fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-                Ok($resp { code: r.i32()? })
+        wire! {
+            /// The response: a code.
+            #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+            pub struct $resp [-$t] {
+                /// Code.
+                pub code: i32,
             }
         }
     };
@@ -1594,87 +1062,42 @@ tx_end!(
     ct::PRODUCE_MESSAGE_ROLLBACK
 );
 
-/// FETCH_PRODUCE_FEEDBACK (54): no `count` on the wire, `longPollTimeout` is an INT.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchProduceFeedback {
-    /// App.
-    pub app: String,
-    /// Topic.
-    pub topic: String,
-    /// Reserved status filter.
-    pub status: u8,
-    /// Reserved.
-    pub long_poll_timeout: i32,
-}
-
-impl Payload for FetchProduceFeedback {
-    const TYPE: i8 = ct::FETCH_PRODUCE_FEEDBACK;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_s2(d, "app", Some(&self.app))?;
-        put_s2(d, "topic", Some(&self.topic))?;
-        d.put_u8(self.status);
-        d.put_i32(self.long_poll_timeout);
-        Ok(())
-    }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        Ok(FetchProduceFeedback {
-            app: r.s2_or_empty()?,
-            topic: r.s2_or_empty()?,
-            status: r.u8()?,
-            long_poll_timeout: r.i32()?,
-        })
+wire! {
+    /// FETCH_PRODUCE_FEEDBACK (54): no `count` on the wire, `longPollTimeout` is an INT.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchProduceFeedback [ct::FETCH_PRODUCE_FEEDBACK => FetchProduceFeedbackResponse] {
+        /// App.
+        pub app: String,
+        /// Topic.
+        pub topic: String,
+        /// Reserved status filter.
+        pub status: u8,
+        /// Reserved.
+        pub long_poll_timeout: i32,
     }
 }
-impl Request for FetchProduceFeedback {
-    type Response = FetchProduceFeedbackResponse;
-}
 
-/// One uncompleted transaction to compensate.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Feedback {
-    /// Topic.
-    pub topic: String,
-    /// Broker transaction id.
-    pub tx_id: String,
-    /// User transaction id.
-    pub transaction_id: String,
-}
-
-/// FETCH_PRODUCE_FEEDBACK response (-54).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchProduceFeedbackResponse {
-    /// At most one entry per call on a real server.
-    pub data: Vec<Feedback>,
-    /// Code.
-    pub code: i32,
-}
-
-impl Payload for FetchProduceFeedbackResponse {
-    const TYPE: i8 = -ct::FETCH_PRODUCE_FEEDBACK;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_count(d, "data", self.data.len())?;
-        for f in &self.data {
-            put_s2(d, "topic", Some(&f.topic))?;
-            put_s2(d, "tx_id", Some(&f.tx_id))?;
-            put_s2(d, "transaction_id", Some(&f.transaction_id))?;
-        }
-        d.put_i32(self.code);
-        Ok(())
+wire! {
+    /// One uncompleted transaction to compensate.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct Feedback {
+        /// Topic.
+        pub topic: String,
+        /// Broker transaction id.
+        pub tx_id: String,
+        /// User transaction id.
+        pub transaction_id: String,
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let n = r.count()?;
-        let mut data = cap(n, r, 6);
-        for _ in 0..n {
-            data.push(Feedback {
-                topic: r.s2_or_empty()?,
-                tx_id: r.s2_or_empty()?,
-                transaction_id: r.s2_or_empty()?,
-            });
-        }
-        Ok(FetchProduceFeedbackResponse {
-            data,
-            code: r.i32()?,
-        })
+}
+
+wire! {
+    /// FETCH_PRODUCE_FEEDBACK response (-54).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchProduceFeedbackResponse [-ct::FETCH_PRODUCE_FEEDBACK] {
+        /// At most one entry per call on a real server.
+        pub data: Vec<Feedback>,
+        /// Code.
+        pub code: i32,
     }
 }
 

@@ -1,11 +1,12 @@
-//! JMQ4, the native TCP protocol of JoyQueue: codec, client, producer, consumer and an embedded
-//! server that reproduces the broker's behaviour (reference `jmq4.md`; the public protocol
-//! document is wrong in the places listed in its §13, and the code follows the reference).
+//! JMQ4, the native TCP protocol of JoyQueue: codec, client, producer and consumer (reference
+//! `jmq4.md`; the public protocol document is wrong in the places listed in its §13, and the code
+//! follows the reference). The embedded JMQ4 server is in the `ferrymq-server` crate.
 //!
 //! | module | concept |
 //! | --- | --- |
 //! | [`codec`] | framing, header, primitives (S1/S2 strings, arrays, BYTES) |
-//! | [`command`] | request and response payloads of every command |
+//! | [`command`] | request and response payloads of every command, each layout stated once |
+//! | [`wire`] | the `Wire` layout of each field type and the `wire!` field-list macro |
 //! | [`message`] | the MESSAGE store format, sysCode bits, batch bodies, properties text |
 //! | [`compress`] | zlib, framed snappy and zip bodies |
 //! | [`codes`] | result codes, names, retry and refresh classification |
@@ -14,8 +15,6 @@
 //! | [`producer`] | PRODUCE_MESSAGE, batches, retries, transactions and feedback |
 //! | [`consumer`] | server-balanced, coordinator and broadcast consumption, acks, indices |
 //! | [`range`] | index-range reads of partitions (FETCH_INDEX bounds, FETCH_PARTITION_MESSAGE) for Spark |
-//! | [`store`] | the embedded server's topic store (partitions, acks, occupation, transactions) |
-//! | [`server`] | the embedded JMQ4 TCP server with fault injection |
 
 pub mod client;
 pub mod cluster;
@@ -27,8 +26,10 @@ pub mod consumer;
 pub mod message;
 pub mod producer;
 pub mod range;
-pub mod server;
-pub mod store;
+pub mod wire;
+
+#[cfg(test)]
+mod command_tests;
 
 use crate::error::{Error, Result};
 
@@ -76,7 +77,8 @@ pub fn parse_endpoint(endpoint: &str) -> Result<String> {
 }
 
 /// A small xorshift generator for load balancing choices (not for anything secret).
-pub(crate) fn random_u64() -> u64 {
+#[doc(hidden)]
+pub fn random_u64() -> u64 {
     use std::cell::Cell;
     thread_local! {
         static STATE: Cell<u64> = Cell::new({

@@ -341,8 +341,8 @@ mod tests {
     use super::*;
     use crate::jmq::client::ConnectOptions;
     use crate::jmq::producer::{JmqProducer, ProducerOptions};
-    use crate::jmq::server::{JmqServer, JmqServerConfig, DEFAULT_APP, DEFAULT_TOKEN};
     use crate::Message;
+    use ferrymq_server::jmq::server::{JmqServer, JmqServerConfig, DEFAULT_APP, DEFAULT_TOKEN};
 
     fn options(s: &JmqServer) -> ClusterOptions {
         let connect = ConnectOptions {

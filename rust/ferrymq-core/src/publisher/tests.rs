@@ -3,11 +3,15 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 
+use bytes::Bytes;
+use futures::FutureExt;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::*;
-use crate::error::BrokerStatus;
+use crate::error::{BrokerStatus, Protocol};
 
 /// A backend that records sends and lets the test decide each attempt's fate. With `sink` it
 /// delivers acks through the runner's [`AckSink`] ([`PublishBackend::send_to`]), otherwise

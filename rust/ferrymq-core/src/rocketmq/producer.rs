@@ -966,7 +966,7 @@ impl Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::{Broker, BrokerConfig, Rpc, StatusFault};
+    use ferrymq_server::broker::{Broker, BrokerConfig, Rpc, StatusFault};
     use std::time::Duration;
 
     async fn broker(endpoints: usize) -> Broker {

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use crate::broker::{Broker, BrokerConfig};
 use crate::proto;
 use crate::rocketmq::client::{Client, ClientOptions, NoCommands};
+use ferrymq_server::broker::{Broker, BrokerConfig};
 
 async fn broker() -> Broker {
     Broker::start(BrokerConfig::for_tests()).await.unwrap()

@@ -18,6 +18,7 @@ use tokio_stream::StreamExt;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::endpoint::{Core, Endpoint};
 use super::fault::{FaultIo, Rpc};
 use super::pop::{self, Filter, Pop, PopOutcome};
 use super::store::{
@@ -26,7 +27,7 @@ use super::store::{
 };
 use super::telemetry::{merge_settings, TelemetryItem, TelemetryReply};
 use super::transaction::Half;
-use super::{auth, route, send, Core, Endpoint};
+use super::{auth, route, send};
 use crate::message::MessageKind;
 use crate::proto;
 use crate::proto::messaging_service_server::{MessagingService, MessagingServiceServer};
@@ -332,7 +333,10 @@ pub(crate) fn check_back(core: &Core, tx_id: &str, half: &Half) {
         for client in ep.clients.producers_of(&topic, &half.producer) {
             if ep
                 .clients
-                .push(&client, super::recover_command(tx_id, &half.msg))
+                .push(
+                    &client,
+                    super::transaction::recover_command(tx_id, &half.msg),
+                )
                 .is_ok()
             {
                 core.txs.checks.fetch_add(1, Ordering::Relaxed);

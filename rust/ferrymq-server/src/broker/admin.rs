@@ -4,11 +4,13 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::endpoint::{calls_of, Endpoint};
 use super::fault::{Rpc, StatusFault, Unavailable};
 use super::store::{dlq_topic, parse_permission, GroupConfig, Stored, TopicType};
 use super::telemetry::{ClientSession, TelemetryReply};
+use super::transaction::recover_command;
 use super::transaction::TxCounts;
-use super::{calls_of, recover_command, Broker, Endpoint};
+use super::Broker;
 use crate::error::{Error, Result};
 use crate::proto;
 use crate::proto::telemetry_command::Command;

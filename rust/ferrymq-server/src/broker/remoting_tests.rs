@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 
 use super::tests::{message, req, res, Client};
 use super::*;
+use crate::proto;
 use crate::remoting::codec::{decode_frame, RemotingCommand, DEFAULT_MAX_FRAME};
 use crate::remoting::codes::{request as rq, response as rs};
 

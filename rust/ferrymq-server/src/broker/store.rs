@@ -22,7 +22,7 @@ use crate::message::MessageKind;
 use crate::proto;
 use crate::status;
 
-pub use super::record::{accounted_size, Stored, MESSAGE_OVERHEAD};
+pub use super::record::{accounted_size, timestamp_ms, Stored, MESSAGE_OVERHEAD};
 
 /// The message types a topic accepts (its `message.type` attribute).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -118,14 +118,6 @@ pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// A protobuf timestamp from milliseconds since the epoch.
-pub fn timestamp_ms(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
-    }
 }
 
 /// Milliseconds since the epoch of a protobuf timestamp.

@@ -20,23 +20,21 @@
 //! an endpoint made unavailable (`refuse`) drops new connections, and its socket faults (hang,
 //! cut) apply to remoting connections too.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::config::Credentials;
+use super::endpoint::{Core, Endpoint};
 use super::fault::{FaultIo, Unavailable};
 use super::remoting_wire::{field, flag_field, number, refuse, reply, Answer, Conn, CLUSTER};
 use super::store::{valid_resource_name, Topic, TopicType};
-use super::{remoting_pull, remoting_send, Core, Endpoint};
+use super::{remoting_pull, remoting_send};
 use crate::message::MessageKind;
 use crate::proto;
 use crate::remoting::codec::{decode_frame, RemotingCommand, DEFAULT_MAX_FRAME};
@@ -44,33 +42,6 @@ use crate::remoting::codes::{request as rq, response as rs};
 
 /// Oldest client version that gets routes in standard JSON (`V4_9_4`).
 const STANDARD_JSON_VERSION: i32 = 401;
-
-/// The remoting side of one endpoint.
-#[derive(Debug)]
-pub(crate) struct EndpointState {
-    /// Where it listens (`None` when remoting is off).
-    pub(crate) addr: Option<SocketAddr>,
-    /// Subscriptions announced by heartbeats, per (group, topic): the tag expression a pull
-    /// without `FLAG_SUBSCRIPTION` filters with.
-    subscriptions: Mutex<HashMap<(String, String), String>>,
-}
-
-impl EndpointState {
-    pub(crate) fn new(addr: Option<SocketAddr>) -> Self {
-        Self {
-            addr,
-            subscriptions: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The tag expression a heartbeat announced for (group, topic).
-    pub(crate) fn subscription(&self, group: &str, topic: &str) -> Option<String> {
-        self.subscriptions
-            .lock()
-            .get(&(group.to_string(), topic.to_string()))
-            .cloned()
-    }
-}
 
 /// Accept connections on `listener` for `ep` until the broker shuts down.
 pub(crate) fn spawn_listener(

@@ -31,6 +31,14 @@ use prost::Message as _;
 
 use crate::proto;
 
+/// A protobuf timestamp from milliseconds since the epoch.
+pub fn timestamp_ms(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+    }
+}
+
 /// Bytes counted per stored message besides its record (see the module documentation).
 pub const MESSAGE_OVERHEAD: usize = 128;
 
@@ -354,7 +362,7 @@ impl Stored {
             sp.message_id = String::from_utf8_lossy(p.id).into_owned();
             sp.queue_id = queue_id;
             sp.queue_offset = Some(self.offset as i64);
-            sp.store_timestamp = Some(super::store::timestamp_ms(self.store_ms));
+            sp.store_timestamp = Some(timestamp_ms(self.store_ms));
         }
         m.body = self.record.slice(p.body_at..);
         m
@@ -450,7 +458,7 @@ mod tests {
         let sp = want.system_properties.as_mut().unwrap();
         sp.queue_id = 3;
         sp.queue_offset = Some(42);
-        sp.store_timestamp = Some(super::super::store::timestamp_ms(5_250));
+        sp.store_timestamp = Some(timestamp_ms(5_250));
         sp.receipt_handle = None;
         sp.invisible_duration = None;
         sp.delivery_attempt = None;

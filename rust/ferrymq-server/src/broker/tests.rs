@@ -7,6 +7,7 @@ use tonic::transport::Channel;
 use tonic::Request;
 
 use super::*;
+use crate::proto;
 use crate::proto::messaging_service_client::MessagingServiceClient;
 use crate::proto::telemetry_command::Command;
 use crate::status as code;

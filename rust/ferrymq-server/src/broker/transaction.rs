@@ -193,3 +193,16 @@ impl Transactions {
         v
     }
 }
+
+/// The command a producer gets to resolve an orphaned transaction.
+pub(crate) fn recover_command(
+    tx_id: &str,
+    msg: &proto::Message,
+) -> proto::telemetry_command::Command {
+    proto::telemetry_command::Command::RecoverOrphanedTransactionCommand(
+        proto::RecoverOrphanedTransactionCommand {
+            message: Some(msg.clone()),
+            transaction_id: tx_id.to_string(),
+        },
+    )
+}

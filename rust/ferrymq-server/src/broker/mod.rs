@@ -37,6 +37,7 @@ pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod cursor;
+pub mod endpoint;
 pub mod fault;
 pub mod live;
 pub mod pop;
@@ -59,7 +60,7 @@ mod remoting_tests;
 mod tests;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,99 +74,9 @@ pub use config::{BrokerConfig, Credentials, WhenFull};
 pub use fault::{Rpc, StatusFault, Unavailable};
 pub use store::{GroupConfig, TopicType};
 
+use endpoint::{Core, Endpoint};
+
 use crate::error::{Error, Result};
-use crate::proto;
-
-/// One endpoint: a port, its client sessions, its faults and call counters.
-#[derive(Debug)]
-pub(crate) struct Endpoint {
-    pub(crate) index: usize,
-    pub(crate) addr: SocketAddr,
-    pub(crate) addr_str: String,
-    pub(crate) name: String,
-    pub(crate) clients: telemetry::Clients,
-    pub(crate) faults: fault::Faults,
-    pub(crate) calls: [AtomicU64; 17],
-    /// gRPC connections accepted since the endpoint started (a client that reconnects shows
-    /// here as a new one).
-    pub(crate) accepted: AtomicU64,
-    /// The remoting side of the endpoint (its address when it listens).
-    pub(crate) remoting: remoting::EndpointState,
-    accept: Mutex<Option<JoinHandle<()>>>,
-    unavailable: Mutex<Option<Unavailable>>,
-    conn_tx: mpsc::Sender<fault::FaultIo>,
-}
-
-impl Endpoint {
-    fn start_accepting(self: &Arc<Self>, listener: TcpListener) {
-        let ep = self.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                match listener.accept().await {
-                    Ok((sock, _)) => {
-                        ep.accepted.fetch_add(1, Ordering::Relaxed);
-                        let _ = sock.set_nodelay(true);
-                        let io = fault::FaultIo::new(sock, ep.faults.io.clone());
-                        if ep.conn_tx.send(io).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(target: "ferrymq::broker", "accept on {}: {e}", ep.addr);
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                }
-            }
-        });
-        if let Some(old) = self.accept.lock().replace(task) {
-            old.abort();
-        }
-    }
-
-    fn stop_accepting(&self) {
-        if let Some(t) = self.accept.lock().take() {
-            t.abort();
-        }
-    }
-
-    /// Stop accepting, cut every open connection, then wait until the accept task is gone, so
-    /// its listener is closed and the port can be bound again at once (an abort alone takes
-    /// effect whenever the runtime next gets to the task). Cutting comes first: nothing held
-    /// by a fault reaches the service in between.
-    async fn refuse(&self) {
-        self.faults.io.set_frozen(false);
-        let task = self.accept.lock().take();
-        if let Some(t) = &task {
-            t.abort();
-        }
-        self.faults.io.cut_all();
-        if let Some(t) = task {
-            let _ = t.await;
-        }
-    }
-}
-
-/// State shared by every endpoint.
-#[derive(Debug)]
-pub(crate) struct Core {
-    pub(crate) config: BrokerConfig,
-    pub(crate) store: store::Store,
-    pub(crate) endpoints: Vec<Arc<Endpoint>>,
-    pub(crate) nonces: AtomicU32,
-    pub(crate) timer: timer::Timer,
-    pub(crate) txs: transaction::Transactions,
-    pub(crate) replies: telemetry::Replies,
-    /// Server settings changed at run time (answered to clients at their next settings sync).
-    pub(crate) live: live::LiveSettings,
-    pub(crate) shutdown: CancellationToken,
-}
-
-impl Core {
-    /// The endpoint index of a broker name (`"broker-<i>"`).
-    pub(crate) fn broker_index(&self, name: &str) -> Option<usize> {
-        self.endpoints.iter().position(|e| e.name == name)
-    }
-}
 
 /// A running embedded broker. Dropping it stops the servers.
 #[derive(Debug)]
@@ -216,7 +127,7 @@ impl Broker {
                 faults: fault::Faults::default(),
                 calls: Default::default(),
                 accepted: AtomicU64::new(0),
-                remoting: remoting::EndpointState::new(
+                remoting: endpoint::RemotingState::new(
                     remoting_listeners
                         .get(i)
                         .map(TcpListener::local_addr)
@@ -377,25 +288,4 @@ async fn transaction_task(core: Arc<Core>) {
             service::check_back(&core, &tx_id, &half);
         }
     }
-}
-
-/// The command a producer gets to resolve an orphaned transaction.
-pub(crate) fn recover_command(
-    tx_id: &str,
-    msg: &proto::Message,
-) -> proto::telemetry_command::Command {
-    proto::telemetry_command::Command::RecoverOrphanedTransactionCommand(
-        proto::RecoverOrphanedTransactionCommand {
-            message: Some(msg.clone()),
-            transaction_id: tx_id.to_string(),
-        },
-    )
-}
-
-/// Calls per RPC on an endpoint, for stats.
-pub(crate) fn calls_of(ep: &Endpoint) -> Vec<(Rpc, u64)> {
-    Rpc::ALL
-        .iter()
-        .map(|r| (*r, ep.calls[r.index()].load(Ordering::Relaxed)))
-        .collect()
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Core, Endpoint};
+use super::endpoint::{Core, Endpoint};
 use crate::remoting::codec::{RemotingCommand, VERSION};
 use crate::remoting::codes::response as rs;
 

@@ -5,7 +5,7 @@
 //! header, rounded up to 16, at least 32 bytes). The store is driven directly, single-threaded,
 //! so what the counter sees between two points is what the store allocated.
 //!
-//! `cargo test -p ferrymq-core --test broker_memory -- --nocapture` prints the figures.
+//! `cargo test -p ferrymq-server --test broker_memory -- --nocapture` prints the figures.
 
 #![allow(clippy::print_stderr)] // the figures are the point of a run with --nocapture
 
@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use ferrymq_core::broker::store::{Store, TopicType, MESSAGE_OVERHEAD};
-use ferrymq_core::broker::{BrokerConfig, WhenFull};
 use ferrymq_core::message::MessageKind;
 use ferrymq_core::proto;
+use ferrymq_server::broker::store::{Store, TopicType, MESSAGE_OVERHEAD};
+use ferrymq_server::broker::{BrokerConfig, WhenFull};
 
 struct Counting;
 
@@ -184,7 +184,7 @@ fn evicted_messages_give_their_memory_back() {
         .create_topic("t", TopicType::Only(MessageKind::Normal), 1)
         .unwrap();
     let one =
-        ferrymq_core::broker::store::accounted_size(&message("t", Bytes::from(vec![0; BODY])));
+        ferrymq_server::broker::store::accounted_size(&message("t", Bytes::from(vec![0; BODY])));
     // Room for 10k messages, evicting the oldest when full (the queue's chunks go with them).
     let cfg = BrokerConfig {
         max_topic_bytes: 10_000 * one,

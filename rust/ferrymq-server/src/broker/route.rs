@@ -10,8 +10,8 @@
 
 use std::net::SocketAddr;
 
+use super::endpoint::Core;
 use super::store::{readable, Topic};
-use super::Core;
 use crate::proto;
 
 /// The `Endpoints` message of a socket address.
