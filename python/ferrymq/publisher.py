@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Union
 from . import _exit, _native
 from ._native import EventBatch, FlightCore, PublishAck
 from .exceptions import FerryTimeoutError, InvalidArgumentError
+from .producer import Producer
 
 if TYPE_CHECKING:
     from ._native import Message
@@ -341,9 +342,8 @@ class AsyncPublisher:
             if not any(methods.values()):
                 raise InvalidArgumentError("listener: has none of the methods " + ", ".join(_KINDS))
         self._producer = producer
-        # ferrymq.Producer is a facade over the native producer of its backend.
-        native = getattr(producer, "_impl", producer)
-        native = getattr(native, "_native", native)  # the jmq:// backend of ferrymq.Producer
+        # ferrymq.Producer is a facade over the native client of its backend.
+        native = producer._publisher_target() if isinstance(producer, Producer) else producer
         self._core = _native.PublisherCore(
             native,
             id_prefix=id_prefix,
