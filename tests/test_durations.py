@@ -8,6 +8,7 @@ parameter on live embedded brokers; a ``PanicException`` (a ``BaseException``) o
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -294,7 +295,7 @@ def test_nats_durations_refuse_bad_values(field: str, value: object) -> None:
 def test_facade_durations_of_every_protocol_refuse_bad_values(
     broker: EmbeddedBroker, producer: ferrymq.Producer, value: object
 ) -> None:
-    # Producer over NATS and remoting: the facades' own duration
+    # Producer over NATS and remoting, and the publisher's close: the facades' own duration
     # arguments go through the same converter (nothing here needs a connection).
     nats = ferrymq.Producer("nats://127.0.0.1:1")
     remoting = ferrymq.Producer(broker.remoting_endpoint)
@@ -304,6 +305,8 @@ def test_facade_durations_of_every_protocol_refuse_bad_values(
     for p in (nats, remoting):
         refused(lambda: p.poll(value), "timeout")  # noqa: B023
         refused(lambda: p.flush(value), "timeout")  # noqa: B023
+    publisher = ferrymq.AsyncPublisher(producer)
+    refused(lambda: asyncio.run(publisher.close_async(value)), "timeout")
 
 
 # -- accepted forms ---------------------------------------------------------------------------

@@ -146,3 +146,18 @@ def test_consumers_name_what_consumes_nats() -> None:
     ):
         with pytest.raises(InvalidArgumentError, match=r"nats://.*pull_consumer"):
             make()
+
+
+async def test_async_publisher_lifecycle_start_async_and_close_async(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = stream
+    pub = ferrymq.AsyncPublisher(js)
+    assert await pub.start_async() is pub
+    flights = [await pub.publish_async(f"p{tok}.d", b"%d" % i) for i in range(5)]
+    assert await pub.close_async(timedelta(seconds=10)) is True
+    assert all(f.state == "acked" for f in flights)
+    assert pub.state == "finished"
+    sync = ferrymq.AsyncPublisher(js)
+    assert sync.start() is sync
+    sync.stop()

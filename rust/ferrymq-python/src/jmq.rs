@@ -23,11 +23,11 @@ use ferrymq_core::jmq::producer::{
 use ferrymq_core::jmq::server::{JmqServer as CoreServer, JmqServerConfig};
 use ferrymq_core::{Error, Message};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use tokio::sync::OnceCell;
 
 use crate::durations::{self, Lower};
-use crate::errors::{invalid, to_pyerr};
+use crate::errors::{invalid, text, to_pyerr};
 use crate::message::PyMessage;
 use crate::runtime::{future_into_py, RuntimeRef};
 
@@ -263,13 +263,48 @@ impl JmqProducer {
     }
 }
 
+/// The JMQ4 endpoint of a constructor: `endpoints`, or the older spelling `endpoint` (accepted
+/// with a `DeprecationWarning`).
+fn endpoints_arg(
+    py: Python<'_>,
+    endpoints: Option<&Bound<'_, PyAny>>,
+    endpoint: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let endpoints = endpoints.filter(|v| !v.is_none());
+    let endpoint = endpoint.filter(|v| !v.is_none());
+    let (field, value) = match (endpoints, endpoint) {
+        (Some(e), None) => ("endpoints", e),
+        (None, Some(e)) => {
+            PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyDeprecationWarning>(),
+                c"endpoint= is deprecated: pass endpoints=",
+                1,
+            )?;
+            ("endpoint", e)
+        }
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "endpoint",
+                "pass endpoints= only (endpoint= is its deprecated spelling)",
+            ))
+        }
+        (None, None) => return Err(invalid("endpoints", "is required (\"jmq://host:port\")")),
+    };
+    let s = value
+        .cast::<PyString>()
+        .map_err(|_| invalid(field, "must be a str (\"jmq://host:port\")"))?;
+    text(field, s)
+}
+
 #[pymethods]
 impl JmqProducer {
     #[new]
-    #[pyo3(signature = (endpoint, *, app, token, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=None, request_timeout=None, max_body=3145728, transaction_timeout=None, transaction_checker=None, transaction_topics=None, feedback_interval=None, metadata_refresh=None, client_ip=None), text_signature = "(endpoint, *, app, token, region=None, namespace=None, qos=\"replication\", compression=\"zlib\", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None)")]
+    #[pyo3(signature = (endpoints=None, *, app, token, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=None, request_timeout=None, max_body=3145728, transaction_timeout=None, transaction_checker=None, transaction_topics=None, feedback_interval=None, metadata_refresh=None, client_ip=None, endpoint=None), text_signature = "(endpoints=None, *, app, token, region=None, namespace=None, qos=\"replication\", compression=\"zlib\", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None, endpoint=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        endpoint: &str,
+        py: Python<'_>,
+        endpoints: Option<&Bound<'_, PyAny>>,
         app: String,
         token: String,
         region: Option<String>,
@@ -287,7 +322,9 @@ impl JmqProducer {
         feedback_interval: Option<&Bound<'_, PyAny>>,
         metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
+        endpoint: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let endpoint = &endpoints_arg(py, endpoints, endpoint)?;
         let cluster = cluster_options(
             endpoint,
             app,
@@ -346,16 +383,24 @@ impl JmqProducer {
     }
 
     /// Connect now (bootstrap + ADD_CONNECTION), failing fast on a wrong address, app or token.
-    fn start(&self, py: Python<'_>) -> PyResult<()> {
-        let s = self.state.clone();
-        self.rt
-            .block_on(py, async move { s.get().await.map(|_| ()) })
+    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
+        let me = slf.get();
+        let s = me.state.clone();
+        me.rt
+            .block_on(py, async move { s.get().await.map(|_| ()) })?;
+        Ok(slf)
     }
 
-    /// Async form of `start`.
-    fn start_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move { s.get().await.map(|_| ()) })
+    /// Async form of `start`; the awaitable gives the client back.
+    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let s = slf.get().state.clone();
+        let rt = slf.get().rt;
+        let me = slf.unbind();
+        future_into_py(py, rt, async move {
+            s.get().await?;
+            Ok(me)
+        })
     }
 
     /// Send one message.
@@ -494,14 +539,19 @@ impl JmqProducer {
         &self.endpoint
     }
 
+    /// The endpoint, as every client spells it.
+    #[getter]
+    fn endpoints(&self) -> &str {
+        &self.endpoint
+    }
+
     #[getter]
     fn closed(&self) -> bool {
         self.state.closed.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
-        slf.get().start(slf.py())?;
-        Ok(slf)
+    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
+        Self::start(slf, py)
     }
 
     fn __exit__(
@@ -885,11 +935,12 @@ pub struct JmqConsumer {
 #[pymethods]
 impl JmqConsumer {
     #[new]
-    #[pyo3(signature = (endpoint, topics, *, app, token, mode="clustering", region=None, namespace=None, ack_timeout=None, long_poll=None, session_timeout=None, request_timeout=None, metadata_refresh=None, client_ip=None), text_signature = "(endpoint, topics, *, app, token, mode=\"clustering\", region=None, namespace=None, ack_timeout=30.0, long_poll=5.0, session_timeout=60.0, request_timeout=10.0, metadata_refresh=30.0, client_ip=None)")]
+    #[pyo3(signature = (endpoints=None, topics=None, *, app, token, mode="clustering", region=None, namespace=None, ack_timeout=None, long_poll=None, session_timeout=None, request_timeout=None, metadata_refresh=None, client_ip=None, endpoint=None), text_signature = "(endpoints=None, topics=None, *, app, token, mode=\"clustering\", region=None, namespace=None, ack_timeout=30.0, long_poll=5.0, session_timeout=60.0, request_timeout=10.0, metadata_refresh=30.0, client_ip=None, endpoint=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        endpoint: &str,
-        topics: &Bound<'_, PyAny>,
+        py: Python<'_>,
+        endpoints: Option<&Bound<'_, PyAny>>,
+        topics: Option<&Bound<'_, PyAny>>,
         app: String,
         token: String,
         mode: &str,
@@ -901,7 +952,11 @@ impl JmqConsumer {
         request_timeout: Option<&Bound<'_, PyAny>>,
         metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
+        endpoint: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let endpoint = &endpoints_arg(py, endpoints, endpoint)?;
+        let topics =
+            topics.ok_or_else(|| invalid("topics", "is required (a str or a list of str)"))?;
         let topics: Vec<String> = if let Ok(t) = topics.extract::<String>() {
             vec![t]
         } else {
@@ -956,16 +1011,24 @@ impl JmqConsumer {
     }
 
     /// Connect now and check every topic exists and is readable.
-    fn start(&self, py: Python<'_>) -> PyResult<()> {
-        let s = self.state.clone();
-        self.rt
-            .block_on(py, async move { s.get().await.map(|_| ()) })
+    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
+        let me = slf.get();
+        let s = me.state.clone();
+        me.rt
+            .block_on(py, async move { s.get().await.map(|_| ()) })?;
+        Ok(slf)
     }
 
-    /// Async form of `start`.
-    fn start_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move { s.get().await.map(|_| ()) })
+    /// Async form of `start`; the awaitable gives the client back.
+    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let s = slf.get().state.clone();
+        let rt = slf.get().rt;
+        let me = slf.unbind();
+        future_into_py(py, rt, async move {
+            s.get().await?;
+            Ok(me)
+        })
     }
 
     /// Receive up to `max_messages`, waiting up to `wait` seconds for the first (long poll).
@@ -1160,14 +1223,19 @@ impl JmqConsumer {
         &self.endpoint
     }
 
+    /// The endpoint, as every client spells it.
+    #[getter]
+    fn endpoints(&self) -> &str {
+        &self.endpoint
+    }
+
     #[getter]
     fn closed(&self) -> bool {
         self.state.closed.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
-        slf.get().start(slf.py())?;
-        Ok(slf)
+    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
+        Self::start(slf, py)
     }
 
     fn __exit__(
