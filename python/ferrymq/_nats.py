@@ -2,8 +2,9 @@
 
 It drives the binding's :class:`ferrymq.JetStream` client (one NATS implementation): ``send``
 is ``JetStream.publish`` of a :class:`ferrymq.Message` (subject = topic, properties as headers,
-a fresh ``Nats-Msg-Id`` per call, so the stream de-duplicates the client's own retries) and its
-receipt a :class:`NatsSendReceipt`. Differences, by protocol:
+a fresh ``Nats-Msg-Id`` per call, which the receipt's ``message_id`` reports) and its receipt
+a :class:`NatsSendReceipt`. Ids chosen by the caller (de-duplication across retries) are
+:class:`ferrymq.AsyncPublisher`'s, which works over this producer too. Differences, by protocol:
 
 * ``start()`` connects; the constructor only checks the arguments (as ``JetStream``'s does);
 * ``send_batch`` publishes the messages one after the other and waits for each ack (``_async``:
