@@ -8,6 +8,7 @@ parameter on live embedded brokers; a ``PanicException`` (a ``BaseException``) o
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -242,6 +243,13 @@ def _jmq_cases(b: EmbeddedBroker, c: ferrymq.JmqConsumer) -> dict[str, Any]:
         ),
     )
     cases["JmqServer.set_latency"] = ("seconds", lambda v: b.jmq.set_latency(v))
+    facade = ferrymq.Producer(ep, app=APP, token=TOKEN)
+    cases["Producer(jmq).request_timeout"] = (
+        "request_timeout",
+        lambda v: ferrymq.Producer(ep, app=APP, token=TOKEN, request_timeout=v),
+    )
+    cases["Producer(jmq).poll"] = ("timeout", lambda v: facade.poll(v))
+    cases["Producer(jmq).flush"] = ("timeout", lambda v: facade.flush(v))
     return cases
 
 
@@ -261,6 +269,9 @@ JMQ = [
     "SimpleConsumer(jmq).await_duration",
     "PushConsumer(jmq).shutdown_timeout",
     "JmqServer.set_latency",
+    "Producer(jmq).request_timeout",
+    "Producer(jmq).poll",
+    "Producer(jmq).flush",
 ]
 
 
@@ -278,6 +289,24 @@ def test_jmq_durations_refuse_bad_values(
 def test_nats_durations_refuse_bad_values(field: str, value: object) -> None:
     # checked before any connection is attempted
     refused(lambda: ferrymq.JetStream("nats://127.0.0.1:1", **{field: value}), field)
+
+
+@pytest.mark.parametrize("value", BAD, ids=BAD_IDS)
+def test_facade_durations_of_every_protocol_refuse_bad_values(
+    broker: EmbeddedBroker, producer: ferrymq.Producer, value: object
+) -> None:
+    # Producer over NATS and remoting, and the publisher's close: the facades' own duration
+    # arguments go through the same converter (nothing here needs a connection).
+    nats = ferrymq.Producer("nats://127.0.0.1:1")
+    remoting = ferrymq.Producer(broker.remoting_endpoint)
+    refused(
+        lambda: ferrymq.Producer("nats://127.0.0.1:1", request_timeout=value), "request_timeout"
+    )
+    for p in (nats, remoting):
+        refused(lambda: p.poll(value), "timeout")  # noqa: B023
+        refused(lambda: p.flush(value), "timeout")  # noqa: B023
+    publisher = ferrymq.AsyncPublisher(producer)
+    refused(lambda: asyncio.run(publisher.close_async(value)), "timeout")
 
 
 # -- accepted forms ---------------------------------------------------------------------------

@@ -331,3 +331,67 @@ def test_producer_facade_dispatches_jmq(jmq_broker: EmbeddedBroker, topic: str) 
     assert jmq_broker.jmq.message_count(topic) == 5
     with pytest.raises(ferrymq.InvalidArgumentError, match="app"):
         ferrymq.Producer(jmq_broker.jmq_endpoint)
+
+
+def test_endpoints_spelling_start_returns_self_and_old_spelling_warns(
+    jmq_broker: EmbeddedBroker, topic: str
+) -> None:
+    ep = jmq_broker.jmq_endpoint
+    p = ferrymq.JmqProducer(endpoints=ep, app=APP, token=TOKEN)
+    try:
+        assert p.start() is p
+        assert p.endpoints == p.endpoint == ep
+    finally:
+        p.close()
+    with pytest.warns(DeprecationWarning, match="endpoints="):
+        old = ferrymq.JmqProducer(endpoint=ep, app=APP, token=TOKEN)
+    assert old.endpoints == ep
+    with pytest.raises(ferrymq.InvalidArgumentError, match="endpoint"):
+        ferrymq.JmqProducer(ep, app=APP, token=TOKEN, endpoint=ep)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="endpoints"):
+        ferrymq.JmqProducer(app=APP, token=TOKEN)
+    c = ferrymq.JmqConsumer(endpoints=ep, topics=[topic], app=APP, token=TOKEN)
+    try:
+        assert c.start() is c
+        assert c.endpoints == ep
+    finally:
+        c.close()
+    with pytest.warns(DeprecationWarning, match="endpoints="):
+        ferrymq.JmqConsumer(endpoint=ep, topics=[topic], app=APP, token=TOKEN)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="topics"):
+        ferrymq.JmqConsumer(ep, app=APP, token=TOKEN)
+
+
+async def test_start_async_returns_the_client(jmq_broker: EmbeddedBroker, topic: str) -> None:
+    p = ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN)
+    assert await p.start_async() is p
+    await p.close_async()
+    c = ferrymq.JmqConsumer(jmq_broker.jmq_endpoint, [topic], app=APP, token=TOKEN)
+    assert await c.start_async() is c
+    await c.close_async()
+
+
+def test_facade_receipts_and_views_share_one_interface(
+    jmq_broker: EmbeddedBroker, topic: str
+) -> None:
+    with ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
+        r = p.send(ferrymq.Message(topic, b"typed", tag="t"))
+    assert isinstance(r, ferrymq.Receipt)
+    assert r.topic == topic
+    with ferrymq.SimpleConsumer(
+        jmq_broker.jmq_endpoint, APP, subscriptions=topic, token=TOKEN, await_duration=1.0
+    ) as c:
+        got: list[ferrymq.ReceivedMessage] = []
+        for _ in range(20):
+            got = c.receive(16)
+            if got:
+                break
+        assert [m.body for m in got] == [b"typed"]
+        m = got[0]
+        assert isinstance(m, ferrymq.ReceivedMessage)
+        assert isinstance(m, ferrymq.JmqMessage)
+        assert (m.topic, m.tag, m.delivery_attempt) == (topic, "t", 1)
+        # a message of another protocol is refused by name, not cast over
+        with pytest.raises(ferrymq.InvalidArgumentError, match="message: a jmq:// consumer"):
+            c.ack(object())  # type: ignore[arg-type]
+        c.ack(got)

@@ -53,11 +53,42 @@ def test_credentials_never_appear_in_errors_or_repr(nats_server: NatsServer) -> 
         assert "hunter2" not in js.endpoints
 
 
-def test_unreachable_server_is_a_connection_error() -> None:
+def test_unreachable_server_is_a_connection_error_at_start() -> None:
     port = free_port()
+    js = ferrymq.JetStream(f"nats://127.0.0.1:{port}", connect_timeout=1.0)  # no connection yet
     with pytest.raises(ferrymq.FerryConnectionError) as e:
-        ferrymq.JetStream(f"nats://127.0.0.1:{port}", connect_timeout=1.0)
+        js.start()
     assert e.value.retriable
+
+
+def test_lifecycle_start_returns_the_client_and_close_ends_it(nats_server: NatsServer) -> None:
+    js = ferrymq.JetStream(nats_server.url)
+    assert js.start() is js
+    assert js.start() is js  # idempotent: one connection
+    assert js.server_version.startswith("2.")
+    js.close()
+    with pytest.raises(ferrymq.ClientClosedError):
+        js.stream_info("ANY")
+    never = ferrymq.JetStream(f"nats://127.0.0.1:{free_port()}")
+    never.close()  # nothing to close, no connection attempted
+    with pytest.raises(ferrymq.ClientClosedError):
+        never.start()
+
+
+def test_first_call_connects_without_start(nats_server: NatsServer) -> None:
+    js = ferrymq.JetStream(nats_server.url)
+    try:
+        assert js.delete_stream(f"NONE{uuid.uuid4().hex[:8].upper()}") is False
+    finally:
+        js.close()
+
+
+async def test_async_start_and_context_manager(nats_server: NatsServer) -> None:
+    js = ferrymq.JetStream(nats_server.url)
+    assert await js.start_async() is js
+    await js.close_async()
+    async with ferrymq.JetStream(nats_server.url) as js2:
+        assert js2.server_version.startswith("2.")
 
 
 def test_publish_returns_ack_with_stream_and_sequence(js: ferrymq.JetStream, stream: str) -> None:

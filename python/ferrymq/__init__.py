@@ -30,6 +30,8 @@ from ._native import (
     TlsConfig,
     Transaction,
 )
+from ._nats import NatsSendReceipt
+from ._views import Receipt, ReceivedMessage
 from .consumer import PushConsumer, SimpleConsumer
 from .exceptions import (
     BrokerError,
@@ -74,12 +76,15 @@ __all__ = [
     "Message",
     "MessageQueue",
     "MessageView",
+    "NatsSendReceipt",
     "Producer",
     "ProtocolError",
     "PublishAck",
     "PublisherListener",
     "PullConsumer",
     "PushConsumer",
+    "Receipt",
+    "ReceivedMessage",
     "RetryConfig",
     "SendReceipt",
     "SimpleConsumer",

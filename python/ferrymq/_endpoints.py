@@ -11,7 +11,7 @@ endpoints                                                 protocol
 ``https://``
 ``remoting://host:port[;host:port]``                       ``remoting`` (RocketMQ name servers)
 ``jmq://host:port``                                        ``jmq`` (JMQ4 / JoyQueue)
-``nats://``, ``tls://``                                    ``nats`` (NATS JetStream)
+``nats://``                                                ``nats`` (NATS JetStream)
 ========================================================  ============
 """
 
@@ -37,7 +37,6 @@ _SCHEMES: dict[str, Protocol] = {
     "remoting": "remoting",
     "jmq": "jmq",
     "nats": "nats",
-    "tls": "nats",
 }
 
 

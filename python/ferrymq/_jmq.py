@@ -16,7 +16,6 @@ match: ``send``/``send_batch`` (and ``_async``), ``produce`` + ``poll``/``flush`
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
@@ -24,6 +23,7 @@ from typing import Any
 
 from . import _native
 from ._args import as_list
+from ._deliveries import Callback, Deliveries
 from ._native import JmqSendReceipt, Message
 from .exceptions import FerryError, InvalidArgumentError
 
@@ -165,11 +165,8 @@ class JmqBackend:
         if not token:
             raise InvalidArgumentError("token: a jmq:// endpoint needs app= and token=")
         self._namespace = namespace or ""
-        self._max_pending = max_pending
         self._started = False
-        self._reports: collections.deque[tuple[Callable[..., object], Any, Any]] = (
-            collections.deque()
-        )
+        self._reports = Deliveries(max_pending)
         extra = dict(options or {})
         unknown = sorted(set(extra) - PRODUCER_OPTIONS)
         if unknown:
@@ -214,6 +211,11 @@ class JmqBackend:
     def closed(self) -> bool:
         return self._native.closed
 
+    @property
+    def native(self) -> _native.JmqProducer:
+        """The :class:`ferrymq.JmqProducer` (for :class:`ferrymq.AsyncPublisher`)."""
+        return self._native
+
     # -- sending --------------------------------------------------------------------------
 
     def send(self, message: Message) -> JmqSendReceipt:
@@ -239,29 +241,19 @@ class JmqBackend:
             as_list(messages, "messages", "an iterable of ferrymq.Message")
         )
 
-    def produce(self, message: Message, on_delivery: Callable[..., object] | None) -> None:
-        if len(self._reports) >= self._max_pending:
-            self.poll(0)
+    def produce(self, message: Message, on_delivery: Callback | None = None) -> None:
         try:
             receipt = self._native.send(message)
         except FerryError as e:
-            if on_delivery is not None:
-                self._reports.append((on_delivery, e, None))
+            self._reports.add(on_delivery, e, None)
             return
-        if on_delivery is not None:
-            self._reports.append((on_delivery, None, receipt))
+        self._reports.add(on_delivery, None, receipt)
 
-    def poll(self, timeout: float = 0.0) -> int:
-        n = 0
-        while self._reports:
-            callback, err, receipt = self._reports.popleft()
-            callback(err, receipt)
-            n += 1
-        return n
+    def poll(self, timeout: float | timedelta = 0.0) -> int:
+        return self._reports.poll(timeout)
 
-    def flush(self, timeout: float | None = None) -> int:
-        self.poll(0)
-        return 0
+    def flush(self, timeout: float | timedelta | None = None) -> int:
+        return self._reports.flush(timeout)
 
     def begin_transaction(self) -> _Transaction:
         return _Transaction(self._native)

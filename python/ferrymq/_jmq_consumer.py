@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from . import _consumer, _native
 from ._native import ConsumeResult, FilterExpression, JmqMessage
@@ -225,16 +225,16 @@ class JmqSimpleBackend:
     async def ack_async(self, message: JmqMessage | Iterable[JmqMessage]) -> None:
         await self._native.ack_async(message)
 
-    def change_invisible_duration(self, message: object, duration: object) -> None:
+    def change_invisible_duration(self, message: object, duration: object) -> NoReturn:
         raise _no_change_invisible()
 
-    async def change_invisible_duration_async(self, message: object, duration: object) -> None:
+    async def change_invisible_duration_async(self, message: object, duration: object) -> NoReturn:
         raise _no_change_invisible()
 
-    def subscribe(self, topic: str, filter: object = None) -> None:
+    def subscribe(self, topic: str, filter: object = None) -> NoReturn:
         raise _no_subscribe("subscribe")
 
-    def unsubscribe(self, topic: str) -> None:
+    def unsubscribe(self, topic: str) -> NoReturn:
         raise _no_subscribe("unsubscribe")
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from . import _native
 from ._native import Message, SendReceipt
@@ -90,16 +90,20 @@ class RemotingBackend:
         del packed
         return await self._native.send_batch_async(messages)
 
-    def produce(self, message: Message, on_delivery: Callable[..., object] | None) -> None:
+    def produce(self, message: Message, on_delivery: Callable[..., object] | None = None) -> None:
         raise _unsupported("produce")
 
-    def poll(self, timeout: float = 0.0) -> int:
+    def poll(self, timeout: float | timedelta = 0.0) -> int:
+        # nothing is ever produced here; the argument is still checked as everywhere
+        _native.seconds("timeout", timeout, zero=True)
         return 0
 
-    def flush(self, timeout: float | None = None) -> int:
+    def flush(self, timeout: float | timedelta | None = None) -> int:
+        if timeout is not None:
+            _native.seconds("timeout", timeout, zero=True)
         return 0
 
-    def begin_transaction(self) -> Any:
+    def begin_transaction(self) -> NoReturn:
         raise _unsupported("begin_transaction")
 
     def recall(self, topic: str, recall_handle: str) -> str:

@@ -12,16 +12,23 @@ JMQ4 app and ``token=`` is required. Differences by protocol are listed in
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, Protocol
 
 from . import _exit, _native
-from ._args import as_list
 from ._endpoints import protocol_of
 from ._jmq_consumer import JmqPushBackend, JmqSimpleBackend
-from ._native import ConsumeResult, Credentials, FilterExpression, MessageView, TlsConfig
+from ._native import (
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    JmqMessage,
+    MessageView,
+    TlsConfig,
+)
+from ._views import ReceivedMessage, only
 from .exceptions import InvalidArgumentError
 
 __all__ = ["Listener", "PushConsumer", "SimpleConsumer"]
@@ -32,9 +39,51 @@ _Subscriptions = Mapping[str, _Filter] | str | Iterable[str]
 _CredentialsArg = Credentials | tuple[str, str] | tuple[str, str, str] | None
 _TlsArg = bool | str | TlsConfig | None
 
+_Outcome = ConsumeResult | Awaitable[ConsumeResult | None] | None
+
 #: A push consumer listener: ``f(message)`` returning ``ConsumeResult`` or ``None`` (success),
-#: a plain callable or an ``async def``; raising counts as ``FAILURE``.
-Listener = Callable[[MessageView], ConsumeResult | Awaitable[ConsumeResult | None] | None]
+#: a plain callable or an ``async def``; raising counts as ``FAILURE``. The message is a
+#: :class:`MessageView` for RocketMQ endpoints and a :class:`JmqMessage` for ``jmq://``: type
+#: the listener for the protocol it serves, or for :class:`ReceivedMessage` (both).
+Listener = (
+    Callable[[ReceivedMessage], _Outcome]
+    | Callable[[MessageView], _Outcome]
+    | Callable[[JmqMessage], _Outcome]
+)
+
+
+class _SimpleBackend(Protocol):
+    # What SimpleConsumer drives on either protocol (acks differ by message type: see ack()).
+    def start(self) -> None: ...
+    def start_async(self) -> Awaitable[None]: ...
+    def close(self) -> None: ...
+    def close_async(self) -> Awaitable[None]: ...
+    def receive(
+        self, max_messages: int = 16, invisible_duration: _Seconds | None = None
+    ) -> Sequence[ReceivedMessage]: ...
+    def receive_async(
+        self, max_messages: int = 16, invisible_duration: _Seconds | None = None
+    ) -> Awaitable[Sequence[ReceivedMessage]]: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def subscriptions(self) -> dict[str, FilterExpression]: ...
+    @property
+    def client_id(self) -> str | None: ...
+
+
+class _PushBackend(Protocol):
+    def start(self) -> None: ...
+    def start_async(self) -> Awaitable[None]: ...
+    def close(self, timeout: _Seconds | None = None) -> None: ...
+    def close_async(self, timeout: _Seconds | None = None) -> Awaitable[None]: ...
+    def stats(self) -> dict[str, int]: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def fifo(self) -> bool | None: ...
+    @property
+    def client_id(self) -> str | None: ...
 
 
 def _consumer_protocol(endpoints: str | Iterable[str]) -> str:
@@ -71,8 +120,9 @@ class SimpleConsumer:
             ``ack_timeout``, ``long_poll``, ``session_timeout``, ``region``, ``client_ip``,
             ``metadata_refresh``); an unknown name raises :class:`InvalidArgumentError`.
 
-    For ``jmq://`` the messages are :class:`ferrymq.JmqMessage` objects (with the
-    :class:`MessageView` attribute names), ``invisible_duration`` is the fetch's ack timeout,
+    Messages are :class:`ferrymq.ReceivedMessage` views: :class:`MessageView` for RocketMQ,
+    :class:`ferrymq.JmqMessage` for ``jmq://``. For ``jmq://`` ``invisible_duration`` is the
+    fetch's ack timeout,
     ack the messages of one :meth:`receive` together, ``change_invisible_duration`` raises and
     :meth:`nack` sends messages to the retry queue.
     """
@@ -95,7 +145,8 @@ class SimpleConsumer:
         jmq_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._jmq: JmqSimpleBackend | None = None
-        self._impl: _native.SimpleConsumer
+        self._rmq: _native.SimpleConsumer | None = None
+        self._impl: _SimpleBackend
         protocol = _consumer_protocol(endpoints)
         if protocol == "jmq":
             _jmq_refuses(
@@ -115,11 +166,10 @@ class SimpleConsumer:
                 tls=tls,
                 options=jmq_options,
             )
-            # Same methods (duck-typed); its messages are ferrymq.JmqMessage.
-            self._impl = cast("_native.SimpleConsumer", self._jmq)
+            self._impl = self._jmq
             return
         _rocketmq_only(jmq_options=jmq_options)
-        self._impl = _native.SimpleConsumer(
+        self._impl = self._rmq = _native.SimpleConsumer(
             endpoints,
             group,
             subscriptions=subscriptions,
@@ -176,65 +226,90 @@ class SimpleConsumer:
 
     def receive(
         self, max_messages: int = 16, invisible_duration: _Seconds | None = None
-    ) -> list[MessageView]:
+    ) -> list[ReceivedMessage]:
         """Up to ``max_messages`` messages, waiting up to ``await_duration`` (GIL released);
         each stays invisible to other consumers for ``invisible_duration`` (default 30 s)
         unless acked."""
-        return self._impl.receive(max_messages, invisible_duration)
+        return list(self._impl.receive(max_messages, invisible_duration))
 
     async def receive_async(
         self, max_messages: int = 16, invisible_duration: _Seconds | None = None
-    ) -> list[MessageView]:
-        return await self._impl.receive_async(max_messages, invisible_duration)
+    ) -> list[ReceivedMessage]:
+        return list(await self._impl.receive_async(max_messages, invisible_duration))
 
-    def ack(self, message: MessageView | Iterable[MessageView]) -> None:
+    def ack(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
         """Acknowledge a message, or a list of them (JMQ4: in one request)."""
         if self._jmq is not None:
-            self._jmq.ack(cast("Any", message))
-        elif isinstance(message, MessageView):
-            self._impl.ack(message)
+            self._jmq.ack(self._jmq_messages(message))
         else:
-            for m in as_list(message, "message", "a MessageView or an iterable of them"):
-                self._impl.ack(m)
+            for m in self._views(message):
+                self._rocketmq().ack(m)
 
-    async def ack_async(self, message: MessageView | Iterable[MessageView]) -> None:
+    async def ack_async(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
         if self._jmq is not None:
-            await self._jmq.ack_async(cast("Any", message))
-        elif isinstance(message, MessageView):
-            await self._impl.ack_async(message)
+            await self._jmq.ack_async(self._jmq_messages(message))
         else:
-            for m in as_list(message, "message", "a MessageView or an iterable of them"):
-                await self._impl.ack_async(m)
+            for m in self._views(message):
+                await self._rocketmq().ack_async(m)
 
     def nack(
-        self, message: MessageView | Iterable[MessageView], retry_type: str = "exception"
+        self, message: ReceivedMessage | Iterable[ReceivedMessage], retry_type: str = "exception"
     ) -> None:
         """JMQ4 only: send messages to the broker's retry queue (``retry_type`` ``"exception"``,
         ``"timeout"`` or ``"other"``), from which they are delivered again. RocketMQ redelivers
         by :meth:`change_invisible_duration`."""
-        self._jmq_only("nack").nack(cast("Any", message), retry_type)
+        self._jmq_only("nack").nack(self._jmq_messages(message), retry_type)
 
     async def nack_async(
-        self, message: MessageView | Iterable[MessageView], retry_type: str = "exception"
+        self, message: ReceivedMessage | Iterable[ReceivedMessage], retry_type: str = "exception"
     ) -> None:
-        await self._jmq_only("nack").nack_async(cast("Any", message), retry_type)
+        await self._jmq_only("nack").nack_async(self._jmq_messages(message), retry_type)
 
-    def change_invisible_duration(self, message: MessageView, duration: _Seconds) -> None:
+    def change_invisible_duration(self, message: ReceivedMessage, duration: _Seconds) -> None:
         """RocketMQ only: make ``message`` visible again after ``duration`` (from now)."""
-        self._impl.change_invisible_duration(message, duration)
+        if self._jmq is not None:
+            self._jmq.change_invisible_duration(message, duration)
+        self._rocketmq().change_invisible_duration(self._view(message), duration)
 
     async def change_invisible_duration_async(
-        self, message: MessageView, duration: _Seconds
+        self, message: ReceivedMessage, duration: _Seconds
     ) -> None:
-        await self._impl.change_invisible_duration_async(message, duration)
+        if self._jmq is not None:
+            await self._jmq.change_invisible_duration_async(message, duration)
+        await self._rocketmq().change_invisible_duration_async(self._view(message), duration)
 
     def subscribe(self, topic: str, filter: _Filter = None) -> None:
         """RocketMQ only: add (or change) a subscription."""
-        self._impl.subscribe(topic, filter)
+        if self._jmq is not None:
+            self._jmq.subscribe(topic, filter)
+        self._rocketmq().subscribe(topic, filter)
 
     def unsubscribe(self, topic: str) -> None:
         """RocketMQ only: remove a subscription."""
-        self._impl.unsubscribe(topic)
+        if self._jmq is not None:
+            self._jmq.unsubscribe(topic)
+        self._rocketmq().unsubscribe(topic)
+
+    def _rocketmq(self) -> _native.SimpleConsumer:
+        assert self._rmq is not None  # the JMQ4 branches above raised
+        return self._rmq
+
+    @staticmethod
+    def _views(message: object) -> list[MessageView]:
+        return only(MessageView, message, "message", "a RocketMQ consumer")
+
+    @staticmethod
+    def _view(message: object) -> MessageView:
+        if isinstance(message, MessageView):
+            return message
+        raise InvalidArgumentError(
+            "message: a RocketMQ consumer takes one ferrymq.MessageView, "
+            f"not {type(message).__name__}"
+        )
+
+    @staticmethod
+    def _jmq_messages(message: object) -> list[JmqMessage]:
+        return only(JmqMessage, message, "message", "a jmq:// consumer")
 
     def _jmq_only(self, what: str) -> _native.JmqConsumer:
         if self._jmq is None:
@@ -325,7 +400,7 @@ class PushConsumer:
         jmq_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._jmq: JmqPushBackend | None = None
-        self._impl: _native.PushConsumer
+        self._impl: _PushBackend
         protocol = _consumer_protocol(endpoints)
         if protocol == "jmq":
             _jmq_refuses(
@@ -354,7 +429,7 @@ class PushConsumer:
                 tls=tls,
                 options=jmq_options,
             )
-            self._impl = cast("_native.PushConsumer", self._jmq)
+            self._impl = self._jmq
             return
         _rocketmq_only(jmq_options=jmq_options)
         self._impl = _native.PushConsumer(

@@ -6,7 +6,11 @@ one resolver every class and the Spark source use): plain ``host:port[;host:port
 RocketMQ 5 producer (:class:`ferrymq._native.RocketMQProducer`); ``jmq://host:port`` selects JMQ4
 (JoyQueue, :class:`ferrymq._jmq.JmqBackend`, which needs ``app`` and ``token``);
 ``remoting://host:port`` selects RocketMQ's classic remoting protocol through its name servers
-(:class:`ferrymq._remoting.RemotingBackend`: ``send``/``send_batch``, a batch in one request).
+(:class:`ferrymq._remoting.RemotingBackend`: ``send``/``send_batch``, a batch in one request);
+``nats://host:port`` publishes to NATS JetStream
+(:class:`ferrymq._nats.NatsBackend`). Each backend satisfies
+:class:`ferrymq._backend.ProducerBackend`; receipts are :class:`ferrymq.Receipt` (narrow with
+``isinstance`` to :class:`SendReceipt`, :class:`JmqSendReceipt` or :class:`NatsSendReceipt`).
 """
 
 from __future__ import annotations
@@ -15,20 +19,23 @@ import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
 from . import _native
 from ._args import as_list
+from ._backend import ProducerBackend, ProducerTransaction
 from ._endpoints import protocol_of
 from ._jmq import JmqBackend
-from ._native import Credentials, Message, MessageView, SendReceipt, TlsConfig, Transaction
+from ._native import Credentials, Message, MessageView, TlsConfig
+from ._nats import NatsBackend
 from ._remoting import RemotingBackend
+from ._views import Receipt
 from .exceptions import FerryError, InvalidArgumentError
 
 __all__ = ["DeliveryCallback", "Producer", "TransactionResolution"]
 
 #: ``on_delivery(err, receipt)``: exactly one of the two is ``None``.
-DeliveryCallback = Callable[[FerryError | None, SendReceipt | None], object]
+DeliveryCallback = Callable[[FerryError | None, Receipt | None], object]
 
 
 class TransactionResolution(enum.Enum):
@@ -62,7 +69,8 @@ class Producer:
             permissions are used from then on) and the settings re-sent on telemetry (5 min:
             the broker's answer, e.g. a new body-size limit or retry policy, applies from then
             on).
-        app, token: JMQ4 (``jmq://``) identity; required there, unused by RocketMQ.
+        app, token: JMQ4 (``jmq://``) identity; required there, unused by RocketMQ. NATS:
+            ``token`` authenticates.
         jmq_options: further :class:`ferrymq.JmqProducer` options for ``jmq://`` (``qos``,
             ``compression``, ``compress_threshold``, ``transaction_timeout``, ``region`` …).
     """
@@ -86,58 +94,78 @@ class Producer:
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._impl: _native.RocketMQProducer
+        self._impl: ProducerBackend
         protocol = protocol_of(endpoints)
         if protocol == "nats":
+            _refuse(
+                "nats://",
+                topics=tuple(topics) or None,
+                namespace=namespace,
+                tls=tls,
+                max_attempts=max_attempts,
+                transaction_checker=transaction_checker,
+                heartbeat_interval=heartbeat_interval,
+                route_refresh_interval=route_refresh_interval,
+                settings_sync_interval=settings_sync_interval,
+                app=app,
+                jmq_options=jmq_options,
+            )
+            self._impl = NatsBackend(
+                endpoints,
+                credentials=credentials,
+                token=token,
+                request_timeout=request_timeout,
+                max_pending=max_pending,
+            )
+        elif protocol == "jmq":
+            # A JMQ4 transaction takes its topic from its first send.
+            self._impl = JmqBackend(
+                endpoints,
+                app=app,
+                token=token,
+                namespace=namespace,
+                request_timeout=request_timeout,
+                max_attempts=max_attempts,
+                transaction_checker=transaction_checker,
+                max_pending=max_pending,
+                options=jmq_options,
+            )
+        elif protocol == "remoting":
+            # send/send_batch; produce and transactions refused.
+            self._impl = RemotingBackend(
+                endpoints,
+                credentials=credentials,
+                namespace=namespace,
+                request_timeout=request_timeout,
+                transaction_checker=transaction_checker,
+            )
+        else:
+            self._impl = _native.RocketMQProducer(
+                endpoints,
+                topics=as_list(topics, "topics", "an iterable of topic names"),
+                credentials=credentials,
+                namespace=namespace,
+                tls=tls,
+                request_timeout=request_timeout,
+                max_attempts=max_attempts,
+                transaction_checker=transaction_checker,
+                max_pending=max_pending,
+                heartbeat_interval=heartbeat_interval,
+                route_refresh_interval=route_refresh_interval,
+                settings_sync_interval=settings_sync_interval,
+            )
+
+    def _publisher_target(self) -> object:
+        """The native client an :class:`ferrymq.AsyncPublisher` over this producer drives."""
+        impl = self._impl
+        if isinstance(impl, (JmqBackend, NatsBackend)):
+            return impl.native
+        if isinstance(impl, RemotingBackend):
             raise InvalidArgumentError(
-                "endpoints: nats:// is published to with ferrymq.JetStream (or "
-                "ferrymq.AsyncPublisher(JetStream(...))), not Producer"
+                "producer: AsyncPublisher does not publish over remoting://; use a gRPC "
+                "endpoint (host:port), jmq:// or nats://"
             )
-        if protocol == "jmq":
-            # JmqBackend offers the same methods (duck-typed); its receipts are
-            # ferrymq.JmqSendReceipt and its transactions take their topic from the first send.
-            self._impl = cast(
-                "_native.RocketMQProducer",
-                JmqBackend(
-                    endpoints,
-                    app=app,
-                    token=token,
-                    namespace=namespace,
-                    request_timeout=request_timeout,
-                    max_attempts=max_attempts,
-                    transaction_checker=transaction_checker,
-                    max_pending=max_pending,
-                    options=jmq_options,
-                ),
-            )
-            return
-        if protocol == "remoting":
-            # Duck-typed like JmqBackend: send/send_batch; produce and transactions refused.
-            self._impl = cast(
-                "_native.RocketMQProducer",
-                RemotingBackend(
-                    endpoints,
-                    credentials=credentials,
-                    namespace=namespace,
-                    request_timeout=request_timeout,
-                    transaction_checker=transaction_checker,
-                ),
-            )
-            return
-        self._impl = _native.RocketMQProducer(
-            endpoints,
-            topics=as_list(topics, "topics", "an iterable of topic names"),
-            credentials=credentials,
-            namespace=namespace,
-            tls=tls,
-            request_timeout=request_timeout,
-            max_attempts=max_attempts,
-            transaction_checker=transaction_checker,
-            max_pending=max_pending,
-            heartbeat_interval=heartbeat_interval,
-            route_refresh_interval=route_refresh_interval,
-            settings_sync_interval=settings_sync_interval,
-        )
+        return impl
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -187,14 +215,15 @@ class Producer:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def send(self, message: Message) -> SendReceipt:
-        """Send one message; blocks (GIL released) until the broker stored it."""
+    def send(self, message: Message) -> Receipt:
+        """Send one message; blocks (GIL released) until the broker stored it. The receipt is a
+        :class:`SendReceipt` (RocketMQ), :class:`JmqSendReceipt` or :class:`NatsSendReceipt`."""
         return self._impl.send(message)
 
-    async def send_async(self, message: Message) -> SendReceipt:
+    async def send_async(self, message: Message) -> Receipt:
         return await self._impl.send_async(message)
 
-    def send_batch(self, messages: Iterable[Message], *, packed: bool = False) -> list[SendReceipt]:
+    def send_batch(self, messages: Iterable[Message], *, packed: bool = False) -> list[Receipt]:
         """Send many messages of one topic (and one kind); the receipts are in order.
 
         By default each message goes in its own request (many in flight at once; a FIFO message
@@ -211,12 +240,12 @@ class Producer:
         always sends a batch in one request per topic; there ``packed`` changes nothing.)
 
         Not atomic: if some fail, the error says how many of the batch were sent."""
-        return self._impl.send_batch(messages, packed=packed)
+        return list(self._impl.send_batch(messages, packed=packed))
 
     async def send_batch_async(
         self, messages: Iterable[Message], *, packed: bool = False
-    ) -> list[SendReceipt]:
-        return await self._impl.send_batch_async(messages, packed=packed)
+    ) -> list[Receipt]:
+        return list(await self._impl.send_batch_async(messages, packed=packed))
 
     def produce(self, message: Message, on_delivery: DeliveryCallback | None = None) -> None:
         """Queue ``message`` without waiting; messages are sent in batches in the background.
@@ -232,7 +261,7 @@ class Producer:
         """Wait for every produced message (running callbacks); returns how many remain."""
         return self._impl.flush(timeout)
 
-    def begin_transaction(self) -> Transaction:
+    def begin_transaction(self) -> ProducerTransaction:
         """A transaction: ``send`` half messages, then ``commit()`` or ``rollback()`` (or use it
         as a context manager: commit on success, roll back on an exception)."""
         return self._impl.begin_transaction()
@@ -283,3 +312,10 @@ class Producer:
 
     def __repr__(self) -> str:
         return repr(self._impl).replace("RocketMQProducer(", "Producer(", 1)
+
+
+def _refuse(scheme: str, **options: object) -> None:
+    # Options that mean nothing to this protocol: refused rather than ignored.
+    for name, value in options.items():
+        if value is not None:
+            raise InvalidArgumentError(f"{name}: not used by {scheme} endpoints")

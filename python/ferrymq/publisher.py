@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Union
 from . import _exit, _native
 from ._native import EventBatch, FlightCore, PublishAck
 from .exceptions import FerryTimeoutError, InvalidArgumentError
+from .producer import Producer
 
 if TYPE_CHECKING:
     from ._native import Message
@@ -341,9 +342,8 @@ class AsyncPublisher:
             if not any(methods.values()):
                 raise InvalidArgumentError("listener: has none of the methods " + ", ".join(_KINDS))
         self._producer = producer
-        # ferrymq.Producer is a facade over the native producer of its backend.
-        native = getattr(producer, "_impl", producer)
-        native = getattr(native, "_native", native)  # the jmq:// backend of ferrymq.Producer
+        # ferrymq.Producer is a facade over the native client of its backend.
+        native = producer._publisher_target() if isinstance(producer, Producer) else producer
         self._core = _native.PublisherCore(
             native,
             id_prefix=id_prefix,
@@ -433,12 +433,17 @@ class AsyncPublisher:
             self._pump = t
             _exit.track(self)
 
-    def start(self) -> None:
+    def start(self) -> AsyncPublisher:
         """Start publishing. Inside a running event loop, that loop becomes the publisher's:
-        listener calls and ack futures are delivered on it."""
+        listener calls and ack futures are delivered on it. Returns the publisher."""
         self._bind_loop()
         self._core.start()
         self._ensure_pump()
+        return self
+
+    async def start_async(self) -> AsyncPublisher:
+        """:meth:`start` on the running event loop (which becomes the publisher's)."""
+        return self.start()
 
     def stop(self) -> None:
         """Stop now: refuse new messages and end every queued or in-flight message with
@@ -468,9 +473,21 @@ class AsyncPublisher:
         self._pump_done.result()
         return finished
 
+    async def close_async(self, timeout: float | timedelta | None = None) -> bool:
+        """:meth:`close` for asyncio: :meth:`drain` for up to ``timeout`` seconds, then
+        :meth:`stop` whatever is left. Returns whether the drain finished in time."""
+        limit = None if timeout is None else _native.seconds("timeout", timeout, zero=True)
+        drain = asyncio.ensure_future(self.drain())
+        try:
+            await asyncio.wait_for(asyncio.shield(drain), limit)
+            return True
+        except asyncio.TimeoutError:
+            self.stop()
+            await drain
+            return False
+
     async def __aenter__(self) -> AsyncPublisher:
-        self.start()
-        return self
+        return self.start()
 
     async def __aexit__(
         self,
@@ -488,8 +505,7 @@ class AsyncPublisher:
             raise
 
     def __enter__(self) -> AsyncPublisher:
-        self.start()
-        return self
+        return self.start()
 
     def __exit__(
         self,

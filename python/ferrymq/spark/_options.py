@@ -58,7 +58,7 @@ def _bad(option: str, why: str) -> InvalidArgumentError:
 def backend_of(endpoints: str) -> Backend:
     """The backend an endpoint string names (:func:`ferrymq._endpoints.protocol_of`, the
     resolver every ferrymq class uses): ``remoting://`` → RocketMQ over the remoting protocol
-    (name servers, or a 5.x proxy's remoting port in cluster mode), ``nats://`` / ``tls://`` →
+    (name servers, or a 5.x proxy's remoting port in cluster mode), ``nats://`` →
     NATS JetStream, ``jmq://`` → JMQ4, ``host:port[;host:port]`` / ``rocketmq://`` → RocketMQ 5
     over gRPC. An unknown scheme raises ``InvalidArgumentError`` naming ``endpoints``."""
     return protocol_of(endpoints)

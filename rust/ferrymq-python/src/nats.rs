@@ -1,9 +1,11 @@
 //! `ferrymq.JetStream`, `ferrymq.JsPullConsumer` (a JetStream pull consumer), `ferrymq.JsMessage`, `ferrymq.StreamInfo`:
 //! the NATS JetStream client over `nats://` endpoints.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use ferrymq_core::error::Error;
 use ferrymq_core::nats::{
     self, AckKind, DeliverPolicy, JetStream, JsMessage, NatsOptions, PullConsumer,
     PullConsumerConfig, Retention, Storage, StreamConfig, StreamInfo,
@@ -80,11 +82,66 @@ impl PyStreamInfo {
     }
 }
 
-/// A connection to NATS with JetStream.
+/// The connection of a `JetStream`: made by `start()` (or the first call that needs it), never
+/// by the constructor.
+struct Connection {
+    opts: NatsOptions,
+    /// The endpoints, credentials removed.
+    endpoints: String,
+    js: tokio::sync::OnceCell<JetStream>,
+    closed: AtomicBool,
+}
+
+impl Connection {
+    fn new(opts: NatsOptions) -> Self {
+        let endpoints = opts
+            .endpoints
+            .iter()
+            .map(|e| nats::redact(e))
+            .collect::<Vec<_>>()
+            .join(",");
+        Self {
+            opts,
+            endpoints,
+            js: tokio::sync::OnceCell::new(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The connected client, connecting first if needed (one connection, whoever asks first).
+    async fn get(&self) -> Result<JetStream, Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::closed("the JetStream client is closed"));
+        }
+        self.js
+            .get_or_try_init(|| JetStream::connect(self.opts.clone()))
+            .await
+            .cloned()
+    }
+
+    /// Close the connection if one was made; later calls fail as closed.
+    async fn close(&self) -> Result<(), Error> {
+        self.closed.store(true, Ordering::Release);
+        match self.js.get() {
+            Some(js) => js.close().await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// A client of NATS with JetStream.
 #[pyclass(name = "JetStream", module = "ferrymq", frozen)]
 pub struct PyJetStream {
-    pub inner: JetStream,
+    conn: Arc<Connection>,
     rt: RuntimeRef,
+}
+
+impl PyJetStream {
+    /// The connected client (connecting now if needed), for the managed publisher.
+    pub fn connected(&self, py: Python<'_>) -> PyResult<JetStream> {
+        let conn = Arc::clone(&self.conn);
+        self.rt.block_on(py, async move { conn.get().await })
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -172,7 +229,7 @@ fn deliver_policy(deliver: &Bound<'_, PyAny>) -> PyResult<DeliverPolicy> {
 
 #[pymethods]
 impl PyJetStream {
-    /// Connect (blocking, GIL released).
+    /// Check the arguments; `start()` (or `with`, or the first call that needs it) connects.
     #[new]
     #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0)")]
     #[allow(clippy::too_many_arguments)]
@@ -196,8 +253,29 @@ impl PyJetStream {
             connect_timeout,
             request_timeout,
         )?;
-        let inner = rt.block_on(py, JetStream::connect(opts))?;
-        Ok(Self { inner, rt })
+        let _ = py;
+        Ok(Self {
+            conn: Arc::new(Connection::new(opts)),
+            rt,
+        })
+    }
+
+    /// Connect (blocking, GIL released); returns the client. Idempotent.
+    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
+        slf.get().connected(py)?;
+        Ok(slf)
+    }
+
+    /// Awaitable form of `start`.
+    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let rt = slf.get().rt;
+        let conn = Arc::clone(&slf.get().conn);
+        let me = slf.unbind();
+        future_into_py(py, rt, async move {
+            conn.get().await?;
+            Ok(me)
+        })
     }
 
     /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
@@ -225,21 +303,22 @@ impl PyJetStream {
             request_timeout,
         )?;
         future_into_py(py, rt, async move {
-            let inner = JetStream::connect(opts).await?;
-            Ok(PyJetStream { inner, rt })
+            let conn = Arc::new(Connection::new(opts));
+            conn.get().await?;
+            Ok(PyJetStream { conn, rt })
         })
     }
 
     /// The endpoints, credentials removed.
     #[getter]
     fn endpoints(&self) -> &str {
-        self.inner.endpoints()
+        &self.conn.endpoints
     }
 
     /// The server's version, e.g. "2.9.10".
     #[getter]
-    fn server_version(&self) -> String {
-        self.inner.server_version()
+    fn server_version(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.connected(py)?.server_version())
     }
 
     /// Publish and wait for the JetStream ack (blocking, GIL released).
@@ -272,8 +351,9 @@ impl PyJetStream {
                 expected_last_msg_id,
             },
         )?;
-        let js = self.inner.clone();
+        let conn = Arc::clone(&self.conn);
         self.rt.block_on(py, async move {
+            let js = conn.get().await?;
             let inner = js.publish(None, &out).await?;
             Ok(PyPublishAck { inner })
         })
@@ -309,8 +389,9 @@ impl PyJetStream {
                 expected_last_msg_id,
             },
         )?;
-        let js = self.inner.clone();
+        let conn = Arc::clone(&self.conn);
         future_into_py(py, self.rt, async move {
+            let js = conn.get().await?;
             let inner = js.publish(None, &out).await?;
             Ok(PyPublishAck { inner })
         })
@@ -350,8 +431,9 @@ impl PyJetStream {
             max_age,
             replicas,
         )?;
-        let js = self.inner.clone();
+        let conn = Arc::clone(&self.conn);
         self.rt.block_on(py, async move {
+            let js = conn.get().await?;
             let inner = js.create_stream(&cfg).await?;
             Ok(PyStreamInfo { inner })
         })
@@ -360,8 +442,9 @@ impl PyJetStream {
     /// The state of stream `name`.
     fn stream_info(&self, py: Python<'_>, name: String) -> PyResult<PyStreamInfo> {
         ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
-        let js = self.inner.clone();
+        let conn = Arc::clone(&self.conn);
         self.rt.block_on(py, async move {
+            let js = conn.get().await?;
             let inner = js.stream_info(&name).await?;
             Ok(PyStreamInfo { inner })
         })
@@ -370,9 +453,11 @@ impl PyJetStream {
     /// Delete stream `name`; False when it did not exist.
     fn delete_stream(&self, py: Python<'_>, name: String) -> PyResult<bool> {
         ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
-        let js = self.inner.clone();
-        self.rt
-            .block_on(py, async move { js.delete_stream(&name).await })
+        let conn = Arc::clone(&self.conn);
+        self.rt.block_on(py, async move {
+            let js = conn.get().await?;
+            js.delete_stream(&name).await
+        })
     }
 
     /// Bind to (or create) a pull consumer on `stream`.
@@ -409,9 +494,10 @@ impl PyJetStream {
                 Duration::from_secs(300),
             )?,
         };
-        let js = self.inner.clone();
+        let conn = Arc::clone(&self.conn);
         let rt = self.rt;
         self.rt.block_on(py, async move {
+            let js = conn.get().await?;
             let inner = js.pull_consumer(&stream, &cfg).await?;
             Ok(PyPullConsumer {
                 inner: Arc::new(inner),
@@ -422,31 +508,34 @@ impl PyJetStream {
 
     /// Delete consumer `name` of `stream`; False when it did not exist.
     fn delete_consumer(&self, py: Python<'_>, stream: String, name: String) -> PyResult<bool> {
-        let js = self.inner.clone();
-        self.rt
-            .block_on(py, async move { js.delete_consumer(&stream, &name).await })
+        let conn = Arc::clone(&self.conn);
+        self.rt.block_on(py, async move {
+            let js = conn.get().await?;
+            js.delete_consumer(&stream, &name).await
+        })
     }
 
     /// Flush pending writes to the server.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let js = self.inner.clone();
-        self.rt.block_on(py, async move { js.flush().await })
+        let conn = Arc::clone(&self.conn);
+        self.rt
+            .block_on(py, async move { conn.get().await?.flush().await })
     }
 
     /// Flush and close the connection.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let js = self.inner.clone();
-        self.rt.block_on(py, async move { js.close().await })
+        let conn = Arc::clone(&self.conn);
+        self.rt.block_on(py, async move { conn.close().await })
     }
 
     /// Awaitable form of `close`.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let js = self.inner.clone();
-        future_into_py(py, self.rt, async move { js.close().await })
+        let conn = Arc::clone(&self.conn);
+        future_into_py(py, self.rt, async move { conn.close().await })
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
+        Self::start(slf, py)
     }
 
     fn __exit__(
@@ -461,10 +550,7 @@ impl PyJetStream {
     }
 
     fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let rt = slf.get().rt;
-        let me = slf.unbind();
-        future_into_py(py, rt, async move { Ok(me) })
+        Self::start_async(slf)
     }
 
     fn __aexit__<'py>(
@@ -474,15 +560,15 @@ impl PyJetStream {
         _exc: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let js = self.inner.clone();
+        let conn = Arc::clone(&self.conn);
         future_into_py(py, self.rt, async move {
-            js.close().await?;
+            conn.close().await?;
             Ok(false)
         })
     }
 
     fn __repr__(&self) -> String {
-        format!("JetStream({:?})", self.inner.endpoints())
+        format!("JetStream({:?})", self.conn.endpoints)
     }
 }
 

@@ -262,7 +262,7 @@ impl PyEventBatch {
 /// Which native producer classes can back a publisher.
 fn backend_of(producer: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PublishBackend>> {
     if let Ok(js) = producer.cast::<crate::nats::PyJetStream>() {
-        return Ok(Arc::new(js.get().inner.clone()));
+        return Ok(Arc::new(js.get().connected(producer.py())?));
     }
     if let Ok(p) = producer.cast::<crate::producer::PyProducer>() {
         return Ok(Arc::new(p.get().core().clone()));

@@ -1,0 +1,459 @@
+//! The bridges from the core's push engine to Python listeners: plain callables on consumption
+//! threads, `async def` listeners on an event loop, and the completions they report through.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ferrymq_core::rocketmq::listener::{BatchListener, ConsumeResult, Delivery, Listener, Stopped};
+use ferrymq_core::rocketmq::message_view::MessageView;
+use ferrymq_core::Error;
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList};
+
+use crate::errors::to_pyerr;
+use crate::message_view::PyMessageView;
+
+use super::PyConsumeResult;
+
+// ---------------------------------------------------------------------------------------------
+// Listener results and errors
+
+static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn logger(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    Ok(LOGGER
+        .get_or_try_init(py, || {
+            py.import("logging")?
+                .call_method1("getLogger", ("ferrymq.consumer",))
+                .map(Bound::unbind)
+        })?
+        .bind(py))
+}
+
+/// Log an exception raised by the listener, with its traceback.
+fn log_listener_error(py: Python<'_>, err: &Bound<'_, PyAny>, message: &MessageView) {
+    let result = logger(py).and_then(|log| {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("exc_info", err)?;
+        log.call_method(
+            "error",
+            (
+                "listener raised an exception consuming message %s of topic %s (attempt %d)",
+                message.message_id(),
+                message.topic(),
+                message.delivery_attempt(),
+            ),
+            Some(&kwargs),
+        )
+        .map(drop)
+    });
+    if let Err(e) = result {
+        e.write_unraisable(py, None);
+    }
+}
+
+/// `None` or `SUCCESS` → success, `FAILURE` → failure; anything else is a failure and logged.
+fn interpret(py: Python<'_>, r: &Bound<'_, PyAny>, message: &MessageView) -> ConsumeResult {
+    if r.is_none() {
+        return ConsumeResult::Success;
+    }
+    if let Ok(c) = r.cast::<PyConsumeResult>() {
+        return match *c.get() {
+            PyConsumeResult::Success => ConsumeResult::Success,
+            PyConsumeResult::Failure => ConsumeResult::Failure,
+        };
+    }
+    let what = r
+        .repr()
+        .map_or_else(|_| "<unprintable>".to_string(), |s| s.to_string());
+    let _ = logger(py).and_then(|log| {
+        log.call_method1(
+            "error",
+            (
+                "listener returned %s for message %s; expected ferrymq.ConsumeResult or None \
+                 (counted as FAILURE)",
+                what,
+                message.message_id(),
+            ),
+        )
+        .map(drop)
+    });
+    ConsumeResult::Failure
+}
+
+/// A plain callable, run on the consumption threads.
+pub(super) struct PySyncListener {
+    pub(super) callback: Py<PyAny>,
+}
+
+/// Call the listener with one message; exceptions are logged and count as failure.
+fn consume_one(py: Python<'_>, f: &Bound<'_, PyAny>, m: &Arc<MessageView>) -> ConsumeResult {
+    match Bound::new(
+        py,
+        PyMessageView {
+            inner: m.clone(),
+            transaction_id: None,
+        },
+    ) {
+        Ok(view) => match f.call1((view,)) {
+            Ok(r) => interpret(py, &r, m),
+            Err(e) => {
+                log_listener_error(py, e.value(py).as_any(), m);
+                ConsumeResult::Failure
+            }
+        },
+        Err(e) => {
+            e.write_unraisable(py, None);
+            ConsumeResult::Failure
+        }
+    }
+}
+
+impl BatchListener for PySyncListener {
+    fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
+        crate::exit::park_if_exiting();
+        Python::attach(|py| {
+            let f = self.callback.bind(py);
+            results.extend(messages.iter().map(|m| consume_one(py, f, m)));
+        });
+    }
+
+    fn consume_runs(&self, runs: &[&[Arc<MessageView>]], results: &mut [Vec<ConsumeResult>]) {
+        // All runs under one GIL acquisition; each stops at its first failure.
+        crate::exit::park_if_exiting();
+        Python::attach(|py| {
+            let f = self.callback.bind(py);
+            for (run, out) in runs.iter().zip(results.iter_mut()) {
+                for m in *run {
+                    let r = consume_one(py, f, m);
+                    out.push(r);
+                    if r == ConsumeResult::Failure {
+                        break;
+                    }
+                }
+            }
+        });
+    }
+
+    fn run_thread(&self, run: &mut (dyn FnMut() + Send)) {
+        // The outer attach creates this thread's Python thread state; detaching keeps it, so
+        // each batch only re-takes the GIL instead of creating and destroying a thread state.
+        Python::attach(|py| {
+            py.detach(|| {
+                run();
+                // Leaving re-takes the GIL: not once the interpreter is past `atexit`.
+                crate::exit::park_if_exiting();
+            });
+        });
+    }
+}
+
+struct AsyncState {
+    queue: VecDeque<Delivery>,
+    closed: bool,
+}
+
+struct AsyncShared {
+    state: std::sync::Mutex<AsyncState>,
+    wake: Condvar,
+    finished: Condvar,
+    inflight: AtomicUsize,
+    max_inflight: usize,
+}
+
+impl AsyncShared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AsyncState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn done(&self, n: usize) {
+        let left = self.inflight.fetch_sub(n, Ordering::AcqRel) - n;
+        let _g = self.lock();
+        self.wake.notify_one();
+        if left == 0 {
+            self.finished.notify_all();
+        }
+    }
+}
+
+/// An `async def` listener, run on an asyncio event loop.
+pub(super) struct PyAsyncListener {
+    shared: Arc<AsyncShared>,
+    feeder: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Feeder {
+    shared: Arc<AsyncShared>,
+    event_loop: Py<PyAny>,
+    callback: Py<PyAny>,
+    runner: Py<PyAny>,
+}
+
+impl PyAsyncListener {
+    pub(super) fn start(
+        event_loop: Py<PyAny>,
+        callback: Py<PyAny>,
+        runner: Py<PyAny>,
+        max_inflight: usize,
+    ) -> PyResult<Self> {
+        let shared = Arc::new(AsyncShared {
+            state: std::sync::Mutex::new(AsyncState {
+                queue: VecDeque::new(),
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            finished: Condvar::new(),
+            inflight: AtomicUsize::new(0),
+            max_inflight,
+        });
+        let feeder = Feeder {
+            shared: shared.clone(),
+            event_loop,
+            callback,
+            runner,
+        };
+        let handle = std::thread::Builder::new()
+            .name("ferrymq-consume-async".into())
+            .spawn(move || feeder.run())
+            .map_err(|e| {
+                to_pyerr(Error::internal(format!(
+                    "cannot start the listener thread: {e}"
+                )))
+            })?;
+        Ok(Self {
+            shared,
+            feeder: Mutex::new(Some(handle)),
+        })
+    }
+}
+
+impl Feeder {
+    fn run(self) {
+        Python::attach(|py| {
+            py.detach(|| {
+                self.feed();
+                crate::exit::park_if_exiting();
+            });
+        });
+    }
+
+    /// Hand batches to the event loop until the listener is closed.
+    fn feed(&self) {
+        let shared = &self.shared;
+        loop {
+            let batch: Vec<Delivery> = {
+                let mut st = shared.lock();
+                loop {
+                    if st.closed {
+                        return;
+                    }
+                    let room = shared
+                        .max_inflight
+                        .saturating_sub(shared.inflight.load(Ordering::Acquire));
+                    if !st.queue.is_empty() && room > 0 {
+                        let n = room.min(st.queue.len());
+                        shared.inflight.fetch_add(n, Ordering::AcqRel);
+                        break st.queue.drain(..n).collect();
+                    }
+                    st = shared
+                        .wake
+                        .wait(st)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            };
+            self.schedule(batch);
+        }
+    }
+
+    /// Hand one batch to the event loop: a single `call_soon_threadsafe`.
+    fn schedule(&self, batch: Vec<Delivery>) {
+        let n = batch.len();
+        crate::exit::park_if_exiting();
+        let rejected = Python::attach(|py| -> Option<Vec<Delivery>> {
+            let views: Vec<Py<PyMessageView>> = match batch
+                .iter()
+                .map(|d| {
+                    Py::new(
+                        py,
+                        PyMessageView {
+                            inner: d.message().clone(),
+                            transaction_id: None,
+                        },
+                    )
+                })
+                .collect::<PyResult<_>>()
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    e.write_unraisable(py, None);
+                    return Some(batch);
+                }
+            };
+            let completion = match Py::new(
+                py,
+                PyCompletion {
+                    deliveries: Mutex::new(batch.into_iter().map(Some).collect()),
+                    shared: self.shared.clone(),
+                },
+            ) {
+                Ok(c) => c,
+                Err(e) => {
+                    e.write_unraisable(py, None);
+                    return None;
+                }
+            };
+            let call = PyList::new(py, views).and_then(|views| {
+                self.event_loop.bind(py).call_method1(
+                    "call_soon_threadsafe",
+                    (
+                        &self.runner,
+                        &self.callback,
+                        views,
+                        completion.clone_ref(py),
+                    ),
+                )
+            });
+            match call {
+                Ok(_) => None,
+                Err(e) => {
+                    // The loop is closed: nothing was consumed; let the broker redeliver.
+                    let _ = logger(py).and_then(|log| {
+                        log.call_method1(
+                            "warning",
+                            (
+                                "cannot schedule the async listener on its event loop (%s); \
+                                 %d messages left for redelivery",
+                                e.value(py).to_string(),
+                                n,
+                            ),
+                        )
+                        .map(drop)
+                    });
+                    Some(completion.get().take_all())
+                }
+            }
+        });
+        if let Some(batch) = rejected {
+            for d in batch {
+                d.abandon();
+            }
+            self.shared.done(n);
+        }
+    }
+}
+
+impl Listener for PyAsyncListener {
+    fn submit(&self, batch: Vec<Delivery>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut st = self.shared.lock();
+        if st.closed {
+            drop(st);
+            batch.into_iter().for_each(Delivery::abandon);
+            return;
+        }
+        st.queue.extend(batch);
+        self.shared.wake.notify_one();
+    }
+
+    fn shutdown(&self, timeout: Duration) -> Stopped {
+        let deadline = ferrymq_core::duration::deadline(Instant::now(), timeout);
+        let mut stopped = {
+            let mut st = self.shared.lock();
+            st.closed = true;
+            self.shared.wake.notify_all();
+            Stopped {
+                deliveries: st.queue.drain(..).collect(),
+                ..Stopped::default()
+            }
+        };
+        if let Some(h) = self.feeder.lock().take() {
+            let _ = h.join();
+        }
+        let mut st = self.shared.lock();
+        while self.shared.inflight.load(Ordering::Acquire) > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return stopped;
+            }
+            st = self
+                .shared
+                .finished
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        stopped.finished = true;
+        stopped
+    }
+
+    fn queued(&self) -> usize {
+        self.shared.lock().queue.len()
+    }
+
+    fn running(&self) -> usize {
+        self.shared.inflight.load(Ordering::Acquire)
+    }
+}
+
+/// Receives the results of one batch of coroutines (called on the event loop).
+#[pyclass(module = "ferrymq._native", frozen)]
+pub struct PyCompletion {
+    deliveries: Mutex<Vec<Option<Delivery>>>,
+    shared: Arc<AsyncShared>,
+}
+
+impl PyCompletion {
+    fn take(&self, i: usize) -> Option<Delivery> {
+        self.deliveries.lock().get_mut(i).and_then(Option::take)
+    }
+
+    fn take_all(&self) -> Vec<Delivery> {
+        self.deliveries
+            .lock()
+            .iter_mut()
+            .filter_map(Option::take)
+            .collect()
+    }
+}
+
+#[pymethods]
+impl PyCompletion {
+    /// Coroutine `i` returned `result`.
+    fn done(&self, py: Python<'_>, i: usize, result: &Bound<'_, PyAny>) {
+        if let Some(d) = self.take(i) {
+            let r = interpret(py, result, d.message());
+            d.complete(r);
+            self.shared.done(1);
+        }
+    }
+
+    /// Coroutine `i` raised `error` (or could not be started).
+    fn error(&self, py: Python<'_>, i: usize, error: &Bound<'_, PyAny>) {
+        if let Some(d) = self.take(i) {
+            log_listener_error(py, error, d.message());
+            d.complete(ConsumeResult::Failure);
+            self.shared.done(1);
+        }
+    }
+}
+
+impl Drop for PyCompletion {
+    fn drop(&mut self) {
+        // Coroutines that never reported (their loop stopped): failures, not silence.
+        let left = self.take_all();
+        let n = left.len();
+        drop(left);
+        if n > 0 {
+            self.shared.done(n);
+        }
+    }
+}

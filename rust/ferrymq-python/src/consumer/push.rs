@@ -1,0 +1,466 @@
+//! `ferrymq.PushConsumer` (RocketMQ 5).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrymq_core::rocketmq::client::ClientOptions;
+use ferrymq_core::rocketmq::consumer_rpc::ClientRpc;
+use ferrymq_core::rocketmq::listener::{Listener, WorkerPool};
+use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, StatsSnapshot};
+use ferrymq_core::Error;
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::client_options::{client_options, extract_duration};
+use crate::errors::{invalid, to_pyerr};
+use crate::runtime::{future_into_py, RuntimeRef};
+
+use super::listener::{PyAsyncListener, PySyncListener};
+use super::{extract_subscriptions, stats_dict};
+
+/// How long `PushConsumer.close` waits for running callbacks and their acks by default.
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most listener threads a `PushConsumer` runs.
+const MAX_CONSUMPTION_THREADS: usize = 1024;
+
+/// The event loop thread started for an async listener run from blocking code, if any.
+type PrivateLoop = Option<Py<PyAny>>;
+
+enum PushState {
+    Created,
+    Starting,
+    Running {
+        consumer: Arc<PushConsumer<ClientRpc>>,
+        private_loop: Option<Py<PyAny>>,
+    },
+    Closed,
+}
+
+/// A RocketMQ push consumer: receives continuously and calls `listener` for each message.
+#[pyclass(name = "PushConsumer", module = "ferrymq", frozen)]
+pub struct PyPushConsumer {
+    rt: RuntimeRef,
+    options: ClientOptions,
+    config: PushConsumerConfig,
+    listener: Py<PyAny>,
+    is_async: bool,
+    consumption_threads: usize,
+    shutdown_timeout: Duration,
+    state: Mutex<PushState>,
+    last_stats: Mutex<Option<StatsSnapshot>>,
+}
+
+impl PyPushConsumer {
+    fn begin_start(&self) -> PyResult<bool> {
+        let mut st = self.state.lock();
+        match &*st {
+            PushState::Created => {
+                *st = PushState::Starting;
+                Ok(true)
+            }
+            PushState::Running { .. } => Ok(false),
+            PushState::Starting => Err(to_pyerr(Error::closed(
+                "the consumer is being started by another call",
+            ))),
+            PushState::Closed => Err(to_pyerr(Error::closed("the consumer is closed"))),
+        }
+    }
+
+    /// Build the listener side. `event_loop` is the loop of an async listener (None: start a
+    /// private loop thread).
+    fn make_listener(
+        &self,
+        py: Python<'_>,
+        event_loop: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<(Arc<dyn Listener>, PrivateLoop)> {
+        if !self.is_async {
+            let pool = WorkerPool::start(
+                Arc::new(PySyncListener {
+                    callback: self.listener.clone_ref(py),
+                }),
+                self.consumption_threads,
+                1024,
+            )
+            .map_err(to_pyerr)?;
+            return Ok((Arc::new(pool), None));
+        }
+        let helpers = py.import("ferrymq._consumer")?;
+        let (event_loop, private) = match event_loop {
+            Some(l) => (l, None),
+            None => {
+                let l = helpers.call_method0("start_private_loop")?;
+                (l.clone(), Some(l.unbind()))
+            }
+        };
+        let listener = PyAsyncListener::start(
+            event_loop.unbind(),
+            self.listener.clone_ref(py),
+            helpers.getattr("run_batch")?.unbind(),
+            self.consumption_threads,
+        )?;
+        Ok((Arc::new(listener), private))
+    }
+
+    /// Record the outcome of a start.
+    fn finish_start(
+        &self,
+        py: Python<'_>,
+        r: &Result<Arc<PushConsumer<ClientRpc>>, Error>,
+        private_loop: Option<Py<PyAny>>,
+    ) {
+        match r {
+            Ok(consumer) => {
+                *self.state.lock() = PushState::Running {
+                    consumer: consumer.clone(),
+                    private_loop,
+                };
+            }
+            Err(_) => {
+                *self.state.lock() = PushState::Created;
+                if let Some(l) = private_loop {
+                    stop_private_loop(py, &l);
+                }
+            }
+        }
+    }
+
+    fn connect_future(
+        &self,
+        listener: Arc<dyn Listener>,
+    ) -> impl std::future::Future<Output = Result<Arc<PushConsumer<ClientRpc>>, Error>> + Send + 'static
+    {
+        let options = self.options.clone();
+        let config = self.config.clone();
+        async move {
+            PushConsumer::connect(options, config, listener)
+                .await
+                .map(Arc::new)
+        }
+    }
+
+    fn take_for_close(&self) -> Option<(Arc<PushConsumer<ClientRpc>>, PrivateLoop)> {
+        let mut st = self.state.lock();
+        match std::mem::replace(&mut *st, PushState::Closed) {
+            PushState::Running {
+                consumer,
+                private_loop,
+            } => Some((consumer, private_loop)),
+            _ => None,
+        }
+    }
+}
+
+fn stop_private_loop(py: Python<'_>, l: &Py<PyAny>) {
+    let r = py
+        .import("ferrymq._consumer")
+        .and_then(|h| h.call_method1("stop_private_loop", (l,)));
+    if let Err(e) = r {
+        e.write_unraisable(py, None);
+    }
+}
+
+fn is_coroutine_function(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let inspect = py.import("inspect")?;
+    if inspect
+        .call_method1("iscoroutinefunction", (f,))?
+        .is_truthy()?
+    {
+        return Ok(true);
+    }
+    // A callable object whose __call__ is `async def`.
+    if !f.is_instance_of::<pyo3::types::PyFunction>() && f.hasattr("__call__")? {
+        return inspect
+            .call_method1("iscoroutinefunction", (f.getattr("__call__")?,))?
+            .is_truthy();
+    }
+    Ok(false)
+}
+
+#[pymethods]
+impl PyPushConsumer {
+    #[new]
+    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, fifo_pipelining=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        endpoints: &Bound<'_, PyAny>,
+        group: String,
+        subscriptions: &Bound<'_, PyAny>,
+        listener: Bound<'_, PyAny>,
+        #[pyo3(from_py_with = crate::ints::consumption_threads)] consumption_threads: i128,
+        #[pyo3(from_py_with = crate::ints::max_cache_messages)] max_cache_messages: usize,
+        #[pyo3(from_py_with = crate::ints::max_cache_bytes)] max_cache_bytes: usize,
+        fifo_accelerator: bool,
+        fifo_pipelining: bool,
+        #[pyo3(from_py_with = crate::ints::receive_batch_size)] receive_batch_size: Option<u32>,
+        #[pyo3(from_py_with = crate::ints::max_concurrent_receives)] max_concurrent_receives: usize,
+        shutdown_timeout: Option<&Bound<'_, PyAny>>,
+        credentials: Option<&Bound<'_, PyAny>>,
+        namespace: Option<String>,
+        tls: Option<&Bound<'_, PyAny>>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
+        route_refresh_interval: Option<&Bound<'_, PyAny>>,
+        settings_sync_interval: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let options = client_options(
+            endpoints,
+            credentials,
+            namespace,
+            tls,
+            request_timeout,
+            None,
+            None,
+            route_refresh_interval,
+            settings_sync_interval,
+        )?;
+        if !listener.is_callable() {
+            return Err(invalid(
+                "listener",
+                "must be a callable (or an async function) taking a ferrymq.MessageView",
+            ));
+        }
+        let consumption_threads = usize::try_from(consumption_threads)
+            .ok()
+            .filter(|n| (1..=MAX_CONSUMPTION_THREADS).contains(n))
+            .ok_or_else(|| {
+                invalid(
+                    "consumption_threads",
+                    format!(
+                        "{consumption_threads} is not from 1 to {MAX_CONSUMPTION_THREADS} threads"
+                    ),
+                )
+            })?;
+        let config = PushConsumerConfig {
+            group,
+            subscriptions: extract_subscriptions(Some(subscriptions))?,
+            max_cache_messages,
+            max_cache_bytes,
+            fifo_accelerator,
+            fifo_pipelining,
+            receive_batch_size,
+            max_concurrent_receives,
+            ..Default::default()
+        };
+        config.validate().map_err(to_pyerr)?;
+        Ok(Self {
+            rt: RuntimeRef::current()?,
+            options,
+            config,
+            is_async: is_coroutine_function(py, &listener)?,
+            listener: listener.unbind(),
+            consumption_threads,
+            shutdown_timeout: match shutdown_timeout.filter(|t| !t.is_none()) {
+                Some(t) => extract_duration("shutdown_timeout", t)?,
+                None => DEFAULT_SHUTDOWN_TIMEOUT,
+            },
+            state: Mutex::new(PushState::Created),
+            last_stats: Mutex::new(None),
+        })
+    }
+
+    /// Connect and start consuming. An `async def` listener started this way runs on a private
+    /// event loop thread; use `start_async` (or `async with`) to run it on your own loop.
+    fn start(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.begin_start()? {
+            return Ok(());
+        }
+        let (listener, private) = match self.make_listener(py, None) {
+            Ok(l) => l,
+            Err(e) => {
+                *self.state.lock() = PushState::Created;
+                return Err(e);
+            }
+        };
+        let fut = self.connect_future(listener);
+        let r = self.rt.block_on(py, async move { Ok(fut.await) });
+        match r {
+            Ok(r) => {
+                self.finish_start(py, &r, private);
+                r.map(drop).map_err(to_pyerr)
+            }
+            Err(e) => {
+                // Interrupted (Ctrl-C): back to created.
+                *self.state.lock() = PushState::Created;
+                if let Some(l) = private {
+                    stop_private_loop(py, &l);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Async form of `start`; an `async def` listener runs on the calling event loop.
+    fn start_async<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let me = slf.get();
+        if !me.begin_start()? {
+            return future_into_py(py, me.rt, async { Ok(()) });
+        }
+        let event_loop = if me.is_async {
+            Some(crate::aio::running_loop(py)?)
+        } else {
+            None
+        };
+        let (listener, private) = match me.make_listener(py, event_loop) {
+            Ok(l) => l,
+            Err(e) => {
+                *me.state.lock() = PushState::Created;
+                return Err(e);
+            }
+        };
+        let fut = me.connect_future(listener);
+        let this = slf.clone().unbind();
+        future_into_py(py, me.rt, async move {
+            let r = fut.await;
+            Python::attach(|py| this.get().finish_start(py, &r, private));
+            r.map(drop)
+        })
+    }
+
+    /// Live counters: cache (`cached_messages`, `cached_bytes` and their maxima), `received`,
+    /// `consumed_ok`, `consumed_failed`, `acked`, `nacked`, `dead_lettered`, receive failures
+    /// and throttling, listener queue and running callbacks.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = match &*self.state.lock() {
+            PushState::Running { consumer, .. } => Some(consumer.stats()),
+            _ => None,
+        };
+        let s = match s {
+            Some(s) => s,
+            None => self.last_stats.lock().clone().unwrap_or_default(),
+        };
+        stats_dict(py, &s)
+    }
+
+    /// Whether the broker configured the group for FIFO consumption (known once started).
+    #[getter]
+    fn fifo(&self) -> Option<bool> {
+        match &*self.state.lock() {
+            PushState::Running { consumer, .. } => Some(consumer.is_fifo()),
+            _ => None,
+        }
+    }
+
+    /// The consumer group.
+    #[getter]
+    fn group(&self) -> &str {
+        &self.config.group
+    }
+
+    /// The client id sent to brokers (`x-mq-client-id`), once started.
+    #[getter]
+    fn client_id(&self) -> Option<String> {
+        match &*self.state.lock() {
+            PushState::Running { consumer, .. } => Some(consumer.client().client_id().to_string()),
+            _ => None,
+        }
+    }
+
+    /// Stop: no new receives, running callbacks finish (up to `timeout`, default the
+    /// consumer's `shutdown_timeout`), their acks are settled, the brokers are told. Messages
+    /// received but not yet consumed are redelivered by the broker. Idempotent.
+    #[pyo3(signature = (timeout=None))]
+    fn close(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let t = match timeout.filter(|t| !t.is_none()) {
+            Some(t) => extract_duration("timeout", t)?,
+            None => self.shutdown_timeout,
+        };
+        let Some((c, private)) = self.take_for_close() else {
+            return Ok(());
+        };
+        let c2 = c.clone();
+        let r = self.rt.block_on(py, async move {
+            c2.close(t).await;
+            Ok(())
+        });
+        *self.last_stats.lock() = Some(c.stats());
+        if let Some(l) = private {
+            stop_private_loop(py, &l);
+        }
+        r
+    }
+
+    /// Async form of `close`.
+    #[pyo3(signature = (timeout=None))]
+    fn close_async<'py>(
+        slf: Bound<'py, Self>,
+        py: Python<'py>,
+        timeout: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let me = slf.get();
+        let t = match timeout.filter(|t| !t.is_none()) {
+            Some(t) => extract_duration("timeout", t)?,
+            None => me.shutdown_timeout,
+        };
+        let taken = me.take_for_close();
+        let this = slf.clone().unbind();
+        future_into_py(py, me.rt, async move {
+            if let Some((c, private)) = taken {
+                c.close(t).await;
+                let stats = c.stats();
+                Python::attach(|py| {
+                    *this.get().last_stats.lock() = Some(stats);
+                    if let Some(l) = private {
+                        stop_private_loop(py, &l);
+                    }
+                });
+            }
+            Ok(())
+        })
+    }
+
+    fn __enter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, Self>> {
+        slf.get().start(py)?;
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py, None)?;
+        Ok(false)
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let start = Self::start_async(slf.clone(), py)?;
+        let helpers = py.import("ferrymq._consumer")?;
+        helpers.call_method1("returning", (start, slf))
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __aexit__<'py>(
+        slf: Bound<'py, Self>,
+        py: Python<'py>,
+        _args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let close = Self::close_async(slf, py, None)?;
+        let helpers = py.import("ferrymq._consumer")?;
+        helpers.call_method1("returning", (close, false))
+    }
+
+    fn __repr__(&self) -> String {
+        let state = match &*self.state.lock() {
+            PushState::Created => "created",
+            PushState::Starting => "starting",
+            PushState::Running { .. } => "running",
+            PushState::Closed => "closed",
+        };
+        format!(
+            "PushConsumer(endpoints={:?}, group={:?}, {state})",
+            self.options.endpoints, self.config.group
+        )
+    }
+}
+
+impl Drop for PyPushConsumer {
+    fn drop(&mut self) {
+        if let PushState::Running { consumer, .. } = &*self.state.lock() {
+            tracing::warn!(
+                target: "ferrymq::consumer",
+                "PushConsumer of group {} dropped without close(); unsettled messages will be \
+                 redelivered after their invisibility",
+                consumer.config().group
+            );
+        }
+    }
+}

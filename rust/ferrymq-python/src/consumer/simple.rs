@@ -1,0 +1,385 @@
+//! `ferrymq.SimpleConsumer` (RocketMQ 5).
+
+use std::sync::Arc;
+
+use ferrymq_core::rocketmq::client::ClientOptions;
+use ferrymq_core::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
+use ferrymq_core::Error;
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::client_options::{client_options, extract_duration};
+use crate::errors::{invalid, to_pyerr};
+use crate::message_view::PyMessageView;
+use crate::runtime::{future_into_py, RuntimeRef};
+
+use super::{
+    extract_filter, extract_subscriptions, invisible_arg, message_arg, PyFilterExpression,
+};
+
+// ---------------------------------------------------------------------------------------------
+// SimpleConsumer
+
+enum SimpleState {
+    Created,
+    Starting,
+    Running(Arc<SimpleConsumer>),
+    Closed,
+}
+
+/// A RocketMQ simple consumer: `receive`, `ack`, `change_invisible_duration`. Thin wrappers
+/// over the RPCs; nothing is retried internally.
+#[pyclass(name = "SimpleConsumer", module = "ferrymq", frozen)]
+pub struct PySimpleConsumer {
+    rt: RuntimeRef,
+    options: ClientOptions,
+    config: SimpleConsumerConfig,
+    state: Mutex<SimpleState>,
+}
+
+impl PySimpleConsumer {
+    fn running(&self) -> PyResult<Arc<SimpleConsumer>> {
+        match &*self.state.lock() {
+            SimpleState::Running(c) => Ok(c.clone()),
+            SimpleState::Closed => Err(to_pyerr(Error::closed("the consumer is closed"))),
+            _ => Err(to_pyerr(Error::closed(
+                "the consumer is not started; call start() (or use it as a context manager)",
+            ))),
+        }
+    }
+
+    fn begin_start(&self) -> PyResult<bool> {
+        let mut st = self.state.lock();
+        match &*st {
+            SimpleState::Created => {
+                *st = SimpleState::Starting;
+                Ok(true)
+            }
+            SimpleState::Running(_) => Ok(false),
+            SimpleState::Starting => Err(to_pyerr(Error::closed(
+                "the consumer is being started by another call",
+            ))),
+            SimpleState::Closed => Err(to_pyerr(Error::closed("the consumer is closed"))),
+        }
+    }
+
+    fn start_future(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Arc<SimpleConsumer>, Error>> + Send + 'static
+    {
+        let options = self.options.clone();
+        let config = self.config.clone();
+        async move { SimpleConsumer::connect(options, config).await.map(Arc::new) }
+    }
+
+    fn finish_start(&self, r: &Result<Arc<SimpleConsumer>, Error>) {
+        let mut st = self.state.lock();
+        *st = match r {
+            Ok(c) => SimpleState::Running(c.clone()),
+            Err(_) => SimpleState::Created,
+        };
+    }
+
+    fn take_for_close(&self) -> Option<Arc<SimpleConsumer>> {
+        let mut st = self.state.lock();
+        match std::mem::replace(&mut *st, SimpleState::Closed) {
+            SimpleState::Running(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+#[pymethods]
+impl PySimpleConsumer {
+    #[new]
+    #[pyo3(signature = (endpoints, group, *, subscriptions=None, await_duration=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        endpoints: &Bound<'_, PyAny>,
+        group: String,
+        subscriptions: Option<&Bound<'_, PyAny>>,
+        await_duration: Option<&Bound<'_, PyAny>>,
+        credentials: Option<&Bound<'_, PyAny>>,
+        namespace: Option<String>,
+        tls: Option<&Bound<'_, PyAny>>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
+        route_refresh_interval: Option<&Bound<'_, PyAny>>,
+        settings_sync_interval: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let options = client_options(
+            endpoints,
+            credentials,
+            namespace,
+            tls,
+            request_timeout,
+            None,
+            None,
+            route_refresh_interval,
+            settings_sync_interval,
+        )?;
+        if group.trim().is_empty() {
+            return Err(invalid("group", "must not be blank"));
+        }
+        let mut config = SimpleConsumerConfig::new(group);
+        config.subscriptions = extract_subscriptions(subscriptions)?;
+        if let Some(a) = await_duration.filter(|a| !a.is_none()) {
+            config.await_duration = extract_duration("await_duration", a)?;
+        }
+        Ok(Self {
+            rt: RuntimeRef::current()?,
+            options,
+            config,
+            state: Mutex::new(SimpleState::Created),
+        })
+    }
+
+    /// Connect: send the client settings, wait for the broker's, fetch the routes.
+    fn start(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.begin_start()? {
+            return Ok(());
+        }
+        let fut = self.start_future();
+        let r = self.rt.block_on(py, async move { Ok(fut.await) })?;
+        self.finish_start(&r);
+        r.map(drop).map_err(to_pyerr)
+    }
+
+    /// Async form of `start`.
+    fn start_async<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let me = slf.get();
+        if !me.begin_start()? {
+            return future_into_py(py, me.rt, async { Ok(()) });
+        }
+        let fut = me.start_future();
+        let this = slf.clone().unbind();
+        future_into_py(py, me.rt, async move {
+            let r = fut.await;
+            Python::attach(|_| this.get().finish_start(&r));
+            r.map(drop)
+        })
+    }
+
+    /// Receive up to `max_messages` messages that stay invisible to other consumers for
+    /// `invisible_duration` seconds. Returns an empty list when the await duration passes
+    /// without a message.
+    #[pyo3(signature = (max_messages=16, invisible_duration=None))]
+    fn receive(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: u32,
+        invisible_duration: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<PyMessageView>> {
+        let d = invisible_arg(invisible_duration)?;
+        let c = self.running()?;
+        let msgs = self
+            .rt
+            .block_on(py, async move { c.receive(max_messages, d).await })?;
+        Ok(msgs
+            .into_iter()
+            .map(|inner| PyMessageView {
+                inner,
+                transaction_id: None,
+            })
+            .collect())
+    }
+
+    /// Async form of `receive`.
+    #[pyo3(signature = (max_messages=16, invisible_duration=None))]
+    fn receive_async<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: u32,
+        invisible_duration: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let d = invisible_arg(invisible_duration)?;
+        let c = self.running()?;
+        future_into_py(py, self.rt, async move {
+            let msgs = c.receive(max_messages, d).await?;
+            Ok(msgs
+                .into_iter()
+                .map(|inner| PyMessageView {
+                    inner,
+                    transaction_id: None,
+                })
+                .collect::<Vec<_>>())
+        })
+    }
+
+    /// Acknowledge `message`: it is not delivered again.
+    fn ack(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<()> {
+        let m = message_arg(message)?;
+        let c = self.running()?;
+        self.rt.block_on(py, async move { c.ack(&m).await })
+    }
+
+    /// Async form of `ack`.
+    fn ack_async<'py>(
+        &self,
+        py: Python<'py>,
+        message: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let m = message_arg(message)?;
+        let c = self.running()?;
+        future_into_py(py, self.rt, async move { c.ack(&m).await })
+    }
+
+    /// Make `message` invisible for `duration` seconds from now. Later acks use the new receipt
+    /// handle the broker returned.
+    fn change_invisible_duration(
+        &self,
+        py: Python<'_>,
+        message: &Bound<'_, PyAny>,
+        duration: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let m = message_arg(message)?;
+        let d = extract_duration("duration", duration)?;
+        let c = self.running()?;
+        self.rt
+            .block_on(py, async move { c.change_invisible_duration(&m, d).await })
+    }
+
+    /// Async form of `change_invisible_duration`.
+    fn change_invisible_duration_async<'py>(
+        &self,
+        py: Python<'py>,
+        message: &Bound<'py, PyAny>,
+        duration: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let m = message_arg(message)?;
+        let d = extract_duration("duration", duration)?;
+        let c = self.running()?;
+        future_into_py(py, self.rt, async move {
+            c.change_invisible_duration(&m, d).await
+        })
+    }
+
+    /// Subscribe to `topic` with `filter` (a tag expression, a FilterExpression or None = all).
+    #[pyo3(signature = (topic, filter=None))]
+    fn subscribe(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let f = extract_filter(filter, &topic)?;
+        let c = self.running()?;
+        self.rt
+            .block_on(py, async move { c.subscribe(&topic, f).await })
+    }
+
+    /// Stop receiving from `topic`.
+    fn unsubscribe(&self, py: Python<'_>, topic: String) -> PyResult<()> {
+        let c = self.running()?;
+        self.rt
+            .block_on(py, async move { c.unsubscribe(&topic).await })
+    }
+
+    /// `{topic: FilterExpression}` of the current subscriptions.
+    #[getter]
+    fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let subs = match &*self.state.lock() {
+            SimpleState::Running(c) => c.subscriptions(),
+            _ => self.config.subscriptions.clone(),
+        };
+        let d = PyDict::new(py);
+        for (t, f) in subs {
+            d.set_item(t, PyFilterExpression { inner: f })?;
+        }
+        Ok(d)
+    }
+
+    /// The consumer group.
+    #[getter]
+    fn group(&self) -> &str {
+        &self.config.group
+    }
+
+    /// The client id sent to brokers (`x-mq-client-id`), once started.
+    #[getter]
+    fn client_id(&self) -> Option<String> {
+        match &*self.state.lock() {
+            SimpleState::Running(c) => Some(c.client().client_id().to_string()),
+            _ => None,
+        }
+    }
+
+    /// Tell the brokers this consumer is gone. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        match self.take_for_close() {
+            Some(c) => self.rt.block_on(py, async move {
+                c.close().await;
+                Ok(())
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Async form of `close`.
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.take_for_close();
+        future_into_py(py, self.rt, async move {
+            if let Some(c) = c {
+                c.close().await;
+            }
+            Ok(())
+        })
+    }
+
+    fn __enter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, Self>> {
+        slf.get().start(py)?;
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let me = slf.get();
+        if !me.begin_start()? {
+            let s = slf.clone().unbind();
+            return future_into_py(py, me.rt, async move { Ok(s) });
+        }
+        let fut = me.start_future();
+        let this = slf.clone().unbind();
+        future_into_py(py, me.rt, async move {
+            let r = fut.await;
+            let ok = Python::attach(|py| {
+                this.get().finish_start(&r);
+                this.clone_ref(py)
+            });
+            r.map(|_| ok)
+        })
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.take_for_close();
+        future_into_py(py, self.rt, async move {
+            if let Some(c) = c {
+                c.close().await;
+            }
+            Ok(false)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let state = match &*self.state.lock() {
+            SimpleState::Created => "created",
+            SimpleState::Starting => "starting",
+            SimpleState::Running(_) => "running",
+            SimpleState::Closed => "closed",
+        };
+        format!(
+            "SimpleConsumer(endpoints={:?}, group={:?}, {state})",
+            self.options.endpoints, self.config.group
+        )
+    }
+}

@@ -1,0 +1,126 @@
+//! JMQ4 (JoyQueue) classes: `JmqProducer`, `JmqTransaction`, `JmqConsumer`, their results, and
+//! `JmqServer` (the embedded JMQ4 server used by `ferrymq.testing`).
+//!
+//! Every method comes in a blocking form (GIL released through `RuntimeRef::block_on`) and an
+//! asyncio form (`*_async`, through `future_into_py`). Clients connect lazily on first use, or
+//! eagerly with `start()` / `start_async()` (also called by the context managers).
+//!
+//! One file per concern: `producer.rs` (`JmqProducer`, `JmqTransaction`, `JmqSendReceipt`),
+//! `consumer.rs` (`JmqConsumer`, `JmqMessage`), `server.rs` (`JmqServer`); the argument helpers
+//! they share are here.
+
+mod consumer;
+mod producer;
+mod server;
+
+use std::time::Duration;
+
+use ferrymq_core::jmq::client::ConnectOptions;
+use ferrymq_core::jmq::cluster::ClusterOptions;
+use ferrymq_core::Message;
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use crate::durations::{self, Lower};
+use crate::errors::{invalid, text, to_pyerr};
+use crate::message::PyMessage;
+
+/// Extract one `ferrymq.Message`.
+fn extract_message(m: &Bound<'_, PyAny>) -> PyResult<Message> {
+    m.cast::<PyMessage>()
+        .map(|m| m.get().inner.clone())
+        .map_err(|_| invalid("message", "must be a ferrymq.Message"))
+}
+
+/// Extract a `Message` or an iterable of them.
+fn extract_messages(v: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
+    if let Ok(m) = v.cast::<PyMessage>() {
+        return Ok(vec![m.get().inner.clone()]);
+    }
+    let mut out = Vec::new();
+    for item in v.try_iter().map_err(|_| {
+        invalid(
+            "messages",
+            "must be a ferrymq.Message or an iterable of them",
+        )
+    })? {
+        out.push(extract_message(&item?)?);
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cluster_options(
+    endpoint: &str,
+    app: String,
+    token: String,
+    region: Option<String>,
+    namespace: Option<String>,
+    client_ip: Option<String>,
+    request_timeout: Option<&Bound<'_, PyAny>>,
+    metadata_refresh: Option<&Bound<'_, PyAny>>,
+) -> PyResult<ClusterOptions> {
+    let addr = ferrymq_core::jmq::parse_endpoint(endpoint).map_err(to_pyerr)?;
+    let connect = ConnectOptions {
+        app,
+        token,
+        region,
+        namespace,
+        client_ip,
+        request_timeout: durations::or(
+            "request_timeout",
+            request_timeout,
+            Lower::Positive,
+            Duration::from_secs(10),
+        )?,
+        ..ConnectOptions::default()
+    };
+    connect.validate().map_err(to_pyerr)?;
+    let mut o = ClusterOptions::new(addr, connect);
+    o.metadata_refresh = durations::or(
+        "metadata_refresh",
+        metadata_refresh,
+        Lower::Positive,
+        Duration::from_secs(30),
+    )?
+    .max(Duration::from_millis(100));
+    Ok(o)
+}
+
+/// The JMQ4 endpoint of a constructor: `endpoints`, or the older spelling `endpoint` (accepted
+/// with a `DeprecationWarning`).
+fn endpoints_arg(
+    py: Python<'_>,
+    endpoints: Option<&Bound<'_, PyAny>>,
+    endpoint: Option<&Bound<'_, PyAny>>,
+) -> PyResult<String> {
+    let endpoints = endpoints.filter(|v| !v.is_none());
+    let endpoint = endpoint.filter(|v| !v.is_none());
+    let (field, value) = match (endpoints, endpoint) {
+        (Some(e), None) => ("endpoints", e),
+        (None, Some(e)) => {
+            PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyDeprecationWarning>(),
+                c"endpoint= is deprecated: pass endpoints=",
+                1,
+            )?;
+            ("endpoint", e)
+        }
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "endpoint",
+                "pass endpoints= only (endpoint= is its deprecated spelling)",
+            ))
+        }
+        (None, None) => return Err(invalid("endpoints", "is required (\"jmq://host:port\")")),
+    };
+    let s = value
+        .cast::<PyString>()
+        .map_err(|_| invalid(field, "must be a str (\"jmq://host:port\")"))?;
+    text(field, s)
+}
+
+pub use consumer::{JmqConsumer, PyJmqMessage};
+pub use producer::{JmqProducer, JmqTransaction, PyJmqSendReceipt};
+pub use server::JmqServer;

@@ -1,0 +1,163 @@
+"""``ferrymq.Producer("nats://…")``: the one Producer publishing to NATS JetStream (real
+nats-server), with the receipts typed by the shared ``Receipt`` interface."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+import ferrymq
+from _nats_server import NatsServer, free_port
+from ferrymq import InvalidArgumentError, Message, NatsSendReceipt, Receipt
+
+pytestmark = pytest.mark.nats
+
+
+@pytest.fixture
+def stream(nats_server: NatsServer) -> Iterator[tuple[ferrymq.JetStream, str]]:
+    tok = uuid.uuid4().hex[:10]
+    with ferrymq.JetStream(nats_server.url) as js:
+        js.create_stream(f"P{tok}", [f"p{tok}.>"])
+        yield js, tok
+        js.delete_stream(f"P{tok}")
+
+
+def _stored(js: ferrymq.JetStream, tok: str, n: int) -> list[ferrymq.JsMessage]:
+    consumer = js.pull_consumer(f"P{tok}", deliver="all")
+    got: list[ferrymq.JsMessage] = []
+    while len(got) < n:
+        batch = consumer.fetch(n - len(got), timeout=5.0)
+        assert batch, f"only {len(got)} of {n} stored messages fetched"
+        got.extend(batch)
+    consumer.ack_all(got)
+    return got
+
+
+def test_send_publishes_to_jetstream_with_a_typed_receipt(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = stream
+    subject = f"p{tok}.a"
+    with ferrymq.Producer(nats_server.url, request_timeout=timedelta(seconds=5)) as p:
+        assert p.started
+        r = p.send(Message(subject, b"one", properties={"h": "v"}))
+        assert isinstance(r, Receipt)
+        assert isinstance(r, NatsSendReceipt)
+        assert (r.topic, r.stream, r.sequence, r.duplicate) == (subject, f"P{tok}", 1, False)
+        batch = p.send_batch([Message(subject, b"%d" % i) for i in range(5)])
+        assert [b.sequence for b in batch] == [2, 3, 4, 5, 6]
+        delivered: list[tuple[object, object]] = []
+        p.produce(Message(subject, b"produced"), lambda e, rr: delivered.append((e, rr)))
+        assert p.flush(timedelta(seconds=1)) == 0
+        assert len(delivered) == 1
+        assert delivered[0][0] is None
+        produced = delivered[0][1]
+        assert isinstance(produced, NatsSendReceipt)
+        assert produced.sequence == 7
+    got = _stored(js, tok, 7)
+    assert [m.body for m in got] == [b"one", *(b"%d" % i for i in range(5)), b"produced"]
+    assert got[0].headers.get("h") == "v"
+    # the receipt's id is the Nats-Msg-Id JetStream de-duplicates by
+    assert got[0].message_id == r.message_id
+    ids = {m.message_id for m in got}
+    assert len(ids) == 7
+
+
+async def test_async_lifecycle_and_batch(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = stream
+    subject = f"p{tok}.b"
+    async with ferrymq.Producer(nats_server.url) as p:
+        one = await p.send_async(Message(subject, b"x"))
+        many = await p.send_batch_async([Message(subject, b"%d" % i) for i in range(20)])
+    assert isinstance(one, NatsSendReceipt)
+    assert one.sequence == 1
+    assert sorted(r.sequence for r in many if isinstance(r, NatsSendReceipt)) == list(range(2, 22))
+    assert p.closed
+    assert len(_stored(js, tok, 21)) == 21
+
+
+def test_constructor_does_not_connect_and_start_does() -> None:
+    port = free_port()
+    p = ferrymq.Producer(f"nats://u:secret@127.0.0.1:{port}")
+    assert not p.started
+    assert "secret" not in repr(p)
+    assert "secret" not in p.endpoints
+    with pytest.raises(ferrymq.ClientClosedError, match="start"):
+        p.send(Message("s", b"x"))
+    with pytest.raises(ferrymq.FerryConnectionError):
+        p.start()
+
+
+def test_options_of_other_protocols_are_refused() -> None:
+    for kwargs, name in [
+        ({"namespace": "ns"}, "namespace"),
+        ({"max_attempts": 2}, "max_attempts"),
+        ({"topics": ["t"]}, "topics"),
+        ({"jmq_options": {}}, "jmq_options"),
+        ({"credentials": ("only-user",)}, "credentials"),
+        ({"request_timeout": float("nan")}, "request_timeout"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=name):
+            ferrymq.Producer("nats://127.0.0.1:4222", **kwargs)  # type: ignore[arg-type]
+
+
+def test_transactions_and_recall_are_refused_by_name(nats_server: NatsServer) -> None:
+    with ferrymq.Producer(nats_server.url) as p:
+        with pytest.raises(InvalidArgumentError, match="begin_transaction"):
+            p.begin_transaction()
+        with pytest.raises(InvalidArgumentError, match="recall"):
+            p.recall("t", "h")
+        with pytest.raises(InvalidArgumentError, match="timeout"):
+            p.poll(timedelta(days=-1))
+        with pytest.raises(InvalidArgumentError, match="timeout"):
+            p.flush(1e20)
+
+
+def test_async_publisher_over_a_nats_producer(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = stream
+
+    async def run() -> list[ferrymq.PublishAck]:
+        with ferrymq.Producer(nats_server.url) as p:
+            async with ferrymq.AsyncPublisher(p) as pub:
+                flights = [
+                    await pub.publish_async(Message(f"p{tok}.c", b"%d" % i)) for i in range(10)
+                ]
+                return [await f for f in flights]
+
+    acks = asyncio.run(run())
+    assert sorted(a.sequence for a in acks) == list(range(1, 11))
+    assert len(_stored(js, tok, 10)) == 10
+
+
+def test_consumers_name_what_consumes_nats() -> None:
+    for make in (
+        lambda: ferrymq.SimpleConsumer("nats://127.0.0.1:4222", "g", subscriptions="t"),
+        lambda: ferrymq.PushConsumer(
+            "nats://127.0.0.1:4222", "g", subscriptions="t", listener=lambda m: None
+        ),
+    ):
+        with pytest.raises(InvalidArgumentError, match=r"nats://.*pull_consumer"):
+            make()
+
+
+async def test_async_publisher_lifecycle_start_async_and_close_async(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = stream
+    pub = ferrymq.AsyncPublisher(js)
+    assert await pub.start_async() is pub
+    flights = [await pub.publish_async(f"p{tok}.d", b"%d" % i) for i in range(5)]
+    assert await pub.close_async(timedelta(seconds=10)) is True
+    assert all(f.state == "acked" for f in flights)
+    assert pub.state == "finished"
+    sync = ferrymq.AsyncPublisher(js)
+    assert sync.start() is sync
+    sync.stop()
