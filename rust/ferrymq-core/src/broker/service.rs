@@ -19,6 +19,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::fault::{FaultIo, Rpc};
+use super::handout::{self, Handed, Handout};
 use super::pop::{self, Filter, Pop, PopOutcome};
 use super::store::{
     self, kind_to_proto, now_ms, readable, std_duration, valid_resource_name, GroupConfig, Queue,
@@ -696,6 +697,12 @@ impl MessagingService for EndpointService {
         &self,
         request: Request<proto::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
+        // The client gives up at its deadline: an answer later than that is never read.
+        let client_deadline =
+            grpc_timeout(request.metadata()).map(|t| crate::duration::deadline(Instant::now(), t));
+        let conn = request
+            .remote_addr()
+            .and_then(|a| self.ep.faults.io.connection(a));
         let client_id = admit_or!(self, Rpc::ReceiveMessage, request, |s| receive_status(s));
         // Without settings (and for an unknown topic, below) the proxy fails with a
         // NullPointerException: INTERNAL_SERVER_ERROR. We answer the same code.
@@ -795,6 +802,7 @@ impl MessagingService for EndpointService {
                         filter: &filter,
                         now,
                         renew: renew.as_ref(),
+                        conn: conn.as_ref(),
                         renew_max: cfg.auto_renew_max,
                         renew_slice: cfg.auto_renew_invisible,
                         nonces: &self.core.nonces,
@@ -802,7 +810,12 @@ impl MessagingService for EndpointService {
                     let mut out = PopOutcome::default();
                     q.state.lock().pop(&pop, &mut out);
                     for d in &out.deliveries {
-                        messages.push(delivered(broker, &topic.name, q, d));
+                        let handed = Handed {
+                            queue: q.clone(),
+                            offset: d.stored.offset,
+                            nonce: d.nonce,
+                        };
+                        messages.push((delivered(broker, &topic.name, q, d), Some(handed)));
                     }
                     dead.extend(out.dead);
                     if let Some(due) = out.next_due {
@@ -824,6 +837,18 @@ impl MessagingService for EndpointService {
             }
         }
         let _ = self.to_dlq(&group.name, &topic.name, dead);
+        if !messages.is_empty() && client_deadline.is_some_and(|d| Instant::now() >= d) {
+            // Like the proxy, which nacks what it can no longer write: put them back.
+            handout::release(
+                &topic,
+                &group_name,
+                messages.into_iter().filter_map(|m| m.1),
+            );
+            return Ok(Response::new(receive_status(st(
+                code::MESSAGE_NOT_FOUND,
+                "no new message",
+            ))));
+        }
         if messages.is_empty() {
             return Ok(Response::new(receive_status(st(
                 code::MESSAGE_NOT_FOUND,
@@ -831,14 +856,26 @@ impl MessagingService for EndpointService {
             ))));
         }
         let mut out = Vec::with_capacity(messages.len() + 2);
-        out.push(proto::ReceiveMessageResponse {
-            content: Some(proto::receive_message_response::Content::Status(ok())),
-        });
-        out.extend(messages.into_iter().map(|m| proto::ReceiveMessageResponse {
-            content: Some(proto::receive_message_response::Content::Message(m)),
+        out.push((
+            proto::ReceiveMessageResponse {
+                content: Some(proto::receive_message_response::Content::Status(ok())),
+            },
+            None,
+        ));
+        out.extend(messages.into_iter().map(|(m, handed)| {
+            (
+                proto::ReceiveMessageResponse {
+                    content: Some(proto::receive_message_response::Content::Message(m)),
+                },
+                handed,
+            )
         }));
-        out.push(delivery_timestamp());
-        Ok(Response::new(once(out)))
+        out.push((delivery_timestamp(), None));
+        Ok(Response::new(Box::pin(Handout::new(
+            topic.clone(),
+            group_name,
+            out,
+        ))))
     }
 
     async fn ack_message(
@@ -866,23 +903,29 @@ impl MessagingService for EndpointService {
             .into_iter()
             .map(|e| {
                 // Like the proxy: a handle that does not parse is INTERNAL_SERVER_ERROR; a
-                // well-formed one is OK even when it has no effect (stale after a redelivery or
-                // a ChangeInvisibleDuration, or already acked).
+                // well-formed one is OK even when it has no effect (already acked, or, for a
+                // normal group, stale after a redelivery or a ChangeInvisibleDuration). A FIFO
+                // group's message handed out again is refused, as the broker refuses an
+                // orderly ack whose pop time is not the current one: the consumer must not go
+                // on with the group's next messages while the message comes back before them.
                 let status = match pop::decode_handle(&e.receipt_handle) {
                     None => st(
                         code::INTERNAL_SERVER_ERROR,
                         "malformed receipt handle: parse failed",
                     ),
-                    Some((b, q, off, nonce)) => {
-                        if let Some(queue) = topic.queue(b, q) {
-                            if let Err(pop::HandleError(why)) =
-                                queue.state.lock().ack(&g, off, nonce, now)
-                            {
-                                tracing::debug!(target: "ferrymq::broker", "ack without effect: {why}");
+                    Some((b, q, off, nonce)) => match topic.queue(b, q) {
+                        Some(queue) => match queue.state.lock().ack(&g, off, nonce, now) {
+                            Err(err) if group.fifo && err.is_stale() => {
+                                st(code::INVALID_RECEIPT_HANDLE, err.0)
                             }
-                        }
-                        ok()
-                    }
+                            Err(pop::HandleError(why)) => {
+                                tracing::debug!(target: "ferrymq::broker", "ack without effect: {why}");
+                                ok()
+                            }
+                            Ok(_) => ok(),
+                        },
+                        None => ok(),
+                    },
                 };
                 proto::AckMessageResultEntry {
                     message_id: e.message_id,
