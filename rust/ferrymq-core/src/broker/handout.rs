@@ -2,7 +2,8 @@
 //! stream did not yield before it was dropped (the call was cancelled, its connection cut) was
 //! never written to the client, so it is put back at once, as a proxy nacks a message it could
 //! not write, instead of staying in flight until its invisible duration ends (or for as long as
-//! auto-renewal holds it).
+//! auto-renewal holds it). A receive still long-polling at the client's deadline is cancelled
+//! by the server (it honours `grpc-timeout`) before it pops anything.
 
 use std::collections::VecDeque;
 use std::pin::Pin;

@@ -19,7 +19,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::fault::{FaultIo, Rpc};
-use super::handout::{self, Handed, Handout};
+use super::handout::{Handed, Handout};
 use super::pop::{self, Filter, Pop, PopOutcome};
 use super::store::{
     self, kind_to_proto, now_ms, readable, std_duration, valid_resource_name, GroupConfig, Queue,
@@ -697,9 +697,6 @@ impl MessagingService for EndpointService {
         &self,
         request: Request<proto::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
-        // The client gives up at its deadline: an answer later than that is never read.
-        let client_deadline =
-            grpc_timeout(request.metadata()).map(|t| crate::duration::deadline(Instant::now(), t));
         let conn = request
             .remote_addr()
             .and_then(|a| self.ep.faults.io.connection(a));
@@ -837,18 +834,6 @@ impl MessagingService for EndpointService {
             }
         }
         let _ = self.to_dlq(&group.name, &topic.name, dead);
-        if !messages.is_empty() && client_deadline.is_some_and(|d| Instant::now() >= d) {
-            // Like the proxy, which nacks what it can no longer write: put them back.
-            handout::release(
-                &topic,
-                &group_name,
-                messages.into_iter().filter_map(|m| m.1),
-            );
-            return Ok(Response::new(receive_status(st(
-                code::MESSAGE_NOT_FOUND,
-                "no new message",
-            ))));
-        }
         if messages.is_empty() {
             return Ok(Response::new(receive_status(st(
                 code::MESSAGE_NOT_FOUND,
