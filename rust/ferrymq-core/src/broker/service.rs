@@ -890,9 +890,9 @@ impl MessagingService for EndpointService {
                 // Like the proxy: a handle that does not parse is INTERNAL_SERVER_ERROR; a
                 // well-formed one is OK even when it has no effect (already acked, or, for a
                 // normal group, stale after a redelivery or a ChangeInvisibleDuration). A FIFO
-                // group's message handed out again is refused, as the broker refuses an
-                // orderly ack whose pop time is not the current one: the consumer must not go
-                // on with the group's next messages while the message comes back before them.
+                // group's message handed out again is refused, as RocketMQ 5.3 refuses it
+                // (INVALID_RECEIPT_HANDLE): the consumer must not go on with the group's next
+                // messages while the message comes back before them.
                 let status = match pop::decode_handle(&e.receipt_handle) {
                     None => st(
                         code::INTERNAL_SERVER_ERROR,
