@@ -47,6 +47,14 @@ def embedded(seconds: float, seed: int, pipelining: bool) -> list[Result]:
         run_embedded(Scenario("mixed faults", seconds=seconds, seed=seed)),
         run_embedded(
             Scenario(
+                "connection faults",
+                seconds=seconds,
+                seed=seed + 3,
+                faults=("refuse", "hang", "latency", "restart"),
+            )
+        ),
+        run_embedded(
+            Scenario(
                 "FIFO, failing acks",
                 seconds=seconds,
                 seed=seed + 1,
@@ -141,7 +149,10 @@ def main() -> int:
             print(line)
         for name, row in r.rows.items():
             ordered = row["topic"] == "FIFO" and "pipelined" not in r.scenario
-            if row["lost"] or (ordered and (row["reordered"] or row["rewinds"])):
+            # A real broker killed with SIGKILL forgets acks it had accepted (not durable):
+            # its rewinds are documented, not a failure of the client.
+            rewinds = row["rewinds"] if r.server == "embedded" else 0
+            if row["lost"] or (ordered and (row["reordered"] or rewinds)):
                 bad = True
             if row["examples"] or row["lost_ids"]:
                 print(f"<!-- {r.scenario} / {name}: {row['examples']} lost {row['lost_ids']} -->")

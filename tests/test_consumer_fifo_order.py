@@ -160,8 +160,8 @@ def test_a_redelivered_message_runs_before_the_rest_of_its_group(
 ) -> None:
     # Acks fail while the broker restarts: it forgets the consumer, stops renewing its messages'
     # invisibility, and redelivers them a second later. The acks retried after that carry stale
-    # handles, which the broker answers OK without effect, as a proxy does: the redelivered
-    # copies, not the ack, tell the consumer that its earlier copies are stale.
+    # handles, which the broker refuses with INVALID_RECEIPT_HANDLE, as a proxy does for a FIFO
+    # group; the refusals and the redelivered copies tell the consumer that its copies are stale.
     b = make_broker(long_polling_max=1.0, auto_renew_invisible=1.0)
     topic, group = fifo_topic(b, unique, attempts=16)
     groups = [f"g{i}" for i in range(6)]

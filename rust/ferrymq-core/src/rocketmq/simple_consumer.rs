@@ -20,6 +20,9 @@ use crate::rocketmq::message_view::{MessageSource, MessageView};
 
 /// The longest long-polling time the broker honours (the proxy clamps to [5 s, 20 s]).
 pub const DEFAULT_AWAIT_DURATION: Duration = Duration::from_secs(20);
+/// Most receives in a row from one broker while each comes back full, before the rotation
+/// moves on anyway (so a broker with a standing backlog cannot starve the others).
+pub const MAX_FULL_STREAK: usize = 8;
 
 /// Simple consumer options.
 #[derive(Debug, Clone)]
@@ -88,6 +91,7 @@ pub struct SimpleConsumer {
     await_duration: Duration,
     next_topic: AtomicUsize,
     next_queue: AtomicUsize,
+    full_streak: AtomicUsize,
 }
 
 impl SimpleConsumer {
@@ -118,6 +122,7 @@ impl SimpleConsumer {
             await_duration: config.await_duration,
             next_topic: AtomicUsize::new(0),
             next_queue: AtomicUsize::new(0),
+            full_streak: AtomicUsize::new(0),
         })
     }
 
@@ -203,12 +208,13 @@ impl SimpleConsumer {
             subs[i].clone()
         };
         let queues = self.rpc.readable_queues(&topic).await?;
-        let queue = queues[self.next_queue.fetch_add(1, Ordering::Relaxed) % queues.len()].clone();
+        let turn = self.next_queue.load(Ordering::Relaxed);
+        let queue = queues[turn % queues.len()].clone();
         let source = Arc::new(MessageSource::of_queue(
             &queue,
             self.client().access_endpoints(),
         ));
-        let messages = self
+        let result = self
             .rpc
             .receive_simple(ReceiveRequest {
                 queue,
@@ -218,7 +224,12 @@ impl SimpleConsumer {
                 auto_renew: false,
                 long_polling_timeout: self.await_duration,
             })
-            .await?;
+            .await;
+        let full = result
+            .as_ref()
+            .is_ok_and(|m| m.len() >= max_messages as usize);
+        self.rotate(&queues, turn, full);
+        let messages = result?;
         let mut out = Vec::with_capacity(messages.len());
         for m in messages {
             match MessageView::from_proto(m, source.clone()) {
@@ -230,6 +241,32 @@ impl SimpleConsumer {
             }
         }
         Ok(out)
+    }
+
+    /// Choose the queue of the next receive after one from `queues[turn]`. A broker answers a
+    /// receive from any of its queues, so a receive that did not come back full means the
+    /// broker has nothing more right now: the next one goes to the next broker of the route
+    /// (not to another queue of the same broker, which would only long-poll it again). A full
+    /// receive means a backlog: the next one stays, up to [`MAX_FULL_STREAK`] in a row.
+    /// Round-robin over the route's queues instead spent half the receives long-polling an
+    /// empty broker while another's backlog waited (after a restart had sent a burst to one).
+    fn rotate(&self, queues: &[proto::MessageQueue], turn: usize, full: bool) {
+        if full && self.full_streak.fetch_add(1, Ordering::Relaxed) + 1 < MAX_FULL_STREAK {
+            return;
+        }
+        self.full_streak.store(0, Ordering::Relaxed);
+        let n = queues.len();
+        let broker = |i: usize| queues[i % n].broker.as_ref().map(|b| &b.name);
+        let step = (1..n)
+            .find(|k| broker(turn + k) != broker(turn))
+            .unwrap_or(1);
+        // Concurrent receives: only the first to finish moves the rotation on.
+        let _ = self.next_queue.compare_exchange(
+            turn,
+            turn.wrapping_add(step),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// Acknowledge `message`: it will not be delivered again.

@@ -52,6 +52,17 @@ pub(super) struct Inflight {
     pub(super) visible_at: Instant,
     pub(super) held_since: Instant,
     pub(super) renew: Option<Arc<Liveness>>,
+    /// The connection the receive was answered on: auto-renewal stops when it closes (a
+    /// message written to a connection that died may never have reached the client).
+    pub(super) conn: Option<Arc<Liveness>>,
+}
+
+impl Inflight {
+    /// Whether the broker may still renew this message for its client.
+    pub(super) fn renewable(&self) -> bool {
+        self.renew.as_ref().is_some_and(|l| l.is_alive())
+            && self.conn.as_ref().is_none_or(|c| c.is_alive())
+    }
 }
 
 /// POP state of one consumer group on one queue.

@@ -5,7 +5,9 @@
 //! The hot path costs one atomic load per RPC ([`Faults::active`]) and one per socket read or
 //! write ([`FaultIo`]).
 
+use std::collections::HashMap;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
@@ -17,6 +19,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::cursor::Liveness;
 use crate::error::{Error, Result};
 
 /// The RPCs of `MessagingService`, for per-RPC faults and call counters.
@@ -254,6 +257,8 @@ pub struct IoControl {
     mode: AtomicU8,
     generation: AtomicU64,
     conns: Mutex<Vec<Weak<ConnWakers>>>,
+    /// The open connections by peer address, each with a marker killed when it closes.
+    open: Mutex<HashMap<SocketAddr, Arc<Liveness>>>,
 }
 
 impl IoControl {
@@ -287,6 +292,11 @@ impl IoControl {
             .iter()
             .filter(|c| c.strong_count() > 0)
             .count()
+    }
+
+    /// The marker of the open connection from `peer` (killed when that connection closes).
+    pub fn connection(&self, peer: SocketAddr) -> Option<Arc<Liveness>> {
+        self.open.lock().get(&peer).cloned()
     }
 
     fn register(&self) -> Arc<ConnWakers> {
@@ -327,6 +337,7 @@ pub struct FaultIo {
     ctl: Arc<IoControl>,
     wakers: Arc<ConnWakers>,
     generation: u64,
+    peer: Option<(SocketAddr, Arc<Liveness>)>,
 }
 
 impl FaultIo {
@@ -334,11 +345,17 @@ impl FaultIo {
     pub fn new(inner: TcpStream, ctl: Arc<IoControl>) -> Self {
         let generation = ctl.generation();
         let wakers = ctl.register();
+        let peer = inner.peer_addr().ok().map(|a| {
+            let alive = Liveness::new();
+            ctl.open.lock().insert(a, alive.clone());
+            (a, alive)
+        });
         Self {
             inner,
             ctl,
             wakers,
             generation,
+            peer,
         }
     }
 
@@ -406,6 +423,18 @@ impl AsyncWrite for FaultIo {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl Drop for FaultIo {
+    fn drop(&mut self) {
+        if let Some((addr, alive)) = self.peer.take() {
+            alive.kill();
+            let mut open = self.ctl.open.lock();
+            if open.get(&addr).is_some_and(|a| Arc::ptr_eq(a, &alive)) {
+                open.remove(&addr);
+            }
+        }
     }
 }
 

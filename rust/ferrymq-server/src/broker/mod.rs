@@ -22,6 +22,7 @@
 //! | [`live`] | server settings changed at run time, answered at the clients' next sync |
 //! | [`cursor`] | POP cursor of one group on one queue: per-offset slots, in-flight count |
 //! | [`pop`] | receive / ack / invisibility / receipt handles / FIFO blocking / DLQ |
+//! | `handout` | a receive's answer stream: what it could not write goes back to the queue |
 //! | [`transaction`] | half messages, EndTransaction, orphan check-back |
 //! | [`timer`] | delayed delivery and RecallMessage |
 //! | [`fault`] | fault injection per endpoint |
@@ -39,6 +40,7 @@ pub mod config;
 pub mod cursor;
 pub mod endpoint;
 pub mod fault;
+pub(crate) mod handout;
 pub mod live;
 pub mod pop;
 pub mod record;
@@ -54,6 +56,8 @@ pub mod telemetry;
 pub mod timer;
 pub mod transaction;
 
+#[cfg(test)]
+mod receive_tests;
 #[cfg(test)]
 mod remoting_tests;
 #[cfg(test)]

@@ -150,6 +150,8 @@ pub struct Pop<'a> {
     pub now: Instant,
     /// Set for auto-renewed receives: renewed while the client lives, up to `renew_max`.
     pub renew: Option<&'a Arc<Liveness>>,
+    /// The connection of the receive, if known: auto-renewal also stops when it closes.
+    pub conn: Option<&'a Arc<Liveness>>,
     /// How long auto-renewal may hold a message.
     pub renew_max: Duration,
     /// Invisible duration added by each automatic renewal.
@@ -179,6 +181,17 @@ impl PopOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandleError(pub String);
 
+const STALE_HANDLE: &str =
+    "the receipt handle is stale (the message was redelivered or its invisible duration changed)";
+
+impl HandleError {
+    /// Whether the message is in circulation under another receipt handle (redelivered, or its
+    /// invisible duration changed), rather than acked or gone.
+    pub fn is_stale(&self) -> bool {
+        self.0 == STALE_HANDLE
+    }
+}
+
 impl Cursor {
     fn deliver(&mut self, offset: u64, attempts: u32, p: &Pop<'_>) -> (u32, Slot) {
         let nonce = p.nonces.fetch_add(1, Ordering::Relaxed);
@@ -194,6 +207,7 @@ impl Cursor {
                 visible_at,
                 held_since: p.now,
                 renew: p.renew.cloned(),
+                conn: p.conn.cloned(),
             }),
         )
     }
@@ -272,6 +286,27 @@ impl QueueState {
         Ok(new)
     }
 
+    /// Put back a message handed out with `nonce` that never reached the client (its receive
+    /// answer could not be written): visible again at once, this delivery not counted. Returns
+    /// whether it was still in flight with that nonce.
+    pub fn release(&mut self, group: &Arc<str>, offset: u64, nonce: u32, now: Instant) -> bool {
+        let c = self.cursor(group);
+        let Some(Slot::Inflight(f)) = c.slot_mut(offset) else {
+            return false;
+        };
+        if f.nonce != nonce {
+            return false;
+        }
+        f.attempts = f.attempts.saturating_sub(1);
+        f.visible_at = now;
+        f.renew = None;
+        f.conn = None;
+        // A FIFO cursor scans its slots; a normal one needs the expiry entry (as after a
+        // ChangeInvisibleDuration).
+        c.expiry.push(Reverse((now, offset, nonce)));
+        true
+    }
+
     /// Take the message out of circulation for the DLQ; returns it and its delivery attempts.
     pub fn dead_letter(
         &mut self,
@@ -307,22 +342,17 @@ fn take_inflight(
         Some(Slot::Done) | None if offset < low || offset >= next => Err(HandleError(
             "no message in flight for this receipt handle (already acked?)".into(),
         )),
-        _ => Err(HandleError(
-            "the receipt handle is stale (the message was redelivered or its invisible duration changed)"
-                .into(),
-        )),
+        _ => Err(HandleError(STALE_HANDLE.into())),
     }
 }
 
 /// Decide what to do with an expired in-flight slot: renew it (auto-renew), or make it ready.
 /// Returns `None` when renewed.
 fn expire(f: &mut Inflight, p: &Pop<'_>) -> Option<u32> {
-    if let Some(l) = &f.renew {
-        if l.is_alive() && p.now.duration_since(f.held_since) < p.renew_max {
-            f.visible_at =
-                crate::duration::deadline(p.now, p.renew_slice.max(Duration::from_millis(1)));
-            return None;
-        }
+    if f.renewable() && p.now.duration_since(f.held_since) < p.renew_max {
+        f.visible_at =
+            crate::duration::deadline(p.now, p.renew_slice.max(Duration::from_millis(1)));
+        return None;
     }
     Some(f.attempts)
 }
@@ -592,6 +622,17 @@ mod tests {
             }
         }
         fn pop(&self, q: &mut QueueState, fifo: bool, max: usize, now: Instant) -> PopOutcome {
+            self.pop_renewed(q, fifo, max, now, None, None)
+        }
+        fn pop_renewed(
+            &self,
+            q: &mut QueueState,
+            fifo: bool,
+            max: usize,
+            now: Instant,
+            renew: Option<&Arc<Liveness>>,
+            conn: Option<&Arc<Liveness>>,
+        ) -> PopOutcome {
             let p = Pop {
                 group: &self.group,
                 fifo,
@@ -600,7 +641,8 @@ mod tests {
                 invisible: Duration::from_secs(10),
                 filter: &self.filter,
                 now,
-                renew: None,
+                renew,
+                conn,
                 renew_max: Duration::from_secs(3600),
                 renew_slice: Duration::from_secs(60),
                 nonces: &self.nonces,
@@ -734,6 +776,50 @@ mod tests {
         let after = ctx.pop(&mut q, true, 10, later + Duration::from_secs(2));
         assert_eq!(offsets(&after), vec![0]);
         assert_ne!(after.deliveries[0].nonce, n);
+    }
+
+    #[test]
+    fn released_messages_come_back_at_once_without_counting_the_delivery() {
+        for fifo in [false, true] {
+            let ctx = Ctx::new();
+            let mut q = queue(&[Some("a"), Some("a")]);
+            let t0 = Instant::now();
+            let out = ctx.pop(&mut q, fifo, 2, t0);
+            assert_eq!(offsets(&out), vec![0, 1]);
+            let (n0, n1) = (out.deliveries[0].nonce, out.deliveries[1].nonce);
+            assert!(!q.release(&ctx.group, 0, n0 + 100, t0), "wrong nonce");
+            assert!(q.release(&ctx.group, 0, n0, t0));
+            assert!(q.release(&ctx.group, 1, n1, t0));
+            let again = ctx.pop(&mut q, fifo, 10, t0);
+            assert_eq!(offsets(&again), vec![0, 1], "fifo={fifo}");
+            assert!(
+                again.deliveries.iter().all(|d| d.attempt == 1),
+                "fifo={fifo}"
+            );
+            assert!(!q.release(&ctx.group, 0, n0, t0), "already out again");
+        }
+    }
+
+    #[test]
+    fn auto_renewal_needs_a_live_client_and_a_live_connection() {
+        for fifo in [false, true] {
+            let ctx = Ctx::new();
+            let mut q = queue(&[Some("a"), Some("b")]);
+            let (client, conn_a, conn_b) = (Liveness::new(), Liveness::new(), Liveness::new());
+            let t0 = Instant::now();
+            let a = ctx.pop_renewed(&mut q, fifo, 1, t0, Some(&client), Some(&conn_a));
+            let b = ctx.pop_renewed(&mut q, fifo, 1, t0, Some(&client), Some(&conn_b));
+            assert_eq!((offsets(&a), offsets(&b)), (vec![0], vec![1]));
+            // Past the invisible duration, both are renewed (slices of 60 s).
+            let t1 = t0 + Duration::from_secs(11);
+            assert!(ctx.pop(&mut q, fifo, 10, t1).deliveries.is_empty());
+            // The connection of the first receive closes: only its message comes back.
+            conn_a.kill();
+            let t2 = t1 + Duration::from_secs(61);
+            let out = ctx.pop(&mut q, fifo, 10, t2);
+            assert_eq!(offsets(&out), vec![0], "fifo={fifo}");
+            assert_eq!(out.deliveries[0].attempt, 2);
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::endpoint::{Core, Endpoint};
 use super::fault::{FaultIo, Rpc};
+use super::handout::{Handed, Handout};
 use super::pop::{self, Filter, Pop, PopOutcome};
 use super::store::{
     self, kind_to_proto, now_ms, readable, std_duration, valid_resource_name, GroupConfig, Queue,
@@ -700,6 +701,9 @@ impl MessagingService for EndpointService {
         &self,
         request: Request<proto::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, Status> {
+        let conn = request
+            .remote_addr()
+            .and_then(|a| self.ep.faults.io.connection(a));
         let client_id = admit_or!(self, Rpc::ReceiveMessage, request, |s| receive_status(s));
         // Without settings (and for an unknown topic, below) the proxy fails with a
         // NullPointerException: INTERNAL_SERVER_ERROR. We answer the same code.
@@ -799,6 +803,7 @@ impl MessagingService for EndpointService {
                         filter: &filter,
                         now,
                         renew: renew.as_ref(),
+                        conn: conn.as_ref(),
                         renew_max: cfg.auto_renew_max,
                         renew_slice: cfg.auto_renew_invisible,
                         nonces: &self.core.nonces,
@@ -806,7 +811,12 @@ impl MessagingService for EndpointService {
                     let mut out = PopOutcome::default();
                     q.state.lock().pop(&pop, &mut out);
                     for d in &out.deliveries {
-                        messages.push(delivered(broker, &topic.name, q, d));
+                        let handed = Handed {
+                            queue: q.clone(),
+                            offset: d.stored.offset,
+                            nonce: d.nonce,
+                        };
+                        messages.push((delivered(broker, &topic.name, q, d), Some(handed)));
                     }
                     dead.extend(out.dead);
                     if let Some(due) = out.next_due {
@@ -835,14 +845,26 @@ impl MessagingService for EndpointService {
             ))));
         }
         let mut out = Vec::with_capacity(messages.len() + 2);
-        out.push(proto::ReceiveMessageResponse {
-            content: Some(proto::receive_message_response::Content::Status(ok())),
-        });
-        out.extend(messages.into_iter().map(|m| proto::ReceiveMessageResponse {
-            content: Some(proto::receive_message_response::Content::Message(m)),
+        out.push((
+            proto::ReceiveMessageResponse {
+                content: Some(proto::receive_message_response::Content::Status(ok())),
+            },
+            None,
+        ));
+        out.extend(messages.into_iter().map(|(m, handed)| {
+            (
+                proto::ReceiveMessageResponse {
+                    content: Some(proto::receive_message_response::Content::Message(m)),
+                },
+                handed,
+            )
         }));
-        out.push(delivery_timestamp());
-        Ok(Response::new(once(out)))
+        out.push((delivery_timestamp(), None));
+        Ok(Response::new(Box::pin(Handout::new(
+            topic.clone(),
+            group_name,
+            out,
+        ))))
     }
 
     async fn ack_message(
@@ -870,23 +892,29 @@ impl MessagingService for EndpointService {
             .into_iter()
             .map(|e| {
                 // Like the proxy: a handle that does not parse is INTERNAL_SERVER_ERROR; a
-                // well-formed one is OK even when it has no effect (stale after a redelivery or
-                // a ChangeInvisibleDuration, or already acked).
+                // well-formed one is OK even when it has no effect (already acked, or, for a
+                // normal group, stale after a redelivery or a ChangeInvisibleDuration). A FIFO
+                // group's message handed out again is refused, as RocketMQ 5.3 refuses it
+                // (INVALID_RECEIPT_HANDLE): the consumer must not go on with the group's next
+                // messages while the message comes back before them.
                 let status = match pop::decode_handle(&e.receipt_handle) {
                     None => st(
                         code::INTERNAL_SERVER_ERROR,
                         "malformed receipt handle: parse failed",
                     ),
-                    Some((b, q, off, nonce)) => {
-                        if let Some(queue) = topic.queue(b, q) {
-                            if let Err(pop::HandleError(why)) =
-                                queue.state.lock().ack(&g, off, nonce, now)
-                            {
-                                tracing::debug!(target: "ferrymq::broker", "ack without effect: {why}");
+                    Some((b, q, off, nonce)) => match topic.queue(b, q) {
+                        Some(queue) => match queue.state.lock().ack(&g, off, nonce, now) {
+                            Err(err) if group.fifo && err.is_stale() => {
+                                st(code::INVALID_RECEIPT_HANDLE, err.0)
                             }
-                        }
-                        ok()
-                    }
+                            Err(pop::HandleError(why)) => {
+                                tracing::debug!(target: "ferrymq::broker", "ack without effect: {why}");
+                                ok()
+                            }
+                            Ok(_) => ok(),
+                        },
+                        None => ok(),
+                    },
                 };
                 proto::AckMessageResultEntry {
                     message_id: e.message_id,
