@@ -27,7 +27,10 @@
 //! | [`timer`] | delayed delivery and RecallMessage |
 //! | [`fault`] | fault injection per endpoint |
 //! | [`auth`] | client id and HMAC-SHA1 signature checks |
-//! | [`service`] | the `MessagingService` implementation |
+//! | [`service`] | the `MessagingService` implementation: server, routes, offsets, transactions, telemetry |
+//! | `service_send` | SendMessage: batches, transaction and delay messages |
+//! | `service_receive` | ReceiveMessage, AckMessage, ChangeInvisibleDuration, dead letters |
+//! | `service_wire` | what the service's handlers share: admission, lookups, statuses, answer streams |
 //! | [`remoting`] | the classic remoting protocol: listener, connections, name server, offsets, ACL |
 //! | [`remoting_pull`] | remoting pulls (result codes, long polling) and the stored-record format |
 //! | [`remoting_send`] | remoting sends and batches, mapped onto the store's messages |
@@ -51,6 +54,9 @@ pub mod remoting_wire;
 pub mod route;
 pub mod send;
 pub mod service;
+pub(crate) mod service_receive;
+pub(crate) mod service_send;
+pub(crate) mod service_wire;
 pub mod store;
 pub mod telemetry;
 pub mod timer;

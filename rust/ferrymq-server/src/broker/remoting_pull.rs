@@ -16,8 +16,7 @@ use bytes::{BufMut, BytesMut};
 
 use super::pop::Filter;
 use super::remoting_wire::{field, number, refuse, reply, Answer, Conn, CLUSTER, REGION};
-use super::service::Waiting;
-use super::store::{readable, Stored};
+use super::store::{readable, Stored, Waiting};
 use crate::proto;
 use crate::remoting::codec::RemotingCommand;
 use crate::remoting::codes::response as rs;

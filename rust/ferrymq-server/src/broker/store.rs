@@ -613,6 +613,22 @@ impl Store {
     }
 }
 
+/// Decrements a topic's waiter count when a long poll ends.
+pub(crate) struct Waiting<'a>(&'a Topic);
+
+impl<'a> Waiting<'a> {
+    pub(crate) fn new(t: &'a Topic) -> Self {
+        t.waiters.fetch_add(1, Ordering::SeqCst);
+        Self(t)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
