@@ -13,10 +13,11 @@ use ferrymq_core::nats::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
+use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::publish_args::{extract_outgoing, OptionArgs, PyPublishAck};
-use crate::runtime::{future_into_py, RuntimeRef};
+use crate::runtime::RuntimeRef;
 
 fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     let joined = if let Ok(s) = endpoints.cast::<PyString>() {

@@ -15,10 +15,11 @@ use ferrymq_core::rocketmq::pull::QueueRef;
 use ferrymq_core::rocketmq::MessageView;
 use pyo3::prelude::*;
 
+use crate::aio::future_into_py;
 use crate::errors::{invalid, to_pyerr};
 use crate::message_view::PyMessageView;
 use crate::remoting::options;
-use crate::runtime::{future_into_py, RuntimeRef};
+use crate::runtime::RuntimeRef;
 
 /// `(topic, broker, queue id)`.
 type QueueTuple = (String, String, i32);

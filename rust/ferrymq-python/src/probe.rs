@@ -7,7 +7,8 @@ use std::sync::Arc;
 use ferrymq_core::{Error, ErrorKind};
 use pyo3::prelude::*;
 
-use crate::runtime::{future_into_py, RuntimeRef};
+use crate::aio::future_into_py;
+use crate::runtime::RuntimeRef;
 
 /// Test helper bound to the runtime of the process that created it.
 #[pyclass(module = "ferrymq._native", frozen)]

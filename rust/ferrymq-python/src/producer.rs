@@ -27,12 +27,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use tokio::sync::{Notify, Semaphore};
 
+use crate::aio::future_into_py;
 use crate::client_options::client_options;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::message_view::PyMessageView;
-use crate::runtime::{future_into_py, RuntimeRef};
+use crate::runtime::RuntimeRef;
 
 /// Queued messages the produce path drains at once (fewer wait `LINGER` for company).
 const MAX_BATCH: usize = 1024;

@@ -16,11 +16,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use tokio::sync::mpsc;
 
+use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr, to_pyerr_ref};
 use crate::message::PyMessage;
 use crate::publish_args::{extract_outgoing, OptionArgs, PyPublishAck};
-use crate::runtime::{future_into_py, RuntimeRef};
+use crate::runtime::RuntimeRef;
 
 /// The native flight behind `ferrymq.Flight`.
 #[pyclass(name = "FlightCore", module = "ferrymq._native", frozen)]

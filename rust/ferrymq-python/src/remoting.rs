@@ -12,13 +12,14 @@ use ferrymq_core::rocketmq::pull::QueueRef;
 use ferrymq_core::Message;
 use pyo3::prelude::*;
 
+use crate::aio::future_into_py;
 use crate::client_options::{extract_credentials, extract_duration};
 use crate::columns::PyMessageColumns;
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::producer::{extract_messages, PySendReceipt};
 use crate::pull_reader;
-use crate::runtime::{future_into_py, RuntimeRef};
+use crate::runtime::RuntimeRef;
 
 /// Default time a remoting request may take (the broker answers within milliseconds).
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);

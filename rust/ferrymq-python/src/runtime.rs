@@ -18,7 +18,8 @@
 //!   instead of hanging, and the first new client in the child builds a fresh runtime. The
 //!   parent's runtime is leaked in the child: dropping it would wait for threads that do not exist.
 //! * [`enter`] is the single place where blocking methods release the GIL; async methods all go
-//!   through `aio::future_into_py` (re-exported here).
+//!   through `aio::future_into_py`, which builds on this module (imports run `aio` → `runtime`,
+//!   never back).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -32,8 +33,6 @@ use pyo3::prelude::*;
 use tokio::runtime::Runtime;
 
 use crate::errors::to_pyerr;
-
-pub use crate::aio::future_into_py;
 
 static CURRENT: Mutex<Option<RuntimeRef>> = Mutex::new(None);
 static SERVER: Mutex<Option<RuntimeRef>> = Mutex::new(None);

@@ -12,9 +12,10 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::aio::future_into_py;
 use crate::client_options::{client_options, extract_duration};
 use crate::errors::{invalid, to_pyerr};
-use crate::runtime::{future_into_py, RuntimeRef};
+use crate::runtime::RuntimeRef;
 
 use super::listener::{PyAsyncListener, PySyncListener};
 use super::{extract_subscriptions, stats_dict};

@@ -13,9 +13,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tokio::sync::OnceCell;
 
+use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
-use crate::runtime::{future_into_py, RuntimeRef};
+use crate::runtime::RuntimeRef;
 
 use super::{cluster_options, endpoints_arg};
 

@@ -15,9 +15,10 @@ use ferrymq_core::Error;
 use pyo3::prelude::*;
 use tokio::sync::OnceCell;
 
+use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
-use crate::runtime::{future_into_py, RuntimeRef};
+use crate::runtime::RuntimeRef;
 
 use super::{cluster_options, endpoints_arg, extract_message, extract_messages};
 
