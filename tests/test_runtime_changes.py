@@ -349,3 +349,79 @@ def test_simple_consumer_subscribe_refuses_a_bad_expression(
     with pytest.raises(ferrymq.InvalidArgumentError, match="filter"):
         consumer.subscribe(b, expression)
     assert set(consumer.subscriptions) == {a}
+
+
+def test_push_consumer_subscribe_and_unsubscribe_while_running(
+    server: Server, unique: Callable[[str], str], closing: list[Any]
+) -> None:
+    a, b, group = unique("a"), unique("b"), unique("g")
+    server.setup({a: "NORMAL", b: "NORMAL"}, [group])
+    producer = Producer(server.endpoints, topics=[a, b]).start()
+    closing.append(producer)
+    seen: dict[str, MessageView] = {}
+    lock = threading.Lock()
+
+    def listener(m: MessageView) -> ConsumeResult:
+        with lock:
+            seen[m.message_id] = m
+        return ConsumeResult.SUCCESS
+
+    def delivered(*ids: str) -> Callable[[], bool]:
+        return lambda: all(i in seen for i in ids)
+
+    consumer = ferrymq.PushConsumer(
+        server.endpoints, group, subscriptions={a: "*"}, listener=listener
+    )
+    with pytest.raises(ferrymq.ClientClosedError, match="not started"):
+        consumer.subscribe(b)
+    consumer.start()
+    closing.append(consumer)
+    a1 = producer.send(Message(a, b"a1")).message_id
+    wait_for("a1 delivered", delivered(a1), timeout=60)
+
+    # A new topic, read with a tag filter.
+    consumer.subscribe(b, "x")
+    assert {t: f.expression for t, f in consumer.subscriptions.items()} == {a: "*", b: "x"}
+    b_y = producer.send(Message(b, b"b-y", tag="y")).message_id
+    b_x = producer.send(Message(b, b"b-x", tag="x")).message_id
+    wait_for("b-x delivered", delivered(b_x), timeout=60)
+    assert b_y not in seen
+
+    # Unsubscribed: nothing more from a, while b goes on.
+    consumer.unsubscribe(a)
+    assert set(consumer.subscriptions) == {b}
+    a2 = producer.send(Message(a, b"a2")).message_id
+    b2 = producer.send(Message(b, b"b2", tag="x")).message_id
+    wait_for("b2 delivered", delivered(b2), timeout=60)
+    assert a2 not in seen
+    # Subscribed again, the message sent meanwhile arrives.
+    consumer.subscribe(a)
+    wait_for("a2 delivered", delivered(a2), timeout=60)
+    assert {m.topic for m in seen.values()} == {a, b}
+
+    # A topic the server does not know, a bad filter: refused, nothing changes.
+    with pytest.raises(ferrymq.FerryError):
+        consumer.subscribe(unique("missing"))
+    with pytest.raises(ferrymq.InvalidArgumentError, match="filter"):
+        consumer.subscribe(b, "a||")
+    assert {t: f.expression for t, f in consumer.subscriptions.items()} == {a: "*", b: "x"}
+
+    # The filter of a subscribed topic changed: tag y is read from now on. A broker may go on
+    # serving a receive with the old filter that the client abandoned, and a message it meets
+    # is filtered out by it, so tag-y messages are sent until one arrives.
+    consumer.subscribe(b, "y")
+    sent_y: list[str] = []
+    last_sent = [0.0]
+
+    def a_tag_y_arrived() -> bool:
+        if any(i in seen for i in sent_y):
+            return True
+        if time.monotonic() - last_sent[0] > 0.5:
+            sent_y.append(producer.send(Message(b, b"b-y2", tag="y")).message_id)
+            last_sent[0] = time.monotonic()
+        return False
+
+    wait_for("a tag-y message delivered", a_tag_y_arrived, timeout=90)
+    consumer.close()
+    with pytest.raises(ferrymq.ClientClosedError):
+        consumer.unsubscribe(b)

@@ -681,6 +681,10 @@ class JmqPushBackend:
         return self._group
 
     @property
+    def subscriptions(self) -> dict[str, FilterExpression]:
+        return {t: FilterExpression.all() for t in self._native.topics}
+
+    @property
     def fifo(self) -> bool | None:
         return False
 

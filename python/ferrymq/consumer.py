@@ -81,6 +81,8 @@ class _PushBackend(Protocol):
     @property
     def group(self) -> str: ...
     @property
+    def subscriptions(self) -> dict[str, FilterExpression]: ...
+    @property
     def fifo(self) -> bool | None: ...
     @property
     def client_id(self) -> str | None: ...
@@ -499,6 +501,26 @@ class PushConsumer:
         tb: TracebackType | None,
     ) -> None:
         await self.close_async()
+
+    def subscribe(self, topic: str, filter: _Filter = None) -> None:
+        """Read ``topic`` (``filter``: a tag expression, a :class:`FilterExpression` or
+        ``None`` for all) from now on, or replace the filter of a subscribed topic; its queues
+        are assigned at once. The consumer must be running; on error nothing changes."""
+        self._running_native("subscribe").subscribe(topic, filter)
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop reading ``topic``; messages already received are still consumed and acked."""
+        self._running_native("unsubscribe").unsubscribe(topic)
+
+    @property
+    def subscriptions(self) -> dict[str, FilterExpression]:
+        """``{topic: FilterExpression}`` read now."""
+        return self._impl.subscriptions
+
+    def _running_native(self, what: str) -> _native.PushConsumer:
+        if not isinstance(self._impl, _native.PushConsumer):
+            raise InvalidArgumentError(f"{what}: JMQ4 subscriptions are fixed at construction")
+        return self._impl
 
     def stats(self) -> dict[str, int]:
         """Live counters (``received``, ``consumed_ok``, ``consumed_failed``, ``acked``,

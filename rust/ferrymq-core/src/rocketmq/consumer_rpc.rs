@@ -64,6 +64,29 @@ pub fn default_retry_policy() -> RetryPolicy {
     }
 }
 
+/// The subscription a consumer announces in its client settings.
+pub fn subscription_settings(
+    namespace: &str,
+    group: &str,
+    subscriptions: &[(String, FilterExpression)],
+) -> proto::settings::PubSub {
+    let resource = |name: &str| proto::Resource {
+        resource_namespace: namespace.to_string(),
+        name: name.to_string(),
+    };
+    proto::settings::PubSub::Subscription(proto::Subscription {
+        group: Some(resource(group)),
+        subscriptions: subscriptions
+            .iter()
+            .map(|(t, f)| proto::SubscriptionEntry {
+                topic: Some(resource(t)),
+                expression: Some(f.to_proto()),
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
 /// One `ReceiveMessage` call.
 #[derive(Debug, Clone)]
 pub struct ReceiveRequest {
@@ -123,6 +146,18 @@ pub trait ConsumerRpc: Send + Sync + 'static {
         message: &MessageView,
         max_delivery_attempts: u32,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The consumer is about to read `subscriptions` (a subscription was added, changed or
+    /// removed while running): check what the backend needs (a route for each topic, filters
+    /// it can apply) and tell the broker. An error leaves the subscriptions as they were.
+    /// The default accepts any subscription and tells no one.
+    fn update_subscriptions(
+        &self,
+        subscriptions: &[(String, FilterExpression)],
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = subscriptions;
+        async { Ok(()) }
+    }
 }
 
 /// [`ConsumerRpc`] over the shared client layer: headers, signing, channels and settings come
@@ -440,6 +475,25 @@ impl ConsumerRpc for ClientRpc {
             Err(e) => self.failed(&source.endpoints, e).await,
         }
     }
+
+    /// Every topic must have a route; then the telemetry stream carries the new subscriptions.
+    async fn update_subscriptions(
+        &self,
+        subscriptions: &[(String, FilterExpression)],
+    ) -> Result<()> {
+        self.client.check_running()?;
+        for (topic, _) in subscriptions {
+            self.client.route(topic).await?;
+        }
+        self.client
+            .set_pub_sub(subscription_settings(
+                self.client.namespace(),
+                &self.group.name,
+                subscriptions,
+            ))
+            .await;
+        Ok(())
+    }
 }
 
 /// An in-memory broker for unit tests: POP semantics (invisible until settled), FIFO groups
@@ -502,7 +556,13 @@ pub(crate) mod fake {
         pub(crate) stale_acks_ok: std::sync::atomic::AtomicBool,
         pub(crate) throttle_receives: AtomicUsize,
         pub(crate) fail_receives: AtomicUsize,
+        /// The next receives never answer (a call lost on a dead connection).
+        pub(crate) hang_receives: AtomicUsize,
         pub(crate) receives: AtomicUsize,
+        /// Every subscription list the consumer announced while running.
+        pub(crate) announced: Mutex<Vec<Vec<(String, FilterExpression)>>>,
+        /// A topic whose subscription is refused (as a topic without a route).
+        pub(crate) unknown_topic: Mutex<Option<String>>,
     }
 
     impl FakeBroker {
@@ -693,6 +753,9 @@ pub(crate) mod fake {
             if take_one(&self.fail_receives) {
                 return Err(Error::connection("injected receive failure"));
             }
+            if take_one(&self.hang_receives) {
+                return std::future::pending().await;
+            }
             let poll = request.long_polling_timeout.min(Duration::from_millis(50));
             let deadline = crate::duration::tokio_deadline(tokio::time::Instant::now(), poll);
             loop {
@@ -783,6 +846,21 @@ pub(crate) mod fake {
                 me.requeue(s);
             });
             Ok("new-handle".to_string())
+        }
+
+        async fn update_subscriptions(
+            &self,
+            subscriptions: &[(String, FilterExpression)],
+        ) -> Result<()> {
+            let unknown = self.unknown_topic.lock().clone();
+            if let Some(t) = unknown.filter(|u| subscriptions.iter().any(|(t, _)| t == u)) {
+                return Err(Error::rocketmq_status(
+                    status::TOPIC_NOT_FOUND,
+                    format!("no route for {t}"),
+                ));
+            }
+            self.announced.lock().push(subscriptions.to_vec());
+            Ok(())
         }
 
         async fn forward_to_dead_letter_queue(

@@ -14,7 +14,9 @@ use parking_lot::RwLock;
 use crate::error::{Error, Result};
 use crate::proto;
 use crate::rocketmq::client::{Client, ClientOptions, NoCommands};
-use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc, ReceiveRequest};
+use crate::rocketmq::consumer_rpc::{
+    subscription_settings, ClientRpc, ConsumerRpc, ReceiveRequest,
+};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 
@@ -59,35 +61,14 @@ impl SimpleConsumerConfig {
     }
 }
 
-/// The subscription a consumer announces in its client settings.
-pub fn subscription_settings(
-    namespace: &str,
-    group: &str,
-    subscriptions: &[(String, FilterExpression)],
-) -> proto::settings::PubSub {
-    let resource = |name: &str| proto::Resource {
-        resource_namespace: namespace.to_string(),
-        name: name.to_string(),
-    };
-    proto::settings::PubSub::Subscription(proto::Subscription {
-        group: Some(resource(group)),
-        subscriptions: subscriptions
-            .iter()
-            .map(|(t, f)| proto::SubscriptionEntry {
-                topic: Some(resource(t)),
-                expression: Some(f.to_proto()),
-            })
-            .collect(),
-        ..Default::default()
-    })
-}
-
 /// A started simple consumer.
 #[derive(Debug)]
 pub struct SimpleConsumer {
     rpc: ClientRpc,
     group: String,
     subscriptions: RwLock<Vec<(String, FilterExpression)>>,
+    /// Serializes subscription changes (each sends the whole new list).
+    changes: tokio::sync::Mutex<()>,
     await_duration: Duration,
     next_topic: AtomicUsize,
     next_queue: AtomicUsize,
@@ -119,6 +100,7 @@ impl SimpleConsumer {
             rpc: ClientRpc::new(client, &config.group),
             group: config.group,
             subscriptions: RwLock::new(config.subscriptions),
+            changes: tokio::sync::Mutex::new(()),
             await_duration: config.await_duration,
             next_topic: AtomicUsize::new(0),
             next_queue: AtomicUsize::new(0),
@@ -143,42 +125,25 @@ impl SimpleConsumer {
 
     /// Add or replace the subscription of `topic` (the route must exist).
     pub async fn subscribe(&self, topic: &str, filter: FilterExpression) -> Result<()> {
-        self.client().check_running()?;
         crate::message::validate_topic(topic)?;
-        self.client().route(topic).await?;
-        let subs = {
-            let mut subs = self.subscriptions.write();
-            match subs.iter_mut().find(|(t, _)| t == topic) {
-                Some(s) => s.1 = filter,
-                None => subs.push((topic.to_string(), filter)),
-            }
-            subs.clone()
-        };
-        self.client()
-            .set_pub_sub(subscription_settings(
-                self.client().namespace(),
-                &self.group,
-                &subs,
-            ))
-            .await;
+        let _serial = self.changes.lock().await;
+        let mut subs = self.subscriptions();
+        match subs.iter_mut().find(|(t, _)| t == topic) {
+            Some(s) => s.1 = filter,
+            None => subs.push((topic.to_string(), filter)),
+        }
+        self.rpc.update_subscriptions(&subs).await?;
+        *self.subscriptions.write() = subs;
         Ok(())
     }
 
     /// Remove the subscription of `topic`.
     pub async fn unsubscribe(&self, topic: &str) -> Result<()> {
-        self.client().check_running()?;
-        let subs = {
-            let mut subs = self.subscriptions.write();
-            subs.retain(|(t, _)| t != topic);
-            subs.clone()
-        };
-        self.client()
-            .set_pub_sub(subscription_settings(
-                self.client().namespace(),
-                &self.group,
-                &subs,
-            ))
-            .await;
+        let _serial = self.changes.lock().await;
+        let mut subs = self.subscriptions();
+        subs.retain(|(t, _)| t != topic);
+        self.rpc.update_subscriptions(&subs).await?;
+        *self.subscriptions.write() = subs;
         Ok(())
     }
 

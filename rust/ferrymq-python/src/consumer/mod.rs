@@ -206,6 +206,18 @@ fn message_arg(message: &Bound<'_, PyAny>) -> PyResult<Arc<MessageView>> {
         })
 }
 
+/// `{topic: FilterExpression}`.
+fn subscriptions_dict(
+    py: Python<'_>,
+    subscriptions: Vec<(String, FilterExpression)>,
+) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    for (t, f) in subscriptions {
+        d.set_item(t, PyFilterExpression { inner: f })?;
+    }
+    Ok(d)
+}
+
 fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("process_queues", s.process_queues)?;
@@ -227,6 +239,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py, Py
     d.set_item("receive_failures", s.receive_failures)?;
     d.set_item("receive_throttled", s.receive_throttled)?;
     d.set_item("cache_full_waits", s.cache_full_waits)?;
+    d.set_item("expired_process_queues", s.expired_process_queues)?;
     d.set_item("listener_queued", s.listener_queued)?;
     d.set_item("listener_running", s.listener_running)?;
     Ok(d)

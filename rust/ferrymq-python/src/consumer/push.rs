@@ -18,7 +18,7 @@ use crate::errors::{invalid, to_pyerr};
 use crate::runtime::RuntimeRef;
 
 use super::listener::{PyAsyncListener, PySyncListener};
-use super::{extract_subscriptions, stats_dict};
+use super::{extract_filter, extract_subscriptions, stats_dict, subscriptions_dict};
 
 /// How long `PushConsumer.close` waits for running callbacks and their acks by default.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -54,6 +54,16 @@ pub struct PyPushConsumer {
 }
 
 impl PyPushConsumer {
+    fn running(&self) -> PyResult<Arc<PushConsumer<ClientRpc>>> {
+        match &*self.state.lock() {
+            PushState::Running { consumer, .. } => Ok(consumer.clone()),
+            PushState::Closed => Err(to_pyerr(Error::closed("the consumer is closed"))),
+            _ => Err(to_pyerr(Error::closed(
+                "the consumer is not started; call start() (or use it as a context manager)",
+            ))),
+        }
+    }
+
     fn begin_start(&self) -> PyResult<bool> {
         let mut st = self.state.lock();
         match &*st {
@@ -347,6 +357,39 @@ impl PyPushConsumer {
     #[getter]
     fn group(&self) -> &str {
         &self.config.group
+    }
+
+    /// Read `topic` with `filter` (a tag expression, a FilterExpression or None = all) from
+    /// now on, or replace the filter of a subscribed topic. Running consumers only.
+    #[pyo3(signature = (topic, filter=None))]
+    fn subscribe(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        filter: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let f = extract_filter(filter, &topic)?;
+        let c = self.running()?;
+        self.rt
+            .block_on(py, async move { c.subscribe(&topic, f).await })
+    }
+
+    /// Stop reading `topic` (messages already received are still consumed). Running
+    /// consumers only.
+    fn unsubscribe(&self, py: Python<'_>, topic: String) -> PyResult<()> {
+        let c = self.running()?;
+        self.rt
+            .block_on(py, async move { c.unsubscribe(&topic).await })
+    }
+
+    /// `{topic: FilterExpression}` of the current subscriptions.
+    #[getter]
+    fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let subs = match &*self.state.lock() {
+            PushState::Running { consumer, .. } => consumer.subscriptions(),
+            _ => self.config.subscriptions.clone(),
+        };
+        subscriptions_dict(py, subs)
     }
 
     /// The client id sent to brokers (`x-mq-client-id`), once started.

@@ -16,7 +16,7 @@ use crate::message_view::PyMessageView;
 use crate::runtime::RuntimeRef;
 
 use super::{
-    extract_filter, extract_subscriptions, invisible_arg, message_arg, PyFilterExpression,
+    extract_filter, extract_subscriptions, invisible_arg, message_arg, subscriptions_dict,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -283,11 +283,7 @@ impl PySimpleConsumer {
             SimpleState::Running(c) => c.subscriptions(),
             _ => self.config.subscriptions.clone(),
         };
-        let d = PyDict::new(py);
-        for (t, f) in subs {
-            d.set_item(t, PyFilterExpression { inner: f })?;
-        }
-        Ok(d)
+        subscriptions_dict(py, subs)
     }
 
     /// The consumer group.

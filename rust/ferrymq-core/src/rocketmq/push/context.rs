@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use parking_lot::RwLock;
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::process_queue::ProcessQueue;
@@ -59,7 +60,16 @@ pub struct PushConsumerConfig {
     /// Most receives in flight per process queue. Beyond the first, receives run only while
     /// the queue has a backlog (1 = the workflow's single receive loop).
     pub max_concurrent_receives: usize,
+    /// A process queue whose receive loop shows no sign of life for this long (no receive
+    /// started or answered, no wait for cache room) is dropped and created again at the next
+    /// assignment scan. `None`: three times the sum of the long-polling timeout and
+    /// [`IDLE_REQUEST_MARGIN`], as the Java client does.
+    pub max_idle: Option<Duration>,
 }
+
+/// The request time-out added to the long-polling timeout in the default
+/// [`PushConsumerConfig::max_idle`].
+pub const IDLE_REQUEST_MARGIN: Duration = Duration::from_secs(3);
 
 impl Default for PushConsumerConfig {
     fn default() -> Self {
@@ -73,6 +83,7 @@ impl Default for PushConsumerConfig {
             receive_batch_size: None,
             assignment_interval: DEFAULT_ASSIGNMENT_INTERVAL,
             max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
+            max_idle: None,
         }
     }
 }
@@ -110,6 +121,9 @@ impl PushConsumerConfig {
         if self.assignment_interval.is_zero() {
             return Err(Error::invalid("assignment_interval", "must be positive"));
         }
+        if self.max_idle.is_some_and(|d| d.is_zero()) {
+            return Err(Error::invalid("max_idle", "must be positive"));
+        }
         Ok(())
     }
 }
@@ -118,6 +132,11 @@ impl PushConsumerConfig {
 pub(crate) struct Context<R: ConsumerRpc> {
     pub(crate) rpc: Arc<R>,
     pub(crate) config: PushConsumerConfig,
+    /// The subscriptions read now (`config.subscriptions` at start, then changed while
+    /// running by `PushConsumer::subscribe` / `unsubscribe`).
+    pub(crate) subscriptions: RwLock<Vec<(String, FilterExpression)>>,
+    /// Wakes the assignment scan early (a subscription changed).
+    pub(crate) rescan: Notify,
     pub(crate) stats: Arc<ConsumerStats>,
     pub(crate) listener: Arc<dyn Listener>,
     pub(crate) settle: SettleHandle,
@@ -139,6 +158,26 @@ impl<R: ConsumerRpc> Context<R> {
             (self.config.max_cache_messages / n).max(1),
             (self.config.max_cache_bytes / n).max(1),
         )
+    }
+
+    /// How long a process queue may show no sign of life before it is expired.
+    pub(crate) fn max_idle(&self) -> Duration {
+        self.config.max_idle.unwrap_or_else(|| {
+            self.rpc
+                .settings()
+                .long_polling_timeout
+                .saturating_add(IDLE_REQUEST_MARGIN)
+                .saturating_mul(3)
+        })
+    }
+
+    /// The filter `topic` is read with now, `None` once it is unsubscribed.
+    pub(crate) fn filter_of(&self, topic: &str) -> Option<FilterExpression> {
+        self.subscriptions
+            .read()
+            .iter()
+            .find(|(t, _)| t == topic)
+            .map(|(_, f)| f.clone())
     }
 
     pub(crate) fn is_closing(&self) -> bool {

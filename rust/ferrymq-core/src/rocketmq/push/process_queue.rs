@@ -23,8 +23,9 @@
 //! batch per receive in flight, because sizes are known only after the receive.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -114,6 +115,13 @@ pub struct ProcessQueue {
     pub(crate) fifo_lanes: Mutex<FifoLanes>,
     /// Receive loops running besides the primary one.
     pub(super) extra_receivers: AtomicUsize,
+    /// Retired: no new receive; what a receive in flight brings is handed back.
+    retired: AtomicBool,
+    /// When the queue was created, the origin of `activity`.
+    born: Instant,
+    /// Milliseconds after `born` of the receive loop's last sign of life (a receive started
+    /// or answered, a wait for cache room): an idle queue is expired and created again.
+    activity: AtomicU64,
     stats: Arc<ConsumerStats>,
 }
 
@@ -135,6 +143,9 @@ impl ProcessQueue {
             cached_messages: AtomicUsize::new(0),
             cached_bytes: AtomicUsize::new(0),
             extra_receivers: AtomicUsize::new(0),
+            retired: AtomicBool::new(false),
+            born: Instant::now(),
+            activity: AtomicU64::new(0),
             fifo_lanes: Mutex::new(FifoLanes::default()),
         }
     }
@@ -167,6 +178,31 @@ impl ProcessQueue {
     /// Whether the queue was dropped.
     pub fn is_dropped(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+
+    /// Stop receiving without abandoning the receives in flight (the queue was unassigned or
+    /// unsubscribed): a broker may go on serving an abandoned receive, and the messages it
+    /// takes then stay invisible, so each receive in flight is let finish and the messages
+    /// it brings are handed back to the broker at once, unconsumed.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    /// Whether the queue was retired (or dropped).
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire) || self.is_dropped()
+    }
+
+    /// The receive loop shows it is alive.
+    pub(super) fn mark_active(&self) {
+        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.activity.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// How long since the receive loop last showed it is alive.
+    pub fn idle_for(&self) -> Duration {
+        let last = Duration::from_millis(self.activity.load(Ordering::Relaxed));
+        self.born.elapsed().saturating_sub(last)
     }
 
     /// Put received messages in the cache; `reserved` slots taken before the receive are

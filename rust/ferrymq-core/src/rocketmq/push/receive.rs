@@ -44,9 +44,10 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
     let _extra = (!primary).then(|| Extra(&pq.extra_receivers));
     let mut failures: u32 = 0;
     loop {
-        if pq.is_dropped() {
+        if pq.is_retired() {
             return;
         }
+        pq.mark_active();
         // Armed before the check, so an eviction between the check and the wait is not missed.
         let room = ctx.stats.cache_changed();
         tokio::pin!(room);
@@ -97,6 +98,7 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
             }
             r = ctx.rpc.receive(request) => r,
         };
+        pq.mark_active();
         if result.as_ref().map_or(true, Vec::is_empty) {
             ctx.stats.unreserve(granted);
         }
@@ -112,6 +114,11 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
                 }
                 if full {
                     spawn_extra_receiver(&ctx, &pq);
+                }
+                if pq.is_retired() {
+                    ctx.stats.unreserve(granted);
+                    hand_back(&ctx, &pq, messages).await;
+                    return;
                 }
                 let mut views = Vec::with_capacity(messages.len());
                 for m in messages {
@@ -161,6 +168,36 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
                 }
                 sleep_or_cancel(&pq, RECEIVE_FAILURE_BACKOFF).await;
             }
+        }
+    }
+}
+
+/// How soon messages received for a retired queue are visible again.
+pub const HAND_BACK_DELAY: Duration = Duration::from_secs(1);
+
+/// Messages a receive of a retired queue brought: visible again to the group after
+/// [`HAND_BACK_DELAY`], never given to the listener (one attempt each; the broker redelivers
+/// them anyway when the attempt fails).
+async fn hand_back<R: ConsumerRpc>(
+    ctx: &Arc<Context<R>>,
+    pq: &ProcessQueue,
+    messages: Vec<crate::proto::Message>,
+) {
+    for m in messages {
+        let Ok(view) = MessageView::from_proto(m, pq.source.clone()) else {
+            continue;
+        };
+        if let Err(e) = ctx
+            .rpc
+            .change_invisible_duration(&view, HAND_BACK_DELAY)
+            .await
+        {
+            tracing::debug!(
+                target: "ferrymq::consumer",
+                "handing back message {} of retired queue {} of {} failed (the broker \
+                 redelivers it when its invisibility ends): {e}",
+                view.message_id(), pq.queue.id, pq.source.topic.name
+            );
         }
     }
 }

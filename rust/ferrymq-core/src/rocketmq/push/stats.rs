@@ -34,6 +34,7 @@ pub struct ConsumerStats {
     receive_failures: AtomicU64,
     receive_throttled: AtomicU64,
     cache_full: AtomicU64,
+    expired_queues: AtomicU64,
     changed: Notify,
 }
 
@@ -80,6 +81,8 @@ pub struct StatsSnapshot {
     pub receive_throttled: u64,
     /// Times a receive loop waited because the cache was full.
     pub cache_full_waits: u64,
+    /// Process queues dropped (and created again) because their receive loop was idle too long.
+    pub expired_process_queues: u64,
     /// Deliveries waiting for a consumption thread.
     pub listener_queued: usize,
     /// Listener calls running.
@@ -188,6 +191,9 @@ impl ConsumerStats {
     pub(crate) fn on_cache_full(&self) {
         self.cache_full.fetch_add(1, Ordering::Relaxed);
     }
+    pub(crate) fn on_queue_expired(&self) {
+        self.expired_queues.fetch_add(1, Ordering::Relaxed);
+    }
 
     /// Copy the counters.
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -212,6 +218,7 @@ impl ConsumerStats {
             receive_failures: l(&self.receive_failures),
             receive_throttled: l(&self.receive_throttled),
             cache_full_waits: l(&self.cache_full),
+            expired_process_queues: l(&self.expired_queues),
             listener_queued: 0,
             listener_running: 0,
         }
