@@ -296,10 +296,10 @@ class StoredCounter:
     """Messages the broker stored on `topic` so far: the sum of the queues' end offsets."""
 
     def __init__(self, endpoints: str, topic: str) -> None:
-        from ferrymq._native import PullReader
+        from ferrymq._native import OffsetReader
 
         self.topic = topic
-        self.reader = PullReader(endpoints, "bench-count", topics=[topic])
+        self.reader = OffsetReader.rocketmq(endpoints, "bench-count", topics=[topic])
         self.reader.start()
 
     def __call__(self) -> int:

@@ -60,7 +60,7 @@ def fill(endpoints: str, topic: str, rows: int, size: int) -> float:
 
 
 def raw_read(endpoints: str, topic: str, group: str) -> int:
-    r = _native.PullReader(endpoints, group, topics=[topic])
+    r = _native.OffsetReader.rocketmq(endpoints, group, topics=[topic])
     r.start()
     n = 0
     for q in r.queues(topic):

@@ -99,7 +99,7 @@ class RocketMQSource:
         c = self.cfg
 
         def make() -> Any:
-            reader = _native.PullReader(
+            reader = _native.OffsetReader.rocketmq(
                 c.endpoints,
                 c.group,
                 topics=list(c.topics),
@@ -236,7 +236,7 @@ class RemotingSource(RocketMQSource):
         )
 
         def make() -> Any:
-            reader = _native.RemotingReader(
+            reader = _native.OffsetReader.remoting(
                 c.endpoints,
                 c.group,
                 tag_filter=c.tag_filter,

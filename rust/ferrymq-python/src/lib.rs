@@ -21,11 +21,11 @@ mod message_view;
 mod nats;
 mod nats_range;
 mod offset_consumer;
+mod offset_reader;
 mod probe;
 mod producer;
 mod publish_args;
 mod publisher;
-mod pull_reader;
 mod remoting;
 mod runtime;
 
@@ -78,6 +78,8 @@ mod _native {
     #[pymodule_export]
     use crate::offset_consumer::PyOffsetConsumer;
     #[pymodule_export]
+    use crate::offset_reader::PyOffsetReader;
+    #[pymodule_export]
     use crate::probe::Probe;
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
@@ -86,9 +88,7 @@ mod _native {
     #[pymodule_export]
     use crate::publisher::{PublisherCore, PyEventBatch, PyFlight};
     #[pymodule_export]
-    use crate::pull_reader::PyPullReader;
-    #[pymodule_export]
-    use crate::remoting::{PyRemotingProducer, PyRemotingReader};
+    use crate::remoting::PyRemotingProducer;
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

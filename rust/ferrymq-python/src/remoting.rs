@@ -1,24 +1,21 @@
-//! `_native.RemotingReader` and `_native.RemotingProducer`: RocketMQ over the classic remoting
-//! protocol (name server + brokers). The reader is the remoting twin of `PullReader` (the same
-//! methods and queue keys `"<broker>:<queue id>"`), so the PySpark source uses either the same
-//! way; the producer sends batches in one request, each message with its own metadata.
+//! `_native.RemotingProducer` and the remoting client options: RocketMQ over the classic
+//! remoting protocol (name server + brokers). The producer sends batches in one request, each
+//! message with its own metadata; the remoting reader is `OffsetReader.remoting`
+//! (`pull_reader.rs`).
 
 use std::time::Duration;
 
-use ferrymq_core::remoting::{BatchReceipt, RemotingClient, RemotingOptions, RemotingReader};
+use ferrymq_core::remoting::{BatchReceipt, RemotingClient, RemotingOptions};
 use ferrymq_core::rocketmq::endpoints::Endpoints;
 use ferrymq_core::rocketmq::producer::SendReceipt;
-use ferrymq_core::rocketmq::pull::QueueRef;
 use ferrymq_core::Message;
 use pyo3::prelude::*;
 
 use crate::aio::future_into_py;
 use crate::client_options::{extract_credentials, extract_duration};
-use crate::columns::PyMessageColumns;
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::producer::{extract_messages, PySendReceipt};
-use crate::pull_reader;
 use crate::runtime::RuntimeRef;
 
 /// Default time a remoting request may take (the broker answers within milliseconds).
@@ -53,160 +50,6 @@ pub(crate) fn options(
             .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
         namespace: namespace.filter(|n| !n.is_empty()),
     })
-}
-
-/// Offset-based reader of RocketMQ queues over the remoting protocol.
-#[pyclass(name = "RemotingReader", module = "ferrymq._native", frozen)]
-pub struct PyRemotingReader {
-    rt: RuntimeRef,
-    reader: RemotingReader,
-}
-
-#[pymethods]
-impl PyRemotingReader {
-    #[new]
-    #[pyo3(signature = (endpoints, group, *, tag_filter=None, pull_batch_size=32, credentials=None, namespace=None, request_timeout=None))]
-    fn new(
-        endpoints: &Bound<'_, PyAny>,
-        group: String,
-        tag_filter: Option<String>,
-        #[pyo3(from_py_with = crate::ints::pull_batch_size)] pull_batch_size: i32,
-        credentials: Option<&Bound<'_, PyAny>>,
-        namespace: Option<String>,
-        request_timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let rt = RuntimeRef::current()?;
-        let options = options(endpoints, credentials, namespace, request_timeout)?;
-        let _guard = rt.handle().enter();
-        let reader =
-            RemotingReader::new(options, group, tag_filter, pull_batch_size).map_err(to_pyerr)?;
-        Ok(Self { rt, reader })
-    }
-
-    /// Check the name servers (one route-less round trip is not needed: this is cheap).
-    fn start(&self, py: Python<'_>) -> PyResult<()> {
-        let r = self.reader.clone();
-        self.rt.block_on(py, async move { r.start().await })
-    }
-
-    /// The readable queues of `topic` as `"<broker>:<queue id>"`, sorted.
-    fn queues(&self, py: Python<'_>, topic: String) -> PyResult<Vec<String>> {
-        let r = self.reader.clone();
-        self.rt.block_on(py, async move {
-            Ok(r.queues(&topic).await?.iter().map(QueueRef::key).collect())
-        })
-    }
-
-    /// The first stored offset (`"beginning"`), the next offset to be written (`"end"`), or the
-    /// first offset stored at or after `timestamp_ms` (`"timestamp"`).
-    #[pyo3(signature = (topic, queue, policy, timestamp_ms=None))]
-    fn query_offset(
-        &self,
-        py: Python<'_>,
-        topic: String,
-        queue: &str,
-        policy: &str,
-        #[pyo3(from_py_with = crate::ints::timestamp_ms)] timestamp_ms: Option<i64>,
-    ) -> PyResult<i64> {
-        let p = pull_reader::policy(policy, timestamp_ms)?;
-        let q = pull_reader::queue(queue)?;
-        let r = self.reader.clone();
-        self.rt
-            .block_on(py, async move { r.query_offset(&topic, &q, p).await })
-    }
-
-    /// The offset this group committed on the queue, or None.
-    fn committed_offset(
-        &self,
-        py: Python<'_>,
-        topic: String,
-        queue: &str,
-    ) -> PyResult<Option<i64>> {
-        let q = pull_reader::queue(queue)?;
-        let r = self.reader.clone();
-        self.rt
-            .block_on(py, async move { r.committed_offset(&topic, &q).await })
-    }
-
-    /// Commit this group's next offset to read on the queue (lag tools see it).
-    fn commit_offset(
-        &self,
-        py: Python<'_>,
-        topic: String,
-        queue: &str,
-        #[pyo3(from_py_with = crate::ints::offset)] offset: i64,
-    ) -> PyResult<()> {
-        let q = pull_reader::queue(queue)?;
-        let r = self.reader.clone();
-        self.rt
-            .block_on(py, async move { r.commit_offset(&topic, &q, offset).await })
-    }
-
-    /// The messages with `start <= offset < end` (at most `max_rows`; continue from
-    /// `next_offset`), as Arrow buffers.
-    #[pyo3(signature = (topic, queue, start, end, max_rows=10_000))]
-    fn read_range(
-        &self,
-        py: Python<'_>,
-        topic: String,
-        queue: &str,
-        #[pyo3(from_py_with = crate::ints::start)] start: i64,
-        #[pyo3(from_py_with = crate::ints::end)] end: i64,
-        #[pyo3(from_py_with = crate::ints::max_rows)] max_rows: usize,
-    ) -> PyResult<PyMessageColumns> {
-        if max_rows == 0 {
-            return Err(invalid("max_rows", "must be at least 1"));
-        }
-        let q = pull_reader::queue(queue)?;
-        let r = self.reader.clone();
-        let read = self.rt.block_on(py, async move {
-            r.read_range(&topic, &q, start, end, max_rows).await
-        })?;
-        Ok(PyMessageColumns::new(
-            read.columns,
-            read.next_offset,
-            read.first_offset,
-        ))
-    }
-
-    /// The consumer group.
-    #[getter]
-    fn group(&self) -> &str {
-        self.reader.group()
-    }
-
-    /// Close the connections (idempotent).
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let r = self.reader.clone();
-        self.rt.block_on(py, async move {
-            r.shutdown().await;
-            Ok(())
-        })
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (_exc_type=None, _exc=None, _tb=None))]
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "RemotingReader(endpoints={:?}, group={:?})",
-            self.reader.client().options().endpoints,
-            self.reader.group()
-        )
-    }
 }
 
 /// Sends over the remoting protocol: a batch travels in `SEND_BATCH_MESSAGE` requests, each
