@@ -308,6 +308,122 @@ pub fn as_le_bytes<T: LeBytes>(v: &[T]) -> Bytes {
     Bytes::from(out)
 }
 
+/// What one read of the offset range `[start, end)` of a queue, partition or stream returns
+/// (every offset reader: RocketMQ over gRPC and remoting, JMQ4, JetStream).
+#[derive(Debug, Clone)]
+pub struct RangeRead {
+    /// The messages, as Arrow columns.
+    pub columns: MessageColumns,
+    /// Where the next read of this range continues (`end` when the range is done).
+    pub next_offset: i64,
+    /// The offset of the first message returned, if any (a value above `start` with no filter
+    /// means messages below it are gone: retention).
+    pub first_offset: Option<i64>,
+}
+
+/// The progress of a range read: the next offset wanted, the messages taken so far, and the
+/// run of reads that brought nothing (a reader gives up after a few: the range was planned
+/// against another server, or messages vanished).
+#[derive(Debug)]
+pub struct RangeCursor {
+    read: RangeRead,
+    end: i64,
+    max_rows: usize,
+    empty: u32,
+}
+
+impl RangeCursor {
+    /// A read of `[start, end)` whose offsets start at `first` (0 or 1), at most `max_rows`
+    /// (at least 1) messages.
+    pub fn new(start: i64, end: i64, first: i64, max_rows: usize) -> Result<Self> {
+        if start < first || end < start {
+            return Err(Error::invalid(
+                "range",
+                format!("[{start}, {end}) is not a valid offset range (offsets start at {first})"),
+            ));
+        }
+        Ok(Self {
+            read: RangeRead {
+                columns: MessageColumns::new(),
+                next_offset: start,
+                first_offset: None,
+            },
+            end,
+            max_rows: max_rows.max(1),
+            empty: 0,
+        })
+    }
+
+    /// The next offset wanted.
+    pub fn at(&self) -> i64 {
+        self.read.next_offset
+    }
+
+    /// Whether the read goes on: offsets left below `end` and room for more rows.
+    pub fn wants_more(&self) -> bool {
+        self.at() < self.end && !self.full()
+    }
+
+    /// Whether `max_rows` messages were taken.
+    pub fn full(&self) -> bool {
+        self.read.columns.len() >= self.max_rows
+    }
+
+    /// How many messages the next read should ask for, at most `cap`.
+    pub fn want(&self, cap: usize) -> usize {
+        (self.max_rows - self.read.columns.len().min(self.max_rows))
+            .min(usize::try_from(self.end - self.at()).unwrap_or(usize::MAX))
+            .min(cap)
+    }
+
+    /// Whether the message at `offset` belongs to what is still wanted.
+    pub fn wants(&self, offset: i64) -> bool {
+        offset >= self.at() && offset < self.end && !self.full()
+    }
+
+    /// Take the message at `offset` (added to the columns by `push`).
+    pub fn take(
+        &mut self,
+        offset: i64,
+        push: impl FnOnce(&mut MessageColumns) -> Result<()>,
+    ) -> Result<()> {
+        push(&mut self.read.columns)?;
+        self.read.first_offset.get_or_insert(offset);
+        self.read.next_offset = offset + 1;
+        self.empty = 0;
+        Ok(())
+    }
+
+    /// Continue from `offset` when it is ahead (the server skipped filtered-out or removed
+    /// messages), never past `end`.
+    pub fn skip_to(&mut self, offset: i64) {
+        if offset > self.at() {
+            self.read.next_offset = offset.min(self.end);
+            self.empty = 0;
+        }
+    }
+
+    /// Nothing else is in the range.
+    pub fn finish(&mut self) {
+        self.read.next_offset = self.read.next_offset.max(self.end);
+    }
+
+    /// A read brought nothing new: after `max` in a row, the error `why` describes.
+    pub fn nothing_new(&mut self, max: u32, why: impl FnOnce(i64, i64) -> String) -> Result<()> {
+        self.empty += 1;
+        if self.empty >= max {
+            return Err(Error::timeout(why(self.at(), self.end)));
+        }
+        Ok(())
+    }
+
+    /// What was read.
+    pub fn into_read(mut self) -> RangeRead {
+        self.read.next_offset = self.read.next_offset.min(self.end);
+        self.read
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,5 +482,61 @@ mod tests {
     #[test]
     fn little_endian_bytes() {
         assert_eq!(&as_le_bytes(&[1i32, 256])[..], &[1, 0, 0, 0, 0, 1, 0, 0]);
+    }
+
+    #[test]
+    fn range_cursor_takes_skips_and_gives_up() {
+        let push = |c: &mut MessageColumns| {
+            c.push(&Row {
+                key: None,
+                value: b"v",
+                topic: "t",
+                partition: 0,
+                offset: 0,
+                timestamp_us: None,
+                properties: &[],
+                tag: None,
+                message_group: None,
+                message_id: None,
+            })
+        };
+        assert!(RangeCursor::new(-1, 5, 0, 10).is_err());
+        assert!(RangeCursor::new(0, 5, 1, 10).is_err());
+        assert!(RangeCursor::new(5, 4, 0, 10).is_err());
+
+        let mut c = RangeCursor::new(10, 20, 0, 3).unwrap();
+        assert_eq!(c.want(100), 3);
+        assert!(!c.wants(9) && c.wants(10) && !c.wants(20));
+        c.take(12, push).unwrap();
+        assert_eq!(c.at(), 13);
+        assert!(!c.wants(12));
+        c.skip_to(11);
+        assert_eq!(c.at(), 13, "never backwards");
+        c.skip_to(15);
+        c.take(15, push).unwrap();
+        c.take(16, push).unwrap();
+        assert!(c.full() && !c.wants_more());
+        let r = c.into_read();
+        assert_eq!(
+            (r.columns.len(), r.first_offset, r.next_offset),
+            (3, Some(12), 17)
+        );
+
+        let mut c = RangeCursor::new(1, 4, 1, 100).unwrap();
+        assert_eq!(c.want(100), 3);
+        c.skip_to(99);
+        assert_eq!(c.at(), 4, "never past end");
+        let mut c = RangeCursor::new(1, 4, 1, 100).unwrap();
+        c.finish();
+        assert!(!c.wants_more());
+        assert_eq!(c.into_read().next_offset, 4);
+
+        let mut c = RangeCursor::new(0, 4, 0, 100).unwrap();
+        assert!(c.nothing_new(2, |at, end| format!("{at}..{end}")).is_ok());
+        let e = c
+            .nothing_new(2, |at, end| format!("{at}..{end}"))
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::Timeout);
+        assert!(e.to_string().contains("0..4"), "{e}");
     }
 }

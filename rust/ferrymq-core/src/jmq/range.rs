@@ -14,7 +14,7 @@ use super::cluster::{Cluster, ClusterOptions};
 use super::codes;
 use super::command::{FetchIndex, FetchPartitionMessage, PartitionFetch};
 use super::consumer::{unpack, ReceivedMessage};
-use crate::columnar::{MessageColumns, Row};
+use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
 
 /// The property carrying the row's key written by the Spark sink (the `businessId` holds the
@@ -38,17 +38,6 @@ pub struct PartitionBounds {
     pub left: i64,
     /// Next index to be written.
     pub right: i64,
-}
-
-/// The answer of [`JmqRangeReader::read_range`].
-#[derive(Debug, Clone)]
-pub struct PartitionRange {
-    /// The messages, as Arrow columns (`offset` is the partition index).
-    pub columns: MessageColumns,
-    /// Where the next read continues (`end` when the range is done).
-    pub next_offset: i64,
-    /// The index of the first message returned, if any.
-    pub first_offset: Option<i64>,
 }
 
 /// Reads index ranges of JMQ4 partitions (a cluster session of one app). Cheap to clone.
@@ -165,7 +154,7 @@ impl JmqRangeReader {
     }
 
     /// Every message of `topic`/`partition` with `start <= index < end`, at most `max_rows` of
-    /// them (continue from [`PartitionRange::next_offset`]). An index below the partition's
+    /// them (continue from [`RangeRead::next_offset`]). An index below the partition's
     /// left index fails with `FW_FETCH_MESSAGE_INDEX_OUT_OF_RANGE` (184).
     pub async fn read_range(
         &self,
@@ -174,24 +163,15 @@ impl JmqRangeReader {
         start: i64,
         end: i64,
         max_rows: usize,
-    ) -> Result<PartitionRange> {
-        if start < 0 || end < start {
-            return Err(Error::invalid(
-                "range",
-                format!("[{start}, {end}) is not a valid index range"),
-            ));
-        }
-        let max_rows = max_rows.max(1);
-        let mut columns = MessageColumns::new();
-        let mut first_offset = None;
-        let mut at = start;
-        let mut empty = 0u32;
+    ) -> Result<RangeRead> {
+        let mut cursor = RangeCursor::new(start, end, 0, max_rows)?;
         let mut routing_errors = 0u32;
-        while at < end && columns.len() < max_rows {
-            let want = (max_rows - columns.len())
-                .min(usize::try_from(end - at).unwrap_or(usize::MAX))
-                .min(FETCH_MAX);
-            let batch = match self.fetch(topic, partition, at, want).await {
+        while cursor.wants_more() {
+            let at = cursor.at();
+            let batch = match self
+                .fetch(topic, partition, at, cursor.want(FETCH_MAX))
+                .await
+            {
                 Ok(b) => b,
                 Err(e) if routing_errors < 2 && is_routing(&e) => {
                     routing_errors += 1;
@@ -201,45 +181,26 @@ impl JmqRangeReader {
                 }
                 Err(e) => return Err(e),
             };
-            let mut progressed = false;
+            // The rest of a batch message that starts before `at` is skipped.
             for m in &batch {
-                if m.index < at {
-                    // The rest of a batch message that starts before `at`.
-                    continue;
-                }
-                if m.index >= end {
-                    break;
-                }
-                first_offset.get_or_insert(m.index);
-                push_jmq(&mut columns, m)?;
-                at = m.index + 1;
-                progressed = true;
-                if columns.len() >= max_rows {
-                    break;
+                if cursor.wants(m.index) {
+                    cursor.take(m.index, |c| push_jmq(c, m))?;
                 }
             }
-            if progressed {
-                empty = 0;
+            if cursor.at() > at {
                 continue;
             }
             if batch.last().is_some_and(|m| m.index >= end) {
                 // Only indices at or past `end` remain.
-                at = end;
+                cursor.finish();
                 break;
             }
-            empty += 1;
-            if empty >= MAX_EMPTY_FETCHES {
-                return Err(Error::timeout(format!(
-                    "partition {partition} of {topic:?}: no message at index {at} below {end}"
-                )));
-            }
+            cursor.nothing_new(MAX_EMPTY_FETCHES, |at, end| {
+                format!("partition {partition} of {topic:?}: no message at index {at} below {end}")
+            })?;
             tokio::time::sleep(RETRY_PAUSE).await;
         }
-        Ok(PartitionRange {
-            columns,
-            next_offset: at.min(end),
-            first_offset,
-        })
+        Ok(cursor.into_read())
     }
 
     /// One FETCH_PARTITION_MESSAGE from the partition's leader, unpacked.

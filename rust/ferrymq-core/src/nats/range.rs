@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::consumer::{DeliverPolicy, PullConsumerConfig};
 use super::JetStream;
-use crate::columnar::{MessageColumns, Row};
+use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
 use crate::publisher::PublishOptions;
 
@@ -29,17 +29,6 @@ const FETCH_WAIT: Duration = Duration::from_secs(2);
 const FILTERED_WAIT: Duration = Duration::from_millis(200);
 /// Consecutive empty fetches tolerated below `end` without a filter.
 const MAX_EMPTY_FETCHES: u32 = 5;
-
-/// The answer of [`JetStream::read_range`].
-#[derive(Debug, Clone)]
-pub struct StreamRange {
-    /// The messages, as Arrow columns (`partition` is 0, `offset` the stream sequence).
-    pub columns: MessageColumns,
-    /// Where the next read continues (`end` when the range is done).
-    pub next_offset: i64,
-    /// The sequence of the first message returned, if any.
-    pub first_offset: Option<i64>,
-}
 
 /// One message for [`JetStream::publish_batch`].
 #[derive(Debug, Clone)]
@@ -70,7 +59,7 @@ impl JetStream {
     }
 
     /// Every message of `stream` with `start <= sequence < end` (matching `filter_subject`),
-    /// at most `max_rows` of them (continue from [`StreamRange::next_offset`]).
+    /// at most `max_rows` of them (continue from [`RangeRead::next_offset`]).
     pub async fn read_range(
         &self,
         stream: &str,
@@ -78,24 +67,12 @@ impl JetStream {
         start: i64,
         end: i64,
         max_rows: usize,
-    ) -> Result<StreamRange> {
-        if start < 1 || end < start {
-            return Err(Error::invalid(
-                "range",
-                format!("[{start}, {end}) is not a valid sequence range (sequences start at 1)"),
-            ));
+    ) -> Result<RangeRead> {
+        let mut cursor = RangeCursor::new(start, end, 1, max_rows)?;
+        if !cursor.wants_more() {
+            return Ok(cursor.into_read());
         }
-        let max_rows = max_rows.max(1);
-        let mut columns = MessageColumns::new();
-        if start == end {
-            return Ok(StreamRange {
-                columns,
-                next_offset: end,
-                first_offset: None,
-            });
-        }
-        let span = usize::try_from(end - start).unwrap_or(usize::MAX);
-        let want_total = span.min(max_rows);
+        let want_total = cursor.want(usize::MAX);
         let consumer = self
             .pull_consumer(
                 stream,
@@ -112,70 +89,53 @@ impl JetStream {
                 },
             )
             .await?;
+        let wait = if filter_subject.is_some() {
+            FILTERED_WAIT
+        } else {
+            FETCH_WAIT
+        };
         let result = async {
-            let mut first_offset = None;
-            let mut at = start;
-            let mut empty = 0u32;
-            'outer: while at < end && columns.len() < max_rows {
-                let want = (max_rows - columns.len())
-                    .min(usize::try_from(end - at).unwrap_or(usize::MAX))
-                    .min(FETCH_MAX);
-                let wait = if filter_subject.is_some() {
-                    FILTERED_WAIT
-                } else {
-                    FETCH_WAIT
-                };
-                let batch = consumer.fetch(want, wait).await?;
+            'outer: while cursor.wants_more() {
+                let batch = consumer.fetch(cursor.want(FETCH_MAX), wait).await?;
                 if batch.is_empty() {
                     if filter_subject.is_some() {
                         // Nothing else matches in the stream right now: the range is done.
-                        at = end;
+                        cursor.finish();
                         break;
                     }
-                    empty += 1;
-                    if empty >= MAX_EMPTY_FETCHES {
-                        return Err(Error::timeout(format!(
-                            "stream {stream:?}: no message at sequence {at} below {end}"
-                        )));
-                    }
+                    cursor.nothing_new(MAX_EMPTY_FETCHES, |at, end| {
+                        format!("stream {stream:?}: no message at sequence {at} below {end}")
+                    })?;
                     continue;
                 }
-                empty = 0;
                 for m in &batch {
                     let seq = i64::try_from(m.stream_sequence)
                         .map_err(|_| Error::protocol("stream sequence overflows i64"))?;
                     if seq >= end {
-                        at = end;
+                        cursor.finish();
                         break 'outer;
                     }
-                    if seq < at {
+                    if !cursor.wants(seq) {
                         continue;
                     }
-                    first_offset.get_or_insert(seq);
-                    push_js(&mut columns, m, seq)?;
-                    at = seq + 1;
+                    cursor.take(seq, |c| push_js(c, m, seq))?;
                     if m.pending == 0 && filter_subject.is_some() {
                         // The last matching message for now: nothing else can be in range.
-                        at = end;
+                        cursor.finish();
                         break 'outer;
                     }
-                    if columns.len() >= max_rows {
+                    if cursor.full() {
                         break 'outer;
                     }
                 }
             }
-            Ok((at.min(end), first_offset))
+            Ok(())
         }
         .await;
         if let Err(e) = self.delete_consumer(stream, consumer.name()).await {
             tracing::debug!(target: "ferrymq::nats", error = %e, "could not delete the range consumer; it expires by itself");
         }
-        let (next_offset, first_offset) = result?;
-        Ok(StreamRange {
-            columns,
-            next_offset,
-            first_offset,
-        })
+        result.map(|()| cursor.into_read())
     }
 
     /// Publish every message at once (pipelined) and wait for every JetStream ack. Fails with

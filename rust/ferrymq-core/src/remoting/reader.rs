@@ -16,9 +16,9 @@
 use std::time::Duration;
 
 use super::client::{PullStatus, RemotingClient, RemotingOptions, TagFilter};
-use crate::columnar::MessageColumns;
+use crate::columnar::{RangeCursor, RangeRead};
 use crate::error::{Error, Result};
-use crate::rocketmq::pull::{push_message, OffsetPolicy, QueueRef, RangeRead};
+use crate::rocketmq::pull::{push_message, OffsetPolicy, QueueRef};
 
 /// How many consecutive pulls without progress [`RemotingReader::read_range`] tolerates.
 const MAX_EMPTY_PULLS: u32 = 3;
@@ -123,88 +123,56 @@ impl RemotingReader {
         end: i64,
         max_rows: usize,
     ) -> Result<RangeRead> {
-        if start < 0 || end < start {
-            return Err(Error::invalid(
-                "range",
-                format!("[{start}, {end}) is not a valid offset range"),
-            ));
-        }
-        let max_rows = max_rows.max(1);
-        let mut columns = MessageColumns::new();
-        let mut first_offset = None;
-        let mut at = start;
+        let mut cursor = RangeCursor::new(start, end, 0, max_rows)?;
         let mut known_max: Option<i64> = None;
-        let mut empty = 0u32;
-        while at < end && columns.len() < max_rows {
-            let want = (end - at)
-                .min(i64::from(self.pull_batch_size.max(SERVER_PULL_CAP)))
-                .min(i64::try_from(max_rows - columns.len()).unwrap_or(i64::MAX));
-            let want = i32::try_from(want).unwrap_or(SERVER_PULL_CAP);
+        let cap = usize::try_from(self.pull_batch_size.max(SERVER_PULL_CAP)).unwrap_or(1);
+        while cursor.wants_more() {
+            let at = cursor.at();
+            let want = i32::try_from(cursor.want(cap)).unwrap_or(SERVER_PULL_CAP);
             let suspend = known_max.filter(|m| at >= *m).map(|_| END_SUSPEND);
+            let filter = self.filter.as_ref();
             let pulled = self
                 .client
-                .pull(
-                    &self.group,
-                    topic,
-                    queue,
-                    at,
-                    want,
-                    self.filter.as_ref(),
-                    suspend,
-                )
+                .pull(&self.group, topic, queue, at, want, filter, suspend)
                 .await?;
             known_max = Some(pulled.max_offset);
-            let before = at;
             match pulled.status {
                 PullStatus::Found => {
                     for m in &pulled.messages {
                         let off = m.queue_offset;
-                        if off < at || off >= end {
+                        if !cursor.wants(off) {
                             continue;
-                        }
-                        if columns.len() >= max_rows {
-                            break;
                         }
                         let mut p = m.to_proto();
                         if let Some(t) = p.topic.as_mut() {
                             t.name = topic.to_string();
                         }
-                        first_offset.get_or_insert(off);
-                        push_message(&mut columns, &p, topic, off)?;
-                        at = off + 1;
+                        cursor.take(off, |c| push_message(c, &p, topic, off))?;
                     }
-                    if columns.len() < max_rows && pulled.next_begin_offset > at {
-                        at = pulled.next_begin_offset.min(end);
+                    if !cursor.full() {
+                        cursor.skip_to(pulled.next_begin_offset);
                     }
                 }
+                // Filtered-out messages, or retention removed what we asked for: continue
+                // where the broker says (first_offset shows the jump).
                 PullStatus::RetryImmediately | PullStatus::OffsetIllegal => {
-                    // Filtered-out messages, or retention removed what we asked for: continue
-                    // where the broker says (first_offset shows the jump).
-                    if pulled.next_begin_offset > at {
-                        at = pulled.next_begin_offset.min(end);
-                    }
+                    cursor.skip_to(pulled.next_begin_offset);
                 }
                 PullStatus::NoNewMessages => {}
             }
-            if at > before {
-                empty = 0;
-            } else {
-                empty += 1;
-                if empty >= MAX_EMPTY_PULLS {
-                    return Err(Error::timeout(format!(
-                        "{topic}/{}: no message at offset {at} below {end} after {empty} pulls \
-                         (queue end {}; was the range planned against another broker?)",
+            if cursor.at() == at {
+                cursor.nothing_new(MAX_EMPTY_PULLS, |at, end| {
+                    format!(
+                        "{topic}/{}: no message at offset {at} below {end} after \
+                         {MAX_EMPTY_PULLS} pulls (queue end {}; was the range planned against \
+                         another broker?)",
                         queue.key(),
                         pulled.max_offset
-                    )));
-                }
+                    )
+                })?;
             }
         }
-        Ok(RangeRead {
-            columns,
-            next_offset: at.min(end),
-            first_offset,
-        })
+        Ok(cursor.into_read())
     }
 
     /// Close the connections (idempotent).

@@ -17,7 +17,7 @@ use futures::StreamExt;
 
 use super::client::{check_status, deadline, Client, ClientOptions, NoCommands};
 use super::endpoints::Endpoints;
-use crate::columnar::{MessageColumns, Row};
+use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
 use crate::proto;
 use crate::status;
@@ -77,18 +77,6 @@ pub struct Pulled {
     pub messages: Vec<proto::Message>,
     /// The offset to pull next.
     pub next_offset: i64,
-}
-
-/// The answer of [`PullReader::read_range`].
-#[derive(Debug, Clone)]
-pub struct RangeRead {
-    /// The messages, as Arrow columns.
-    pub columns: MessageColumns,
-    /// Where the next read of this range continues (`end` when the range is done).
-    pub next_offset: i64,
-    /// The queue offset of the first message returned, if any (a value above `start` with no
-    /// filter means messages below it are gone: retention).
-    pub first_offset: Option<i64>,
 }
 
 /// Whether `err` is the gRPC `UNIMPLEMENTED` answer of a server without the pull API.
@@ -387,24 +375,14 @@ impl PullReader {
         end: i64,
         max_rows: usize,
     ) -> Result<RangeRead> {
-        if start < 0 || end < start {
-            return Err(Error::invalid(
-                "range",
-                format!("[{start}, {end}) is not a valid offset range"),
-            ));
-        }
-        let max_rows = max_rows.max(1);
-        let mut columns = MessageColumns::new();
-        let mut first_offset = None;
-        let mut at = start;
-        let mut empty = 0u32;
-        while at < end && columns.len() < max_rows {
-            let want = (end - at)
-                .min(i64::from(self.pull_batch_size))
-                .min(i64::try_from(max_rows - columns.len()).unwrap_or(i64::MAX));
-            let want = i32::try_from(want).unwrap_or(i32::MAX);
-            let pulled = self.pull(topic, queue, at, want, Duration::ZERO).await?;
-            let mut advanced = pulled.next_offset > at;
+        let mut cursor = RangeCursor::new(start, end, 0, max_rows)?;
+        while cursor.wants_more() {
+            let cap = usize::try_from(self.pull_batch_size).unwrap_or(1);
+            let want = i32::try_from(cursor.want(cap)).unwrap_or(i32::MAX);
+            let before = cursor.at();
+            let pulled = self
+                .pull(topic, queue, before, want, Duration::ZERO)
+                .await?;
             for m in &pulled.messages {
                 let Some(off) = queue_offset(m) else {
                     return Err(Error::protocol(format!(
@@ -412,38 +390,24 @@ impl PullReader {
                         queue.key()
                     )));
                 };
-                if off < at || off >= end {
-                    continue;
+                if cursor.wants(off) {
+                    cursor.take(off, |c| push_message(c, m, topic, off))?;
                 }
-                if columns.len() >= max_rows {
-                    break;
-                }
-                first_offset.get_or_insert(off);
-                push_message(&mut columns, m, topic, off)?;
-                at = off + 1;
-                advanced = true;
             }
-            if columns.len() < max_rows && pulled.next_offset > at {
-                at = pulled.next_offset.min(end);
+            if !cursor.full() {
+                cursor.skip_to(pulled.next_offset);
             }
-            if advanced {
-                empty = 0;
-            } else {
-                empty += 1;
-                if empty >= MAX_EMPTY_PULLS {
-                    return Err(Error::timeout(format!(
-                        "{topic}/{}: no message at offset {at} below {end} after {empty} pulls \
-                         (was the range planned against another broker?)",
+            if cursor.at() == before {
+                cursor.nothing_new(MAX_EMPTY_PULLS, |at, end| {
+                    format!(
+                        "{topic}/{}: no message at offset {at} below {end} after \
+                         {MAX_EMPTY_PULLS} pulls (was the range planned against another broker?)",
                         queue.key()
-                    )));
-                }
+                    )
+                })?;
             }
         }
-        Ok(RangeRead {
-            columns,
-            next_offset: at.min(end),
-            first_offset,
-        })
+        Ok(cursor.into_read())
     }
 
     /// Stop the client (idempotent).
