@@ -143,11 +143,15 @@ async def test_simple_consumer_asyncio(jmq_broker: EmbeddedBroker, topic: str) -
 def test_push_consumer_consumes_every_message(jmq_broker: EmbeddedBroker, topic: str) -> None:
     sent = send(jmq_broker, topic, 300, batch=True)
     seen: Counter[bytes] = Counter()
+    kinds: set[type] = set()
+    ids: set[tuple[str, int, int, int]] = set()
     lock = threading.Lock()
 
     def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
         with lock:
             seen[m.body] += 1
+            kinds.add(type(m))
+            ids.add((m.message_id, m.queue_id, m.offset, m.delivery_attempt))
         return ferrymq.ConsumeResult.SUCCESS
 
     with ferrymq.PushConsumer(
@@ -171,6 +175,10 @@ def test_push_consumer_consumes_every_message(jmq_broker: EmbeddedBroker, topic:
     assert stats["max_cached_messages"] <= 64 + 4 * 50
     assert stats["acked"] >= len(sent)
     assert stats["consumed_failed"] == 0
+    # The listener receives the one typed message view, with the JMQ4 coordinates.
+    assert kinds == {ferrymq.MessageView}
+    assert len(ids) == len(sent)
+    assert all(i == f"{topic}/{q}/{o}" and 0 <= q < 4 and a == 1 for i, q, o, a in ids)
     # Everything was acked: nothing comes back.
     with simple(jmq_broker, topic) as c:
         assert c.receive(32) == []
