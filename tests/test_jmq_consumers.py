@@ -143,11 +143,15 @@ async def test_simple_consumer_asyncio(jmq_broker: EmbeddedBroker, topic: str) -
 def test_push_consumer_consumes_every_message(jmq_broker: EmbeddedBroker, topic: str) -> None:
     sent = send(jmq_broker, topic, 300, batch=True)
     seen: Counter[bytes] = Counter()
+    kinds: set[type] = set()
+    ids: set[tuple[str, int, int, int]] = set()
     lock = threading.Lock()
 
     def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
         with lock:
             seen[m.body] += 1
+            kinds.add(type(m))
+            ids.add((m.message_id, m.queue_id, m.offset, m.delivery_attempt))
         return ferrymq.ConsumeResult.SUCCESS
 
     with ferrymq.PushConsumer(
@@ -171,9 +175,42 @@ def test_push_consumer_consumes_every_message(jmq_broker: EmbeddedBroker, topic:
     assert stats["max_cached_messages"] <= 64 + 4 * 50
     assert stats["acked"] >= len(sent)
     assert stats["consumed_failed"] == 0
+    # The listener receives the one typed message view, with the JMQ4 coordinates.
+    assert kinds == {ferrymq.MessageView}
+    assert len(ids) == len(sent)
+    assert all(i == f"{topic}/{q}/{o}" and 0 <= q < 4 and a == 1 for i, q, o, a in ids)
     # Everything was acked: nothing comes back.
     with simple(jmq_broker, topic) as c:
         assert c.receive(32) == []
+
+
+def test_push_consumer_unsubscribes_and_subscribes_again(
+    jmq_broker: EmbeddedBroker, topic: str
+) -> None:
+    seen: set[bytes] = set()
+    lock = threading.Lock()
+
+    def listener(m: ferrymq.MessageView) -> None:
+        with lock:
+            seen.add(m.body)
+
+    with ferrymq.PushConsumer(
+        jmq_broker.jmq_endpoint, APP, subscriptions=topic, listener=listener, token=TOKEN
+    ) as pc:
+        first = send(jmq_broker, topic, 5)
+        wait_for("first messages consumed", lambda: first <= seen)
+        pc.unsubscribe(topic)
+        assert pc.subscriptions == {}
+        assert pc.stats()["process_queues"] == 0
+        # JMQ4 reads the topics named at construction, without filters.
+        with pytest.raises(ferrymq.InvalidArgumentError, match="topic"):
+            pc.subscribe("another-topic")
+        with pytest.raises(ferrymq.InvalidArgumentError, match="filter"):
+            pc.subscribe(topic, "tagA")
+        later = send(jmq_broker, topic, 5)
+        pc.subscribe(topic)
+        assert set(pc.subscriptions) == {topic}
+        wait_for("messages sent while unsubscribed consumed", lambda: later <= seen)
 
 
 async def test_push_consumer_async_listener(jmq_broker: EmbeddedBroker, topic: str) -> None:

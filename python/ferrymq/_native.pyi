@@ -645,6 +645,7 @@ class PushConsumer:
         request_timeout: _Seconds | None = None,
         route_refresh_interval: _Seconds | None = None,
         settings_sync_interval: _Seconds | None = None,
+        jmq: JmqConsumer | None = None,
     ) -> PushConsumer: ...
     @property
     def group(self) -> str: ...

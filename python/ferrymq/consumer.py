@@ -4,10 +4,10 @@ JMQ4.
 The backend is chosen from the endpoint scheme (as for :class:`ferrymq.Producer`): plain
 ``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
 RocketMQ 5 consumers (:class:`ferrymq._native.SimpleConsumer`,
-:class:`ferrymq._native.PushConsumer`); ``jmq://host:port`` selects JMQ4
-(:mod:`ferrymq._jmq_consumer`, built on :class:`ferrymq.JmqConsumer`), where ``group`` is the
-JMQ4 app and ``token=`` is required. Differences by protocol are listed in
-:mod:`ferrymq._jmq_consumer`.
+:class:`ferrymq._native.PushConsumer`); ``jmq://host:port`` selects JMQ4, where ``group`` is the
+JMQ4 app and ``token=`` is required: the same native push consumer over JMQ4, and a simple
+consumer built on :class:`ferrymq.JmqConsumer` (:mod:`ferrymq._jmq_simple`, which also lists the
+differences by protocol).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from . import _exit, _native
 from ._endpoints import protocol_of
-from ._jmq_consumer import JmqPushBackend, JmqSimpleBackend
+from ._jmq_simple import JmqSimpleBackend, consumer_args
 from ._native import (
     ConsumeResult,
     Credentials,
@@ -43,13 +43,9 @@ _Outcome = ConsumeResult | Awaitable[ConsumeResult | None] | None
 
 #: A push consumer listener: ``f(message)`` returning ``ConsumeResult`` or ``None`` (success),
 #: a plain callable or an ``async def``; raising counts as ``FAILURE``. The message is a
-#: :class:`MessageView` for RocketMQ endpoints and a :class:`JmqMessage` for ``jmq://``: type
-#: the listener for the protocol it serves, or for :class:`ReceivedMessage` (both).
-Listener = (
-    Callable[[ReceivedMessage], _Outcome]
-    | Callable[[MessageView], _Outcome]
-    | Callable[[JmqMessage], _Outcome]
-)
+#: :class:`MessageView` whatever the protocol (a listener typed for :class:`ReceivedMessage`
+#: fits too).
+Listener = Callable[[MessageView], _Outcome]
 
 
 class _SimpleBackend(Protocol):
@@ -68,22 +64,6 @@ class _SimpleBackend(Protocol):
     def group(self) -> str: ...
     @property
     def subscriptions(self) -> dict[str, FilterExpression]: ...
-    @property
-    def client_id(self) -> str | None: ...
-
-
-class _PushBackend(Protocol):
-    def start(self) -> None: ...
-    def start_async(self) -> Awaitable[None]: ...
-    def close(self, timeout: _Seconds | None = None) -> None: ...
-    def close_async(self, timeout: _Seconds | None = None) -> Awaitable[None]: ...
-    def stats(self) -> dict[str, int]: ...
-    @property
-    def group(self) -> str: ...
-    @property
-    def subscriptions(self) -> dict[str, FilterExpression]: ...
-    @property
-    def fifo(self) -> bool | None: ...
     @property
     def client_id(self) -> str | None: ...
 
@@ -370,7 +350,8 @@ class PushConsumer:
             broker accepted the previous one's ack (retried until it lands) or its
             dead-letter forward.
         receive_batch_size: messages per receive (default: RocketMQ's, or 32 for JMQ4).
-        max_concurrent_receives: receives in flight at once (JMQ4: receiving threads).
+        max_concurrent_receives: receives in flight at once per queue (JMQ4: per topic, each
+            fetch holding one partition until all its messages are settled).
         shutdown_timeout: how long :meth:`close` waits for callbacks and acks.
 
     A consumer still running when the interpreter exits is closed then, as by :meth:`close`.
@@ -401,28 +382,18 @@ class PushConsumer:
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._jmq: JmqPushBackend | None = None
-        self._impl: _PushBackend
+        self._protocol = "rocketmq"
+        jmq: _native.JmqConsumer | None = None
         protocol = _consumer_protocol(endpoints)
         if protocol == "jmq":
             _jmq_refuses(
                 route_refresh_interval=route_refresh_interval,
                 settings_sync_interval=settings_sync_interval,
             )
-            if fifo_pipelining:
-                raise InvalidArgumentError("fifo_pipelining: JMQ4 has no FIFO groups")
-            self._jmq = JmqPushBackend(
+            endpoint, topics, kwargs = consumer_args(
                 endpoints,
                 group,
                 subscriptions=subscriptions,
-                listener=listener,
-                consumption_threads=consumption_threads,
-                max_cache_messages=max_cache_messages,
-                max_cache_bytes=max_cache_bytes,
-                fifo_accelerator=fifo_accelerator,
-                receive_batch_size=receive_batch_size,
-                max_concurrent_receives=max_concurrent_receives,
-                shutdown_timeout=shutdown_timeout,
                 app=app,
                 token=token,
                 namespace=namespace,
@@ -431,9 +402,13 @@ class PushConsumer:
                 tls=tls,
                 options=jmq_options,
             )
-            self._impl = self._jmq
-            return
-        _rocketmq_only(jmq_options=jmq_options)
+            # The native push consumer runs over JMQ4 with the options this client carries.
+            jmq = _native.JmqConsumer(endpoint, topics, **kwargs)
+            self._protocol = "jmq4"
+            endpoints, subscriptions = endpoint, topics
+            credentials = namespace = tls = request_timeout = None
+        else:
+            _rocketmq_only(jmq_options=jmq_options)
         self._impl = _native.PushConsumer(
             endpoints,
             group,
@@ -453,6 +428,7 @@ class PushConsumer:
             request_timeout=request_timeout,
             route_refresh_interval=route_refresh_interval,
             settings_sync_interval=settings_sync_interval,
+            jmq=jmq,
         )
 
     def start(self) -> PushConsumer:
@@ -506,25 +482,20 @@ class PushConsumer:
         """Read ``topic`` (``filter``: a tag expression, a :class:`FilterExpression` or
         ``None`` for all) from now on, or replace the filter of a subscribed topic; its queues
         are assigned at once. The consumer must be running; on error nothing changes."""
-        self._running_native("subscribe").subscribe(topic, filter)
+        self._impl.subscribe(topic, filter)
 
     def unsubscribe(self, topic: str) -> None:
         """Stop reading ``topic``; messages already received are still consumed and acked."""
-        self._running_native("unsubscribe").unsubscribe(topic)
+        self._impl.unsubscribe(topic)
 
     @property
     def subscriptions(self) -> dict[str, FilterExpression]:
         """``{topic: FilterExpression}`` read now."""
         return self._impl.subscriptions
 
-    def _running_native(self, what: str) -> _native.PushConsumer:
-        if not isinstance(self._impl, _native.PushConsumer):
-            raise InvalidArgumentError(f"{what}: JMQ4 subscriptions are fixed at construction")
-        return self._impl
-
     def stats(self) -> dict[str, int]:
         """Live counters (``received``, ``consumed_ok``, ``consumed_failed``, ``acked``,
-        ``nacked``, ``cached_messages``, ``cached_bytes`` …; RocketMQ reports more)."""
+        ``nacked``, ``cached_messages``, ``cached_bytes`` …), the same for every protocol."""
         return self._impl.stats()
 
     @property
@@ -543,7 +514,7 @@ class PushConsumer:
     @property
     def protocol(self) -> str:
         """``"rocketmq"`` or ``"jmq4"``."""
-        return "rocketmq" if self._jmq is None else "jmq4"
+        return self._protocol
 
     def __repr__(self) -> str:
         return repr(self._impl)

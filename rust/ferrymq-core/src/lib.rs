@@ -5,6 +5,7 @@
 //! GIL. The embedded servers (RocketMQ broker, JMQ4 server) are the `ferrymq-server` crate. See `docs/architecture.md` for how the modules fit together.
 
 pub mod columnar;
+pub mod consumer_backend;
 pub mod duration;
 pub mod error;
 pub mod jmq;

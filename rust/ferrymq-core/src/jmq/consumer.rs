@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::client::Connection;
@@ -30,8 +29,7 @@ use super::command::{
     RetryType,
 };
 use super::compress::MAX_DECOMPRESSED;
-use super::message::{parse_properties, WireMessage, RETRY_PARTITION};
-use super::producer::TAG_ATTRIBUTE;
+pub use super::received::{unpack, AckRef, ReceivedMessage};
 use crate::error::{Error, ErrorKind, Result};
 
 /// How partitions are shared among consumers of one app.
@@ -92,94 +90,6 @@ impl Default for ConsumerOptions {
             max_body: MAX_DECOMPRESSED,
         }
     }
-}
-
-/// A consumed message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReceivedMessage {
-    /// Topic.
-    pub topic: String,
-    /// Partition (32767: delivered from the retry queue).
-    pub partition: i16,
-    /// Index in the partition (the retry id for retry deliveries).
-    pub index: i64,
-    /// Body, decompressed.
-    pub body: Bytes,
-    /// businessId.
-    pub business_id: Option<String>,
-    /// Attributes (without the tag).
-    pub properties: BTreeMap<String, String>,
-    /// Tag (attribute `TAGS`).
-    pub tag: Option<String>,
-    /// User flag.
-    pub flag: i16,
-    /// Priority.
-    pub priority: i8,
-    /// Producer's send time, epoch ms.
-    pub send_time: i64,
-    /// Store time, epoch ms.
-    pub store_time: i64,
-    /// Producing app.
-    pub app: Option<String>,
-    /// Broker that served it (acks go there).
-    pub broker_id: i32,
-    /// Whether the message was part of a batch.
-    pub batched: bool,
-}
-
-impl ReceivedMessage {
-    /// Whether it came from the retry queue.
-    pub fn is_retry(&self) -> bool {
-        self.partition == RETRY_PARTITION
-    }
-
-    /// `topic/partition/index`.
-    pub fn message_id(&self) -> String {
-        format!("{}/{}/{}", self.topic, self.partition, self.index)
-    }
-}
-
-/// Unpack a fetched MESSAGE into what the user sees.
-pub fn unpack(
-    topic: &str,
-    broker_id: i32,
-    m: &WireMessage,
-    max_body: usize,
-) -> Result<Vec<ReceivedMessage>> {
-    let items = m.unpack(max_body)?;
-    let batched = m.sys_code.batch;
-    Ok(items
-        .into_iter()
-        .enumerate()
-        .map(|(i, it)| {
-            let mut properties = it
-                .attributes
-                .as_deref()
-                .map(parse_properties)
-                .unwrap_or_default();
-            let tag = properties.remove(TAG_ATTRIBUTE);
-            ReceivedMessage {
-                topic: topic.to_string(),
-                partition: m.partition,
-                index: if m.partition == RETRY_PARTITION {
-                    m.index
-                } else {
-                    m.index + i as i64
-                },
-                body: it.body,
-                business_id: it.business_id,
-                properties,
-                tag,
-                flag: it.flag,
-                priority: it.priority,
-                send_time: m.send_time,
-                store_time: m.send_time + i64::from(m.store_time),
-                app: m.app.clone(),
-                broker_id,
-                batched,
-            }
-        })
-        .collect())
 }
 
 #[derive(Default)]
@@ -288,6 +198,35 @@ impl JmqConsumer {
         wait: Duration,
         ack_timeout: Option<Duration>,
     ) -> Result<Vec<ReceivedMessage>> {
+        self.receive_filtered(None, max_messages, wait, ack_timeout)
+            .await
+    }
+
+    /// [`receive_with`](Self::receive_with) from one subscribed topic only.
+    pub async fn receive_from(
+        &self,
+        topic: &str,
+        max_messages: usize,
+        wait: Duration,
+        ack_timeout: Option<Duration>,
+    ) -> Result<Vec<ReceivedMessage>> {
+        if !self.inner.options.topics.iter().any(|t| t == topic) {
+            return Err(Error::invalid(
+                "topic",
+                format!("{topic:?} is not a topic of this consumer"),
+            ));
+        }
+        self.receive_filtered(Some(topic), max_messages, wait, ack_timeout)
+            .await
+    }
+
+    async fn receive_filtered(
+        &self,
+        only: Option<&str>,
+        max_messages: usize,
+        wait: Duration,
+        ack_timeout: Option<Duration>,
+    ) -> Result<Vec<ReceivedMessage>> {
         self.check_open()?;
         if max_messages == 0 || max_messages > i16::MAX as usize {
             return Err(Error::invalid(
@@ -296,16 +235,26 @@ impl JmqConsumer {
             ));
         }
         match self.inner.options.mode {
-            ConsumeMode::Broadcast => self.receive_broadcast(max_messages, wait).await,
+            ConsumeMode::Broadcast => self.receive_broadcast(only, max_messages, wait).await,
             _ => {
                 let ack_timeout = ack_timeout.unwrap_or(self.inner.options.ack_timeout);
-                self.receive_topic(max_messages, wait, ack_timeout).await
+                self.receive_topic(only, max_messages, wait, ack_timeout)
+                    .await
             }
         }
     }
 
+    /// The subscribed topics, or only `only`.
+    fn topics<'a>(&'a self, only: Option<&'a str>) -> impl Iterator<Item = &'a String> {
+        self.inner
+            .options
+            .topics
+            .iter()
+            .filter(move |t| only.is_none_or(|o| o == t.as_str()))
+    }
+
     /// (topic, leader broker) pairs to fetch from.
-    async fn targets(&self) -> Result<Vec<(String, BrokerMeta)>> {
+    async fn targets(&self, only: Option<&str>) -> Result<Vec<(String, BrokerMeta)>> {
         let coordinator = self.inner.options.mode == ConsumeMode::Coordinator;
         let assigned = if coordinator {
             self.assignment().await
@@ -313,7 +262,7 @@ impl JmqConsumer {
             None
         };
         let mut out = Vec::new();
-        for t in &self.inner.options.topics {
+        for t in self.topics(only) {
             let route = self.inner.cluster.route(t).await?;
             let leaders: Vec<BrokerMeta> = match assigned.as_ref().and_then(|a| a.get(t)) {
                 Some(parts) => {
@@ -457,6 +406,7 @@ impl JmqConsumer {
 
     async fn receive_topic(
         &self,
+        only: Option<&str>,
         max: usize,
         wait: Duration,
         ack_timeout: Duration,
@@ -464,7 +414,7 @@ impl JmqConsumer {
         let deadline = crate::duration::deadline(Instant::now(), wait);
         let mut first_pass = true;
         loop {
-            let targets = self.targets().await?;
+            let targets = self.targets(only).await?;
             let n = targets.len();
             if n == 0 {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -525,10 +475,15 @@ impl JmqConsumer {
         }
     }
 
-    async fn receive_broadcast(&self, max: usize, wait: Duration) -> Result<Vec<ReceivedMessage>> {
+    async fn receive_broadcast(
+        &self,
+        only: Option<&str>,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<ReceivedMessage>> {
         let deadline = crate::duration::deadline(Instant::now(), wait);
         loop {
-            for t in &self.inner.options.topics {
+            for t in self.topics(only) {
                 let route = self.inner.cluster.route(t).await?;
                 for g in &route.meta.partition_groups {
                     let Some(b) = route.leader(g) else { continue };
@@ -605,19 +560,13 @@ impl JmqConsumer {
 
     /// Acknowledge messages (COMMIT_ACK with retry type `None`).
     pub async fn ack(&self, messages: &[ReceivedMessage]) -> Result<()> {
-        self.commit(messages, RetryType::None).await
+        self.settle(messages, &[], RetryType::Exception).await
     }
 
     /// Negative acknowledgement: COMMIT_ACK with a retry type, so the broker redelivers the
     /// messages from its retry queue.
     pub async fn nack(&self, messages: &[ReceivedMessage], retry: RetryType) -> Result<()> {
-        if retry == RetryType::None {
-            return Err(Error::invalid(
-                "retry_type",
-                "a nack needs a retry type other than none",
-            ));
-        }
-        self.commit(messages, retry).await
+        self.settle(&[], messages, retry).await
     }
 
     /// Settle the messages of one fetch in a single COMMIT_ACK: `acked` consumed, `nacked` to
@@ -636,50 +585,47 @@ impl JmqConsumer {
                 "a nack needs a retry type other than none",
             ));
         }
-        let items: Vec<(&ReceivedMessage, RetryType)> = acked
+        let items: Vec<(AckRef, RetryType)> = acked
             .iter()
-            .map(|m| (m, RetryType::None))
-            .chain(nacked.iter().map(|m| (m, retry)))
+            .map(|m| (m.ack_ref(), RetryType::None))
+            .chain(nacked.iter().map(|m| (m.ack_ref(), retry)))
             .collect();
-        self.commit_items(&items).await
+        self.commit(&items).await
     }
 
-    async fn commit(&self, messages: &[ReceivedMessage], retry: RetryType) -> Result<()> {
-        let items: Vec<(&ReceivedMessage, RetryType)> =
-            messages.iter().map(|m| (m, retry)).collect();
-        self.commit_items(&items).await
-    }
-
-    async fn commit_items(&self, messages: &[(&ReceivedMessage, RetryType)]) -> Result<()> {
+    /// One COMMIT_ACK per broker for `items`: retry type `None` acknowledges, any other sends
+    /// the message to the retry queue. Broadcast mode has nothing to acknowledge.
+    pub async fn commit(&self, items: &[(AckRef, RetryType)]) -> Result<()> {
         self.check_open()?;
-        if messages.is_empty() || self.inner.options.mode == ConsumeMode::Broadcast {
+        if items.is_empty() || self.inner.options.mode == ConsumeMode::Broadcast {
             // Broadcast keeps its position on the client; there is nothing to ack.
             return Ok(());
         }
         let cluster = &self.inner.cluster;
         // Group by broker → topic → partition.
-        let mut by_broker: BTreeMap<i32, BTreeMap<String, BTreeMap<i16, Vec<AckItem>>>> =
+        let mut by_broker: BTreeMap<i32, BTreeMap<&str, BTreeMap<i16, Vec<AckItem>>>> =
             BTreeMap::new();
-        for &(m, retry) in messages {
+        for (m, retry) in items {
             by_broker
                 .entry(m.broker_id)
                 .or_default()
-                .entry(m.topic.clone())
+                .entry(m.topic.as_str())
                 .or_default()
                 .entry(m.partition)
                 .or_default()
                 .push(AckItem {
                     partition: m.partition,
                     index: m.index,
-                    retry_type: retry,
+                    retry_type: *retry,
                 });
         }
         for (broker_id, topics) in by_broker {
-            let conn = self.connection_for(broker_id, topics.keys().next()).await?;
+            let first = topics.keys().next().map(|t| (*t).to_string());
+            let conn = self.connection_for(broker_id, first.as_ref()).await?;
             let req = CommitAck {
                 topics: topics
                     .into_iter()
-                    .map(|(t, parts)| (t, parts.into_iter().collect()))
+                    .map(|(t, parts)| (t.to_string(), parts.into_iter().collect()))
                     .collect(),
                 app: cluster.app().to_string(),
             };

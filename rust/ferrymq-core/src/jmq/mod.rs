@@ -14,6 +14,8 @@
 //! | [`cluster`] | the session: connections per broker, the FETCH_CLUSTER cache, health, weights |
 //! | [`producer`] | PRODUCE_MESSAGE, batches, retries, transactions and feedback |
 //! | [`consumer`] | server-balanced, coordinator and broadcast consumption, acks, indices |
+//! | [`consumer_rpc`] | the push engine's `ConsumerRpc` over a consumer: one queue per topic, fetches settled whole |
+//! | [`received`] | a fetched message unpacked for the user, and what its COMMIT_ACK names |
 //! | [`range`] | index-range reads of partitions (FETCH_INDEX bounds, FETCH_PARTITION_MESSAGE) for Spark |
 
 pub mod client;
@@ -23,9 +25,11 @@ pub mod codes;
 pub mod command;
 pub mod compress;
 pub mod consumer;
+pub mod consumer_rpc;
 pub mod message;
 pub mod producer;
 pub mod range;
+pub mod received;
 pub mod wire;
 
 #[cfg(test)]

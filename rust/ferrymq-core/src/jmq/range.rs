@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::cluster::{Cluster, ClusterOptions};
 use super::codes;
 use super::command::{FetchIndex, FetchPartitionMessage, PartitionFetch};
-use super::consumer::{unpack, ReceivedMessage};
+use super::received::{unpack, ReceivedMessage};
 use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
 

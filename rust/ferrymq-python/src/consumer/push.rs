@@ -1,10 +1,11 @@
-//! `ferrymq.PushConsumer` (RocketMQ 5).
+//! `ferrymq.PushConsumer`: the core push engine over RocketMQ 5, or over JMQ4 when built with
+//! `jmq=` (a `JmqConsumer` carrying the JMQ4 cluster and consumer options).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrymq_core::rocketmq::client::ClientOptions;
-use ferrymq_core::rocketmq::consumer_rpc::ClientRpc;
+use ferrymq_core::consumer_backend::{ConsumerBackend, ConsumerTarget};
+use ferrymq_core::jmq::consumer_rpc::JmqRpc;
 use ferrymq_core::rocketmq::listener::{Listener, WorkerPool};
 use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, StatsSnapshot};
 use ferrymq_core::Error;
@@ -15,6 +16,7 @@ use pyo3::types::{PyDict, PyTuple};
 use crate::aio::future_into_py;
 use crate::client_options::{client_options, extract_duration};
 use crate::errors::{invalid, to_pyerr};
+use crate::jmq::JmqConsumer;
 use crate::runtime::RuntimeRef;
 
 use super::listener::{PyAsyncListener, PySyncListener};
@@ -33,17 +35,20 @@ enum PushState {
     Created,
     Starting,
     Running {
-        consumer: Arc<PushConsumer<ClientRpc>>,
+        consumer: Arc<PushConsumer<ConsumerBackend>>,
         private_loop: Option<Py<PyAny>>,
     },
     Closed,
 }
 
-/// A RocketMQ push consumer: receives continuously and calls `listener` for each message.
+type Consumer = Arc<PushConsumer<ConsumerBackend>>;
+
+/// A push consumer (RocketMQ 5, or JMQ4): receives continuously and calls `listener` for each
+/// message.
 #[pyclass(name = "PushConsumer", module = "ferrymq", frozen)]
 pub struct PyPushConsumer {
     rt: RuntimeRef,
-    options: ClientOptions,
+    target: ConsumerTarget,
     config: PushConsumerConfig,
     listener: Py<PyAny>,
     is_async: bool,
@@ -54,7 +59,7 @@ pub struct PyPushConsumer {
 }
 
 impl PyPushConsumer {
-    fn running(&self) -> PyResult<Arc<PushConsumer<ClientRpc>>> {
+    fn running(&self) -> PyResult<Consumer> {
         match &*self.state.lock() {
             PushState::Running { consumer, .. } => Ok(consumer.clone()),
             PushState::Closed => Err(to_pyerr(Error::closed("the consumer is closed"))),
@@ -118,7 +123,7 @@ impl PyPushConsumer {
     fn finish_start(
         &self,
         py: Python<'_>,
-        r: &Result<Arc<PushConsumer<ClientRpc>>, Error>,
+        r: &Result<Consumer, Error>,
         private_loop: Option<Py<PyAny>>,
     ) {
         match r {
@@ -140,18 +145,17 @@ impl PyPushConsumer {
     fn connect_future(
         &self,
         listener: Arc<dyn Listener>,
-    ) -> impl std::future::Future<Output = Result<Arc<PushConsumer<ClientRpc>>, Error>> + Send + 'static
-    {
-        let options = self.options.clone();
+    ) -> impl std::future::Future<Output = Result<Consumer, Error>> + Send + 'static {
+        let target = self.target.clone();
         let config = self.config.clone();
         async move {
-            PushConsumer::connect(options, config, listener)
+            PushConsumer::connect(target, config, listener)
                 .await
                 .map(Arc::new)
         }
     }
 
-    fn take_for_close(&self) -> Option<(Arc<PushConsumer<ClientRpc>>, PrivateLoop)> {
+    fn take_for_close(&self) -> Option<(Consumer, PrivateLoop)> {
         let mut st = self.state.lock();
         match std::mem::replace(&mut *st, PushState::Closed) {
             PushState::Running {
@@ -192,7 +196,7 @@ fn is_coroutine_function(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<bool>
 #[pymethods]
 impl PyPushConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, fifo_pipelining=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, fifo_pipelining=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None, jmq=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -214,18 +218,39 @@ impl PyPushConsumer {
         request_timeout: Option<&Bound<'_, PyAny>>,
         route_refresh_interval: Option<&Bound<'_, PyAny>>,
         settings_sync_interval: Option<&Bound<'_, PyAny>>,
+        jmq: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let options = client_options(
-            endpoints,
-            credentials,
-            namespace,
-            tls,
-            request_timeout,
-            None,
-            None,
-            route_refresh_interval,
-            settings_sync_interval,
-        )?;
+        let subscriptions = extract_subscriptions(Some(subscriptions))?;
+        let target = match jmq.filter(|j| !j.is_none()) {
+            Some(j) => {
+                let (cluster, options) = j
+                    .cast::<JmqConsumer>()
+                    .map_err(|_| invalid("jmq", "must be a ferrymq.JmqConsumer (not started)"))?
+                    .get()
+                    .options();
+                JmqRpc::topics(&subscriptions).map_err(to_pyerr)?;
+                for (name, on) in [
+                    ("fifo_accelerator", fifo_accelerator),
+                    ("fifo_pipelining", fifo_pipelining),
+                ] {
+                    if on {
+                        return Err(invalid(name, "JMQ4 has no message groups"));
+                    }
+                }
+                ConsumerTarget::Jmq(cluster, options)
+            }
+            None => ConsumerTarget::RocketMq(client_options(
+                endpoints,
+                credentials,
+                namespace,
+                tls,
+                request_timeout,
+                None,
+                None,
+                route_refresh_interval,
+                settings_sync_interval,
+            )?),
+        };
         if !listener.is_callable() {
             return Err(invalid(
                 "listener",
@@ -245,7 +270,7 @@ impl PyPushConsumer {
             })?;
         let config = PushConsumerConfig {
             group,
-            subscriptions: extract_subscriptions(Some(subscriptions))?,
+            subscriptions,
             max_cache_messages,
             max_cache_bytes,
             fifo_accelerator,
@@ -257,7 +282,7 @@ impl PyPushConsumer {
         config.validate().map_err(to_pyerr)?;
         Ok(Self {
             rt: RuntimeRef::current()?,
-            options,
+            target,
             config,
             is_async: is_coroutine_function(py, &listener)?,
             listener: listener.unbind(),
@@ -396,7 +421,7 @@ impl PyPushConsumer {
     #[getter]
     fn client_id(&self) -> Option<String> {
         match &*self.state.lock() {
-            PushState::Running { consumer, .. } => Some(consumer.client().client_id().to_string()),
+            PushState::Running { consumer, .. } => Some(consumer.rpc().client_id()),
             _ => None,
         }
     }
@@ -489,9 +514,13 @@ impl PyPushConsumer {
             PushState::Running { .. } => "running",
             PushState::Closed => "closed",
         };
+        let endpoints = match &self.target {
+            ConsumerTarget::RocketMq(o) => format!("{:?}", o.endpoints),
+            ConsumerTarget::Jmq(c, _) => format!("{:?}", format!("jmq://{}", c.bootstrap)),
+        };
         format!(
-            "PushConsumer(endpoints={:?}, group={:?}, {state})",
-            self.options.endpoints, self.config.group
+            "PushConsumer(endpoints={endpoints}, group={:?}, {state})",
+            self.config.group
         )
     }
 }

@@ -232,6 +232,13 @@ pub struct JmqConsumer {
     endpoint: String,
 }
 
+impl JmqConsumer {
+    /// The cluster and consumer options, for a push consumer built from them.
+    pub(crate) fn options(&self) -> (ClusterOptions, ConsumerOptions) {
+        (self.state.cluster.clone(), self.state.options.clone())
+    }
+}
+
 #[pymethods]
 impl JmqConsumer {
     #[new]

@@ -132,6 +132,11 @@ impl<R: ConsumerRpc> PushConsumer<R> {
         })
     }
 
+    /// The RPCs the consumer sends.
+    pub fn rpc(&self) -> &Arc<R> {
+        &self.ctx.rpc
+    }
+
     /// Whether messages are consumed in FIFO order.
     pub fn is_fifo(&self) -> bool {
         self.ctx.fifo
@@ -341,62 +346,34 @@ impl CommandHandler for ConsumerCommands {
     }
 }
 
-impl PushConsumer<ClientRpc> {
-    /// Connect and start: send the settings on the telemetry stream and wait for the broker's
-    /// (which decide FIFO or not), fetch the routes of the subscribed topics, then start the
-    /// assignment scan. On failure nothing keeps running (the listener is shut down too).
-    pub async fn connect(
-        options: ClientOptions,
-        config: PushConsumerConfig,
-        listener: Arc<dyn Listener>,
-    ) -> Result<Self> {
-        let result = Self::connect_inner(options, config, listener.clone()).await;
-        if result.is_err() {
-            let _ = tokio::task::spawn_blocking(move || listener.shutdown(Duration::ZERO)).await;
+/// Connect the RocketMQ side of a push consumer: send the settings on the telemetry stream and
+/// wait for the broker's (which decide FIFO or not), fetch the routes of the subscribed topics,
+/// and answer the broker's `VerifyMessageCommand`s with `listener`. On failure the client is
+/// shut down.
+pub async fn connect_rpc(
+    options: ClientOptions,
+    config: &PushConsumerConfig,
+    listener: &Arc<dyn Listener>,
+) -> Result<ClientRpc> {
+    config.validate()?;
+    let commands = Arc::new(ConsumerCommands::default());
+    let pub_sub = subscription_settings(&options.namespace, &config.group, &config.subscriptions);
+    let client = Client::new(
+        options,
+        proto::ClientType::PushConsumer,
+        Some(config.group.clone()),
+        pub_sub,
+        commands.clone(),
+    )?;
+    client.start().await?;
+    for (topic, _) in &config.subscriptions {
+        if let Err(e) = client.route(topic).await {
+            client.shutdown().await;
+            return Err(e);
         }
-        result
     }
-
-    async fn connect_inner(
-        options: ClientOptions,
-        config: PushConsumerConfig,
-        listener: Arc<dyn Listener>,
-    ) -> Result<Self> {
-        config.validate()?;
-        let commands = Arc::new(ConsumerCommands::default());
-        let pub_sub =
-            subscription_settings(&options.namespace, &config.group, &config.subscriptions);
-        let client = Client::new(
-            options,
-            proto::ClientType::PushConsumer,
-            Some(config.group.clone()),
-            pub_sub,
-            commands.clone(),
-        )?;
-        client.start().await?;
-        for (topic, _) in &config.subscriptions {
-            if let Err(e) = client.route(topic).await {
-                client.shutdown().await;
-                return Err(e);
-            }
-        }
-        let _ = commands.listener.set(listener.clone());
-        let rpc = Arc::new(ClientRpc::new(client, &config.group));
-        Self::start(rpc, config, listener)
-    }
-
-    /// The client layer.
-    pub fn client(&self) -> &Client {
-        self.ctx.rpc.client()
-    }
-
-    /// [`PushConsumer::shutdown`], then `NotifyClientTermination` to every broker and the end
-    /// of the client's background tasks. Idempotent.
-    pub async fn close(&self, timeout: Duration) -> ShutdownReport {
-        let report = self.shutdown(timeout).await;
-        self.client().shutdown().await;
-        report
-    }
+    let _ = commands.listener.set(listener.clone());
+    Ok(ClientRpc::new(client, &config.group))
 }
 
 async fn scan_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, assigned: Assignments) {

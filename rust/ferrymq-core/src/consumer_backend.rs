@@ -1,0 +1,170 @@
+//! [`ConsumerBackend`]: the protocols the one push engine ([`crate::rocketmq::push`]) consumes
+//! from, behind its [`ConsumerRpc`] seam, so that a single `PushConsumer<ConsumerBackend>` type
+//! serves every protocol.
+//!
+//! Each variant is one protocol's [`ConsumerRpc`]; this file only dispatches, connects
+//! ([`PushConsumer::connect`]) and closes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::jmq::cluster::ClusterOptions;
+use crate::jmq::consumer::ConsumerOptions;
+use crate::jmq::consumer_rpc::JmqRpc;
+use crate::proto;
+use crate::rocketmq::client::ClientOptions;
+use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc, ConsumerSettings, ReceiveRequest};
+use crate::rocketmq::endpoints::Endpoints;
+use crate::rocketmq::filter::FilterExpression;
+use crate::rocketmq::listener::Listener;
+use crate::rocketmq::message_view::{MessageSource, MessageView};
+use crate::rocketmq::push::consumer::connect_rpc;
+use crate::rocketmq::push::{PushConsumer, PushConsumerConfig, ShutdownReport};
+
+/// A consumer's connection to its broker, by protocol.
+#[derive(Debug)]
+pub enum ConsumerBackend {
+    /// RocketMQ 5 over gRPC.
+    RocketMq(ClientRpc),
+    /// JMQ4.
+    Jmq(JmqRpc),
+}
+
+/// Where a push consumer connects, by protocol.
+#[derive(Debug, Clone)]
+pub enum ConsumerTarget {
+    /// A RocketMQ 5 proxy.
+    RocketMq(ClientOptions),
+    /// A JMQ4 cluster; the consumer's topics are the push consumer's subscriptions.
+    Jmq(ClusterOptions, ConsumerOptions),
+}
+
+macro_rules! dispatch {
+    ($self:expr, $rpc:ident => $call:expr) => {
+        match $self {
+            ConsumerBackend::RocketMq($rpc) => $call,
+            ConsumerBackend::Jmq($rpc) => $call,
+        }
+    };
+}
+
+impl ConsumerBackend {
+    /// Connect to `target` on behalf of the push consumer `config`, whose listener answers the
+    /// broker's verification commands (RocketMQ).
+    pub async fn connect(
+        target: ConsumerTarget,
+        config: &PushConsumerConfig,
+        listener: &Arc<dyn Listener>,
+    ) -> Result<Self> {
+        match target {
+            ConsumerTarget::RocketMq(options) => Ok(Self::RocketMq(
+                connect_rpc(options, config, listener).await?,
+            )),
+            ConsumerTarget::Jmq(cluster, mut options) => {
+                config.validate()?;
+                options.topics = JmqRpc::topics(&config.subscriptions)?;
+                Ok(Self::Jmq(JmqRpc::connect(cluster, options).await?))
+            }
+        }
+    }
+
+    /// The client id the broker knows this consumer by (`jmq:<app>` for JMQ4).
+    pub fn client_id(&self) -> String {
+        match self {
+            Self::RocketMq(r) => r.client().client_id().to_string(),
+            Self::Jmq(r) => format!("jmq:{}", r.consumer().cluster().app()),
+        }
+    }
+
+    /// Disconnect: RocketMQ tells every broker and ends the client's tasks; JMQ4 sends the
+    /// results of partly settled fetches, then closes its connections. Idempotent.
+    pub async fn close(&self) {
+        match self {
+            Self::RocketMq(r) => r.client().shutdown().await,
+            Self::Jmq(r) => r.close().await,
+        }
+    }
+}
+
+impl ConsumerRpc for ConsumerBackend {
+    fn settings(&self) -> ConsumerSettings {
+        dispatch!(self, r => r.settings())
+    }
+
+    fn access_endpoints(&self) -> Endpoints {
+        dispatch!(self, r => r.access_endpoints())
+    }
+
+    async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
+        dispatch!(self, r => r.query_assignment(topic).await)
+    }
+
+    async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+        dispatch!(self, r => r.receive(request).await)
+    }
+
+    async fn ack(
+        &self,
+        source: &MessageSource,
+        messages: &[&MessageView],
+    ) -> Result<Vec<Result<()>>> {
+        dispatch!(self, r => r.ack(source, messages).await)
+    }
+
+    async fn change_invisible_duration(
+        &self,
+        message: &MessageView,
+        duration: Duration,
+    ) -> Result<String> {
+        dispatch!(self, r => r.change_invisible_duration(message, duration).await)
+    }
+
+    async fn forward_to_dead_letter_queue(
+        &self,
+        message: &MessageView,
+        max_delivery_attempts: u32,
+    ) -> Result<()> {
+        dispatch!(self, r => r.forward_to_dead_letter_queue(message, max_delivery_attempts).await)
+    }
+
+    async fn update_subscriptions(
+        &self,
+        subscriptions: &[(String, FilterExpression)],
+    ) -> Result<()> {
+        dispatch!(self, r => r.update_subscriptions(subscriptions).await)
+    }
+}
+
+impl PushConsumer<ConsumerBackend> {
+    /// Connect to `target` and start consuming. On failure nothing keeps running (the listener
+    /// is shut down too).
+    pub async fn connect(
+        target: ConsumerTarget,
+        config: PushConsumerConfig,
+        listener: Arc<dyn Listener>,
+    ) -> Result<Self> {
+        let result = match ConsumerBackend::connect(target, &config, &listener).await {
+            Ok(rpc) => {
+                let rpc = Arc::new(rpc);
+                let started = Self::start(rpc.clone(), config, listener.clone());
+                if started.is_err() {
+                    rpc.close().await;
+                }
+                started
+            }
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            let _ = tokio::task::spawn_blocking(move || listener.shutdown(Duration::ZERO)).await;
+        }
+        result
+    }
+
+    /// [`PushConsumer::shutdown`], then [`ConsumerBackend::close`]. Idempotent.
+    pub async fn close(&self, timeout: Duration) -> ShutdownReport {
+        let report = self.shutdown(timeout).await;
+        self.rpc().close().await;
+        report
+    }
+}
