@@ -234,15 +234,15 @@ class JmqConsumer:
     def start_async(self) -> Awaitable[JmqConsumer]: ...
     def receive(
         self,
-        max_messages: int = 32,
-        wait: float | timedelta = 5.0,
+        max_messages: int = 16,
+        wait: float | timedelta = 20.0,
         *,
         ack_timeout: float | timedelta | None = None,
     ) -> list[JmqMessage]: ...
     def receive_async(
         self,
-        max_messages: int = 32,
-        wait: float | timedelta = 5.0,
+        max_messages: int = 16,
+        wait: float | timedelta = 20.0,
         *,
         ack_timeout: float | timedelta | None = None,
     ) -> Awaitable[list[JmqMessage]]: ...
@@ -851,10 +851,10 @@ class JsPullConsumer:
     @property
     def name(self) -> str: ...
     def fetch(
-        self, max_messages: int = 100, timeout: float | timedelta = 1.0
+        self, max_messages: int = 16, timeout: float | timedelta = 20.0
     ) -> list[JsMessage]: ...
     def fetch_async(
-        self, max_messages: int = 100, timeout: float | timedelta = 1.0
+        self, max_messages: int = 16, timeout: float | timedelta = 20.0
     ) -> Awaitable[list[JsMessage]]: ...
     def ack_all(self, messages: list[JsMessage]) -> None: ...
     def state(self) -> dict[str, int]: ...
@@ -1070,10 +1070,10 @@ class OffsetConsumer:
         self, items: list[tuple[_QueueTuple, int]]
     ) -> Awaitable[list[int | None]]: ...
     def poll(
-        self, max_messages: int = 32, timeout: float | timedelta | None = None
+        self, max_messages: int = 16, timeout: float | timedelta | None = None
     ) -> list[MessageView]: ...
     def poll_async(
-        self, max_messages: int = 32, timeout: float | timedelta | None = None
+        self, max_messages: int = 16, timeout: float | timedelta | None = None
     ) -> Awaitable[list[MessageView]]: ...
     def commit(self, offsets: list[tuple[_QueueTuple, int]] | None = None) -> None: ...
     def commit_async(

@@ -603,7 +603,7 @@ fn batch_args(
             "timeout",
             timeout,
             Lower::NonNegative,
-            Duration::from_secs(1),
+            durations::RECEIVE_WAIT,
         )?,
     ))
 }
@@ -621,7 +621,7 @@ impl PyPullConsumer {
 
     /// Up to `max_messages` messages: what is available now, or whatever arrives within
     /// `timeout` seconds (possibly none). Blocking, GIL released.
-    #[pyo3(signature = (max_messages=100, timeout=None), text_signature = "($self, max_messages=100, timeout=1.0)")]
+    #[pyo3(signature = (max_messages=16, timeout=None), text_signature = "($self, max_messages=16, timeout=20.0)")]
     fn fetch(
         &self,
         py: Python<'_>,
@@ -638,7 +638,7 @@ impl PyPullConsumer {
     }
 
     /// Awaitable form of `fetch`.
-    #[pyo3(signature = (max_messages=100, timeout=None), text_signature = "($self, max_messages=100, timeout=1.0)")]
+    #[pyo3(signature = (max_messages=16, timeout=None), text_signature = "($self, max_messages=16, timeout=20.0)")]
     fn fetch_async<'py>(
         &self,
         py: Python<'py>,
