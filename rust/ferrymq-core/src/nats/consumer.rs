@@ -374,6 +374,12 @@ impl JsMessage {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The id consumers see: the `Nats-Msg-Id`, or else the stream sequence in decimal.
+    pub fn id(&self) -> String {
+        self.message_id()
+            .map_or_else(|| self.stream_sequence.to_string(), str::to_string)
+    }
+
     /// Acknowledge. `Ack` waits for the server's confirmation (a double ack), so that a
     /// returned `Ok` means the ack was recorded; the others are sent without waiting.
     pub async fn acknowledge(&self, kind: AckKind) -> Result<()> {

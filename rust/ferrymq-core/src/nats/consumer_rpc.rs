@@ -20,8 +20,8 @@
 //! | message id | the `Nats-Msg-Id` header, or else the stream sequence in decimal |
 //!
 //! Two subscriptions of one group in the same stream would need two filters on one durable
-//! consumer (nats-server 2.10); they are refused, as is a durable consumer of that name that
-//! already filters another subject.
+//! consumer (nats-server 2.10): a durable consumer of the group's name that already filters
+//! another subject is refused.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -162,47 +162,14 @@ impl JsConsumerRpc {
         if let Some(c) = consumers.get(topic) {
             return Ok(c.clone());
         }
-        let stream = match &self.options.stream {
-            Some(s) => s.clone(),
-            None => self
-                .js
-                .context()
-                .stream_by_subject(topic)
-                .await
-                .map_err(|e| {
-                    Error::invalid(
-                        "subscriptions",
-                        format!("no stream holds subject {topic:?}: {e}"),
-                    )
-                })?,
-        };
-        if let Some((other, _)) = consumers.iter().find(|(_, c)| c.stream() == stream) {
-            return Err(Error::invalid(
-                "subscriptions",
-                format!(
-                    "{topic:?} and {other:?} are both in stream {stream:?}: one group reads one \
-                     subject (wildcards allowed) per stream"
-                ),
-            ));
-        }
-        let config = PullConsumerConfig {
-            durable: Some(self.options.group.clone()),
-            filter_subject: Some(topic.to_string()),
-            ack_wait: self.options.ack_wait,
-            ..PullConsumerConfig::default()
-        };
-        let consumer = self.js.pull_consumer(&stream, &config).await?;
-        if consumer.filter_subject() != topic {
-            return Err(Error::invalid(
-                "subscriptions",
-                format!(
-                    "durable consumer {:?} of stream {stream:?} already reads subject {:?}, not \
-                     {topic:?}",
-                    self.options.group,
-                    consumer.filter_subject()
-                ),
-            ));
-        }
+        let consumer = bind_group(
+            &self.js,
+            &self.options.group,
+            topic,
+            self.options.stream.as_deref(),
+            self.options.ack_wait,
+        )
+        .await?;
         consumers.insert(topic.to_string(), consumer.clone());
         Ok(consumer)
     }
@@ -223,9 +190,7 @@ impl JsConsumerRpc {
 
     /// Convert a fetched message for the engines: the reply subject is its receipt handle.
     pub fn to_proto(topic: &str, m: JsMessage) -> proto::Message {
-        let message_id = m
-            .message_id()
-            .map_or_else(|| m.stream_sequence.to_string(), str::to_string);
+        let message_id = m.id();
         let stored = timestamp(m.published);
         let mut user_properties = HashMap::with_capacity(m.headers.len());
         for (k, v) in m.headers {
@@ -250,6 +215,47 @@ impl JsConsumerRpc {
             body: m.body,
         }
     }
+}
+
+/// Bind the durable pull consumer of `group` that reads `topic` (a subject, wildcards allowed),
+/// creating it with `ack_wait` when missing. The stream is `stream`, or else the one whose
+/// subjects hold `topic`. A durable consumer of that name that filters another subject is
+/// refused: the group would silently read something else.
+pub async fn bind_group(
+    js: &JetStream,
+    group: &str,
+    topic: &str,
+    stream: Option<&str>,
+    ack_wait: Duration,
+) -> Result<PullConsumer> {
+    super::stream::validate_name("group", group)?;
+    let stream = match stream {
+        Some(s) => s.to_string(),
+        None => js.context().stream_by_subject(topic).await.map_err(|e| {
+            Error::invalid(
+                "subscriptions",
+                format!("no stream holds subject {topic:?}: {e}"),
+            )
+        })?,
+    };
+    let config = PullConsumerConfig {
+        durable: Some(group.to_string()),
+        filter_subject: Some(topic.to_string()),
+        ack_wait,
+        ..PullConsumerConfig::default()
+    };
+    let consumer = js.pull_consumer(&stream, &config).await?;
+    if consumer.filter_subject() != topic {
+        return Err(Error::invalid(
+            "subscriptions",
+            format!(
+                "durable consumer {group:?} of stream {stream:?} already reads subject {:?}, not \
+                 {topic:?} (a group reads one subject per stream; wildcards allowed)",
+                consumer.filter_subject()
+            ),
+        ));
+    }
+    Ok(consumer)
 }
 
 fn timestamp(t: SystemTime) -> prost_types::Timestamp {
