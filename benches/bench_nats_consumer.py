@@ -1,8 +1,9 @@
 """JetStream consumption: ``ferrymq.SimpleConsumer("nats://…")`` vs nats-py, same nats-server.
 
 Both read pre-loaded messages through a durable pull consumer of their own (same stream, same
-subject), in the simple-consumer shape: fetch up to ``--batch`` messages, ack each with a
-confirmed ack (ferrymq ``ack``: ``+ACK`` as a request; nats-py ``ack_sync``), repeat until every
+subject), in the simple-consumer shape: fetch up to ``--batch`` messages, ack them all and wait
+for the server to confirm (ferrymq ``ack(batch)``: plain ``+ACK``s and a confirmed last one;
+nats-py: ``ack()`` each and ``ack_sync()`` the last, the same wire traffic), repeat until every
 message was acked. The two run one after the other, alternating which goes first per round, in
 the same process; the script prints for each:
 
@@ -74,8 +75,9 @@ def nats_py_round(url: str, stream: str, subject: str, n: int, batch: int) -> Sa
             done = 0
             while done < n:
                 got = await sub.fetch(batch, timeout=5)
-                for m in got:
-                    await m.ack_sync()
+                for m in got[:-1]:
+                    await m.ack()
+                await got[-1].ack_sync()
                 done += len(got)
             return time.perf_counter() - t0, cpu_seconds() - c0
         finally:
@@ -96,7 +98,7 @@ def main() -> int:
         stream, subject = "BENCH", "bench.consume"
         with ferrymq.JetStream(url) as js:
             preload(js, stream, subject, n, b"x" * args.body)
-        print(f"{version}; {n} messages of {args.body} B, fetch {args.batch} + confirmed acks")
+        print(f"{version}; {n} messages of {args.body} B, fetch {args.batch} + ack, confirmed once")
         results: dict[str, list[Sample]] = {"ferrymq": [], "nats-py": []}
         for r in range(args.rounds):
             order = ["ferrymq", "nats-py"] if r % 2 == 0 else ["nats-py", "ferrymq"]

@@ -13,8 +13,9 @@ subscription; the mapping is the core's (``nats/consumer_rpc.rs``), stated once 
 * the invisible duration is the durable consumer's ``ack_wait``, set when it is created
   (``nats_options={"ack_wait": …}``, default 30 s): ``receive(invisible_duration=)`` refuses
   another value;
-* ``ack`` is a confirmed ``+ACK``; ``change_invisible_duration`` is ``-NAK`` with that delay
-  (redelivered after it); no tag or SQL filters, no ``subscribe``/``unsubscribe``.
+* ``ack`` is a confirmed ``+ACK`` (a list: plain acks and one confirmed at the end, in one
+  round trip; async: concurrent confirmed acks); ``change_invisible_duration`` is ``-NAK``
+  with that delay (redelivered after it); no tag or SQL filters, no ``subscribe``.
 """
 
 from __future__ import annotations
@@ -179,12 +180,13 @@ class NatsSimpleBackend:
         return []
 
     def ack(self, message: object) -> None:
-        for m in _messages(message):
-            m.ack()
+        messages = _messages(message)
+        if messages:
+            # Plain acks, then a confirmed one: one round trip confirms them all.
+            self._ready(None)[0].ack_all(messages)
 
     async def ack_async(self, message: object) -> None:
-        for m in _messages(message):
-            await m.ack_async()
+        await asyncio.gather(*(m.ack_async() for m in _messages(message)))
 
     def change_invisible_duration(self, message: object, duration: float | timedelta) -> None:
         (m,) = _messages(message)
