@@ -8,6 +8,7 @@
 //! | consumer group | a durable pull consumer named after the group, one per subscribed topic's stream |
 //! | topic (subscription) | a subject, wildcards allowed: the durable consumer's filter subject; its stream is the one whose subjects hold it (looked up once) unless [`JsConsumerOptions::stream`] names it |
 //! | filter expression | only `*` (a subject filter is the topic itself) |
+//! | subscribe / unsubscribe while running | binds the new subject's durable consumer first (an error leaves the subscriptions as they were) |
 //! | queue assignment | one queue per topic (id 0, broker name = the stream) |
 //! | receive | a [`PullConsumer::fetch`] (returns with the first messages) |
 //! | receipt handle | the delivery's reply subject (`$JS.ACK.…`) |
@@ -35,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::proto;
 use crate::rocketmq::consumer_rpc::{ConsumerRpc, ConsumerSettings, ReceiveRequest};
 use crate::rocketmq::endpoints::{Address, Endpoints};
+use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 use crate::rocketmq::settings::{Backoff, RetryPolicy};
 use crate::status;
@@ -258,6 +260,22 @@ pub async fn bind_group(
     Ok(consumer)
 }
 
+/// JetStream filters by subject only: the topic is the filter.
+fn check_filter(filter: &FilterExpression) -> Result<()> {
+    if filter.is_all() {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "subscriptions",
+            format!(
+                "JetStream filters by subject: subscribe to a subject with the filter \"*\", \
+                 not {:?}",
+                filter.expression()
+            ),
+        ))
+    }
+}
+
 fn timestamp(t: SystemTime) -> prost_types::Timestamp {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     prost_types::Timestamp {
@@ -308,12 +326,7 @@ impl ConsumerRpc for JsConsumerRpc {
     }
 
     async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
-        if !request.filter.is_all() {
-            return Err(Error::invalid(
-                "subscriptions",
-                "JetStream filters by subject: subscribe to a subject with the filter \"*\"",
-            ));
-        }
+        check_filter(&request.filter)?;
         let topic = request
             .queue
             .topic
@@ -362,6 +375,23 @@ impl ConsumerRpc for JsConsumerRpc {
     ) -> Result<()> {
         self.settle(&message.receipt_handle(), Bytes::from_static(TERM))
             .await
+    }
+
+    /// Every filter must be `*` and every topic bind a durable consumer; topics dropped are
+    /// forgotten here (their durable consumers stay on the server, where the group resumes).
+    async fn update_subscriptions(
+        &self,
+        subscriptions: &[(String, FilterExpression)],
+    ) -> Result<()> {
+        for (topic, filter) in subscriptions {
+            check_filter(filter)?;
+            self.subscribe(topic).await?;
+        }
+        self.consumers
+            .lock()
+            .await
+            .retain(|topic, _| subscriptions.iter().any(|(t, _)| t == topic));
+        Ok(())
     }
 }
 

@@ -282,3 +282,35 @@ async fn subscriptions_are_checked_against_the_server() {
     let e = JsConsumerRpc::new(js, options("a.b", 3)).expect_err("bad group");
     assert!(e.to_string().contains("group"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_change_while_running() {
+    let server = NatsServer::start();
+    let js = server.connect().await;
+    stream(&js, "A", "a.>").await;
+    stream(&js, "B", "b.>").await;
+    publish(&js, "a.x", "a1").await;
+    publish(&js, "b.x", "b1").await;
+    let rpc = JsConsumerRpc::new(js.clone(), options("late", 3)).expect("rpc");
+    let (consumer, seen) = start_push(rpc, "a.x", |_| ConsumeResult::Success);
+    wait_for("a1 acked", || consumer.stats().acked == 1).await;
+    let e = consumer
+        .subscribe("b.x", FilterExpression::tag("TagA").expect("filter"))
+        .await
+        .expect_err("tag filters are refused");
+    assert!(e.to_string().contains("subject"), "{e}");
+    let e = consumer
+        .subscribe("nowhere.x", FilterExpression::all())
+        .await
+        .expect_err("no stream");
+    assert!(e.to_string().contains("nowhere.x"), "{e}");
+    consumer
+        .subscribe("b.x", FilterExpression::all())
+        .await
+        .expect("subscribed");
+    wait_for("b1 acked", || consumer.stats().acked == 2).await;
+    assert_eq!(settled(&js, "B", "late").await.ack_floor_stream_sequence, 1);
+    let seen = seen.lock().clone();
+    assert_eq!(seen.keys().count(), 2, "{seen:?}");
+    consumer.shutdown(Duration::from_secs(5)).await;
+}
