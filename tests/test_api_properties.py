@@ -121,6 +121,9 @@ KINDS: dict[str, st.SearchStrategy[Any]] = {
     "float": st.one_of(st.sampled_from(FLOATS + INTS), st.floats(), EVERYTHING),
     "duration": st.one_of(st.sampled_from(DURATIONS + FLOATS + INTS), EVERYTHING),
     "wait": st.sampled_from(SHORT_WAITS),
+    # a receive's wait: None is its 20 s default long poll (longer than CALL_LIMIT on an empty
+    # source; the defaults are checked in test_receive_defaults.py)
+    "receive_wait": st.sampled_from([w for w in SHORT_WAITS if w is not None]),
     "str": st.one_of(st.sampled_from(STRINGS), st.text(max_size=40), EVERYTHING),
     # endpoint strings: no random host names (they would be resolved over DNS)
     "endpoint": st.sampled_from(
@@ -638,7 +641,7 @@ CASES = [
         "PullConsumer.poll",
         lambda lv, a: lv.pull.poll(**a),
         lambda lv: {"max_messages": 2, "timeout": 0.1},
-        {"max_messages": "int", "timeout": "wait"},
+        {"max_messages": "int", "timeout": "receive_wait"},
     ),
     Case(
         "PullConsumer.commit",
@@ -768,7 +771,7 @@ CASES = [
         "JsPullConsumer.fetch",
         lambda lv, a: lv.js_consumer.fetch(**a),
         lambda lv: {"max_messages": 1, "timeout": 0.1},
-        {"max_messages": "int", "timeout": "wait"},
+        {"max_messages": "int", "timeout": "receive_wait"},
     ),
     Case(
         "JmqProducer",
@@ -852,7 +855,7 @@ CASES = [
         "JmqConsumer.receive",
         lambda lv, a: lv.jmq_consumer.receive(**a),
         lambda lv: {"max_messages": 1, "wait": 0.05},
-        {"max_messages": "int", "wait": "wait", "ack_timeout": "duration"},
+        {"max_messages": "int", "wait": "receive_wait", "ack_timeout": "duration"},
     ),
     Case(
         "JmqConsumer.nack",

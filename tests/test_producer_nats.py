@@ -13,6 +13,7 @@ import pytest
 import ferrymq
 from _nats_server import NatsServer, free_port
 from ferrymq import InvalidArgumentError, Message, NatsSendReceipt, Receipt
+from waiting import wait_for
 
 pytestmark = pytest.mark.nats
 
@@ -137,15 +138,19 @@ def test_async_publisher_over_a_nats_producer(
     assert len(_stored(js, tok, 10)) == 10
 
 
-def test_consumers_name_what_consumes_nats() -> None:
-    for make in (
-        lambda: ferrymq.SimpleConsumer("nats://127.0.0.1:4222", "g", subscriptions="t"),
-        lambda: ferrymq.PushConsumer(
-            "nats://127.0.0.1:4222", "g", subscriptions="t", listener=lambda m: None
-        ),
-    ):
-        with pytest.raises(InvalidArgumentError, match=r"nats://.*pull_consumer"):
-            make()
+def test_what_the_producer_sends_a_push_consumer_receives(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    _, tok = stream
+    got: list[bytes] = []
+    with ferrymq.Producer(nats_server.url) as p:
+        for i in range(5):
+            p.send(Message(f"p{tok}.d", b"%d" % i))
+    with ferrymq.PushConsumer(
+        nats_server.url, f"g{tok}", subscriptions=f"p{tok}.d", listener=lambda m: got.append(m.body)
+    ) as pc:
+        wait_for("all consumed", lambda: pc.stats()["acked"] == 5)
+    assert sorted(got) == [b"%d" % i for i in range(5)]
 
 
 async def test_async_publisher_lifecycle_start_async_and_close_async(

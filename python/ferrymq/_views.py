@@ -11,8 +11,8 @@ RocketMQ 5, remoting        :class:`ferrymq.SendReceipt`         :class:`ferrymq
                             (queue, offset, recall handle …)     (queue, offset, receipt …)
 JMQ4                        :class:`ferrymq.JmqSendReceipt`      :class:`ferrymq.JmqMessage`
                             (partition, index, broker)           (partition, index, app …)
-NATS JetStream              :class:`ferrymq.NatsSendReceipt`     —
-                            (stream, sequence, duplicate)
+NATS JetStream              :class:`ferrymq.NatsSendReceipt`     :class:`ferrymq.JsMessage`
+                            (stream, sequence, duplicate)        (stream, sequence, headers …)
 ==========================  ===================================  ==============================
 
 Narrow with ``isinstance`` to reach a protocol's own fields.

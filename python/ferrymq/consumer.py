@@ -1,5 +1,5 @@
-"""``ferrymq.SimpleConsumer`` and ``ferrymq.PushConsumer``: one consuming API over RocketMQ 5 and
-JMQ4.
+"""``ferrymq.SimpleConsumer`` and ``ferrymq.PushConsumer``: one consuming API over RocketMQ 5,
+JMQ4 and (``SimpleConsumer``) NATS JetStream.
 
 The backend is chosen from the endpoint scheme (as for :class:`ferrymq.Producer`): plain
 ``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
@@ -7,7 +7,8 @@ RocketMQ 5 consumers (:class:`ferrymq._native.SimpleConsumer`,
 :class:`ferrymq._native.PushConsumer`); ``jmq://host:port`` selects JMQ4, where ``group`` is the
 JMQ4 app and ``token=`` is required: the same native push consumer over JMQ4, and a simple
 consumer built on :class:`ferrymq.JmqConsumer` (:mod:`ferrymq._jmq_simple`, which also lists the
-differences by protocol).
+differences by protocol). ``nats://`` selects JetStream durable pull consumers
+(:mod:`ferrymq._nats_consumer`, where the mapping is listed).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 from . import _exit, _native
 from ._endpoints import protocol_of
-from ._jmq_simple import JmqSimpleBackend, consumer_args
+from ._jmq_simple import JmqSimpleBackend, _topics, consumer_args
 from ._native import (
     ConsumeResult,
     Credentials,
@@ -28,6 +29,7 @@ from ._native import (
     MessageView,
     TlsConfig,
 )
+from ._nats_consumer import NatsSimpleBackend, jetstream_args
 from ._views import ReceivedMessage, only
 from .exceptions import InvalidArgumentError
 
@@ -69,16 +71,14 @@ class _SimpleBackend(Protocol):
 
 
 def _consumer_protocol(endpoints: str | Iterable[str]) -> str:
-    """The protocol of ``endpoints``; the acknowledging consumers serve RocketMQ 5 and JMQ4."""
+    """The protocol of ``endpoints``; the acknowledging consumers serve RocketMQ 5, JMQ4 and
+    NATS JetStream."""
     protocol = protocol_of(endpoints)
     if protocol == "remoting":
         raise InvalidArgumentError(
             "endpoints: remoting:// (name servers) is read by offset with ferrymq.PullConsumer; "
-            "SimpleConsumer and PushConsumer need a RocketMQ 5 proxy (host:port) or jmq://"
-        )
-    if protocol == "nats":
-        raise InvalidArgumentError(
-            "endpoints: nats:// is consumed with ferrymq.JetStream(...).pull_consumer(...)"
+            "SimpleConsumer and PushConsumer need a RocketMQ 5 proxy (host:port), jmq:// or "
+            "nats://"
         )
     return protocol
 
@@ -101,9 +101,13 @@ class SimpleConsumer:
         jmq_options: further :class:`ferrymq.JmqConsumer` options for ``jmq://`` (``mode``,
             ``ack_timeout``, ``long_poll``, ``session_timeout``, ``region``, ``client_ip``,
             ``metadata_refresh``); an unknown name raises :class:`InvalidArgumentError`.
+        nats_options: for ``nats://``: ``stream`` (else found by subject), ``ack_wait`` (the
+            invisible duration, default 30 s), ``name`` (the connection name).
 
     Messages are :class:`ferrymq.ReceivedMessage` views: :class:`MessageView` for RocketMQ,
-    :class:`ferrymq.JmqMessage` for ``jmq://``. For ``jmq://`` ``invisible_duration`` is the
+    :class:`ferrymq.JmqMessage` for ``jmq://``, :class:`ferrymq.JsMessage` for ``nats://``
+    (JetStream durable pull consumers: group = durable name, topic = subject; see
+    :mod:`ferrymq._nats_consumer`). For ``jmq://`` ``invisible_duration`` is the
     fetch's ack timeout,
     ack the messages of one :meth:`receive` together, ``change_invisible_duration`` raises and
     :meth:`nack` sends messages to the retry queue.
@@ -125,11 +129,35 @@ class SimpleConsumer:
         app: str | None = None,
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
+        nats_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._jmq: JmqSimpleBackend | None = None
+        self._nats: NatsSimpleBackend | None = None
         self._rmq: _native.SimpleConsumer | None = None
         self._impl: _SimpleBackend
         protocol = _consumer_protocol(endpoints)
+        if protocol == "nats":
+            _rocketmq_only(jmq_options=jmq_options)
+            _nats_refuses(
+                namespace=namespace,
+                tls=tls,
+                route_refresh_interval=route_refresh_interval,
+                settings_sync_interval=settings_sync_interval,
+                app=app,
+            )
+            self._impl = self._nats = NatsSimpleBackend(
+                endpoints,
+                group,
+                subscriptions=subscriptions,
+                await_duration=await_duration,
+                credentials=credentials,
+                token=token,
+                request_timeout=request_timeout,
+                options=nats_options,
+            )
+            return
+        if nats_options is not None:
+            raise InvalidArgumentError("nats_options: only for nats:// endpoints")
         if protocol == "jmq":
             _jmq_refuses(
                 route_refresh_interval=route_refresh_interval,
@@ -221,14 +249,18 @@ class SimpleConsumer:
 
     def ack(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
         """Acknowledge a message, or a list of them (JMQ4: in one request)."""
-        if self._jmq is not None:
+        if self._nats is not None:
+            self._nats.ack(message)
+        elif self._jmq is not None:
             self._jmq.ack(self._jmq_messages(message))
         else:
             for m in self._views(message):
                 self._rocketmq().ack(m)
 
     async def ack_async(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
-        if self._jmq is not None:
+        if self._nats is not None:
+            await self._nats.ack_async(message)
+        elif self._jmq is not None:
             await self._jmq.ack_async(self._jmq_messages(message))
         else:
             for m in self._views(message):
@@ -248,7 +280,10 @@ class SimpleConsumer:
         await self._jmq_only("nack").nack_async(self._jmq_messages(message), retry_type)
 
     def change_invisible_duration(self, message: ReceivedMessage, duration: _Seconds) -> None:
-        """RocketMQ only: make ``message`` visible again after ``duration`` (from now)."""
+        """Make ``message`` visible again after ``duration`` (from now). NATS: ``-NAK`` with
+        that delay. JMQ4 has none (raises)."""
+        if self._nats is not None:
+            return self._nats.change_invisible_duration(message, duration)
         if self._jmq is not None:
             self._jmq.change_invisible_duration(message, duration)
         self._rocketmq().change_invisible_duration(self._view(message), duration)
@@ -256,18 +291,24 @@ class SimpleConsumer:
     async def change_invisible_duration_async(
         self, message: ReceivedMessage, duration: _Seconds
     ) -> None:
+        if self._nats is not None:
+            return await self._nats.change_invisible_duration_async(message, duration)
         if self._jmq is not None:
             await self._jmq.change_invisible_duration_async(message, duration)
         await self._rocketmq().change_invisible_duration_async(self._view(message), duration)
 
     def subscribe(self, topic: str, filter: _Filter = None) -> None:
         """RocketMQ only: add (or change) a subscription."""
+        if self._nats is not None:
+            self._nats.subscribe(topic, filter)
         if self._jmq is not None:
             self._jmq.subscribe(topic, filter)
         self._rocketmq().subscribe(topic, filter)
 
     def unsubscribe(self, topic: str) -> None:
         """RocketMQ only: remove a subscription."""
+        if self._nats is not None:
+            self._nats.unsubscribe(topic)
         if self._jmq is not None:
             self._jmq.unsubscribe(topic)
         self._rocketmq().unsubscribe(topic)
@@ -296,7 +337,7 @@ class SimpleConsumer:
     def _jmq_only(self, what: str) -> _native.JmqConsumer:
         if self._jmq is None:
             raise InvalidArgumentError(
-                f"{what}: RocketMQ has no {what}; use change_invisible_duration()"
+                f"{what}: only JMQ4 has {what}; use change_invisible_duration()"
             )
         return self._jmq.native
 
@@ -316,7 +357,9 @@ class SimpleConsumer:
 
     @property
     def protocol(self) -> str:
-        """``"rocketmq"`` or ``"jmq4"``."""
+        """``"rocketmq"``, ``"jmq4"`` or ``"nats"``."""
+        if self._nats is not None:
+            return "nats"
         return "rocketmq" if self._jmq is None else "jmq4"
 
     def __repr__(self) -> str:
@@ -332,13 +375,16 @@ class PushConsumer:
     loop thread after :meth:`start`). Returning ``ConsumeResult.SUCCESS`` or ``None`` acks the
     message; ``ConsumeResult.FAILURE`` or raising (logged with its traceback on the
     ``ferrymq.consumer`` logger) hands it back for redelivery (RocketMQ: by the retry policy;
-    JMQ4: through the broker's retry queue).
+    JMQ4: through the broker's retry queue; JetStream: ``-NAK`` with the back-off delay).
 
     Args:
         endpoints, group, subscriptions, credentials, namespace, tls, request_timeout,
-            route_refresh_interval, settings_sync_interval, app, token, jmq_options: as for
-            :class:`SimpleConsumer` (a RocketMQ push consumer follows queue changes through its
-            assignment scan, every 5 s, whatever ``route_refresh_interval``).
+            route_refresh_interval, settings_sync_interval, app, token, jmq_options,
+            nats_options: as for :class:`SimpleConsumer` (a RocketMQ push consumer follows queue
+            changes through its assignment scan, every 5 s, whatever
+            ``route_refresh_interval``; over ``nats://`` the group's durable pull consumers are
+            read, a failed message is redelivered with ``-NAK`` after the back-off and
+            terminated after its last attempt).
         consumption_threads: listener concurrency.
         max_cache_messages, max_cache_bytes: bounds of received but unsettled messages.
         fifo_accelerator: RocketMQ FIFO groups: consume message groups in parallel.
@@ -381,11 +427,38 @@ class PushConsumer:
         app: str | None = None,
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
+        nats_options: Mapping[str, Any] | None = None,
     ) -> None:
         self._protocol = "rocketmq"
         jmq: _native.JmqConsumer | None = None
+        nats: _native.JetStream | None = None
+        nats_stream: str | None = None
+        nats_ack_wait: float | None = None
         protocol = _consumer_protocol(endpoints)
-        if protocol == "jmq":
+        if protocol != "nats" and nats_options is not None:
+            raise InvalidArgumentError("nats_options: only for nats:// endpoints")
+        if protocol == "nats":
+            _nats_refuses(
+                route_refresh_interval=route_refresh_interval,
+                settings_sync_interval=settings_sync_interval,
+                namespace=namespace,
+                tls=tls,
+                app=app,
+            )
+            _rocketmq_only(jmq_options=jmq_options)
+            # The native push consumer reads durable pull consumers of the group.
+            subscriptions = _topics(subscriptions)
+            nats, nats_stream, nats_ack_wait = jetstream_args(
+                endpoints,
+                group,
+                credentials=credentials,
+                token=token,
+                request_timeout=request_timeout,
+                options=nats_options,
+            )
+            self._protocol = "nats"
+            credentials = request_timeout = None
+        elif protocol == "jmq":
             _jmq_refuses(
                 route_refresh_interval=route_refresh_interval,
                 settings_sync_interval=settings_sync_interval,
@@ -429,6 +502,9 @@ class PushConsumer:
             route_refresh_interval=route_refresh_interval,
             settings_sync_interval=settings_sync_interval,
             jmq=jmq,
+            nats=nats,
+            nats_stream=nats_stream,
+            nats_ack_wait=nats_ack_wait,
         )
 
     def start(self) -> PushConsumer:
@@ -513,7 +589,7 @@ class PushConsumer:
 
     @property
     def protocol(self) -> str:
-        """``"rocketmq"`` or ``"jmq4"``."""
+        """``"rocketmq"``, ``"jmq4"`` or ``"nats"``."""
         return self._protocol
 
     def __repr__(self) -> str:
@@ -525,6 +601,13 @@ def _jmq_refuses(**options: object) -> None:
     for name, value in options.items():
         if value is not None:
             raise InvalidArgumentError(f"{name}: only for RocketMQ endpoints")
+
+
+def _nats_refuses(**options: object) -> None:
+    # RocketMQ and JMQ4 client options that mean nothing to JetStream: refused, not ignored.
+    for name, value in options.items():
+        if value is not None and value is not False:
+            raise InvalidArgumentError(f"{name}: not for nats:// endpoints")
 
 
 def _rocketmq_only(*, jmq_options: object) -> None:

@@ -277,14 +277,14 @@ class PullConsumer:
 
     # -- consuming ---------------------------------------------------------------------------
 
-    def poll(self, max_messages: int = 32, timeout: float | timedelta = 1.0) -> list[MessageView]:
+    def poll(self, max_messages: int = 16, timeout: float | timedelta = 20.0) -> list[MessageView]:
         """Up to ``max_messages`` messages after the assigned queues' positions, waiting up to
         ``timeout`` when none is available (0: do not wait). ``MessageQueue.of(message)`` and
         ``message.offset`` tell where each came from."""
         return self._native.poll(_max(max_messages), timeout)
 
     async def poll_async(
-        self, max_messages: int = 32, timeout: float | timedelta = 1.0
+        self, max_messages: int = 16, timeout: float | timedelta = 20.0
     ) -> list[MessageView]:
         return await self._native.poll_async(_max(max_messages), timeout)
 

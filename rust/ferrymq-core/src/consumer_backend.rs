@@ -12,6 +12,8 @@ use crate::error::Result;
 use crate::jmq::cluster::ClusterOptions;
 use crate::jmq::consumer::ConsumerOptions;
 use crate::jmq::consumer_rpc::JmqRpc;
+use crate::nats::consumer_rpc::{JsConsumerOptions, JsConsumerRpc};
+use crate::nats::{JetStream, NatsOptions};
 use crate::proto;
 use crate::rocketmq::client::ClientOptions;
 use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc, ConsumerSettings, ReceiveRequest};
@@ -29,6 +31,8 @@ pub enum ConsumerBackend {
     RocketMq(ClientRpc),
     /// JMQ4.
     Jmq(JmqRpc),
+    /// NATS JetStream (durable pull consumers).
+    Nats(JsConsumerRpc),
 }
 
 /// Where a push consumer connects, by protocol.
@@ -38,6 +42,8 @@ pub enum ConsumerTarget {
     RocketMq(ClientOptions),
     /// A JMQ4 cluster; the consumer's topics are the push consumer's subscriptions.
     Jmq(ClusterOptions, ConsumerOptions),
+    /// A NATS server with JetStream; the group is [`JsConsumerOptions::group`].
+    Nats(NatsOptions, JsConsumerOptions),
 }
 
 macro_rules! dispatch {
@@ -45,6 +51,7 @@ macro_rules! dispatch {
         match $self {
             ConsumerBackend::RocketMq($rpc) => $call,
             ConsumerBackend::Jmq($rpc) => $call,
+            ConsumerBackend::Nats($rpc) => $call,
         }
     };
 }
@@ -66,6 +73,24 @@ impl ConsumerBackend {
                 options.topics = JmqRpc::topics(&config.subscriptions)?;
                 Ok(Self::Jmq(JmqRpc::connect(cluster, options).await?))
             }
+            ConsumerTarget::Nats(nats, options) => {
+                config.validate()?;
+                let js = JetStream::connect(nats).await?;
+                let rpc = match JsConsumerRpc::new(js.clone(), options) {
+                    Ok(rpc) => rpc,
+                    Err(e) => {
+                        let _ = js.close().await;
+                        return Err(e);
+                    }
+                };
+                // Bind every subscription's durable consumer now: a bad subject or stream
+                // fails the start, not the first receive.
+                if let Err(e) = rpc.update_subscriptions(&config.subscriptions).await {
+                    let _ = js.close().await;
+                    return Err(e);
+                }
+                Ok(Self::Nats(rpc))
+            }
         }
     }
 
@@ -74,6 +99,7 @@ impl ConsumerBackend {
         match self {
             Self::RocketMq(r) => r.client().client_id().to_string(),
             Self::Jmq(r) => format!("jmq:{}", r.consumer().cluster().app()),
+            Self::Nats(r) => format!("nats:{}", r.options().group),
         }
     }
 
@@ -83,6 +109,9 @@ impl ConsumerBackend {
         match self {
             Self::RocketMq(r) => r.client().shutdown().await,
             Self::Jmq(r) => r.close().await,
+            Self::Nats(r) => {
+                let _ = r.jetstream().close().await;
+            }
         }
     }
 }

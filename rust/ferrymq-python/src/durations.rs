@@ -19,6 +19,12 @@ use crate::errors::{invalid, to_pyerr};
 static TIMEDELTA: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static DATETIME: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
+/// How long a receive waits by default on every protocol (`SimpleConsumer`'s long-polling time,
+/// and the default `wait` / `timeout` of `JmqConsumer.receive`, `JsPullConsumer.fetch` and
+/// `PullConsumer.poll`); their default batch is 16 messages, as `SimpleConsumer.receive`'s.
+pub(crate) const RECEIVE_WAIT: Duration =
+    ferrymq_core::rocketmq::simple_consumer::DEFAULT_AWAIT_DURATION;
+
 const WANTED: &str = "must be seconds (int or float) or a datetime.timedelta";
 
 fn is_timedelta(v: &Bound<'_, PyAny>) -> PyResult<bool> {

@@ -11,7 +11,7 @@ use ferrymq_core::nats::{
     PullConsumerConfig, Retention, Storage, StreamConfig, StreamInfo,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
@@ -138,6 +138,11 @@ pub struct PyJetStream {
 }
 
 impl PyJetStream {
+    /// The options it connects with (a push consumer opens its own connection with them).
+    pub fn options(&self) -> NatsOptions {
+        self.conn.opts.clone()
+    }
+
     /// The connected client (connecting now if needed), for the managed publisher.
     pub fn connected(&self, py: Python<'_>) -> PyResult<JetStream> {
         let conn = Arc::clone(&self.conn);
@@ -507,6 +512,44 @@ impl PyJetStream {
         })
     }
 
+    /// Bind the durable pull consumer of consumer group `group` that reads `subject` (wildcards
+    /// allowed), creating it with `ack_wait` when missing: what `SimpleConsumer("nats://…")`
+    /// reads. The stream is `stream`, or else the one whose subjects hold `subject`; a durable
+    /// consumer of that name that reads another subject is refused.
+    #[pyo3(signature = (group, subject, *, stream=None, ack_wait=None), text_signature = "($self, group, subject, *, stream=None, ack_wait=30.0)")]
+    fn group_consumer(
+        &self,
+        py: Python<'_>,
+        group: String,
+        subject: String,
+        stream: Option<String>,
+        ack_wait: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyPullConsumer> {
+        let ack_wait = durations::or(
+            "ack_wait",
+            ack_wait,
+            Lower::Positive,
+            Duration::from_secs(30),
+        )?;
+        let conn = Arc::clone(&self.conn);
+        let rt = self.rt;
+        self.rt.block_on(py, async move {
+            let js = conn.get().await?;
+            let inner = ferrymq_core::nats::consumer_rpc::bind_group(
+                &js,
+                &group,
+                &subject,
+                stream.as_deref(),
+                ack_wait,
+            )
+            .await?;
+            Ok(PyPullConsumer {
+                inner: Arc::new(inner),
+                rt,
+            })
+        })
+    }
+
     /// Delete consumer `name` of `stream`; False when it did not exist.
     fn delete_consumer(&self, py: Python<'_>, stream: String, name: String) -> PyResult<bool> {
         let conn = Arc::clone(&self.conn);
@@ -603,7 +646,7 @@ fn batch_args(
             "timeout",
             timeout,
             Lower::NonNegative,
-            Duration::from_secs(1),
+            durations::RECEIVE_WAIT,
         )?,
     ))
 }
@@ -618,10 +661,15 @@ impl PyPullConsumer {
     fn name(&self) -> &str {
         self.inner.name()
     }
+    /// The subject it reads (empty: every subject of the stream).
+    #[getter]
+    fn filter_subject(&self) -> &str {
+        self.inner.filter_subject()
+    }
 
     /// Up to `max_messages` messages: what is available now, or whatever arrives within
     /// `timeout` seconds (possibly none). Blocking, GIL released.
-    #[pyo3(signature = (max_messages=100, timeout=None), text_signature = "($self, max_messages=100, timeout=1.0)")]
+    #[pyo3(signature = (max_messages=16, timeout=None), text_signature = "($self, max_messages=16, timeout=20.0)")]
     fn fetch(
         &self,
         py: Python<'_>,
@@ -638,7 +686,7 @@ impl PyPullConsumer {
     }
 
     /// Awaitable form of `fetch`.
-    #[pyo3(signature = (max_messages=100, timeout=None), text_signature = "($self, max_messages=100, timeout=1.0)")]
+    #[pyo3(signature = (max_messages=16, timeout=None), text_signature = "($self, max_messages=16, timeout=20.0)")]
     fn fetch_async<'py>(
         &self,
         py: Python<'py>,
@@ -688,6 +736,7 @@ impl PyPullConsumer {
         d.set_item("num_pending", s.num_pending)?;
         d.set_item("num_ack_pending", s.num_ack_pending)?;
         d.set_item("num_redelivered", s.num_redelivered)?;
+        d.set_item("num_waiting", s.num_waiting)?;
         d.set_item("delivered_stream_sequence", s.delivered_stream_sequence)?;
         d.set_item("ack_floor_stream_sequence", s.ack_floor_stream_sequence)?;
         Ok(d)
@@ -751,10 +800,50 @@ impl PyJsMessage {
         }
         Ok(d)
     }
-    /// The `Nats-Msg-Id` it was published with.
+    /// The `Nats-Msg-Id` it was published with, or else its stream sequence in decimal.
     #[getter]
-    fn message_id(&self) -> Option<&str> {
-        self.inner.message_id()
+    fn message_id(&self) -> String {
+        self.inner.id()
+    }
+    /// The subject (the `ReceivedMessage` name).
+    #[getter]
+    fn topic(&self) -> &str {
+        &self.inner.subject
+    }
+    /// Always None: JetStream has no tags.
+    #[getter]
+    fn tag(&self) -> Option<&str> {
+        None
+    }
+    /// Always empty: JetStream has no business keys.
+    #[getter]
+    fn keys<'py>(&self, py: Python<'py>) -> Bound<'py, PyTuple> {
+        PyTuple::empty(py)
+    }
+    /// The headers (the `ReceivedMessage` name).
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.headers(py)
+    }
+    /// Always None: JetStream has no message groups.
+    #[getter]
+    fn message_group(&self) -> Option<&str> {
+        None
+    }
+    /// The delivery count (the `ReceivedMessage` name of `num_delivered`).
+    #[getter]
+    fn delivery_attempt(&self) -> i64 {
+        self.inner.delivered
+    }
+    /// When the server stored it (JetStream records no producer time).
+    #[getter]
+    fn born_timestamp(&self) -> f64 {
+        self.timestamp()
+    }
+    /// When the server stored it, in Unix seconds.
+    #[getter]
+    fn store_timestamp(&self) -> f64 {
+        self.timestamp()
     }
     #[getter]
     fn stream(&self) -> &str {

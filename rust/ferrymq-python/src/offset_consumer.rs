@@ -262,7 +262,7 @@ impl PyOffsetConsumer {
         )
     }
 
-    #[pyo3(signature = (max_messages=32, timeout=None))]
+    #[pyo3(signature = (max_messages=16, timeout=None))]
     fn poll(
         &self,
         py: Python<'_>,
@@ -275,7 +275,7 @@ impl PyOffsetConsumer {
             .block_on(py, async move { views(c.poll(max_messages, t).await?) })
     }
 
-    #[pyo3(signature = (max_messages=32, timeout=None))]
+    #[pyo3(signature = (max_messages=16, timeout=None))]
     fn poll_async<'py>(
         &self,
         py: Python<'py>,
@@ -353,7 +353,7 @@ impl PyOffsetConsumer {
 /// How long a poll may wait: seconds or a timedelta, zero allowed (default 1 s).
 fn wait(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
     match timeout.filter(|t| !t.is_none()) {
-        None => Ok(Duration::from_secs(1)),
+        None => Ok(crate::durations::RECEIVE_WAIT),
         Some(t) => crate::durations::non_negative("timeout", t),
     }
 }

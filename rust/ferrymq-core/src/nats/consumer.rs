@@ -70,6 +70,7 @@ pub struct PullConsumer {
     consumer: consumer::Consumer<pull::Config>,
     stream: String,
     name: String,
+    filter_subject: String,
 }
 
 /// Counters of a consumer.
@@ -81,6 +82,8 @@ pub struct ConsumerState {
     pub num_ack_pending: usize,
     /// Messages redelivered at least once.
     pub num_redelivered: usize,
+    /// Pull requests waiting on the server for messages.
+    pub num_waiting: usize,
     /// The last stream sequence delivered.
     pub delivered_stream_sequence: u64,
     /// The stream sequence below which everything is acked.
@@ -158,10 +161,12 @@ impl JetStream {
         }
         .map_err(|e| error::map(&what, e))?;
         let name = consumer.cached_info().name.clone();
+        let filter_subject = consumer.cached_info().config.filter_subject.clone();
         Ok(PullConsumer {
             consumer,
             stream: stream.to_string(),
             name,
+            filter_subject,
         })
     }
 
@@ -198,36 +203,57 @@ impl PullConsumer {
         &self.name
     }
 
-    /// Fetch up to `max` messages: what is available at once, or else whatever arrives within
-    /// `timeout` (an empty batch when nothing does).
+    /// Fetch up to `max` messages. Returns as soon as some are available: what the stream holds
+    /// for this consumer right now, or else the first messages that arrive within `timeout`
+    /// (an empty batch when none does). It never waits for the batch to fill.
+    ///
+    /// Three pull requests at most: a `no_wait` pull of `max` (answered at once, with what is
+    /// there or a 404); when it brought nothing, a pull of one message that the server holds
+    /// until `timeout` expires; when that one brings a message, a `no_wait` pull of the rest.
+    /// Each request ends on the server (full, 404 or 408), so none is left pending to deliver
+    /// messages to an inbox nobody reads.
     pub async fn fetch(&self, max: usize, timeout: Duration) -> Result<Vec<JsMessage>> {
         if max == 0 {
             return Err(Error::invalid("max_messages", "must be at least 1"));
         }
-        let what = "fetch";
+        let got = self.fetch_now(max).await?;
+        if !got.is_empty() || timeout.is_zero() {
+            return Ok(got);
+        }
+        // Nothing right now: wait (server-side) up to `timeout` for the first message.
+        // nats-server 2.9 rejects pull expiries below 1 ms.
+        let expires = timeout.max(Duration::from_millis(10));
+        let batch = self
+            .consumer
+            .batch()
+            .max_messages(1)
+            .expires(expires)
+            .messages()
+            .await
+            .map_err(|e| error::map("fetch", e))?;
+        let mut got = collect(batch, 1).await?;
+        if got.is_empty() || max == 1 {
+            return Ok(got);
+        }
+        got.extend(self.fetch_now(max - 1).await?);
+        Ok(got)
+    }
+
+    /// A `no_wait` pull: up to `max` messages available now, none when there are none.
+    async fn fetch_now(&self, max: usize) -> Result<Vec<JsMessage>> {
         let batch = self
             .consumer
             .fetch()
             .max_messages(max)
             .messages()
             .await
-            .map_err(|e| error::map(what, e))?;
-        let got = collect(batch, max).await?;
-        if !got.is_empty() || timeout.is_zero() {
-            return Ok(got);
-        }
-        // Nothing right now: wait (server-side) up to `timeout` for messages. nats-server 2.9
-        // rejects pull expiries below 1 ms.
-        let expires = timeout.max(Duration::from_millis(10));
-        let batch = self
-            .consumer
-            .batch()
-            .max_messages(max)
-            .expires(expires)
-            .messages()
-            .await
-            .map_err(|e| error::map(what, e))?;
+            .map_err(|e| error::map("fetch", e))?;
         collect(batch, max).await
+    }
+
+    /// The subject it reads (as the server has it; empty: every subject of the stream).
+    pub fn filter_subject(&self) -> &str {
+        &self.filter_subject
     }
 
     /// The consumer's counters, read from the server.
@@ -241,6 +267,7 @@ impl PullConsumer {
             num_pending: info.num_pending,
             num_ack_pending: info.num_ack_pending,
             num_redelivered: info.num_redelivered,
+            num_waiting: info.num_waiting,
             delivered_stream_sequence: info.delivered.stream_sequence,
             ack_floor_stream_sequence: info.ack_floor.stream_sequence,
         })
@@ -277,6 +304,8 @@ pub struct JsMessage {
     pub published: SystemTime,
     /// The stream.
     pub stream: String,
+    /// The reply subject of this delivery (`$JS.ACK.…`): where acks of it are sent.
+    pub reply: String,
     acker: Acker,
 }
 
@@ -307,6 +336,11 @@ impl JsMessage {
         let published = u64::try_from(nanos)
             .map(|n| SystemTime::UNIX_EPOCH + Duration::from_nanos(n))
             .unwrap_or(SystemTime::UNIX_EPOCH);
+        let reply = m
+            .reply
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         let (msg, acker) = m.split();
         let mut headers = Vec::new();
         if let Some(h) = &msg.headers {
@@ -326,6 +360,7 @@ impl JsMessage {
             pending,
             published,
             stream,
+            reply,
             acker,
         })
     }
@@ -337,6 +372,12 @@ impl JsMessage {
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The id consumers see: the `Nats-Msg-Id`, or else the stream sequence in decimal.
+    pub fn id(&self) -> String {
+        self.message_id()
+            .map_or_else(|| self.stream_sequence.to_string(), str::to_string)
     }
 
     /// Acknowledge. `Ack` waits for the server's confirmation (a double ack), so that a

@@ -7,6 +7,8 @@
 //!   wildcard inbox subscription per connection ([`acks`]).
 //! * [`stream`]: stream management (create with subjects, info, delete), mostly for tests.
 //! * [`consumer`]: a pull consumer (fetch batches, ack / nak / term).
+//! * [`consumer_rpc`]: [`ConsumerRpc`](crate::rocketmq::consumer_rpc::ConsumerRpc) over durable
+//!   pull consumers, so the push engine and the simple consumer read JetStream too.
 //! * [`error`]: the mapping of async-nats errors (JetStream codes keep their `err_code`).
 //!
 //! async-nats is built without its `server_2_10`+ features, so APIs nats-server 2.9 lacks
@@ -14,6 +16,7 @@
 
 mod acks;
 pub mod consumer;
+pub mod consumer_rpc;
 pub mod error;
 pub mod range;
 pub mod stream;
@@ -38,6 +41,7 @@ use crate::publisher::{
 };
 
 pub use consumer::{AckKind, DeliverPolicy, JsMessage, PullConsumer, PullConsumerConfig};
+pub use consumer_rpc::{JsConsumerOptions, JsConsumerRpc};
 pub use stream::{Retention, Storage, StreamConfig, StreamInfo};
 
 /// How to connect to NATS.

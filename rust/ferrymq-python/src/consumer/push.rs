@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ferrymq_core::consumer_backend::{ConsumerBackend, ConsumerTarget};
 use ferrymq_core::jmq::consumer_rpc::JmqRpc;
+use ferrymq_core::nats::consumer_rpc::JsConsumerOptions;
 use ferrymq_core::rocketmq::listener::{Listener, WorkerPool};
 use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, StatsSnapshot};
 use ferrymq_core::Error;
@@ -15,8 +16,10 @@ use pyo3::types::{PyDict, PyTuple};
 
 use crate::aio::future_into_py;
 use crate::client_options::{client_options, extract_duration};
+use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::jmq::JmqConsumer;
+use crate::nats::PyJetStream;
 use crate::runtime::RuntimeRef;
 
 use super::listener::{PyAsyncListener, PySyncListener};
@@ -196,7 +199,7 @@ fn is_coroutine_function(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<bool>
 #[pymethods]
 impl PyPushConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, fifo_pipelining=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None, jmq=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, fifo_pipelining=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None, jmq=None, nats=None, nats_stream=None, nats_ack_wait=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -219,10 +222,37 @@ impl PyPushConsumer {
         route_refresh_interval: Option<&Bound<'_, PyAny>>,
         settings_sync_interval: Option<&Bound<'_, PyAny>>,
         jmq: Option<&Bound<'_, PyAny>>,
+        nats: Option<&Bound<'_, PyAny>>,
+        nats_stream: Option<String>,
+        nats_ack_wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let subscriptions = extract_subscriptions(Some(subscriptions))?;
-        let target = match jmq.filter(|j| !j.is_none()) {
-            Some(j) => {
+        let jmq = jmq.filter(|j| !j.is_none());
+        let nats = nats.filter(|n| !n.is_none());
+        let target = match (jmq, nats) {
+            (Some(_), Some(_)) => return Err(invalid("nats", "give jmq or nats, not both")),
+            (None, Some(n)) => {
+                let js = n
+                    .cast::<PyJetStream>()
+                    .map_err(|_| invalid("nats", "must be a ferrymq.JetStream"))?;
+                for (name, on) in [
+                    ("fifo_accelerator", fifo_accelerator),
+                    ("fifo_pipelining", fifo_pipelining),
+                ] {
+                    if on {
+                        return Err(invalid(name, "JetStream has no message groups"));
+                    }
+                }
+                let mut options = JsConsumerOptions::new(&group);
+                options.stream = nats_stream;
+                options.ack_wait =
+                    durations::or("ack_wait", nats_ack_wait, Lower::Positive, options.ack_wait)?;
+                if let Some(n) = receive_batch_size {
+                    options.receive_batch_size = n;
+                }
+                ConsumerTarget::Nats(js.get().options(), options)
+            }
+            (Some(j), None) => {
                 let (cluster, options) = j
                     .cast::<JmqConsumer>()
                     .map_err(|_| invalid("jmq", "must be a ferrymq.JmqConsumer (not started)"))?
@@ -239,7 +269,7 @@ impl PyPushConsumer {
                 }
                 ConsumerTarget::Jmq(cluster, options)
             }
-            None => ConsumerTarget::RocketMq(client_options(
+            (None, None) => ConsumerTarget::RocketMq(client_options(
                 endpoints,
                 credentials,
                 namespace,
@@ -517,6 +547,14 @@ impl PyPushConsumer {
         let endpoints = match &self.target {
             ConsumerTarget::RocketMq(o) => format!("{:?}", o.endpoints),
             ConsumerTarget::Jmq(c, _) => format!("{:?}", format!("jmq://{}", c.bootstrap)),
+            ConsumerTarget::Nats(n, _) => format!(
+                "{:?}",
+                n.endpoints
+                    .iter()
+                    .map(|e| ferrymq_core::nats::redact(e))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
         };
         format!(
             "PushConsumer(endpoints={endpoints}, group={:?}, {state})",

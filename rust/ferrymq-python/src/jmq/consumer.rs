@@ -341,7 +341,7 @@ impl JmqConsumer {
     /// Receive up to `max_messages`, waiting up to `wait` seconds for the first (long poll).
     /// `ack_timeout` (seconds) overrides the consumer's for this fetch: how long the partition
     /// (or retry message) stays occupied without an ack.
-    #[pyo3(signature = (max_messages=32, wait=None, *, ack_timeout=None), text_signature = "($self, max_messages=32, wait=5.0, *, ack_timeout=None)")]
+    #[pyo3(signature = (max_messages=16, wait=None, *, ack_timeout=None), text_signature = "($self, max_messages=16, wait=20.0, *, ack_timeout=None)")]
     fn receive(
         &self,
         py: Python<'_>,
@@ -350,7 +350,7 @@ impl JmqConsumer {
         ack_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyJmqMessage>> {
         check_max(max_messages)?;
-        let wait = durations::or("wait", wait, Lower::NonNegative, Duration::from_secs(5))?;
+        let wait = durations::or("wait", wait, Lower::NonNegative, durations::RECEIVE_WAIT)?;
         let ack_timeout = ack_timeout_arg(ack_timeout)?;
         let s = self.state.clone();
         self.rt.block_on(py, async move {
@@ -360,7 +360,7 @@ impl JmqConsumer {
     }
 
     /// Async form of `receive`.
-    #[pyo3(signature = (max_messages=32, wait=None, *, ack_timeout=None), text_signature = "($self, max_messages=32, wait=5.0, *, ack_timeout=None)")]
+    #[pyo3(signature = (max_messages=16, wait=None, *, ack_timeout=None), text_signature = "($self, max_messages=16, wait=20.0, *, ack_timeout=None)")]
     fn receive_async<'py>(
         &self,
         py: Python<'py>,
@@ -369,7 +369,7 @@ impl JmqConsumer {
         ack_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         check_max(max_messages)?;
-        let wait = durations::or("wait", wait, Lower::NonNegative, Duration::from_secs(5))?;
+        let wait = durations::or("wait", wait, Lower::NonNegative, durations::RECEIVE_WAIT)?;
         let ack_timeout = ack_timeout_arg(ack_timeout)?;
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {

@@ -11,7 +11,7 @@ use crate::rocketmq::message_view::MessageView;
 use crate::rocketmq::push::context::DEFAULT_MAX_CONCURRENT_RECEIVES;
 use crate::rocketmq::settings::{Backoff, RetryPolicy};
 
-pub(crate) struct FnListener<F>(F);
+pub(crate) struct FnListener<F>(pub(crate) F);
 
 impl<F> BatchListener for FnListener<F>
 where

@@ -1,0 +1,176 @@
+"""``ferrymq.SimpleConsumer("nats://…")``: JetStream durable pull consumers behind the one
+consuming API, against a real nats-server (group = durable name, topic = subject)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import ferrymq
+from _nats_server import NatsServer
+from ferrymq.exceptions import ClientClosedError, InvalidArgumentError
+
+
+@pytest.fixture
+def stream(nats_server: NatsServer) -> Iterator[tuple[ferrymq.JetStream, str]]:
+    """A fresh stream ``S<tok>`` on subjects ``s<tok>.>``; yields the admin client and tok."""
+    tok = uuid.uuid4().hex[:10]
+    with ferrymq.JetStream(nats_server.url) as js:
+        js.create_stream(f"S{tok}", [f"s{tok}.>"])
+        try:
+            yield js, tok
+        finally:
+            js.delete_stream(f"S{tok}")
+
+
+def _consumer(url: str, tok: str, **kw: object) -> ferrymq.SimpleConsumer:
+    return ferrymq.SimpleConsumer(url, f"g{tok}", subscriptions=f"s{tok}.a", **kw)  # type: ignore[arg-type]
+
+
+def _state(js: ferrymq.JetStream, tok: str) -> dict[str, int]:
+    return js.group_consumer(f"g{tok}", f"s{tok}.a").state()
+
+
+def test_receive_and_ack_each_message_once(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = stream
+    for i in range(20):
+        js.publish(f"s{tok}.a", b"m%d" % i, message_id=f"id-{i}")
+    js.publish(f"s{tok}.other", b"not subscribed")
+    with _consumer(nats_server.url, tok, await_duration=0.5) as c:
+        assert c.protocol == "nats"
+        got: list[ferrymq.ReceivedMessage] = []
+        while len(got) < 20:
+            batch = c.receive()
+            assert batch, f"only {len(got)} of 20 received"
+            assert len(batch) <= 16
+            got.extend(batch)
+            c.ack(batch)
+        assert [m.message_id for m in got] == [f"id-{i}" for i in range(20)]
+        assert [m.body for m in got] == [b"m%d" % i for i in range(20)]
+        assert {m.topic for m in got} == {f"s{tok}.a"}
+        assert all(m.delivery_attempt == 1 for m in got)
+        assert all(isinstance(m, ferrymq.ReceivedMessage) for m in got)
+        assert c.receive() == []
+    state = _state(js, tok)
+    assert (state["num_ack_pending"], state["num_pending"]) == (0, 0)
+    # Everything up to the last stored message is settled (the other subject's is skipped).
+    assert state["ack_floor_stream_sequence"] == 21
+
+
+def test_change_invisible_duration_redelivers_after_the_delay(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = stream
+    js.publish(f"s{tok}.a", b"again", message_id="again")
+    with _consumer(nats_server.url, tok, await_duration=10) as c:
+        (m,) = c.receive()
+        c.change_invisible_duration(m, 0.2)
+        (m2,) = c.receive()
+        assert (m2.message_id, m2.delivery_attempt) == ("again", 2)
+        c.ack(m2)
+    assert _state(js, tok)["num_ack_pending"] == 0
+
+
+def test_receive_returns_with_the_first_message_not_after_the_wait(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = stream
+    with _consumer(nats_server.url, tok, await_duration=20) as c:
+        got: list[ferrymq.ReceivedMessage] = []
+        receiver = threading.Thread(target=lambda: got.extend(c.receive()))
+        receiver.start()
+        deadline = time.monotonic() + 10
+        while _state(js, tok)["num_waiting"] == 0:  # the long pull is parked on the server
+            assert time.monotonic() < deadline, "the receive never waited"
+            time.sleep(0.01)
+        js.publish(f"s{tok}.a", b"late", message_id="late")
+        # Before the fix the receive returned only when its 20 s wait ended.
+        receiver.join(10)
+        assert not receiver.is_alive(), "receive waited for a full batch"
+        assert [m.message_id for m in got] == ["late"]
+        c.ack(got)
+
+
+def test_async_receive_ack_and_nak(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = stream
+    for i in range(3):
+        js.publish(f"s{tok}.a", b"%d" % i, message_id=f"a{i}")
+
+    async def run() -> list[tuple[str, int]]:
+        seen: list[tuple[str, int]] = []
+        async with _consumer(nats_server.url, tok, await_duration=5) as c:
+            first = await c.receive_async()
+            seen += [(m.message_id, m.delivery_attempt) for m in first]
+            await c.change_invisible_duration_async(first[0], 0.1)
+            await c.ack_async(first[1:])
+            again = await c.receive_async()
+            seen += [(m.message_id, m.delivery_attempt) for m in again]
+            await c.ack_async(again)
+        return seen
+
+    assert asyncio.run(run()) == [("a0", 1), ("a1", 1), ("a2", 1), ("a0", 2)]
+    assert _state(js, tok)["num_ack_pending"] == 0
+
+
+def test_several_subjects_are_all_read(nats_server: NatsServer) -> None:
+    tok = uuid.uuid4().hex[:10]
+    with ferrymq.JetStream(nats_server.url) as js:
+        js.create_stream(f"X{tok}", [f"x{tok}.>"])
+        js.create_stream(f"Y{tok}", [f"y{tok}.>"])
+        try:
+            js.publish(f"y{tok}.a", b"y")
+            c = ferrymq.SimpleConsumer(
+                nats_server.url,
+                f"g{tok}",
+                subscriptions=[f"x{tok}.a", f"y{tok}.a"],
+                await_duration=3,
+            )
+            with c:
+                (m,) = c.receive()
+                assert (m.topic, m.body) == (f"y{tok}.a", b"y")
+                c.ack(m)
+        finally:
+            js.delete_stream(f"X{tok}")
+            js.delete_stream(f"Y{tok}")
+
+
+def test_refusals_name_the_parameter(
+    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    _js, tok = stream
+    url = nats_server.url
+    with pytest.raises(InvalidArgumentError, match="subscriptions"):
+        ferrymq.SimpleConsumer(url, "g", subscriptions={f"s{tok}.a": "TagA"})
+    with pytest.raises(InvalidArgumentError, match="nats_options"):
+        _consumer(url, tok, nats_options={"nope": 1})
+    with pytest.raises(InvalidArgumentError, match="namespace"):
+        _consumer(url, tok, namespace="ns")
+    with pytest.raises(InvalidArgumentError, match="nats_options"):
+        ferrymq.SimpleConsumer("127.0.0.1:1", "g", subscriptions="t", nats_options={})
+    with pytest.raises(InvalidArgumentError, match=r"subscriptions.*nowhere"):
+        ferrymq.SimpleConsumer(url, "g", subscriptions="nowhere.x").start()
+    both = [f"s{tok}.a", f"s{tok}.b"]
+    with pytest.raises(InvalidArgumentError, match=r"subscriptions.*one subject per stream"):
+        ferrymq.SimpleConsumer(url, f"g{tok}", subscriptions=both).start()
+    c = _consumer(url, tok, nats_options={"ack_wait": 5})
+    with pytest.raises(ClientClosedError):
+        c.receive()
+    c.start()
+    with pytest.raises(InvalidArgumentError, match=r"invisible_duration.*ack_wait"):
+        c.receive(invisible_duration=60)
+    with pytest.raises(InvalidArgumentError, match="subscribe"):
+        c.subscribe("other")
+    with pytest.raises(InvalidArgumentError, match="message"):
+        c.ack("not a message")  # type: ignore[arg-type]
+    c.close()
+    with pytest.raises(ClientClosedError):
+        c.receive()
