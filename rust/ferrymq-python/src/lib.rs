@@ -22,6 +22,7 @@ mod nats;
 mod nats_range;
 mod offset_consumer;
 mod probe;
+mod produce;
 mod producer;
 mod publish_args;
 mod publisher;
