@@ -67,7 +67,7 @@ impl<B: ProduceBackend> Produce<B> {
                 Ok(()) => return Ok(()),
                 Err(Refused::Closed(e)) => return Err(to_pyerr(e)),
                 Err(Refused::Full(m, cb)) => {
-                    (message, on_delivery) = (m, cb);
+                    (message, on_delivery) = (*m, cb);
                     self.serve(py, SLICE)?;
                 }
             }

@@ -56,7 +56,7 @@ pub struct Delivery<R, T> {
 /// Why [`ProduceQueue::push`] did not take a message.
 pub enum Refused<T> {
     /// `max_pending` messages are unreported: serve reports, then push these again.
-    Full(Message, T),
+    Full(Box<Message>, T),
     /// The queue is closed.
     Closed(Error),
 }
@@ -201,7 +201,7 @@ impl<B: ProduceBackend, T: Send + 'static> ProduceQueue<B, T> {
             })
             .is_err()
         {
-            return Err(Refused::Full(message, token));
+            return Err(Refused::Full(Box::new(message), token));
         }
         s.outstanding.fetch_add(1, Ordering::AcqRel);
         if !self.started.swap(true, Ordering::AcqRel) {
