@@ -9,8 +9,8 @@ match: ``send``/``send_batch`` (and ``_async``), ``produce`` + ``poll``/``flush`
 * the transaction checker receives a :class:`JmqOrphan` (topic, broker tx id, your
   ``transaction_id``) instead of a RocketMQ ``MessageView``; it answers a
   :class:`ferrymq.TransactionResolution` as for RocketMQ;
-* ``produce`` sends at once (JMQ4 has no background batching in ferrymq yet) and queues the
-  delivery report for ``poll``/``flush``;
+* ``produce`` goes through the same batched produce path as RocketMQ's (one batch
+  ``PRODUCE_MESSAGE`` per chunk of a topic); reports come back through ``poll``/``flush``;
 * ``recall`` does not exist (JMQ4 has no delayed messages).
 """
 
@@ -23,9 +23,11 @@ from typing import Any
 
 from . import _native
 from ._args import as_list
-from ._deliveries import Callback, Deliveries
 from ._native import JmqSendReceipt, Message
 from .exceptions import FerryError, InvalidArgumentError
+
+#: ``on_delivery(err, receipt)`` of ``produce``.
+Callback = Callable[[FerryError | None, Any], object]
 
 __all__ = ["JmqBackend", "JmqOrphan"]
 
@@ -166,7 +168,6 @@ class JmqBackend:
             raise InvalidArgumentError("token: a jmq:// endpoint needs app= and token=")
         self._namespace = namespace or ""
         self._started = False
-        self._reports = Deliveries(max_pending)
         extra = dict(options or {})
         unknown = sorted(set(extra) - PRODUCER_OPTIONS)
         if unknown:
@@ -182,6 +183,7 @@ class JmqBackend:
             request_timeout=10.0 if request_timeout is None else request_timeout,
             max_attempts=max_attempts if max_attempts is not None else 3,
             transaction_checker=_checker(transaction_checker),
+            max_pending=max_pending,
             **extra,
         )
         self._app = app
@@ -197,7 +199,6 @@ class JmqBackend:
         self._started = True
 
     def close(self) -> None:
-        self.flush(None)
         self._native.close()
 
     async def close_async(self) -> None:
@@ -242,18 +243,13 @@ class JmqBackend:
         )
 
     def produce(self, message: Message, on_delivery: Callback | None = None) -> None:
-        try:
-            receipt = self._native.send(message)
-        except FerryError as e:
-            self._reports.add(on_delivery, e, None)
-            return
-        self._reports.add(on_delivery, None, receipt)
+        self._native.produce(message, on_delivery)
 
     def poll(self, timeout: float | timedelta = 0.0) -> int:
-        return self._reports.poll(timeout)
+        return self._native.poll(timeout)
 
     def flush(self, timeout: float | timedelta | None = None) -> int:
-        return self._reports.flush(timeout)
+        return self._native.flush(timeout)
 
     def begin_transaction(self) -> _Transaction:
         return _Transaction(self._native)
@@ -268,7 +264,7 @@ class JmqBackend:
 
     @property
     def pending(self) -> int:
-        return len(self._reports)
+        return self._native.pending
 
     @property
     def client_id(self) -> str:

@@ -9,7 +9,9 @@ a :class:`NatsSendReceipt`. Ids chosen by the caller (de-duplication across retr
 * ``start()`` connects; the constructor only checks the arguments (as ``JetStream``'s does);
 * ``send_batch`` publishes the messages one after the other and waits for each ack (``_async``:
   all at once); ``packed`` changes nothing;
-* ``produce`` publishes at once and queues the delivery report for ``poll``/``flush``;
+* ``produce`` goes through the same batched produce path as RocketMQ's (``JetStream.produce``:
+  publishes in produce order, acks awaited together); reports come back through
+  ``poll``/``flush``;
 * no transactions, no ``recall``, no namespace; streams are managed with
   :class:`ferrymq.JetStream` (``create_stream`` …).
 """
@@ -18,15 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, NoReturn
 
 from . import _native
 from ._args import as_list
-from ._deliveries import Callback, Deliveries
 from ._native import Message, PublishAck
 from .exceptions import ClientClosedError, FerryError, InvalidArgumentError
+
+#: ``on_delivery(err, receipt)`` of ``produce``.
+Callback = Callable[[FerryError | None, Any], object]
 
 __all__ = ["NatsBackend", "NatsSendReceipt"]
 
@@ -91,10 +95,10 @@ class NatsBackend:
             password=password,
             token=token,
             request_timeout=5.0 if request_timeout is None else request_timeout,
+            max_pending=max_pending,
         )
         self._started = False
         self._closed = False
-        self._reports = Deliveries(max_pending)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -114,12 +118,10 @@ class NatsBackend:
         self._started = True
 
     def close(self) -> None:
-        self.flush(None)
         self._closed = True
         self._js.close()
 
     async def close_async(self) -> None:
-        self._reports.poll(0.0)
         self._closed = True
         await self._js.close_async()
 
@@ -165,18 +167,29 @@ class NatsBackend:
         return [NatsSendReceipt.of(m.topic, a) for m, a in zip(batch, acks, strict=True)]
 
     def produce(self, message: Message, on_delivery: Callback | None = None) -> None:
-        try:
-            receipt = self.send(message)
-        except FerryError as e:
-            self._reports.add(on_delivery, e, None)
+        m = _message(message)
+        js = self._connected()
+        if on_delivery is None:
+            js.produce(m)
             return
-        self._reports.add(on_delivery, None, receipt)
+        topic = m.topic
+
+        def report(err: FerryError | None, ack: PublishAck | None) -> None:
+            on_delivery(err, None if ack is None else NatsSendReceipt.of(topic, ack))
+
+        js.produce(m, report)
 
     def poll(self, timeout: float | timedelta = 0.0) -> int:
-        return self._reports.poll(timeout)
+        return self._js.poll(timeout)
 
     def flush(self, timeout: float | timedelta | None = None) -> int:
-        return self._reports.flush(timeout)
+        if self._started and not self._closed:
+            return self._js.flush(timeout)
+        if timeout is not None:
+            # Nothing to wait for; the argument is still checked as everywhere.
+            _native.seconds("timeout", timeout, zero=True)
+        self._js.poll(0.0)
+        return self._js.pending
 
     def begin_transaction(self) -> NoReturn:
         raise InvalidArgumentError("begin_transaction: NATS JetStream has no transactions")
@@ -191,7 +204,7 @@ class NatsBackend:
 
     @property
     def pending(self) -> int:
-        return len(self._reports)
+        return self._js.pending
 
     @property
     def client_id(self) -> str:

@@ -156,6 +156,17 @@ impl Error {
         }
     }
 
+    /// The same error for another caller (one failure reported to several): kind, message and
+    /// broker status; the cause is kept as text in the message.
+    pub fn replicate(&self) -> Self {
+        Self {
+            kind: self.kind,
+            message: self.to_string(),
+            status: self.status.clone(),
+            source: None,
+        }
+    }
+
     /// Attach the underlying cause.
     #[must_use]
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {

@@ -12,6 +12,7 @@ pub mod jmq;
 pub mod message;
 pub mod message_id;
 pub mod nats;
+pub mod produce;
 pub mod proto;
 pub mod publisher;
 pub mod remoting;

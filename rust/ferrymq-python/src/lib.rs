@@ -23,6 +23,7 @@ mod nats_range;
 mod offset_consumer;
 mod offset_reader;
 mod probe;
+mod produce;
 mod producer;
 mod publish_args;
 mod publisher;

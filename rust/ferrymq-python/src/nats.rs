@@ -16,6 +16,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
+use crate::message::PyMessage;
+use crate::produce::Produce;
 use crate::publish_args::{extract_outgoing, OptionArgs, PyPublishAck};
 use crate::runtime::RuntimeRef;
 
@@ -130,17 +132,46 @@ impl Connection {
     }
 }
 
+/// The produce path's backend: the connection, made by whoever needs it first.
+#[derive(Clone)]
+struct Lazy(Arc<Connection>);
+
+impl ferrymq_core::produce::ProduceBackend for Lazy {
+    type Receipt = ferrymq_core::publisher::PublishAck;
+    fn send_chunk(
+        &self,
+        messages: Vec<ferrymq_core::Message>,
+    ) -> futures::future::BoxFuture<'static, Result<Vec<Result<Self::Receipt, Error>>, Error>> {
+        use futures::FutureExt;
+        let conn = Arc::clone(&self.0);
+        async move { conn.get().await?.send_chunk(messages).await }.boxed()
+    }
+}
+
+fn ack_to_py(py: Python<'_>, inner: ferrymq_core::publisher::PublishAck) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, PyPublishAck { inner })?.into_any())
+}
+
 /// A client of NATS with JetStream.
 #[pyclass(name = "JetStream", module = "ferrymq", frozen)]
 pub struct PyJetStream {
     conn: Arc<Connection>,
     rt: RuntimeRef,
+    produce: Produce<Lazy>,
 }
 
 impl PyJetStream {
     /// The options it connects with (a push consumer opens its own connection with them).
     pub fn options(&self) -> NatsOptions {
         self.conn.opts.clone()
+    }
+
+    fn with(conn: Arc<Connection>, rt: RuntimeRef, max_pending: usize) -> PyResult<Self> {
+        Ok(Self {
+            produce: Produce::new(Lazy(Arc::clone(&conn)), max_pending, rt, ack_to_py)?,
+            conn,
+            rt,
+        })
     }
 
     /// The connected client (connecting now if needed), for the managed publisher.
@@ -237,7 +268,7 @@ fn deliver_policy(deliver: &Bound<'_, PyAny>) -> PyResult<DeliverPolicy> {
 impl PyJetStream {
     /// Check the arguments; `start()` (or `with`, or the first call that needs it) connects.
     #[new]
-    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0)")]
+    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0, max_pending=65536)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -248,6 +279,7 @@ impl PyJetStream {
         token: Option<String>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;
         let opts = options(
@@ -260,10 +292,7 @@ impl PyJetStream {
             request_timeout,
         )?;
         let _ = py;
-        Ok(Self {
-            conn: Arc::new(Connection::new(opts)),
-            rt,
-        })
+        Self::with(Arc::new(Connection::new(opts)), rt, max_pending)
     }
 
     /// Connect (blocking, GIL released); returns the client. Idempotent.
@@ -286,7 +315,7 @@ impl PyJetStream {
 
     /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
     #[staticmethod]
-    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0)")]
+    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0, max_pending=65536)")]
     #[allow(clippy::too_many_arguments)]
     fn connect_async<'py>(
         py: Python<'py>,
@@ -297,6 +326,7 @@ impl PyJetStream {
         token: Option<String>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let rt = RuntimeRef::current()?;
         let opts = options(
@@ -308,10 +338,11 @@ impl PyJetStream {
             connect_timeout,
             request_timeout,
         )?;
+        let conn = Arc::new(Connection::new(opts));
+        let js = Self::with(Arc::clone(&conn), rt, max_pending)?;
         future_into_py(py, rt, async move {
-            let conn = Arc::new(Connection::new(opts));
             conn.get().await?;
-            Ok(PyJetStream { conn, rt })
+            Ok(js)
         })
     }
 
@@ -559,23 +590,70 @@ impl PyJetStream {
         })
     }
 
-    /// Flush pending writes to the server.
-    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+    /// Wait until every produced message is reported (or `timeout` seconds pass), running the
+    /// callbacks here, then flush pending writes to the server; returns how many produced
+    /// messages are still pending.
+    #[pyo3(signature = (timeout=None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let left = self.produce.flush(py, timeout)?;
         let conn = Arc::clone(&self.conn);
         self.rt
-            .block_on(py, async move { conn.get().await?.flush().await })
+            .block_on(py, async move { conn.get().await?.flush().await })?;
+        Ok(left)
     }
 
-    /// Flush and close the connection.
+    /// Queue `message` (a `ferrymq.Message`: subject = topic, properties as headers, a fresh
+    /// `Nats-Msg-Id`) for a batched publish; `on_delivery(err, ack)` runs later, on this
+    /// thread, inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are
+    /// pending.
+    #[pyo3(signature = (message, on_delivery=None))]
+    fn produce(
+        &self,
+        py: Python<'_>,
+        message: &Bound<'_, PyAny>,
+        on_delivery: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let m = message
+            .cast::<PyMessage>()
+            .map_err(|_| invalid("message", "must be a ferrymq.Message"))?
+            .get()
+            .inner
+            .clone();
+        self.produce.produce(py, m, on_delivery)
+    }
+
+    /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
+    /// returns how many were reported.
+    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
+    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        self.produce.poll(py, timeout)
+    }
+
+    /// Messages produced and not yet reported.
+    #[getter]
+    fn pending(&self) -> usize {
+        self.produce.pending()
+    }
+
+    /// Flush produced messages (running their callbacks), then flush and close the connection.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.produce.close();
+        let flushed = self.produce.flush_for(py, None);
         let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move { conn.close().await })
+        self.rt.block_on(py, async move { conn.close().await })?;
+        flushed.map(|_| ())
     }
 
-    /// Awaitable form of `close`.
+    /// Awaitable form of `close`: waits for produced messages; their callbacks run in the next
+    /// `poll()`.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.produce.close();
+        let drained = self.produce.drained();
         let conn = Arc::clone(&self.conn);
-        future_into_py(py, self.rt, async move { conn.close().await })
+        future_into_py(py, self.rt, async move {
+            drained.await;
+            conn.close().await
+        })
     }
 
     fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
@@ -604,8 +682,11 @@ impl PyJetStream {
         _exc: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        self.produce.close();
+        let drained = self.produce.drained();
         let conn = Arc::clone(&self.conn);
         future_into_py(py, self.rt, async move {
+            drained.await;
             conn.close().await?;
             Ok(false)
         })

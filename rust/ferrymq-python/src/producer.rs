@@ -4,50 +4,28 @@
 //! Three ways to send:
 //! * `send` / `send_batch` block with the GIL released; `send_async` / `send_batch_async` return
 //!   asyncio awaitables;
-//! * `produce(message, on_delivery=cb)` never waits for the broker: the message goes into a
-//!   bounded queue that a batcher task drains in chunks, each sent with `Producer::send_each`
-//!   (one `SendMessage` per message, many in flight on one HTTP/2 channel). Delivery
-//!   callbacks run on the caller's thread inside `poll()` /
-//!   `flush()` (and inside `produce()` when the queue is full: back-pressure), never while a Rust
-//!   lock is held.
+//! * `produce(message, on_delivery=cb)` never waits for the broker: the core's produce queue
+//!   (see [`crate::produce`]) sends it in chunks with `Producer::send_each` (one `SendMessage`
+//!   per message, many in flight on one HTTP/2 channel); callbacks run in `poll()` / `flush()`.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use ferrymq_core::rocketmq::producer::{
     Producer, SendReceipt, Transaction, TransactionChecker, TransactionResolution,
 };
 use ferrymq_core::rocketmq::MessageView;
-use ferrymq_core::{Error, Message};
+use ferrymq_core::Message;
 use futures::future::BoxFuture;
-use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
-use tokio::sync::{Notify, Semaphore};
 
 use crate::aio::future_into_py;
 use crate::client_options::client_options;
-use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::message_view::PyMessageView;
+use crate::produce::Produce;
 use crate::runtime::RuntimeRef;
-
-/// Queued messages the produce path drains at once (fewer wait `LINGER` for company).
-const MAX_BATCH: usize = 1024;
-/// Body bytes per chunk of the produce path.
-const MAX_BATCH_BYTES: usize = 1 << 20;
-/// Messages per chunk, sent with `Producer::send_each` (one `SendMessage` each).
-const MAX_CHUNK: usize = ferrymq_core::rocketmq::producer::BATCH_CONCURRENCY;
-/// Messages of the produce path in flight at once (one HTTP/2 stream each). Bounded: with
-/// hundreds of streams on a loaded machine, sends pass their deadline, the cancelled streams
-/// pile up, and the server answers GOAWAY `ENHANCE_YOUR_CALM` (h2's reset-flood guard), which
-/// fails every call on the connection.
-const MAX_IN_FLIGHT: usize = 64;
-/// Default bound of produced-but-not-yet-reported messages.
-const DEFAULT_MAX_PENDING: usize = 65_536;
 
 /// Where a message went.
 #[pyclass(name = "SendReceipt", module = "ferrymq", frozen)]
@@ -192,195 +170,16 @@ impl TransactionChecker for PyChecker {
     }
 }
 
-struct Pending {
-    message: Message,
-    callback: Option<Py<PyAny>>,
-}
-
-struct Delivery {
-    callback: Option<Py<PyAny>>,
-    result: Result<SendReceipt, Error>,
-}
-
-/// State of the produce path, shared by the Python thread(s) and the batcher.
-struct ProduceState {
-    /// Produced messages waiting for the batcher (bounded by `max_pending`).
-    queue: Mutex<Vec<Pending>>,
-    /// Wakes the batcher when `queue` becomes non-empty (once per batch, not per message).
-    wake: Notify,
-    /// No more `produce()`; the batcher exits once `queue` is empty.
-    closed: std::sync::atomic::AtomicBool,
-    completed: Mutex<VecDeque<Delivery>>,
-    /// Produced and not yet reported by `poll()`.
-    pending: AtomicUsize,
-    /// Produced and not yet answered by the broker.
-    outstanding: AtomicUsize,
-    ready: Notify,
-    drained: Notify,
-    max_pending: usize,
-}
-
-impl ProduceState {
-    fn complete(&self, deliveries: Vec<Delivery>) {
-        let n = deliveries.len();
-        self.completed.lock().extend(deliveries);
-        self.ready.notify_waiters();
-        if self.outstanding.fetch_sub(n, Ordering::AcqRel) == n {
-            self.drained.notify_waiters();
-        }
-    }
-
-    async fn wait_ready(&self, wait: Duration) {
-        let n = self.ready.notified();
-        tokio::pin!(n);
-        n.as_mut().enable();
-        if !self.completed.lock().is_empty() {
-            return;
-        }
-        let _ = tokio::time::timeout(wait, n).await;
-    }
-
-    async fn wait_drained(&self) {
-        loop {
-            let n = self.drained.notified();
-            tokio::pin!(n);
-            n.as_mut().enable();
-            if self.outstanding.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            n.await;
-        }
-    }
-}
-
-fn duplicate(e: &Error) -> Error {
-    ferrymq_core::rocketmq::route::replicate(e)
-}
-
-/// How long the batcher lets a small batch fill up before sending it.
-const LINGER: Duration = Duration::from_micros(500);
-
-/// Drain the produce queue into batched sends.
-async fn batcher(producer: Producer, state: Arc<ProduceState>) {
-    let rpcs = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let mut lanes: HashMap<(String, String), Arc<tokio::sync::Mutex<()>>> = HashMap::new();
-    loop {
-        if state.queue.lock().is_empty() {
-            if state.closed.load(Ordering::Acquire) {
-                return;
-            }
-            let woken = state.wake.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            if state.queue.lock().is_empty() {
-                if state.closed.load(Ordering::Acquire) {
-                    return;
-                }
-                woken.await;
-            }
-            // A small batch waits a little for company; a full one goes at once.
-            if state.queue.lock().len() < MAX_BATCH {
-                tokio::time::sleep(LINGER).await;
-            }
-        }
-        let mut buf: Vec<Pending> = std::mem::take(&mut *state.queue.lock());
-        if buf.is_empty() {
-            continue;
-        }
-        // Group by (topic, kind, message group), keeping the order within each group.
-        let mut groups: Vec<Vec<Pending>> = Vec::new();
-        for p in buf.drain(..) {
-            let m = &p.message;
-            match groups.iter_mut().find(|g| {
-                let f = &g[0].message;
-                f.topic() == m.topic()
-                    && f.kind() == m.kind()
-                    && f.message_group() == m.message_group()
-            }) {
-                Some(g) => g.push(p),
-                None => groups.push(vec![p]),
-            }
-        }
-        for group in groups {
-            let mut chunk: Vec<Pending> = Vec::new();
-            let mut bytes = 0usize;
-            let mut chunks = Vec::new();
-            for p in group {
-                let len = p.message.body().len();
-                if !chunk.is_empty() && (bytes + len > MAX_BATCH_BYTES || chunk.len() >= MAX_CHUNK)
-                {
-                    chunks.push(std::mem::take(&mut chunk));
-                    bytes = 0;
-                }
-                bytes += len;
-                chunk.push(p);
-            }
-            if !chunk.is_empty() {
-                chunks.push(chunk);
-            }
-            for chunk in chunks {
-                let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
-                let Ok(permit) = Arc::clone(&rpcs).acquire_many_owned(n).await else {
-                    return;
-                };
-                // FIFO groups are sent one batch at a time, in order.
-                let lane = match chunk[0].message.message_group() {
-                    Some(g) => {
-                        if lanes.len() > 1024 {
-                            lanes.retain(|_, l| Arc::strong_count(l) > 1);
-                        }
-                        let key = (chunk[0].message.topic().to_string(), g.to_string());
-                        let l = Arc::clone(lanes.entry(key).or_default());
-                        Some(l.lock_owned().await)
-                    }
-                    None => None,
-                };
-                let producer = producer.clone();
-                let state = Arc::clone(&state);
-                tokio::spawn(async move {
-                    let (messages, callbacks): (Vec<Message>, Vec<Option<Py<PyAny>>>) =
-                        chunk.into_iter().map(|p| (p.message, p.callback)).unzip();
-                    // One result per message: a message that failed does not make the others
-                    // of its chunk look failed (they are sent one by one, see send_batch).
-                    let deliveries = match producer.send_each(messages).await {
-                        Ok(results) => callbacks
-                            .into_iter()
-                            .zip(results)
-                            .map(|(callback, result)| Delivery { callback, result })
-                            .collect(),
-                        Err(e) => callbacks
-                            .into_iter()
-                            .map(|callback| Delivery {
-                                callback,
-                                result: Err(duplicate(&e)),
-                            })
-                            .collect(),
-                    };
-                    state.complete(deliveries);
-                    drop(lane);
-                    drop(permit);
-                });
-            }
-        }
-    }
-}
-
 /// A RocketMQ 5 producer (see `ferrymq.Producer`).
 #[pyclass(name = "RocketMQProducer", module = "ferrymq._native", frozen)]
 pub struct PyProducer {
     rt: RuntimeRef,
     producer: Producer,
-    state: Arc<ProduceState>,
-    batcher_started: std::sync::atomic::AtomicBool,
+    produce: Produce<Producer>,
 }
 
-impl Drop for PyProducer {
-    /// A producer dropped without `close()` stops its batcher, which releases the client; the
-    /// client's background tasks then end (without `NotifyClientTermination`).
-    fn drop(&mut self) {
-        self.state.closed.store(true, Ordering::Release);
-        self.state.wake.notify_one();
-    }
+fn receipt_to_py(py: Python<'_>, r: SendReceipt) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, PySendReceipt::from(r))?.into_any())
 }
 
 fn install_stack_trace_provider() {
@@ -398,69 +197,6 @@ impl PyProducer {
     /// The core producer (the managed publisher drives it as a backend).
     pub fn core(&self) -> &Producer {
         &self.producer
-    }
-
-    fn start_batcher(&self) {
-        if !self.batcher_started.swap(true, Ordering::AcqRel) {
-            self.rt
-                .spawn(batcher(self.producer.clone(), Arc::clone(&self.state)));
-        }
-    }
-
-    /// Take completed deliveries (waiting up to `wait` for one) and run their callbacks here.
-    fn serve(&self, py: Python<'_>, wait: Duration) -> PyResult<usize> {
-        let mut batch: VecDeque<Delivery> = std::mem::take(&mut *self.state.completed.lock());
-        if batch.is_empty() && !wait.is_zero() && self.state.pending.load(Ordering::Acquire) > 0 {
-            let state = Arc::clone(&self.state);
-            self.rt.block_on(py, async move {
-                state.wait_ready(wait).await;
-                Ok(())
-            })?;
-            batch = std::mem::take(&mut *self.state.completed.lock());
-        }
-        let n = batch.len();
-        self.state.pending.fetch_sub(n, Ordering::AcqRel);
-        let mut first_error: Option<PyErr> = None;
-        for d in batch {
-            match (d.callback, d.result) {
-                (Some(cb), result) => {
-                    let args = match result {
-                        Ok(r) => (py.None(), Py::new(py, PySendReceipt::from(r))?.into_any()),
-                        Err(e) => (to_pyerr(e).into_value(py).into_any(), py.None()),
-                    };
-                    if let Err(e) = cb.call1(py, args) {
-                        if first_error.is_none() {
-                            first_error = Some(e);
-                        } else {
-                            tracing::warn!(target: "ferrymq::producer", error = %e, "on_delivery callback raised");
-                        }
-                    }
-                }
-                (None, Err(e)) => {
-                    tracing::warn!(target: "ferrymq::producer", error = %e, "produce() delivery failed (no on_delivery callback)");
-                }
-                (None, Ok(_)) => {}
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(n),
-        }
-    }
-
-    fn flush_inner(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<usize> {
-        let deadline = timeout.map(|t| ferrymq_core::duration::deadline(Instant::now(), t));
-        loop {
-            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let wait = remaining.map_or(Duration::from_millis(100), |r| {
-                r.min(Duration::from_millis(100))
-            });
-            self.serve(py, wait)?;
-            let pending = self.state.pending.load(Ordering::Acquire);
-            if pending == 0 || remaining.is_some_and(|r| r.is_zero()) {
-                return Ok(pending);
-            }
-        }
     }
 }
 
@@ -494,7 +230,7 @@ async fn batch(
 #[pymethods]
 impl PyProducer {
     #[new]
-    #[pyo3(signature = (endpoints, *, topics=Vec::new(), credentials=None, namespace=None, tls=None, request_timeout=None, max_attempts=None, transaction_checker=None, max_pending=DEFAULT_MAX_PENDING, heartbeat_interval=None, route_refresh_interval=None, settings_sync_interval=None))]
+    #[pyo3(signature = (endpoints, *, topics=Vec::new(), credentials=None, namespace=None, tls=None, request_timeout=None, max_attempts=None, transaction_checker=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING, heartbeat_interval=None, route_refresh_interval=None, settings_sync_interval=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         endpoints: &Bound<'_, PyAny>,
@@ -522,9 +258,6 @@ impl PyProducer {
             route_refresh_interval,
             settings_sync_interval,
         )?;
-        if max_pending == 0 {
-            return Err(invalid("max_pending", "must be at least 1"));
-        }
         let checker: Option<Arc<dyn TransactionChecker>> = match transaction_checker {
             None => None,
             Some(c) => {
@@ -541,42 +274,25 @@ impl PyProducer {
         // Construction spawns nothing, but the client layer needs a runtime context for timers.
         let _guard = rt.handle().enter();
         let producer = Producer::new(options, topics, checker).map_err(to_pyerr)?;
+        let produce = Produce::new(producer.clone(), max_pending, rt, receipt_to_py)?;
         Ok(Self {
             rt,
             producer,
-            state: Arc::new(ProduceState {
-                queue: Mutex::new(Vec::new()),
-                wake: Notify::new(),
-                closed: std::sync::atomic::AtomicBool::new(false),
-                completed: Mutex::new(VecDeque::new()),
-                pending: AtomicUsize::new(0),
-                outstanding: AtomicUsize::new(0),
-                ready: Notify::new(),
-                drained: Notify::new(),
-                max_pending,
-            }),
-            batcher_started: std::sync::atomic::AtomicBool::new(false),
+            produce,
         })
     }
 
     /// Connect: telemetry settings and the routes of `topics`. Raises on any failure.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
         let p = self.producer.clone();
-        self.rt.block_on(py, async move { p.start().await })?;
-        self.start_batcher();
-        Ok(())
+        self.rt.block_on(py, async move { p.start().await })
     }
 
     fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
         let p = this.producer.clone();
-        let me: Py<PyProducer> = slf.clone().unbind();
-        future_into_py(py, this.rt, async move {
-            p.start().await?;
-            me.get().start_batcher();
-            Ok(())
-        })
+        future_into_py(py, this.rt, async move { p.start().await })
     }
 
     /// Send one message and wait for the broker's receipt.
@@ -646,54 +362,28 @@ impl PyProducer {
         message: PyRef<'_, PyMessage>,
         on_delivery: Option<Py<PyAny>>,
     ) -> PyResult<()> {
-        if let Some(cb) = &on_delivery {
-            if !cb.bind(py).is_callable() {
-                return Err(invalid("on_delivery", "must be callable"));
-            }
-        }
         self.producer.client().check_running().map_err(to_pyerr)?;
-        while self.state.pending.load(Ordering::Acquire) >= self.state.max_pending {
-            self.serve(py, Duration::from_millis(100))?;
-        }
-        if self.state.closed.load(Ordering::Acquire) {
-            return Err(to_pyerr(Error::closed("the producer is closed")));
-        }
-        self.state.pending.fetch_add(1, Ordering::AcqRel);
-        self.state.outstanding.fetch_add(1, Ordering::AcqRel);
-        let first = {
-            let mut q = self.state.queue.lock();
-            q.push(Pending {
-                message: message.inner.clone(),
-                callback: on_delivery,
-            });
-            q.len() == 1
-        };
-        if first {
-            self.state.wake.notify_one();
-        }
-        Ok(())
+        self.produce.produce(py, message.inner.clone(), on_delivery)
     }
 
     /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
     /// returns how many were reported.
     #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
     fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let wait = durations::or("timeout", timeout, Lower::NonNegative, Duration::ZERO)?;
-        self.serve(py, wait)
+        self.produce.poll(py, timeout)
     }
 
     /// Wait until every produced message is reported (or `timeout` seconds pass), running the
     /// callbacks here; returns how many are still pending.
     #[pyo3(signature = (timeout=None))]
     fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let t = durations::optional("timeout", timeout, Lower::NonNegative)?;
-        self.flush_inner(py, t)
+        self.produce.flush(py, timeout)
     }
 
     /// Messages produced and not yet reported.
     #[getter]
     fn pending(&self) -> usize {
-        self.state.pending.load(Ordering::Acquire)
+        self.produce.pending()
     }
 
     /// Start a transaction.
@@ -726,9 +416,8 @@ impl PyProducer {
     /// Flush produced messages (running their callbacks), wait for in-flight sends, then tell
     /// the brokers (`NotifyClientTermination`). Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.state.closed.store(true, Ordering::Release);
-        self.state.wake.notify_one();
-        let flushed = self.flush_inner(py, None);
+        self.produce.close();
+        let flushed = self.produce.flush_for(py, None);
         let p = self.producer.clone();
         self.rt.block_on(py, async move {
             p.close().await;
@@ -740,12 +429,11 @@ impl PyProducer {
     /// Async `close`: waits for produced messages and in-flight sends; the facade then runs the
     /// remaining delivery callbacks with `poll(0)`.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.state.closed.store(true, Ordering::Release);
-        self.state.wake.notify_one();
+        self.produce.close();
+        let drained = self.produce.drained();
         let p = self.producer.clone();
-        let state = Arc::clone(&self.state);
         future_into_py(py, self.rt, async move {
-            state.wait_drained().await;
+            drained.await;
             p.close().await;
             Ok(())
         })

@@ -18,6 +18,7 @@ use tokio::sync::OnceCell;
 use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
+use crate::produce::Produce;
 use crate::runtime::RuntimeRef;
 
 use super::{cluster_options, endpoints_arg, extract_message, extract_messages};
@@ -152,8 +153,26 @@ fn python_checker(callback: Py<PyAny>) -> TransactionChecker {
     })
 }
 
-/// The managed publisher's backend over a (lazily connected) JMQ4 producer.
+/// The managed publisher's and the produce path's backend over a (lazily connected) JMQ4
+/// producer.
+#[derive(Clone)]
 pub struct PublishBackendJmq(Arc<ProducerState>);
+
+impl ferrymq_core::produce::ProduceBackend for PublishBackendJmq {
+    type Receipt = SendReceipt;
+    fn send_chunk(
+        &self,
+        messages: Vec<ferrymq_core::Message>,
+    ) -> futures::future::BoxFuture<'static, Result<Vec<Result<SendReceipt, Error>>, Error>> {
+        use futures::FutureExt;
+        let state = Arc::clone(&self.0);
+        async move { state.get().await?.send_chunk(messages).await }.boxed()
+    }
+}
+
+fn receipt_to_py(py: Python<'_>, inner: SendReceipt) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, PyJmqSendReceipt { inner })?.into_any())
+}
 
 impl ferrymq_core::publisher::PublishBackend for PublishBackendJmq {
     fn send(
@@ -183,6 +202,7 @@ pub struct JmqProducer {
     state: Arc<ProducerState>,
     rt: RuntimeRef,
     endpoint: String,
+    produce: Produce<PublishBackendJmq>,
 }
 
 impl JmqProducer {
@@ -195,7 +215,7 @@ impl JmqProducer {
 #[pymethods]
 impl JmqProducer {
     #[new]
-    #[pyo3(signature = (endpoints=None, *, app, token, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=None, request_timeout=None, max_body=3145728, transaction_timeout=None, transaction_checker=None, transaction_topics=None, feedback_interval=None, metadata_refresh=None, client_ip=None, endpoint=None), text_signature = "(endpoints=None, *, app, token, region=None, namespace=None, qos=\"replication\", compression=\"zlib\", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None, endpoint=None)")]
+    #[pyo3(signature = (endpoints=None, *, app, token, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=None, request_timeout=None, max_body=3145728, transaction_timeout=None, transaction_checker=None, transaction_topics=None, feedback_interval=None, metadata_refresh=None, client_ip=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING, endpoint=None), text_signature = "(endpoints=None, *, app, token, region=None, namespace=None, qos=\"replication\", compression=\"zlib\", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None, max_pending=65536, endpoint=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -217,6 +237,7 @@ impl JmqProducer {
         feedback_interval: Option<&Bound<'_, PyAny>>,
         metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
+        #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
         endpoint: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let endpoint = &endpoints_arg(py, endpoints, endpoint)?;
@@ -265,14 +286,18 @@ impl JmqProducer {
             checker: transaction_checker.map(python_checker),
             transaction_topics: transaction_topics.unwrap_or_default(),
         };
+        let state = Arc::new(ProducerState {
+            cluster,
+            options,
+            client: OnceCell::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        });
+        let rt = RuntimeRef::current()?;
+        let backend = PublishBackendJmq(Arc::clone(&state));
         Ok(Self {
-            state: Arc::new(ProducerState {
-                cluster,
-                options,
-                client: OnceCell::new(),
-                closed: std::sync::atomic::AtomicBool::new(false),
-            }),
-            rt: RuntimeRef::current()?,
+            produce: Produce::new(backend, max_pending, rt, receipt_to_py)?,
+            state,
+            rt,
             endpoint: endpoint.to_string(),
         })
     }
@@ -348,6 +373,40 @@ impl JmqProducer {
         })
     }
 
+    /// Queue `message` for a batched send; `on_delivery(err, receipt)` runs later, on this
+    /// thread, inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are
+    /// pending.
+    #[pyo3(signature = (message, on_delivery=None))]
+    fn produce(
+        &self,
+        py: Python<'_>,
+        message: &Bound<'_, PyAny>,
+        on_delivery: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let m = extract_message(message)?;
+        self.produce.produce(py, m, on_delivery)
+    }
+
+    /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
+    /// returns how many were reported.
+    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
+    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        self.produce.poll(py, timeout)
+    }
+
+    /// Wait until every produced message is reported (or `timeout` seconds pass), running the
+    /// callbacks here; returns how many are still pending.
+    #[pyo3(signature = (timeout=None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        self.produce.flush(py, timeout)
+    }
+
+    /// Messages produced and not yet reported.
+    #[getter]
+    fn pending(&self) -> usize {
+        self.produce.pending()
+    }
+
     /// Begin a transaction on `topic` (PREPARE). `transaction_id` is reported back to the
     /// `transaction_checker` if the transaction expires unresolved.
     #[pyo3(signature = (topic, transaction_id=None))]
@@ -411,19 +470,27 @@ impl JmqProducer {
         })
     }
 
-    /// Close: REMOVE_PRODUCER and REMOVE_CONNECTION, then the sockets. Idempotent.
+    /// Close: flush produced messages (running their callbacks), then REMOVE_PRODUCER and
+    /// REMOVE_CONNECTION, then the sockets. Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.produce.close();
+        let flushed = self.produce.flush_for(py, None);
         let s = self.state.clone();
         self.rt.block_on(py, async move {
             s.close().await;
             Ok(())
-        })
+        })?;
+        flushed.map(|_| ())
     }
 
-    /// Async form of `close`.
+    /// Async form of `close`: waits for produced messages; their callbacks run in the next
+    /// `poll()`.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.produce.close();
+        let drained = self.produce.drained();
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
+            drained.await;
             s.close().await;
             Ok(())
         })
@@ -477,8 +544,11 @@ impl JmqProducer {
         _v: Py<PyAny>,
         _tb: Py<PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        self.produce.close();
+        let drained = self.produce.drained();
         let s = self.state.clone();
         future_into_py(py, self.rt, async move {
+            drained.await;
             s.close().await;
             Ok(false)
         })
