@@ -32,7 +32,23 @@ from .exceptions import ClientClosedError, FerryError, InvalidArgumentError
 #: ``on_delivery(err, receipt)`` of ``produce``.
 Callback = Callable[[FerryError | None, Any], object]
 
-__all__ = ["NatsBackend", "NatsSendReceipt"]
+__all__ = ["NatsBackend", "NatsSendReceipt", "user_password"]
+
+
+def user_password(credentials: object) -> tuple[str | None, str | None]:
+    """``credentials`` of a ``nats://`` facade: ``None`` or ``(user, password)``."""
+    if credentials is None:
+        return None, None
+    if not (
+        isinstance(credentials, tuple)
+        and len(credentials) == 2
+        and all(isinstance(c, str) for c in credentials)
+    ):
+        raise InvalidArgumentError(
+            "credentials: a nats:// endpoint takes (user, password) or token="
+        )
+    user, password = credentials
+    return user, password
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,17 +93,7 @@ class NatsBackend:
         request_timeout: float | timedelta | None,
         max_pending: int,
     ) -> None:
-        user = password = None
-        if credentials is not None:
-            if not (
-                isinstance(credentials, tuple)
-                and len(credentials) == 2
-                and all(isinstance(c, str) for c in credentials)
-            ):
-                raise InvalidArgumentError(
-                    "credentials: a nats:// endpoint takes (user, password) or token="
-                )
-            user, password = credentials
+        user, password = user_password(credentials)
         # checks the arguments; connects in start()
         self._js = _native.JetStream(
             endpoints if isinstance(endpoints, str) else list(endpoints),

@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 from . import _native
 from ._jmq_simple import DEFAULT_AWAIT, _seconds, _topics
 from ._native import FilterExpression, JsMessage
+from ._nats import user_password
 from ._views import only
 from .exceptions import ClientClosedError, InvalidArgumentError
 
@@ -67,17 +68,7 @@ def jetstream_args(
     if unknown:
         known = ", ".join(sorted(OPTIONS))
         raise InvalidArgumentError(f"nats_options: unknown option {unknown[0]!r} ({known})")
-    user = password = None
-    if credentials is not None:
-        if not (
-            isinstance(credentials, tuple)
-            and len(credentials) == 2
-            and all(isinstance(c, str) for c in credentials)
-        ):
-            raise InvalidArgumentError(
-                "credentials: a nats:// endpoint takes (user, password) or token="
-            )
-        user, password = credentials
+    user, password = user_password(credentials)
     stream: str | None = extra.get("stream")
     ack_wait = _native.seconds("ack_wait", extra.get("ack_wait", _DEFAULT_ACK_WAIT), zero=False)
     js = _native.JetStream(

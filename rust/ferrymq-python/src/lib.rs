@@ -19,6 +19,7 @@ mod logging;
 mod message;
 mod message_view;
 mod nats;
+mod nats_consumer;
 mod nats_range;
 mod offset_consumer;
 mod offset_reader;
@@ -73,7 +74,9 @@ mod _native {
     #[pymodule_export]
     use crate::message_view::PyMessageView;
     #[pymodule_export]
-    use crate::nats::{PyJetStream, PyJsMessage, PyPullConsumer, PyStreamInfo};
+    use crate::nats::{PyJetStream, PyStreamInfo};
+    #[pymodule_export]
+    use crate::nats_consumer::{PyJsMessage, PyPullConsumer};
     #[pymodule_export]
     use crate::nats_range::PyNatsRangeReader;
     #[pymodule_export]
