@@ -15,6 +15,7 @@ mod exit;
 mod ints;
 mod jmq;
 mod jmq_range;
+mod lazy;
 mod logging;
 mod message;
 mod message_view;

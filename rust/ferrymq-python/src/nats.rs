@@ -1,7 +1,6 @@
 //! `ferrymq.JetStream` and `ferrymq.StreamInfo`: the NATS JetStream client over `nats://`
 //! endpoints (its pull consumers and messages are in `nats_consumer.rs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,9 +12,9 @@ use ferrymq_core::nats::{
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
+use crate::lazy::{Connect, Handle, Lazy};
 use crate::message::PyMessage;
 use crate::nats_consumer::PyPullConsumer;
 use crate::produce::Produce;
@@ -86,58 +85,22 @@ impl PyStreamInfo {
     }
 }
 
-/// The connection of a `JetStream`: made by `start()` (or the first call that needs it), never
-/// by the constructor.
-struct Connection {
-    opts: NatsOptions,
-    /// The endpoints, credentials removed.
-    endpoints: String,
-    js: tokio::sync::OnceCell<JetStream>,
-    closed: AtomicBool,
-}
-
-impl Connection {
-    fn new(opts: NatsOptions) -> Self {
-        let endpoints = opts
-            .endpoints
-            .iter()
-            .map(|e| nats::redact(e))
-            .collect::<Vec<_>>()
-            .join(",");
-        Self {
-            opts,
-            endpoints,
-            js: tokio::sync::OnceCell::new(),
-            closed: AtomicBool::new(false),
-        }
+impl Connect for JetStream {
+    type Options = NatsOptions;
+    const CLOSED: &'static str = "the JetStream client is closed";
+    fn open(options: NatsOptions) -> impl std::future::Future<Output = Result<Self, Error>> + Send {
+        JetStream::connect(options)
     }
-
-    /// The connected client, connecting first if needed (one connection, whoever asks first).
-    async fn get(&self) -> Result<JetStream, Error> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::closed("the JetStream client is closed"));
-        }
-        self.js
-            .get_or_try_init(|| JetStream::connect(self.opts.clone()))
-            .await
-            .cloned()
-    }
-
-    /// Close the connection if one was made; later calls fail as closed.
-    async fn close(&self) -> Result<(), Error> {
-        self.closed.store(true, Ordering::Release);
-        match self.js.get() {
-            Some(js) => js.close().await,
-            None => Ok(()),
-        }
+    fn shut(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        self.close()
     }
 }
 
 /// The produce path's backend: the connection, made by whoever needs it first.
 #[derive(Clone)]
-struct Lazy(Arc<Connection>);
+struct Backend(Arc<Lazy<JetStream>>);
 
-impl ferrymq_core::produce::ProduceBackend for Lazy {
+impl ferrymq_core::produce::ProduceBackend for Backend {
     type Receipt = ferrymq_core::publisher::PublishAck;
     fn send_chunk(
         &self,
@@ -156,29 +119,35 @@ fn ack_to_py(py: Python<'_>, inner: ferrymq_core::publisher::PublishAck) -> PyRe
 /// A client of NATS with JetStream.
 #[pyclass(name = "JetStream", module = "ferrymq", frozen)]
 pub struct PyJetStream {
-    conn: Arc<Connection>,
-    rt: RuntimeRef,
-    produce: Produce<Lazy>,
+    /// Connected by `start()` (or the first call that needs it), never by the constructor;
+    /// its endpoint is the endpoints with credentials removed.
+    h: Handle<JetStream>,
+    produce: Produce<Backend>,
 }
 
 impl PyJetStream {
     /// The options it connects with (a push consumer opens its own connection with them).
     pub fn options(&self) -> NatsOptions {
-        self.conn.opts.clone()
+        self.h.state.options.clone()
     }
 
-    fn with(conn: Arc<Connection>, rt: RuntimeRef, max_pending: usize) -> PyResult<Self> {
+    fn with(opts: NatsOptions, rt: RuntimeRef, max_pending: usize) -> PyResult<Self> {
+        let endpoints = opts
+            .endpoints
+            .iter()
+            .map(|e| nats::redact(e))
+            .collect::<Vec<_>>()
+            .join(",");
+        let h = Handle::new(endpoints, opts, rt);
         Ok(Self {
-            produce: Produce::new(Lazy(Arc::clone(&conn)), max_pending, rt, ack_to_py)?,
-            conn,
-            rt,
+            produce: Produce::new(Backend(Arc::clone(&h.state)), max_pending, rt, ack_to_py)?,
+            h,
         })
     }
 
     /// The connected client (connecting now if needed), for the managed publisher.
     pub fn connected(&self, py: Python<'_>) -> PyResult<JetStream> {
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move { conn.get().await })
+        self.h.connect(py)
     }
 }
 
@@ -293,7 +262,7 @@ impl PyJetStream {
             request_timeout,
         )?;
         let _ = py;
-        Self::with(Arc::new(Connection::new(opts)), rt, max_pending)
+        Self::with(opts, rt, max_pending)
     }
 
     /// Connect (blocking, GIL released); returns the client. Idempotent.
@@ -304,14 +273,7 @@ impl PyJetStream {
 
     /// Awaitable form of `start`.
     fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let rt = slf.get().rt;
-        let conn = Arc::clone(&slf.get().conn);
-        let me = slf.unbind();
-        future_into_py(py, rt, async move {
-            conn.get().await?;
-            Ok(me)
-        })
+        slf.get().h.start_async(slf.py(), slf.clone().unbind())
     }
 
     /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
@@ -339,18 +301,14 @@ impl PyJetStream {
             connect_timeout,
             request_timeout,
         )?;
-        let conn = Arc::new(Connection::new(opts));
-        let js = Self::with(Arc::clone(&conn), rt, max_pending)?;
-        future_into_py(py, rt, async move {
-            conn.get().await?;
-            Ok(js)
-        })
+        let js = Py::new(py, Self::with(opts, rt, max_pending)?)?;
+        js.get().h.start_async(py, js.clone_ref(py))
     }
 
     /// The endpoints, credentials removed.
     #[getter]
     fn endpoints(&self) -> &str {
-        &self.conn.endpoints
+        &self.h.endpoint
     }
 
     /// The server's version, e.g. "2.9.10".
@@ -389,9 +347,7 @@ impl PyJetStream {
                 expected_last_msg_id,
             },
         )?;
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        self.h.block(py, move |js| async move {
             let inner = js.publish(None, &out).await?;
             Ok(PyPublishAck { inner })
         })
@@ -427,9 +383,7 @@ impl PyJetStream {
                 expected_last_msg_id,
             },
         )?;
-        let conn = Arc::clone(&self.conn);
-        future_into_py(py, self.rt, async move {
-            let js = conn.get().await?;
+        self.h.spawn(py, move |js| async move {
             let inner = js.publish(None, &out).await?;
             Ok(PyPublishAck { inner })
         })
@@ -469,9 +423,7 @@ impl PyJetStream {
             max_age,
             replicas,
         )?;
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        self.h.block(py, move |js| async move {
             let inner = js.create_stream(&cfg).await?;
             Ok(PyStreamInfo { inner })
         })
@@ -480,9 +432,7 @@ impl PyJetStream {
     /// The state of stream `name`.
     fn stream_info(&self, py: Python<'_>, name: String) -> PyResult<PyStreamInfo> {
         ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        self.h.block(py, move |js| async move {
             let inner = js.stream_info(&name).await?;
             Ok(PyStreamInfo { inner })
         })
@@ -491,11 +441,8 @@ impl PyJetStream {
     /// Delete stream `name`; False when it did not exist.
     fn delete_stream(&self, py: Python<'_>, name: String) -> PyResult<bool> {
         ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
-            js.delete_stream(&name).await
-        })
+        self.h
+            .block(py, move |js| async move { js.delete_stream(&name).await })
     }
 
     /// Bind to (or create) a pull consumer on `stream`.
@@ -532,10 +479,8 @@ impl PyJetStream {
                 Duration::from_secs(300),
             )?,
         };
-        let conn = Arc::clone(&self.conn);
-        let rt = self.rt;
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        let rt = self.h.rt;
+        self.h.block(py, move |js| async move {
             let inner = js.pull_consumer(&stream, &cfg).await?;
             Ok(PyPullConsumer {
                 inner: Arc::new(inner),
@@ -563,10 +508,8 @@ impl PyJetStream {
             Lower::Positive,
             Duration::from_secs(30),
         )?;
-        let conn = Arc::clone(&self.conn);
-        let rt = self.rt;
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        let rt = self.h.rt;
+        self.h.block(py, move |js| async move {
             let inner = ferrymq_core::nats::consumer_rpc::bind_group(
                 &js,
                 &group,
@@ -584,9 +527,7 @@ impl PyJetStream {
 
     /// Delete consumer `name` of `stream`; False when it did not exist.
     fn delete_consumer(&self, py: Python<'_>, stream: String, name: String) -> PyResult<bool> {
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        self.h.block(py, move |js| async move {
             js.delete_consumer(&stream, &name).await
         })
     }
@@ -597,9 +538,7 @@ impl PyJetStream {
     #[pyo3(signature = (timeout=None))]
     fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let left = self.produce.flush(py, timeout)?;
-        let conn = Arc::clone(&self.conn);
-        self.rt
-            .block_on(py, async move { conn.get().await?.flush().await })?;
+        self.h.block(py, |js| async move { js.flush().await })?;
         Ok(left)
     }
 
@@ -640,8 +579,7 @@ impl PyJetStream {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.produce.close();
         let flushed = self.produce.flush_for(py, None);
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move { conn.close().await })?;
+        self.h.close(py)?;
         flushed.map(|_| ())
     }
 
@@ -649,12 +587,7 @@ impl PyJetStream {
     /// `poll()`.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.produce.close();
-        let drained = self.produce.drained();
-        let conn = Arc::clone(&self.conn);
-        future_into_py(py, self.rt, async move {
-            drained.await;
-            conn.close().await
-        })
+        self.h.close_async(py, self.produce.drained(), ())
     }
 
     fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
@@ -684,16 +617,10 @@ impl PyJetStream {
         _tb: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.produce.close();
-        let drained = self.produce.drained();
-        let conn = Arc::clone(&self.conn);
-        future_into_py(py, self.rt, async move {
-            drained.await;
-            conn.close().await?;
-            Ok(false)
-        })
+        self.h.close_async(py, self.produce.drained(), false)
     }
 
     fn __repr__(&self) -> String {
-        format!("JetStream({:?})", self.conn.endpoints)
+        format!("JetStream({:?})", self.h.endpoint)
     }
 }
