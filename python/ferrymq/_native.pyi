@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 from os import PathLike
 from typing import Any, final, type_check_only
 
-from typing_extensions import Self
+from typing_extensions import Self, disjoint_base
 
 __version__: str
 
@@ -17,7 +17,7 @@ def new_message_id() -> str: ...
 def message_group_hash(group: str) -> int: ...
 def fifo_queue_index(group: str, queues: int) -> int: ...
 
-# -- stub-only bases: what several classes answer alike, stated once ------------------------------
+# -- bases: what several classes answer alike, stated once (type_check_only: stub only) -------
 
 @type_check_only
 class _MessageFields:
@@ -55,10 +55,10 @@ class _Produces:
     @property
     def pending(self) -> int: ...
 
-@type_check_only
-class _LazyClient:
-    # a client that connects on start() or on the first call that needs it (JmqProducer,
-    # JmqConsumer, JetStream); the context managers start and close it
+@disjoint_base
+class LazyClient:
+    # the base class of the clients that connect on start() or on the first call that needs
+    # it (JmqProducer, JmqConsumer, JetStream); the context managers start and close them
     @property
     def endpoints(self) -> str: ...
     def start(self) -> Self: ...
@@ -194,7 +194,7 @@ class JmqTransaction:
 _JmqTransactionChecker = Callable[[str, str, str], str | bool | None]
 
 @final
-class JmqProducer(_LazyClient, _Produces):
+class JmqProducer(LazyClient, _Produces):
     def __new__(
         cls,
         endpoints: str | None = None,
@@ -237,7 +237,7 @@ class JmqProducer(_LazyClient, _Produces):
     def resolve_feedback_async(self, topic: str) -> Awaitable[int]: ...
 
 @final
-class JmqConsumer(_LazyClient):
+class JmqConsumer(LazyClient):
     def __new__(
         cls,
         endpoints: str | None = None,
@@ -837,7 +837,7 @@ class JsPullConsumer:
     def state(self) -> dict[str, int]: ...
 
 @final
-class JetStream(_LazyClient, _Produces):
+class JetStream(LazyClient, _Produces):
     def __new__(
         cls,
         endpoints: str | Sequence[str],

@@ -2,7 +2,8 @@
 //! of its Python class goes through: the blocking form releases the GIL
 //! (`RuntimeRef::block_on`), the asyncio form returns an awaitable (`future_into_py`); both
 //! connect first and fail with `ClientClosedError` after `close()`. Held by `JmqProducer`,
-//! `JmqConsumer` and `JetStream`.
+//! `JmqConsumer` and `JetStream`, which extend `LazyClient`: their lifecycle methods (`start`,
+//! `close`, the context managers, `endpoints`) are stated once there.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +14,7 @@ use pyo3::prelude::*;
 use tokio::sync::OnceCell;
 
 use crate::aio::future_into_py;
+use crate::produce::Produce;
 use crate::runtime::RuntimeRef;
 
 /// A core client the binding connects lazily.
@@ -64,6 +66,7 @@ impl<C: Connect> Lazy<C> {
 }
 
 /// What a lazily connecting class holds: its client, its runtime and its endpoint(s) as shown.
+#[derive(Clone)]
 pub(crate) struct Handle<C: Connect> {
     pub(crate) state: Arc<Lazy<C>>,
     pub(crate) rt: RuntimeRef,
@@ -144,5 +147,149 @@ impl<C: Connect> Handle<C> {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.state.is_closed()
+    }
+}
+
+/// The lifecycle of a lazily connecting class, whatever its client (and produce path).
+trait Lifecycle: Send + Sync {
+    fn endpoint(&self) -> &str;
+    fn connect(&self, py: Python<'_>) -> PyResult<()>;
+    fn connect_async<'py>(&self, py: Python<'py>, me: Py<PyAny>) -> PyResult<Bound<'py, PyAny>>;
+    fn close(&self, py: Python<'_>) -> PyResult<()>;
+    fn close_async<'py>(&self, py: Python<'py>, result: Py<PyAny>) -> PyResult<Bound<'py, PyAny>>;
+}
+
+/// A client without a produce path.
+impl<C: Connect> Lifecycle for Handle<C> {
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+    fn connect(&self, py: Python<'_>) -> PyResult<()> {
+        Handle::connect(self, py).map(|_| ())
+    }
+    fn connect_async<'py>(&self, py: Python<'py>, me: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.start_async(py, me)
+    }
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        Handle::close(self, py)
+    }
+    fn close_async<'py>(&self, py: Python<'py>, result: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        Handle::close_async(self, py, async {}, result)
+    }
+}
+
+/// A producer: closing flushes what was produced first.
+impl<C: Connect, B: ferrymq_core::produce::ProduceBackend> Lifecycle
+    for (Handle<C>, Arc<Produce<B>>)
+{
+    fn endpoint(&self) -> &str {
+        &self.0.endpoint
+    }
+    fn connect(&self, py: Python<'_>) -> PyResult<()> {
+        Lifecycle::connect(&self.0, py)
+    }
+    fn connect_async<'py>(&self, py: Python<'py>, me: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.0.start_async(py, me)
+    }
+    /// Flush produced messages (running their callbacks), then close the client.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.1.close();
+        let flushed = self.1.flush_for(py, None);
+        self.0.close(py)?;
+        flushed.map(|_| ())
+    }
+    /// Wait for produced messages (their callbacks run in the next `poll()`), then close.
+    fn close_async<'py>(&self, py: Python<'py>, result: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.1.close();
+        self.0.close_async(py, self.1.drained(), result)
+    }
+}
+
+/// The base class of `JmqProducer`, `JmqConsumer` and `JetStream`: a client that connects on
+/// `start()` (or on the first call that needs it) and is closed once.
+#[pyclass(name = "LazyClient", module = "ferrymq._native", subclass, frozen)]
+pub struct LazyClient {
+    life: Box<dyn Lifecycle>,
+}
+
+impl LazyClient {
+    /// The base of a client without a produce path.
+    pub(crate) fn of<C: Connect>(h: &Handle<C>) -> Self {
+        Self {
+            life: Box::new(h.clone()),
+        }
+    }
+
+    /// The base of a producer.
+    pub(crate) fn producer<C: Connect, B: ferrymq_core::produce::ProduceBackend>(
+        h: &Handle<C>,
+        produce: &Arc<Produce<B>>,
+    ) -> Self {
+        Self {
+            life: Box::new((h.clone(), Arc::clone(produce))),
+        }
+    }
+}
+
+#[pymethods]
+impl LazyClient {
+    /// The endpoint(s) it connects to (credentials removed).
+    #[getter]
+    fn endpoints(&self) -> &str {
+        self.life.endpoint()
+    }
+
+    /// Connect now (blocking, GIL released), failing fast on a wrong address or credentials;
+    /// returns the client. Idempotent.
+    fn start(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().life.connect(slf.py())?;
+        Ok(slf)
+    }
+
+    /// Async form of `start`; the awaitable gives the client back.
+    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let me = slf.clone().into_any().unbind();
+        slf.get().life.connect_async(slf.py(), me)
+    }
+
+    /// Close (idempotent): a producer first flushes what was produced, running the callbacks;
+    /// then the client leaves the server and closes its sockets.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.life.close(py)
+    }
+
+    /// Async form of `close` (a producer's callbacks run in the next `poll()`).
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.life.close_async(py, py.None())
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        Self::start(slf)
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        Self::start_async(slf)
+    }
+
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let result = false.into_pyobject(py)?.to_owned().into_any().unbind();
+        self.life.close_async(py, result)
     }
 }

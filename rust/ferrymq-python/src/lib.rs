@@ -71,6 +71,8 @@ mod _native {
     #[pymodule_export]
     use crate::jmq_range::PyJmqRangeReader;
     #[pymodule_export]
+    use crate::lazy::LazyClient;
+    #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]
     use crate::message_view::PyMessageView;

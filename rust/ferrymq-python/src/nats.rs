@@ -14,7 +14,7 @@ use pyo3::types::PyString;
 
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
-use crate::lazy::{Connect, Handle, Lazy};
+use crate::lazy::{Connect, Handle, Lazy, LazyClient};
 use crate::message::PyMessage;
 use crate::nats_consumer::PyPullConsumer;
 use crate::produce::Produce;
@@ -116,13 +116,14 @@ fn ack_to_py(py: Python<'_>, inner: ferrymq_core::publisher::PublishAck) -> PyRe
     Ok(Py::new(py, PyPublishAck { inner })?.into_any())
 }
 
-/// A client of NATS with JetStream.
-#[pyclass(name = "JetStream", module = "ferrymq", frozen)]
+/// A client of NATS with JetStream. `close()` flushes produced messages (running their
+/// callbacks), then flushes and closes the connection.
+#[pyclass(name = "JetStream", module = "ferrymq", frozen, extends = LazyClient)]
 pub struct PyJetStream {
     /// Connected by `start()` (or the first call that needs it), never by the constructor;
     /// its endpoint is the endpoints with credentials removed.
     h: Handle<JetStream>,
-    produce: Produce<Backend>,
+    produce: Arc<Produce<Backend>>,
 }
 
 impl PyJetStream {
@@ -131,7 +132,11 @@ impl PyJetStream {
         self.h.state.options.clone()
     }
 
-    fn with(opts: NatsOptions, rt: RuntimeRef, max_pending: usize) -> PyResult<Self> {
+    fn with(
+        opts: NatsOptions,
+        rt: RuntimeRef,
+        max_pending: usize,
+    ) -> PyResult<PyClassInitializer<Self>> {
         let endpoints = opts
             .endpoints
             .iter()
@@ -139,10 +144,10 @@ impl PyJetStream {
             .collect::<Vec<_>>()
             .join(",");
         let h = Handle::new(endpoints, opts, rt);
-        Ok(Self {
-            produce: Produce::new(Backend(Arc::clone(&h.state)), max_pending, rt, ack_to_py)?,
-            h,
-        })
+        let backend = Backend(Arc::clone(&h.state));
+        let produce = Arc::new(Produce::new(backend, max_pending, rt, ack_to_py)?);
+        let base = LazyClient::producer(&h, &produce);
+        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
     }
 
     /// The connected client (connecting now if needed), for the managed publisher.
@@ -250,7 +255,7 @@ impl PyJetStream {
         connect_timeout: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
-    ) -> PyResult<Self> {
+    ) -> PyResult<PyClassInitializer<Self>> {
         let rt = RuntimeRef::current()?;
         let opts = options(
             endpoints,
@@ -263,17 +268,6 @@ impl PyJetStream {
         )?;
         let _ = py;
         Self::with(opts, rt, max_pending)
-    }
-
-    /// Connect (blocking, GIL released); returns the client. Idempotent.
-    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        slf.get().connected(py)?;
-        Ok(slf)
-    }
-
-    /// Awaitable form of `start`.
-    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.get().h.start_async(slf.py(), slf.clone().unbind())
     }
 
     /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
@@ -303,12 +297,6 @@ impl PyJetStream {
         )?;
         let js = Py::new(py, Self::with(opts, rt, max_pending)?)?;
         js.get().h.start_async(py, js.clone_ref(py))
-    }
-
-    /// The endpoints, credentials removed.
-    #[getter]
-    fn endpoints(&self) -> &str {
-        &self.h.endpoint
     }
 
     /// The server's version, e.g. "2.9.10".
@@ -573,51 +561,6 @@ impl PyJetStream {
     #[getter]
     fn pending(&self) -> usize {
         self.produce.pending()
-    }
-
-    /// Flush produced messages (running their callbacks), then flush and close the connection.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.produce.close();
-        let flushed = self.produce.flush_for(py, None);
-        self.h.close(py)?;
-        flushed.map(|_| ())
-    }
-
-    /// Awaitable form of `close`: waits for produced messages; their callbacks run in the next
-    /// `poll()`.
-    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.produce.close();
-        self.h.close_async(py, self.produce.drained(), ())
-    }
-
-    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        Self::start(slf, py)
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _exc_type: &Bound<'_, PyAny>,
-        _exc: &Bound<'_, PyAny>,
-        _tb: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        Self::start_async(slf)
-    }
-
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _exc_type: &Bound<'_, PyAny>,
-        _exc: &Bound<'_, PyAny>,
-        _tb: &Bound<'_, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.produce.close();
-        self.h.close_async(py, self.produce.drained(), false)
     }
 
     fn __repr__(&self) -> String {

@@ -12,7 +12,7 @@ use pyo3::types::{IntoPyDict, PyBytes, PyDict, PyList, PyTuple};
 
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
-use crate::lazy::Handle;
+use crate::lazy::{Handle, LazyClient};
 use crate::runtime::RuntimeRef;
 
 use super::{cluster_options, endpoints_arg};
@@ -190,8 +190,10 @@ fn check_max(max_messages: usize) -> PyResult<()> {
 
 /// A JMQ4 consumer (`jmq://host:port`) in one of three modes: `"clustering"` (the broker
 /// balances partitions), `"coordinator"` (the coordinator assigns them) or `"broadcast"`
-/// (every consumer reads everything; positions kept by the client).
-#[pyclass(module = "ferrymq._native", frozen)]
+/// (every consumer reads everything; positions kept by the client). `start()` connects and checks
+/// every topic exists and is readable; `close()` sends REMOVE_CONSUMER and REMOVE_CONNECTION,
+/// then closes the sockets.
+#[pyclass(module = "ferrymq._native", frozen, extends = LazyClient)]
 pub struct JmqConsumer {
     h: Handle<CoreConsumer>,
 }
@@ -224,7 +226,7 @@ impl JmqConsumer {
         metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
         endpoint: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+    ) -> PyResult<PyClassInitializer<Self>> {
         let endpoint = &endpoints_arg(py, endpoints, endpoint)?;
         let topics =
             topics.ok_or_else(|| invalid("topics", "is required (a str or a list of str)"))?;
@@ -269,24 +271,12 @@ impl JmqConsumer {
             )?,
             ..ConsumerOptions::default()
         };
-        Ok(Self {
-            h: Handle::new(
-                endpoint.to_string(),
-                (cluster, options),
-                RuntimeRef::current()?,
-            ),
-        })
-    }
-
-    /// Connect now and check every topic exists and is readable.
-    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        slf.get().h.connect(py)?;
-        Ok(slf)
-    }
-
-    /// Async form of `start`; the awaitable gives the client back.
-    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.get().h.start_async(slf.py(), slf.clone().unbind())
+        let h = Handle::new(
+            endpoint.to_string(),
+            (cluster, options),
+            RuntimeRef::current()?,
+        );
+        Ok(PyClassInitializer::from(LazyClient::of(&h)).add_subclass(Self { h }))
     }
 
     /// Receive up to `max_messages`, waiting up to `wait` seconds for the first (long poll).
@@ -436,16 +426,6 @@ impl JmqConsumer {
         Ok(d)
     }
 
-    /// Close: REMOVE_CONSUMER and REMOVE_CONNECTION, then the sockets. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.h.close(py)
-    }
-
-    /// Async form of `close`.
-    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.h.close_async(py, async {}, ())
-    }
-
     #[getter]
     fn topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         PyList::new(py, &self.h.state.options.1.topics)
@@ -456,44 +436,9 @@ impl JmqConsumer {
         &self.h.endpoint
     }
 
-    /// The endpoint, as every client spells it.
-    #[getter]
-    fn endpoints(&self) -> &str {
-        &self.h.endpoint
-    }
-
     #[getter]
     fn closed(&self) -> bool {
         self.h.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        Self::start(slf, py)
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        Self::start_async(slf)
-    }
-
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.h.close_async(py, async {}, false)
     }
 
     fn __repr__(&self) -> String {

@@ -29,28 +29,26 @@ use crate::errors::{invalid, text, to_pyerr};
 use crate::lazy::Connect;
 use crate::message::PyMessage;
 
-impl Connect for CoreProducer {
-    type Options = (ClusterOptions, ProducerOptions);
-    const CLOSED: &'static str = "the JmqProducer is closed";
-    fn open((cluster, options): Self::Options) -> impl Future<Output = Result<Self, Error>> + Send {
-        Self::connect(cluster, options)
-    }
-    async fn shut(&self) -> Result<(), Error> {
-        self.close().await;
-        Ok(())
-    }
+/// Both JMQ4 clients connect (lazily) from the cluster options and their own.
+macro_rules! connect_jmq {
+    ($($core:ty => $options:ty, $closed:literal;)+) => {$(
+        impl Connect for $core {
+            type Options = (ClusterOptions, $options);
+            const CLOSED: &'static str = $closed;
+            fn open((cluster, options): Self::Options) -> impl Future<Output = Result<Self, Error>> + Send {
+                Self::connect(cluster, options)
+            }
+            async fn shut(&self) -> Result<(), Error> {
+                self.close().await;
+                Ok(())
+            }
+        }
+    )+};
 }
 
-impl Connect for CoreConsumer {
-    type Options = (ClusterOptions, ConsumerOptions);
-    const CLOSED: &'static str = "the JmqConsumer is closed";
-    fn open((cluster, options): Self::Options) -> impl Future<Output = Result<Self, Error>> + Send {
-        Self::connect(cluster, options)
-    }
-    async fn shut(&self) -> Result<(), Error> {
-        self.close().await;
-        Ok(())
-    }
+connect_jmq! {
+    CoreProducer => ProducerOptions, "the JmqProducer is closed";
+    CoreConsumer => ConsumerOptions, "the JmqConsumer is closed";
 }
 
 /// Extract one `ferrymq.Message`.

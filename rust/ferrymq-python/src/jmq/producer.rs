@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
-use crate::lazy::{Handle, Lazy};
+use crate::lazy::{Handle, Lazy, LazyClient};
 use crate::produce::Produce;
 use crate::runtime::RuntimeRef;
 
@@ -168,11 +168,13 @@ impl ferrymq_core::publisher::PublishBackend for PublishBackendJmq {
     }
 }
 
-/// A JMQ4 producer (`jmq://host:port`).
-#[pyclass(module = "ferrymq._native", frozen)]
+/// A JMQ4 producer (`jmq://host:port`). `start()` connects (bootstrap + ADD_CONNECTION),
+/// failing fast on a wrong address, app or token; `close()` flushes produced messages (running
+/// their callbacks), then REMOVE_PRODUCER and REMOVE_CONNECTION, then the sockets.
+#[pyclass(module = "ferrymq._native", frozen, extends = LazyClient)]
 pub struct JmqProducer {
     h: Handle<CoreProducer>,
-    produce: Produce<PublishBackendJmq>,
+    produce: Arc<Produce<PublishBackendJmq>>,
 }
 
 impl JmqProducer {
@@ -209,7 +211,7 @@ impl JmqProducer {
         client_ip: Option<String>,
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
         endpoint: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+    ) -> PyResult<PyClassInitializer<Self>> {
         let endpoint = &endpoints_arg(py, endpoints, endpoint)?;
         let cluster = cluster_options(
             endpoint,
@@ -262,21 +264,9 @@ impl JmqProducer {
             RuntimeRef::current()?,
         );
         let backend = PublishBackendJmq(Arc::clone(&h.state));
-        Ok(Self {
-            produce: Produce::new(backend, max_pending, h.rt, receipt_to_py)?,
-            h,
-        })
-    }
-
-    /// Connect now (bootstrap + ADD_CONNECTION), failing fast on a wrong address, app or token.
-    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        slf.get().h.connect(py)?;
-        Ok(slf)
-    }
-
-    /// Async form of `start`; the awaitable gives the client back.
-    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        slf.get().h.start_async(slf.py(), slf.clone().unbind())
+        let produce = Arc::new(Produce::new(backend, max_pending, h.rt, receipt_to_py)?);
+        let base = LazyClient::producer(&h, &produce);
+        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
     }
 
     /// Send one message.
@@ -407,66 +397,14 @@ impl JmqProducer {
             .spawn(py, move |p| async move { p.resolve_feedback(&topic).await })
     }
 
-    /// Close: flush produced messages (running their callbacks), then REMOVE_PRODUCER and
-    /// REMOVE_CONNECTION, then the sockets. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.produce.close();
-        let flushed = self.produce.flush_for(py, None);
-        self.h.close(py)?;
-        flushed.map(|_| ())
-    }
-
-    /// Async form of `close`: waits for produced messages; their callbacks run in the next
-    /// `poll()`.
-    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.produce.close();
-        self.h.close_async(py, self.produce.drained(), ())
-    }
-
     #[getter]
     fn endpoint(&self) -> &str {
-        &self.h.endpoint
-    }
-
-    /// The endpoint, as every client spells it.
-    #[getter]
-    fn endpoints(&self) -> &str {
         &self.h.endpoint
     }
 
     #[getter]
     fn closed(&self) -> bool {
         self.h.is_closed()
-    }
-
-    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        Self::start(slf, py)
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        Self::start_async(slf)
-    }
-
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.produce.close();
-        self.h.close_async(py, self.produce.drained(), false)
     }
 
     fn __repr__(&self) -> String {
