@@ -15,6 +15,7 @@ mod exit;
 mod ints;
 mod jmq;
 mod jmq_range;
+mod lazy;
 mod logging;
 mod message;
 mod message_view;
@@ -69,6 +70,8 @@ mod _native {
     };
     #[pymodule_export]
     use crate::jmq_range::PyJmqRangeReader;
+    #[pymodule_export]
+    use crate::lazy::LazyClient;
     #[pymodule_export]
     use crate::message::PyMessage;
     #[pymodule_export]

@@ -5,7 +5,7 @@ use std::time::UNIX_EPOCH;
 use bytes::Bytes;
 use ferrymq_core::Message;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString, PyTuple};
+use pyo3::types::{IntoPyDict, PyByteArray, PyBytes, PyDict, PyString, PyTuple};
 
 use crate::errors::{invalid, to_pyerr};
 
@@ -121,11 +121,7 @@ impl PyMessage {
     }
     #[getter]
     fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in self.inner.properties() {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
+        self.inner.properties().into_py_dict(py)
     }
     #[getter]
     fn message_group(&self) -> Option<&str> {

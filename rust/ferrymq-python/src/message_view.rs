@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ferrymq_core::rocketmq::MessageView;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{IntoPyDict, PyBytes, PyDict, PyTuple};
 
 /// A received message. Read-only.
 #[pyclass(name = "MessageView", module = "ferrymq", frozen)]
@@ -44,11 +44,7 @@ impl PyMessageView {
     }
     #[getter]
     fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in self.inner.properties() {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
+        self.inner.properties().into_py_dict(py)
     }
     #[getter]
     fn message_group(&self) -> Option<&str> {

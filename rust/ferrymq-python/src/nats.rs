@@ -1,7 +1,6 @@
 //! `ferrymq.JetStream` and `ferrymq.StreamInfo`: the NATS JetStream client over `nats://`
 //! endpoints (its pull consumers and messages are in `nats_consumer.rs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,9 +12,9 @@ use ferrymq_core::nats::{
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
+use crate::lazy::{Connect, Handle, Lazy, LazyClient};
 use crate::message::PyMessage;
 use crate::nats_consumer::PyPullConsumer;
 use crate::produce::Produce;
@@ -86,58 +85,22 @@ impl PyStreamInfo {
     }
 }
 
-/// The connection of a `JetStream`: made by `start()` (or the first call that needs it), never
-/// by the constructor.
-struct Connection {
-    opts: NatsOptions,
-    /// The endpoints, credentials removed.
-    endpoints: String,
-    js: tokio::sync::OnceCell<JetStream>,
-    closed: AtomicBool,
-}
-
-impl Connection {
-    fn new(opts: NatsOptions) -> Self {
-        let endpoints = opts
-            .endpoints
-            .iter()
-            .map(|e| nats::redact(e))
-            .collect::<Vec<_>>()
-            .join(",");
-        Self {
-            opts,
-            endpoints,
-            js: tokio::sync::OnceCell::new(),
-            closed: AtomicBool::new(false),
-        }
+impl Connect for JetStream {
+    type Options = NatsOptions;
+    const CLOSED: &'static str = "the JetStream client is closed";
+    fn open(options: NatsOptions) -> impl std::future::Future<Output = Result<Self, Error>> + Send {
+        JetStream::connect(options)
     }
-
-    /// The connected client, connecting first if needed (one connection, whoever asks first).
-    async fn get(&self) -> Result<JetStream, Error> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::closed("the JetStream client is closed"));
-        }
-        self.js
-            .get_or_try_init(|| JetStream::connect(self.opts.clone()))
-            .await
-            .cloned()
-    }
-
-    /// Close the connection if one was made; later calls fail as closed.
-    async fn close(&self) -> Result<(), Error> {
-        self.closed.store(true, Ordering::Release);
-        match self.js.get() {
-            Some(js) => js.close().await,
-            None => Ok(()),
-        }
+    fn shut(&self) -> impl std::future::Future<Output = Result<(), Error>> + Send {
+        self.close()
     }
 }
 
 /// The produce path's backend: the connection, made by whoever needs it first.
 #[derive(Clone)]
-struct Lazy(Arc<Connection>);
+struct Backend(Arc<Lazy<JetStream>>);
 
-impl ferrymq_core::produce::ProduceBackend for Lazy {
+impl ferrymq_core::produce::ProduceBackend for Backend {
     type Receipt = ferrymq_core::publisher::PublishAck;
     fn send_chunk(
         &self,
@@ -153,32 +116,43 @@ fn ack_to_py(py: Python<'_>, inner: ferrymq_core::publisher::PublishAck) -> PyRe
     Ok(Py::new(py, PyPublishAck { inner })?.into_any())
 }
 
-/// A client of NATS with JetStream.
-#[pyclass(name = "JetStream", module = "ferrymq", frozen)]
+/// A client of NATS with JetStream. `close()` flushes produced messages (running their
+/// callbacks), then flushes and closes the connection.
+#[pyclass(name = "JetStream", module = "ferrymq", frozen, extends = LazyClient)]
 pub struct PyJetStream {
-    conn: Arc<Connection>,
-    rt: RuntimeRef,
-    produce: Produce<Lazy>,
+    /// Connected by `start()` (or the first call that needs it), never by the constructor;
+    /// its endpoint is the endpoints with credentials removed.
+    h: Handle<JetStream>,
+    produce: Arc<Produce<Backend>>,
 }
 
 impl PyJetStream {
     /// The options it connects with (a push consumer opens its own connection with them).
     pub fn options(&self) -> NatsOptions {
-        self.conn.opts.clone()
+        self.h.state.options.clone()
     }
 
-    fn with(conn: Arc<Connection>, rt: RuntimeRef, max_pending: usize) -> PyResult<Self> {
-        Ok(Self {
-            produce: Produce::new(Lazy(Arc::clone(&conn)), max_pending, rt, ack_to_py)?,
-            conn,
-            rt,
-        })
+    fn with(
+        opts: NatsOptions,
+        rt: RuntimeRef,
+        max_pending: usize,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        let endpoints = opts
+            .endpoints
+            .iter()
+            .map(|e| nats::redact(e))
+            .collect::<Vec<_>>()
+            .join(",");
+        let h = Handle::new(endpoints, opts, rt);
+        let backend = Backend(Arc::clone(&h.state));
+        let produce = Arc::new(Produce::new(backend, max_pending, rt, ack_to_py)?);
+        let base = LazyClient::producer(&h, &produce);
+        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
     }
 
     /// The connected client (connecting now if needed), for the managed publisher.
     pub fn connected(&self, py: Python<'_>) -> PyResult<JetStream> {
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move { conn.get().await })
+        self.h.connect(py)
     }
 }
 
@@ -281,7 +255,7 @@ impl PyJetStream {
         connect_timeout: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
-    ) -> PyResult<Self> {
+    ) -> PyResult<PyClassInitializer<Self>> {
         let rt = RuntimeRef::current()?;
         let opts = options(
             endpoints,
@@ -293,25 +267,7 @@ impl PyJetStream {
             request_timeout,
         )?;
         let _ = py;
-        Self::with(Arc::new(Connection::new(opts)), rt, max_pending)
-    }
-
-    /// Connect (blocking, GIL released); returns the client. Idempotent.
-    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        slf.get().connected(py)?;
-        Ok(slf)
-    }
-
-    /// Awaitable form of `start`.
-    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let rt = slf.get().rt;
-        let conn = Arc::clone(&slf.get().conn);
-        let me = slf.unbind();
-        future_into_py(py, rt, async move {
-            conn.get().await?;
-            Ok(me)
-        })
+        Self::with(opts, rt, max_pending)
     }
 
     /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
@@ -339,18 +295,8 @@ impl PyJetStream {
             connect_timeout,
             request_timeout,
         )?;
-        let conn = Arc::new(Connection::new(opts));
-        let js = Self::with(Arc::clone(&conn), rt, max_pending)?;
-        future_into_py(py, rt, async move {
-            conn.get().await?;
-            Ok(js)
-        })
-    }
-
-    /// The endpoints, credentials removed.
-    #[getter]
-    fn endpoints(&self) -> &str {
-        &self.conn.endpoints
+        let js = Py::new(py, Self::with(opts, rt, max_pending)?)?;
+        js.get().h.start_async(py, js.clone_ref(py))
     }
 
     /// The server's version, e.g. "2.9.10".
@@ -389,9 +335,7 @@ impl PyJetStream {
                 expected_last_msg_id,
             },
         )?;
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        self.h.block(py, move |js| async move {
             let inner = js.publish(None, &out).await?;
             Ok(PyPublishAck { inner })
         })
@@ -427,9 +371,7 @@ impl PyJetStream {
                 expected_last_msg_id,
             },
         )?;
-        let conn = Arc::clone(&self.conn);
-        future_into_py(py, self.rt, async move {
-            let js = conn.get().await?;
+        self.h.spawn(py, move |js| async move {
             let inner = js.publish(None, &out).await?;
             Ok(PyPublishAck { inner })
         })
@@ -469,9 +411,7 @@ impl PyJetStream {
             max_age,
             replicas,
         )?;
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        self.h.block(py, move |js| async move {
             let inner = js.create_stream(&cfg).await?;
             Ok(PyStreamInfo { inner })
         })
@@ -480,9 +420,7 @@ impl PyJetStream {
     /// The state of stream `name`.
     fn stream_info(&self, py: Python<'_>, name: String) -> PyResult<PyStreamInfo> {
         ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        self.h.block(py, move |js| async move {
             let inner = js.stream_info(&name).await?;
             Ok(PyStreamInfo { inner })
         })
@@ -491,11 +429,8 @@ impl PyJetStream {
     /// Delete stream `name`; False when it did not exist.
     fn delete_stream(&self, py: Python<'_>, name: String) -> PyResult<bool> {
         ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
-            js.delete_stream(&name).await
-        })
+        self.h
+            .block(py, move |js| async move { js.delete_stream(&name).await })
     }
 
     /// Bind to (or create) a pull consumer on `stream`.
@@ -532,10 +467,8 @@ impl PyJetStream {
                 Duration::from_secs(300),
             )?,
         };
-        let conn = Arc::clone(&self.conn);
-        let rt = self.rt;
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        let rt = self.h.rt;
+        self.h.block(py, move |js| async move {
             let inner = js.pull_consumer(&stream, &cfg).await?;
             Ok(PyPullConsumer {
                 inner: Arc::new(inner),
@@ -563,10 +496,8 @@ impl PyJetStream {
             Lower::Positive,
             Duration::from_secs(30),
         )?;
-        let conn = Arc::clone(&self.conn);
-        let rt = self.rt;
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        let rt = self.h.rt;
+        self.h.block(py, move |js| async move {
             let inner = ferrymq_core::nats::consumer_rpc::bind_group(
                 &js,
                 &group,
@@ -584,9 +515,7 @@ impl PyJetStream {
 
     /// Delete consumer `name` of `stream`; False when it did not exist.
     fn delete_consumer(&self, py: Python<'_>, stream: String, name: String) -> PyResult<bool> {
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move {
-            let js = conn.get().await?;
+        self.h.block(py, move |js| async move {
             js.delete_consumer(&stream, &name).await
         })
     }
@@ -597,9 +526,7 @@ impl PyJetStream {
     #[pyo3(signature = (timeout=None))]
     fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let left = self.produce.flush(py, timeout)?;
-        let conn = Arc::clone(&self.conn);
-        self.rt
-            .block_on(py, async move { conn.get().await?.flush().await })?;
+        self.h.block(py, |js| async move { js.flush().await })?;
         Ok(left)
     }
 
@@ -636,64 +563,7 @@ impl PyJetStream {
         self.produce.pending()
     }
 
-    /// Flush produced messages (running their callbacks), then flush and close the connection.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.produce.close();
-        let flushed = self.produce.flush_for(py, None);
-        let conn = Arc::clone(&self.conn);
-        self.rt.block_on(py, async move { conn.close().await })?;
-        flushed.map(|_| ())
-    }
-
-    /// Awaitable form of `close`: waits for produced messages; their callbacks run in the next
-    /// `poll()`.
-    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.produce.close();
-        let drained = self.produce.drained();
-        let conn = Arc::clone(&self.conn);
-        future_into_py(py, self.rt, async move {
-            drained.await;
-            conn.close().await
-        })
-    }
-
-    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        Self::start(slf, py)
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _exc_type: &Bound<'_, PyAny>,
-        _exc: &Bound<'_, PyAny>,
-        _tb: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        Self::start_async(slf)
-    }
-
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _exc_type: &Bound<'_, PyAny>,
-        _exc: &Bound<'_, PyAny>,
-        _tb: &Bound<'_, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.produce.close();
-        let drained = self.produce.drained();
-        let conn = Arc::clone(&self.conn);
-        future_into_py(py, self.rt, async move {
-            drained.await;
-            conn.close().await?;
-            Ok(false)
-        })
-    }
-
     fn __repr__(&self) -> String {
-        format!("JetStream({:?})", self.conn.endpoints)
+        format!("JetStream({:?})", self.h.endpoint)
     }
 }

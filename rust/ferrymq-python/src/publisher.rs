@@ -13,7 +13,7 @@ use ferrymq_core::publisher::{
 };
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{IntoPyDict, PyBytes, PyDict};
 use tokio::sync::mpsc;
 
 use crate::aio::future_into_py;
@@ -58,11 +58,7 @@ impl PyFlight {
     }
     #[getter]
     fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in self.inner.headers() {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
+        self.inner.headers().into_py_dict(py)
     }
     #[getter]
     fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {

@@ -1,6 +1,5 @@
 //! `ferrymq.JmqConsumer` and the messages it receives (`ferrymq.JmqMessage`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ferrymq_core::jmq::cluster::ClusterOptions;
@@ -8,14 +7,12 @@ use ferrymq_core::jmq::command::RetryType;
 use ferrymq_core::jmq::consumer::{
     ConsumeMode, ConsumerOptions, JmqConsumer as CoreConsumer, ReceivedMessage,
 };
-use ferrymq_core::Error;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
-use tokio::sync::OnceCell;
+use pyo3::types::{IntoPyDict, PyBytes, PyDict, PyList, PyTuple};
 
-use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
+use crate::lazy::{Handle, LazyClient};
 use crate::runtime::RuntimeRef;
 
 use super::{cluster_options, endpoints_arg};
@@ -61,11 +58,7 @@ impl PyJmqMessage {
     }
     #[getter]
     fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in &self.inner.properties {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
+        (&self.inner.properties).into_py_dict(py)
     }
     #[getter]
     fn flag(&self) -> i16 {
@@ -173,33 +166,6 @@ fn wrap(v: Vec<ReceivedMessage>) -> Vec<PyJmqMessage> {
     v.into_iter().map(|inner| PyJmqMessage { inner }).collect()
 }
 
-struct ConsumerState {
-    cluster: ClusterOptions,
-    options: ConsumerOptions,
-    client: OnceCell<CoreConsumer>,
-    closed: std::sync::atomic::AtomicBool,
-}
-
-impl ConsumerState {
-    async fn get(self: &Arc<Self>) -> Result<CoreConsumer, Error> {
-        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(Error::closed("the JmqConsumer is closed"));
-        }
-        self.client
-            .get_or_try_init(|| CoreConsumer::connect(self.cluster.clone(), self.options.clone()))
-            .await
-            .cloned()
-    }
-
-    async fn close(self: &Arc<Self>) {
-        self.closed
-            .store(true, std::sync::atomic::Ordering::Release);
-        if let Some(c) = self.client.get() {
-            c.close().await;
-        }
-    }
-}
-
 fn ack_timeout_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
     match durations::optional("ack_timeout", v, Lower::Positive)? {
         None => Ok(None),
@@ -224,18 +190,18 @@ fn check_max(max_messages: usize) -> PyResult<()> {
 
 /// A JMQ4 consumer (`jmq://host:port`) in one of three modes: `"clustering"` (the broker
 /// balances partitions), `"coordinator"` (the coordinator assigns them) or `"broadcast"`
-/// (every consumer reads everything; positions kept by the client).
-#[pyclass(module = "ferrymq._native", frozen)]
+/// (every consumer reads everything; positions kept by the client). `start()` connects and checks
+/// every topic exists and is readable; `close()` sends REMOVE_CONSUMER and REMOVE_CONNECTION,
+/// then closes the sockets.
+#[pyclass(module = "ferrymq._native", frozen, extends = LazyClient)]
 pub struct JmqConsumer {
-    state: Arc<ConsumerState>,
-    rt: RuntimeRef,
-    endpoint: String,
+    h: Handle<CoreConsumer>,
 }
 
 impl JmqConsumer {
     /// The cluster and consumer options, for a push consumer built from them.
     pub(crate) fn options(&self) -> (ClusterOptions, ConsumerOptions) {
-        (self.state.cluster.clone(), self.state.options.clone())
+        self.h.state.options.clone()
     }
 }
 
@@ -260,7 +226,7 @@ impl JmqConsumer {
         metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
         endpoint: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+    ) -> PyResult<PyClassInitializer<Self>> {
         let endpoint = &endpoints_arg(py, endpoints, endpoint)?;
         let topics =
             topics.ok_or_else(|| invalid("topics", "is required (a str or a list of str)"))?;
@@ -305,37 +271,12 @@ impl JmqConsumer {
             )?,
             ..ConsumerOptions::default()
         };
-        Ok(Self {
-            state: Arc::new(ConsumerState {
-                cluster,
-                options,
-                client: OnceCell::new(),
-                closed: std::sync::atomic::AtomicBool::new(false),
-            }),
-            rt: RuntimeRef::current()?,
-            endpoint: endpoint.to_string(),
-        })
-    }
-
-    /// Connect now and check every topic exists and is readable.
-    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        let me = slf.get();
-        let s = me.state.clone();
-        me.rt
-            .block_on(py, async move { s.get().await.map(|_| ()) })?;
-        Ok(slf)
-    }
-
-    /// Async form of `start`; the awaitable gives the client back.
-    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let s = slf.get().state.clone();
-        let rt = slf.get().rt;
-        let me = slf.unbind();
-        future_into_py(py, rt, async move {
-            s.get().await?;
-            Ok(me)
-        })
+        let h = Handle::new(
+            endpoint.to_string(),
+            (cluster, options),
+            RuntimeRef::current()?,
+        );
+        Ok(PyClassInitializer::from(LazyClient::of(&h)).add_subclass(Self { h }))
     }
 
     /// Receive up to `max_messages`, waiting up to `wait` seconds for the first (long poll).
@@ -352,9 +293,7 @@ impl JmqConsumer {
         check_max(max_messages)?;
         let wait = durations::or("wait", wait, Lower::NonNegative, durations::RECEIVE_WAIT)?;
         let ack_timeout = ack_timeout_arg(ack_timeout)?;
-        let s = self.state.clone();
-        self.rt.block_on(py, async move {
-            let c = s.get().await?;
+        self.h.block(py, move |c| async move {
             Ok(wrap(c.receive_with(max_messages, wait, ack_timeout).await?))
         })
     }
@@ -371,9 +310,7 @@ impl JmqConsumer {
         check_max(max_messages)?;
         let wait = durations::or("wait", wait, Lower::NonNegative, durations::RECEIVE_WAIT)?;
         let ack_timeout = ack_timeout_arg(ack_timeout)?;
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move {
-            let c = s.get().await?;
+        self.h.spawn(py, move |c| async move {
             Ok(wrap(c.receive_with(max_messages, wait, ack_timeout).await?))
         })
     }
@@ -392,9 +329,8 @@ impl JmqConsumer {
         let a = extract_received("acks", acks)?;
         let n = extract_received("nacks", nacks)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
-        let s = self.state.clone();
-        self.rt
-            .block_on(py, async move { s.get().await?.settle(&a, &n, rt_).await })
+        self.h
+            .block(py, move |c| async move { c.settle(&a, &n, rt_).await })
     }
 
     /// Async form of `settle`.
@@ -409,18 +345,14 @@ impl JmqConsumer {
         let a = extract_received("acks", acks)?;
         let n = extract_received("nacks", nacks)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move {
-            s.get().await?.settle(&a, &n, rt_).await
-        })
+        self.h
+            .spawn(py, move |c| async move { c.settle(&a, &n, rt_).await })
     }
 
     /// Acknowledge one message or a list of them (COMMIT_ACK).
     fn ack(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<()> {
         let ms = extract_received("messages", messages)?;
-        let s = self.state.clone();
-        self.rt
-            .block_on(py, async move { s.get().await?.ack(&ms).await })
+        self.h.block(py, move |c| async move { c.ack(&ms).await })
     }
 
     /// Async form of `ack`.
@@ -430,8 +362,7 @@ impl JmqConsumer {
         messages: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ms = extract_received("messages", messages)?;
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move { s.get().await?.ack(&ms).await })
+        self.h.spawn(py, move |c| async move { c.ack(&ms).await })
     }
 
     /// Negative acknowledgement with a retry type (`"timeout"`, `"exception"` or `"other"`):
@@ -440,9 +371,8 @@ impl JmqConsumer {
     fn nack(&self, py: Python<'_>, messages: &Bound<'_, PyAny>, retry_type: &str) -> PyResult<()> {
         let ms = extract_received("messages", messages)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
-        let s = self.state.clone();
-        self.rt
-            .block_on(py, async move { s.get().await?.nack(&ms, rt_).await })
+        self.h
+            .block(py, move |c| async move { c.nack(&ms, rt_).await })
     }
 
     /// Async form of `nack`.
@@ -455,12 +385,8 @@ impl JmqConsumer {
     ) -> PyResult<Bound<'py, PyAny>> {
         let ms = extract_received("messages", messages)?;
         let rt_ = RetryType::parse(retry_type).map_err(to_pyerr)?;
-        let s = self.state.clone();
-        future_into_py(
-            py,
-            self.rt,
-            async move { s.get().await?.nack(&ms, rt_).await },
-        )
+        self.h
+            .spawn(py, move |c| async move { c.nack(&ms, rt_).await })
     }
 
     /// FETCH_INDEX: `(ack_index, min_index, max_index)` of a partition for this app.
@@ -470,9 +396,8 @@ impl JmqConsumer {
         topic: String,
         #[pyo3(from_py_with = crate::ints::partition)] partition: i16,
     ) -> PyResult<(i64, i64, i64)> {
-        let s = self.state.clone();
-        self.rt.block_on(py, async move {
-            let e = s.get().await?.fetch_index(&topic, partition).await?;
+        self.h.block(py, move |c| async move {
+            let e = c.fetch_index(&topic, partition).await?;
             Ok((e.index, e.left_index, e.right_index))
         })
     }
@@ -485,16 +410,15 @@ impl JmqConsumer {
         #[pyo3(from_py_with = crate::ints::partition)] partition: i16,
         #[pyo3(from_py_with = crate::ints::index)] index: i64,
     ) -> PyResult<()> {
-        let s = self.state.clone();
-        self.rt.block_on(py, async move {
-            s.get().await?.commit_index(&topic, partition, index).await
+        self.h.block(py, move |c| async move {
+            c.commit_index(&topic, partition, index).await
         })
     }
 
     /// Broadcast mode: the next index per `(topic, partition)`.
     fn positions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        if let Some(c) = self.state.client.get() {
+        if let Some(c) = self.h.state.connected() {
             for ((t, p), i) in c.positions() {
                 d.set_item((t, p), i)?;
             }
@@ -502,87 +426,25 @@ impl JmqConsumer {
         Ok(d)
     }
 
-    /// Close: REMOVE_CONSUMER and REMOVE_CONNECTION, then the sockets. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let s = self.state.clone();
-        self.rt.block_on(py, async move {
-            s.close().await;
-            Ok(())
-        })
-    }
-
-    /// Async form of `close`.
-    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move {
-            s.close().await;
-            Ok(())
-        })
-    }
-
     #[getter]
     fn topics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, &self.state.options.topics)
+        PyList::new(py, &self.h.state.options.1.topics)
     }
 
     #[getter]
     fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    /// The endpoint, as every client spells it.
-    #[getter]
-    fn endpoints(&self) -> &str {
-        &self.endpoint
+        &self.h.endpoint
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.state.closed.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        Self::start(slf, py)
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let s = slf.get().state.clone();
-        let me: Py<Self> = slf.clone().unbind();
-        future_into_py(slf.py(), slf.get().rt, async move {
-            s.get().await?;
-            Ok(me)
-        })
-    }
-
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move {
-            s.close().await;
-            Ok(false)
-        })
+        self.h.is_closed()
     }
 
     fn __repr__(&self) -> String {
         format!(
             "JmqConsumer(endpoint={:?}, topics={:?}, mode={:?})",
-            self.endpoint, self.state.options.topics, self.state.options.mode
+            self.h.endpoint, self.h.state.options.1.topics, self.h.state.options.1.mode
         )
     }
 }

@@ -7,23 +7,49 @@
 //!
 //! One file per concern: `producer.rs` (`JmqProducer`, `JmqTransaction`, `JmqSendReceipt`),
 //! `consumer.rs` (`JmqConsumer`, `JmqMessage`), `server.rs` (`JmqServer`); the argument helpers
-//! they share are here.
+//! they share are here, with how both clients connect lazily (`crate::lazy`).
 
 mod consumer;
 mod producer;
 mod server;
 
+use std::future::Future;
 use std::time::Duration;
 
 use ferrymq_core::jmq::client::ConnectOptions;
 use ferrymq_core::jmq::cluster::ClusterOptions;
-use ferrymq_core::Message;
+use ferrymq_core::jmq::consumer::{ConsumerOptions, JmqConsumer as CoreConsumer};
+use ferrymq_core::jmq::producer::{JmqProducer as CoreProducer, ProducerOptions};
+use ferrymq_core::{Error, Message};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, text, to_pyerr};
+use crate::lazy::Connect;
 use crate::message::PyMessage;
+
+/// Both JMQ4 clients connect (lazily) from the cluster options and their own.
+macro_rules! connect_jmq {
+    ($($core:ty => $options:ty, $closed:literal;)+) => {$(
+        impl Connect for $core {
+            type Options = (ClusterOptions, $options);
+            const CLOSED: &'static str = $closed;
+            fn open((cluster, options): Self::Options) -> impl Future<Output = Result<Self, Error>> + Send {
+                Self::connect(cluster, options)
+            }
+            async fn shut(&self) -> Result<(), Error> {
+                self.close().await;
+                Ok(())
+            }
+        }
+    )+};
+}
+
+connect_jmq! {
+    CoreProducer => ProducerOptions, "the JmqProducer is closed";
+    CoreConsumer => ConsumerOptions, "the JmqConsumer is closed";
+}
 
 /// Extract one `ferrymq.Message`.
 fn extract_message(m: &Bound<'_, PyAny>) -> PyResult<Message> {

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrymq_core::jmq::cluster::ClusterOptions;
 use ferrymq_core::jmq::codec::QosLevel;
 use ferrymq_core::jmq::command::Feedback;
 use ferrymq_core::jmq::compress::Compression;
@@ -13,11 +12,11 @@ use ferrymq_core::jmq::producer::{
 };
 use ferrymq_core::Error;
 use pyo3::prelude::*;
-use tokio::sync::OnceCell;
 
 use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
+use crate::lazy::{Handle, Lazy, LazyClient};
 use crate::produce::Produce;
 use crate::runtime::RuntimeRef;
 
@@ -78,33 +77,6 @@ fn receipts(v: Vec<SendReceipt>) -> Vec<PyJmqSendReceipt> {
         .collect()
 }
 
-struct ProducerState {
-    cluster: ClusterOptions,
-    options: ProducerOptions,
-    client: OnceCell<CoreProducer>,
-    closed: std::sync::atomic::AtomicBool,
-}
-
-impl ProducerState {
-    async fn get(self: &Arc<Self>) -> Result<CoreProducer, Error> {
-        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(Error::closed("the JmqProducer is closed"));
-        }
-        self.client
-            .get_or_try_init(|| CoreProducer::connect(self.cluster.clone(), self.options.clone()))
-            .await
-            .cloned()
-    }
-
-    async fn close(self: &Arc<Self>) {
-        self.closed
-            .store(true, std::sync::atomic::Ordering::Release);
-        if let Some(p) = self.client.get() {
-            p.close().await;
-        }
-    }
-}
-
 fn python_checker(callback: Py<PyAny>) -> TransactionChecker {
     let callback = Arc::new(callback);
     Arc::new(move |f: Feedback| {
@@ -156,7 +128,7 @@ fn python_checker(callback: Py<PyAny>) -> TransactionChecker {
 /// The managed publisher's and the produce path's backend over a (lazily connected) JMQ4
 /// producer.
 #[derive(Clone)]
-pub struct PublishBackendJmq(Arc<ProducerState>);
+pub struct PublishBackendJmq(Arc<Lazy<CoreProducer>>);
 
 impl ferrymq_core::produce::ProduceBackend for PublishBackendJmq {
     type Receipt = SendReceipt;
@@ -196,19 +168,19 @@ impl ferrymq_core::publisher::PublishBackend for PublishBackendJmq {
     }
 }
 
-/// A JMQ4 producer (`jmq://host:port`).
-#[pyclass(module = "ferrymq._native", frozen)]
+/// A JMQ4 producer (`jmq://host:port`). `start()` connects (bootstrap + ADD_CONNECTION),
+/// failing fast on a wrong address, app or token; `close()` flushes produced messages (running
+/// their callbacks), then REMOVE_PRODUCER and REMOVE_CONNECTION, then the sockets.
+#[pyclass(module = "ferrymq._native", frozen, extends = LazyClient)]
 pub struct JmqProducer {
-    state: Arc<ProducerState>,
-    rt: RuntimeRef,
-    endpoint: String,
-    produce: Produce<PublishBackendJmq>,
+    h: Handle<CoreProducer>,
+    produce: Arc<Produce<PublishBackendJmq>>,
 }
 
 impl JmqProducer {
     /// This producer as a backend of the managed publisher.
     pub fn publish_backend(&self) -> PublishBackendJmq {
-        PublishBackendJmq(Arc::clone(&self.state))
+        PublishBackendJmq(Arc::clone(&self.h.state))
     }
 }
 
@@ -239,7 +211,7 @@ impl JmqProducer {
         client_ip: Option<String>,
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
         endpoint: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+    ) -> PyResult<PyClassInitializer<Self>> {
         let endpoint = &endpoints_arg(py, endpoints, endpoint)?;
         let cluster = cluster_options(
             endpoint,
@@ -286,49 +258,22 @@ impl JmqProducer {
             checker: transaction_checker.map(python_checker),
             transaction_topics: transaction_topics.unwrap_or_default(),
         };
-        let state = Arc::new(ProducerState {
-            cluster,
-            options,
-            client: OnceCell::new(),
-            closed: std::sync::atomic::AtomicBool::new(false),
-        });
-        let rt = RuntimeRef::current()?;
-        let backend = PublishBackendJmq(Arc::clone(&state));
-        Ok(Self {
-            produce: Produce::new(backend, max_pending, rt, receipt_to_py)?,
-            state,
-            rt,
-            endpoint: endpoint.to_string(),
-        })
-    }
-
-    /// Connect now (bootstrap + ADD_CONNECTION), failing fast on a wrong address, app or token.
-    fn start(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        let me = slf.get();
-        let s = me.state.clone();
-        me.rt
-            .block_on(py, async move { s.get().await.map(|_| ()) })?;
-        Ok(slf)
-    }
-
-    /// Async form of `start`; the awaitable gives the client back.
-    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let s = slf.get().state.clone();
-        let rt = slf.get().rt;
-        let me = slf.unbind();
-        future_into_py(py, rt, async move {
-            s.get().await?;
-            Ok(me)
-        })
+        let h = Handle::new(
+            endpoint.to_string(),
+            (cluster, options),
+            RuntimeRef::current()?,
+        );
+        let backend = PublishBackendJmq(Arc::clone(&h.state));
+        let produce = Arc::new(Produce::new(backend, max_pending, h.rt, receipt_to_py)?);
+        let base = LazyClient::producer(&h, &produce);
+        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
     }
 
     /// Send one message.
     fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<PyJmqSendReceipt> {
         let m = extract_message(message)?;
-        let s = self.state.clone();
-        self.rt.block_on(py, async move {
-            let inner = s.get().await?.send(&m).await?;
+        self.h.block(py, move |p| async move {
+            let inner = p.send(&m).await?;
             Ok(PyJmqSendReceipt { inner })
         })
     }
@@ -340,9 +285,8 @@ impl JmqProducer {
         message: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let m = extract_message(message)?;
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move {
-            let inner = s.get().await?.send(&m).await?;
+        self.h.spawn(py, move |p| async move {
+            let inner = p.send(&m).await?;
             Ok(PyJmqSendReceipt { inner })
         })
     }
@@ -354,9 +298,8 @@ impl JmqProducer {
         messages: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<PyJmqSendReceipt>> {
         let ms = extract_messages(messages)?;
-        let s = self.state.clone();
-        self.rt.block_on(py, async move {
-            Ok(receipts(s.get().await?.send_batch(&ms).await?))
+        self.h.block(py, move |p| async move {
+            Ok(receipts(p.send_batch(&ms).await?))
         })
     }
 
@@ -367,9 +310,8 @@ impl JmqProducer {
         messages: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ms = extract_messages(messages)?;
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move {
-            Ok(receipts(s.get().await?.send_batch(&ms).await?))
+        self.h.spawn(py, move |p| async move {
+            Ok(receipts(p.send_batch(&ms).await?))
         })
     }
 
@@ -416,14 +358,9 @@ impl JmqProducer {
         topic: String,
         transaction_id: Option<String>,
     ) -> PyResult<JmqTransaction> {
-        let s = self.state.clone();
-        let rt = self.rt;
-        self.rt.block_on(py, async move {
-            let inner = s
-                .get()
-                .await?
-                .begin_transaction(&topic, transaction_id)
-                .await?;
+        let rt = self.h.rt;
+        self.h.block(py, move |p| async move {
+            let inner = p.begin_transaction(&topic, transaction_id).await?;
             Ok(JmqTransaction { inner, rt })
         })
     }
@@ -436,14 +373,9 @@ impl JmqProducer {
         topic: String,
         transaction_id: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let s = self.state.clone();
-        let rt = self.rt;
-        future_into_py(py, self.rt, async move {
-            let inner = s
-                .get()
-                .await?
-                .begin_transaction(&topic, transaction_id)
-                .await?;
+        let rt = self.h.rt;
+        self.h.spawn(py, move |p| async move {
+            let inner = p.begin_transaction(&topic, transaction_id).await?;
             Ok(JmqTransaction { inner, rt })
         })
     }
@@ -451,11 +383,8 @@ impl JmqProducer {
     /// One compensation pass over `topic` (FETCH_PRODUCE_FEEDBACK → checker → commit or
     /// rollback); returns how many transactions were resolved.
     fn resolve_feedback(&self, py: Python<'_>, topic: String) -> PyResult<usize> {
-        let s = self.state.clone();
-        self.rt.block_on(
-            py,
-            async move { s.get().await?.resolve_feedback(&topic).await },
-        )
+        self.h
+            .block(py, move |p| async move { p.resolve_feedback(&topic).await })
     }
 
     /// Async form of `resolve_feedback`.
@@ -464,100 +393,24 @@ impl JmqProducer {
         py: Python<'py>,
         topic: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move {
-            s.get().await?.resolve_feedback(&topic).await
-        })
-    }
-
-    /// Close: flush produced messages (running their callbacks), then REMOVE_PRODUCER and
-    /// REMOVE_CONNECTION, then the sockets. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.produce.close();
-        let flushed = self.produce.flush_for(py, None);
-        let s = self.state.clone();
-        self.rt.block_on(py, async move {
-            s.close().await;
-            Ok(())
-        })?;
-        flushed.map(|_| ())
-    }
-
-    /// Async form of `close`: waits for produced messages; their callbacks run in the next
-    /// `poll()`.
-    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.produce.close();
-        let drained = self.produce.drained();
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move {
-            drained.await;
-            s.close().await;
-            Ok(())
-        })
+        self.h
+            .spawn(py, move |p| async move { p.resolve_feedback(&topic).await })
     }
 
     #[getter]
     fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    /// The endpoint, as every client spells it.
-    #[getter]
-    fn endpoints(&self) -> &str {
-        &self.endpoint
+        &self.h.endpoint
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.state.closed.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    fn __enter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Self>> {
-        Self::start(slf, py)
-    }
-
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let s = slf.get().state.clone();
-        let me: Py<Self> = slf.clone().unbind();
-        future_into_py(py, slf.get().rt, async move {
-            s.get().await?;
-            Ok(me)
-        })
-    }
-
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.produce.close();
-        let drained = self.produce.drained();
-        let s = self.state.clone();
-        future_into_py(py, self.rt, async move {
-            drained.await;
-            s.close().await;
-            Ok(false)
-        })
+        self.h.is_closed()
     }
 
     fn __repr__(&self) -> String {
         format!(
             "JmqProducer(endpoint={:?}, app={:?})",
-            self.endpoint, self.state.cluster.connect.app
+            self.h.endpoint, self.h.state.options.0.connect.app
         )
     }
 }

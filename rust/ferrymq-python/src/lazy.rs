@@ -1,0 +1,295 @@
+//! A client connected on first use (or by `start()`), closed once, and the bridge every method
+//! of its Python class goes through: the blocking form releases the GIL
+//! (`RuntimeRef::block_on`), the asyncio form returns an awaitable (`future_into_py`); both
+//! connect first and fail with `ClientClosedError` after `close()`. Held by `JmqProducer`,
+//! `JmqConsumer` and `JetStream`, which extend `LazyClient`: their lifecycle methods (`start`,
+//! `close`, the context managers, `endpoints`) are stated once there.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use ferrymq_core::Error;
+use pyo3::prelude::*;
+use tokio::sync::OnceCell;
+
+use crate::aio::future_into_py;
+use crate::produce::Produce;
+use crate::runtime::RuntimeRef;
+
+/// A core client the binding connects lazily.
+pub(crate) trait Connect: Clone + Send + Sync + 'static {
+    /// What it connects with.
+    type Options: Clone + Send + Sync + 'static;
+    /// The message of the error a call raises after `close()`.
+    const CLOSED: &'static str;
+    fn open(options: Self::Options) -> impl Future<Output = Result<Self, Error>> + Send;
+    fn shut(&self) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// The options, the client once connected, and whether `close()` was called.
+pub(crate) struct Lazy<C: Connect> {
+    pub(crate) options: C::Options,
+    client: OnceCell<C>,
+    closed: AtomicBool,
+}
+
+impl<C: Connect> Lazy<C> {
+    /// The connected client, connecting first if needed (one connection, whoever asks first).
+    pub(crate) async fn get(&self) -> Result<C, Error> {
+        if self.is_closed() {
+            return Err(Error::closed(C::CLOSED));
+        }
+        self.client
+            .get_or_try_init(|| C::open(self.options.clone()))
+            .await
+            .cloned()
+    }
+
+    /// The client if it is connected.
+    pub(crate) fn connected(&self) -> Option<&C> {
+        self.client.get()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Refuse further calls and close the client if one was connected. Idempotent.
+    pub(crate) async fn close(&self) -> Result<(), Error> {
+        self.closed.store(true, Ordering::Release);
+        match self.client.get() {
+            Some(c) => c.shut().await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// What a lazily connecting class holds: its client, its runtime and its endpoint(s) as shown.
+#[derive(Clone)]
+pub(crate) struct Handle<C: Connect> {
+    pub(crate) state: Arc<Lazy<C>>,
+    pub(crate) rt: RuntimeRef,
+    pub(crate) endpoint: String,
+}
+
+impl<C: Connect> Handle<C> {
+    pub(crate) fn new(endpoint: String, options: C::Options, rt: RuntimeRef) -> Self {
+        Self {
+            state: Arc::new(Lazy {
+                options,
+                client: OnceCell::new(),
+                closed: AtomicBool::new(false),
+            }),
+            rt,
+            endpoint,
+        }
+    }
+
+    /// `f(client)` with the GIL released.
+    pub(crate) fn block<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
+    where
+        F: FnOnce(C) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, Error>> + Send,
+        T: Send + 'static,
+    {
+        let s = Arc::clone(&self.state);
+        self.rt.block_on(py, async move { f(s.get().await?).await })
+    }
+
+    /// `f(client)` as an awaitable.
+    pub(crate) fn spawn<'py, T, F, Fut>(&self, py: Python<'py>, f: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: FnOnce(C) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, Error>> + Send,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        let s = Arc::clone(&self.state);
+        future_into_py(py, self.rt, async move { f(s.get().await?).await })
+    }
+
+    /// The connected client, connecting now if needed.
+    pub(crate) fn connect(&self, py: Python<'_>) -> PyResult<C> {
+        self.block(py, |c| async move { Ok(c) })
+    }
+
+    /// Connect as an awaitable that gives `me` (the Python client) back.
+    pub(crate) fn start_async<'py, T>(&self, py: Python<'py>, me: T) -> PyResult<Bound<'py, PyAny>>
+    where
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        self.spawn(py, move |_| async move { Ok(me) })
+    }
+
+    /// Close with the GIL released.
+    pub(crate) fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let s = Arc::clone(&self.state);
+        self.rt.block_on(py, async move { s.close().await })
+    }
+
+    /// Close as an awaitable: waits for `before` first (produced messages), then gives `result`.
+    pub(crate) fn close_async<'py, T>(
+        &self,
+        py: Python<'py>,
+        before: impl Future<Output = ()> + Send + 'static,
+        result: T,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        let s = Arc::clone(&self.state);
+        future_into_py(py, self.rt, async move {
+            before.await;
+            s.close().await?;
+            Ok(result)
+        })
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.state.is_closed()
+    }
+}
+
+/// The lifecycle of a lazily connecting class, whatever its client (and produce path).
+trait Lifecycle: Send + Sync {
+    fn endpoint(&self) -> &str;
+    fn connect(&self, py: Python<'_>) -> PyResult<()>;
+    fn connect_async<'py>(&self, py: Python<'py>, me: Py<PyAny>) -> PyResult<Bound<'py, PyAny>>;
+    fn close(&self, py: Python<'_>) -> PyResult<()>;
+    fn close_async<'py>(&self, py: Python<'py>, result: Py<PyAny>) -> PyResult<Bound<'py, PyAny>>;
+}
+
+/// A client without a produce path.
+impl<C: Connect> Lifecycle for Handle<C> {
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+    fn connect(&self, py: Python<'_>) -> PyResult<()> {
+        Handle::connect(self, py).map(|_| ())
+    }
+    fn connect_async<'py>(&self, py: Python<'py>, me: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.start_async(py, me)
+    }
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        Handle::close(self, py)
+    }
+    fn close_async<'py>(&self, py: Python<'py>, result: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        Handle::close_async(self, py, async {}, result)
+    }
+}
+
+/// A producer: closing flushes what was produced first.
+impl<C: Connect, B: ferrymq_core::produce::ProduceBackend> Lifecycle
+    for (Handle<C>, Arc<Produce<B>>)
+{
+    fn endpoint(&self) -> &str {
+        &self.0.endpoint
+    }
+    fn connect(&self, py: Python<'_>) -> PyResult<()> {
+        Lifecycle::connect(&self.0, py)
+    }
+    fn connect_async<'py>(&self, py: Python<'py>, me: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.0.start_async(py, me)
+    }
+    /// Flush produced messages (running their callbacks), then close the client.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.1.close();
+        let flushed = self.1.flush_for(py, None);
+        self.0.close(py)?;
+        flushed.map(|_| ())
+    }
+    /// Wait for produced messages (their callbacks run in the next `poll()`), then close.
+    fn close_async<'py>(&self, py: Python<'py>, result: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.1.close();
+        self.0.close_async(py, self.1.drained(), result)
+    }
+}
+
+/// The base class of `JmqProducer`, `JmqConsumer` and `JetStream`: a client that connects on
+/// `start()` (or on the first call that needs it) and is closed once.
+#[pyclass(name = "LazyClient", module = "ferrymq._native", subclass, frozen)]
+pub struct LazyClient {
+    life: Box<dyn Lifecycle>,
+}
+
+impl LazyClient {
+    /// The base of a client without a produce path.
+    pub(crate) fn of<C: Connect>(h: &Handle<C>) -> Self {
+        Self {
+            life: Box::new(h.clone()),
+        }
+    }
+
+    /// The base of a producer.
+    pub(crate) fn producer<C: Connect, B: ferrymq_core::produce::ProduceBackend>(
+        h: &Handle<C>,
+        produce: &Arc<Produce<B>>,
+    ) -> Self {
+        Self {
+            life: Box::new((h.clone(), Arc::clone(produce))),
+        }
+    }
+}
+
+#[pymethods]
+impl LazyClient {
+    /// The endpoint(s) it connects to (credentials removed).
+    #[getter]
+    fn endpoints(&self) -> &str {
+        self.life.endpoint()
+    }
+
+    /// Connect now (blocking, GIL released), failing fast on a wrong address or credentials;
+    /// returns the client. Idempotent.
+    fn start(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().life.connect(slf.py())?;
+        Ok(slf)
+    }
+
+    /// Async form of `start`; the awaitable gives the client back.
+    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let me = slf.clone().into_any().unbind();
+        slf.get().life.connect_async(slf.py(), me)
+    }
+
+    /// Close (idempotent): a producer first flushes what was produced, running the callbacks;
+    /// then the client leaves the server and closes its sockets.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.life.close(py)
+    }
+
+    /// Async form of `close` (a producer's callbacks run in the next `poll()`).
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.life.close_async(py, py.None())
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        Self::start(slf)
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        Self::start_async(slf)
+    }
+
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _t: Py<PyAny>,
+        _v: Py<PyAny>,
+        _tb: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let result = false.into_pyobject(py)?.to_owned().into_any().unbind();
+        self.life.close_async(py, result)
+    }
+}
