@@ -581,28 +581,13 @@ async fn remoting_long_poll_is_woken_by_a_grpc_send() {
 #[tokio::test]
 async fn remoting_commit_and_query_offset() {
     let (broker, mut r) = one_endpoint().await;
-    let query = |zero: &str| {
-        cmd(
-            rq::QUERY_CONSUMER_OFFSET,
-            &[
-                ("consumerGroup", "cg"),
-                ("topic", "t"),
-                ("queueId", "1"),
-                ("setZeroIfNotFound", zero),
-            ],
-        )
+    // Group `cg` on queue 1 of `t`, and one more field.
+    let on_q1 = |code: i32, key: &str, value: &str| {
+        let fields = [("consumerGroup", "cg"), ("topic", "t"), ("queueId", "1")];
+        cmd(code, &fields).with_ext(key, value)
     };
-    let update = |offset: i64| {
-        cmd(
-            rq::UPDATE_CONSUMER_OFFSET,
-            &[
-                ("consumerGroup", "cg"),
-                ("topic", "t"),
-                ("queueId", "1"),
-                ("commitOffset", &offset.to_string()),
-            ],
-        )
-    };
+    let query = |zero: &str| on_q1(rq::QUERY_CONSUMER_OFFSET, "setZeroIfNotFound", zero);
+    let update = |to: i64| on_q1(rq::UPDATE_CONSUMER_OFFSET, "commitOffset", &to.to_string());
     assert_eq!(r.call(query("false")).await.code, rs::QUERY_NOT_FOUND);
     let reply = r.call(query("true")).await;
     assert_eq!((reply.code, ext_i64(&reply, "offset")), (rs::SUCCESS, 0));
