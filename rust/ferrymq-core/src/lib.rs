@@ -19,6 +19,8 @@ pub mod remoting;
 pub mod rocketmq;
 pub mod selector;
 pub mod status;
+#[cfg(test)]
+mod test_support;
 
 pub use error::{Error, ErrorKind, Result};
 pub use message::{Message, MessageBuilder, MessageKind};

@@ -188,20 +188,6 @@ impl Message {
             MessageKind::Normal
         }
     }
-
-    /// Approximate size on the wire, used for cache and memory accounting.
-    pub fn approximate_size(&self) -> usize {
-        self.body.len()
-            + self.topic.len()
-            + self.keys.iter().map(String::len).sum::<usize>()
-            + self.tag.as_ref().map_or(0, String::len)
-            + self
-                .properties
-                .iter()
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>()
-            + self.message_group.as_ref().map_or(0, String::len)
-    }
 }
 
 /// Builder for [`Message`]; [`MessageBuilder::build`] validates every field.

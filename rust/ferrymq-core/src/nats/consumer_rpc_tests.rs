@@ -13,8 +13,9 @@ use super::*;
 use crate::nats::{NatsOptions, StreamConfig};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::listener::{ConsumeResult, WorkerPool};
-use crate::rocketmq::push::consumer::tests::{wait_for, FnListener};
+use crate::rocketmq::push::consumer::tests::FnListener;
 use crate::rocketmq::push::{PushConsumer, PushConsumerConfig};
+use crate::test_support::wait_for;
 
 /// A `nats-server -js` for one test, stopped and its store removed on drop.
 struct NatsServer {

@@ -397,14 +397,6 @@ impl JetStream {
         self.inner.client.server_info().version
     }
 
-    /// Whether JetStream on the server has the features of `major.minor` or later.
-    pub fn server_at_least(&self, major: u32, minor: u32) -> bool {
-        let v = self.server_version();
-        let mut it = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-        let (ma, mi) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
-        (ma, mi) >= (major, minor)
-    }
-
     /// The underlying async-nats client. It is connected with `skip_subject_validation`:
     /// check subjects with [`validate_publish_subject`] before publishing through it.
     pub fn client(&self) -> &async_nats::Client {

@@ -29,11 +29,6 @@ pub struct PublishOptions {
 }
 
 impl PublishOptions {
-    /// Whether any expectation is set.
-    pub fn has_expectations(&self) -> bool {
-        self.first_expectation().is_some()
-    }
-
     /// The parameter name of the first expectation set, if any.
     pub fn first_expectation(&self) -> Option<&'static str> {
         [
@@ -243,11 +238,6 @@ impl Flight {
     /// The value attached by [`watch`](Flight::watch), if any.
     pub fn attachment(&self) -> Option<&(dyn Any + Send + Sync)> {
         self.attachment.get().map(AsRef::as_ref)
-    }
-
-    /// Whether [`watch`](Flight::watch) was called.
-    pub fn is_watched(&self) -> bool {
-        self.watched.load(Ordering::SeqCst)
     }
 
     /// Set the outcome (once) and wake waiters; returns whether the flight is watched.

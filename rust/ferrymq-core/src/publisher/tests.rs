@@ -8,10 +8,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::FutureExt;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 use super::*;
 use crate::error::{BrokerStatus, Protocol};
+use crate::test_support::wait_for;
 
 /// A backend that records sends and lets the test decide each attempt's fate. With `sink` it
 /// delivers acks through the runner's [`AckSink`] ([`PublishBackend::send_to`]), otherwise
@@ -135,15 +135,6 @@ fn config(max: usize, refill: usize) -> PublisherConfig {
     }
 }
 
-/// Wait (up to 10 s) until `cond` holds.
-async fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
 async fn settle() {
     for _ in 0..50 {
         tokio::task::yield_now().await;
@@ -192,7 +183,7 @@ async fn hold_at_max_and_refill_at_threshold_on(b: Arc<Manual>) {
     for _ in 0..8 {
         flights.push(p.publish(out("a")).await.unwrap());
     }
-    wait_until("4 sent", || b.sends.load(Ordering::SeqCst) == 4).await;
+    wait_for("4 sent", || b.sends.load(Ordering::SeqCst) == 4).await;
     settle().await;
     // The window is full: exactly 4 sent, the rest wait in the intake.
     assert_eq!(b.sends.load(Ordering::SeqCst), 4);
@@ -201,13 +192,13 @@ async fn hold_at_max_and_refill_at_threshold_on(b: Arc<Manual>) {
     // Two acks bring the count to 2 > refill_allowed_at: still held.
     assert!(b.release_one(ack_for));
     assert!(b.release_one(ack_for));
-    wait_until("2 in flight", || p.in_flight() == 2).await;
+    wait_for("2 in flight", || p.in_flight() == 2).await;
     settle().await;
     assert_eq!(b.sends.load(Ordering::SeqCst), 4);
     assert!(p.is_held());
     // The third ack reaches the threshold (1): the hold lifts and the window refills to 4.
     assert!(b.release_one(ack_for));
-    wait_until("7 sent", || b.sends.load(Ordering::SeqCst) == 7).await;
+    wait_for("7 sent", || b.sends.load(Ordering::SeqCst) == 7).await;
     settle().await;
     assert_eq!(b.sends.load(Ordering::SeqCst), 7);
     assert!(p.is_held());
@@ -264,7 +255,7 @@ async fn intake_is_bounded_on(b: Arc<Manual>) {
     for _ in 0..4 {
         p.publish(out("a")).await.unwrap();
     }
-    wait_until("2 sent", || b.sends.load(Ordering::SeqCst) == 2).await;
+    wait_for("2 sent", || b.sends.load(Ordering::SeqCst) == 2).await;
     let f = p.prepare(out("a")).unwrap();
     assert!(!p.try_enqueue(&f).unwrap());
     let wait = tokio::time::timeout(Duration::from_millis(50), p.enqueue(Arc::clone(&f))).await;
@@ -288,14 +279,14 @@ async fn a_waiting_caller_wakes_once_a_quarter_of_the_intake_is_free() {
     for _ in 0..16 {
         p.publish(out("a")).await.unwrap();
     }
-    wait_until("8 sent", || b.sends.load(Ordering::SeqCst) == 8).await;
+    wait_for("8 sent", || b.sends.load(Ordering::SeqCst) == 8).await;
     assert_eq!(p.queued(), 8);
     let f = p.prepare(out("a")).unwrap();
     let mut wait = Box::pin(p.enqueue(Arc::clone(&f)));
     let short = Duration::from_millis(50);
     assert!(tokio::time::timeout(short, &mut wait).await.is_err());
     b.release_one(ack_for);
-    wait_until("9 sent", || b.sends.load(Ordering::SeqCst) == 9).await;
+    wait_for("9 sent", || b.sends.load(Ordering::SeqCst) == 9).await;
     assert!(
         tokio::time::timeout(short, &mut wait).await.is_err(),
         "one free slot must not wake the caller"
@@ -306,7 +297,7 @@ async fn a_waiting_caller_wakes_once_a_quarter_of_the_intake_is_free() {
         .unwrap()
         .unwrap();
     // The runner took two from the intake; the waiter queued one and left the other free.
-    wait_until("10 sent", || b.sends.load(Ordering::SeqCst) == 10).await;
+    wait_for("10 sent", || b.sends.load(Ordering::SeqCst) == 10).await;
     assert_eq!(p.queued(), 7);
     let g = p.prepare(out("a")).unwrap();
     assert!(p.try_enqueue(&g).unwrap(), "the second free slot is there");
@@ -365,9 +356,9 @@ async fn retries_reuse_the_id_and_expectations_are_final() {
     let p = Publisher::new(b.clone(), c, tokio::runtime::Handle::current()).unwrap();
     p.start().unwrap();
     let f = p.publish(out("a")).await.unwrap();
-    wait_until("first attempt", || b.pending() == 1).await;
+    wait_for("first attempt", || b.pending() == 1).await;
     b.release_one(|_| Err(nats_status(503, true)));
-    wait_until("retry", || b.sends.load(Ordering::SeqCst) == 2).await;
+    wait_for("retry", || b.sends.load(Ordering::SeqCst) == 2).await;
     b.release_one(ack_for);
     let o = f.wait().await;
     assert!(matches!(o, Outcome::Acked(_)));
@@ -376,7 +367,7 @@ async fn retries_reuse_the_id_and_expectations_are_final() {
     assert_eq!(sent.iter().filter(|(id, _)| id == "p-1").count(), 2);
 
     let g = p.publish(out("a")).await.unwrap();
-    wait_until("third send", || b.pending() == 1).await;
+    wait_for("third send", || b.pending() == 1).await;
     b.release_one(|_| Err(nats_status(10071, false)));
     let o = g.wait().await;
     assert!(matches!(o, Outcome::Failed(e) if is_expectation_failure(e)));
@@ -399,7 +390,7 @@ async fn stop_completes_every_flight_and_refuses_new_ones_on(b: Arc<Manual>) {
     for _ in 0..4 {
         flights.push(p.publish(out("a")).await.unwrap());
     }
-    wait_until("2 sent", || b.sends.load(Ordering::SeqCst) == 2).await;
+    wait_for("2 sent", || b.sends.load(Ordering::SeqCst) == 2).await;
     p.stop();
     p.finished().await;
     for f in &flights {
@@ -514,7 +505,7 @@ async fn sink_acks_out_of_order_a_stuck_flight_and_a_late_result() {
         .await
         .unwrap();
     assert!(matches!(o, Outcome::TimedOut(_)), "{o:?}");
-    wait_until("0 in flight", || p.in_flight() == 0).await;
+    wait_for("0 in flight", || p.in_flight() == 0).await;
     // The ack that comes after the time-out changes nothing.
     b.release_id("p-1", ack_for("p-1"));
     settle().await;

@@ -94,15 +94,6 @@ impl Connection {
         &self.inner.addr
     }
 
-    /// Whether a socket task is currently running.
-    pub fn is_connected(&self) -> bool {
-        self.inner
-            .tx
-            .lock()
-            .as_ref()
-            .is_some_and(|tx| !tx.is_closed())
-    }
-
     fn sender(&self) -> mpsc::Sender<Command> {
         let mut slot = self.inner.tx.lock();
         if let Some(tx) = slot.as_ref().filter(|tx| !tx.is_closed()) {
@@ -349,14 +340,14 @@ async fn serve(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use tokio::net::TcpListener;
 
     /// A tiny server: answers each request with code 0 and the request's fields, after the
     /// delay named in field `sleepMs`; closes on field `close`; on field `poke` it first sends
     /// the client a request of its own. Uses binary headers when `binary` is set.
-    pub(crate) async fn echo_server(binary: bool) -> (String, tokio::task::JoinHandle<()>) {
+    async fn echo_server(binary: bool) -> (String, tokio::task::JoinHandle<()>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let h = tokio::spawn(async move {
@@ -411,6 +402,17 @@ pub(crate) mod tests {
         (addr, h)
     }
 
+    /// Request code 1 with field `key` set to `value`, waiting at most `timeout`.
+    async fn ask(
+        c: &Connection,
+        key: &str,
+        value: impl ToString,
+        timeout: Duration,
+    ) -> Result<RemotingCommand> {
+        c.request(RemotingCommand::request(1).with_ext(key, value), timeout)
+            .await
+    }
+
     #[tokio::test]
     async fn concurrent_requests_are_correlated() {
         for binary in [false, true] {
@@ -438,33 +440,17 @@ pub(crate) mod tests {
         let c = Connection::new(&addr, None);
         let slow = {
             let c = c.clone();
-            tokio::spawn(async move {
-                c.request(
-                    RemotingCommand::request(1).with_ext("sleepMs", 2000),
-                    Duration::from_secs(5),
-                )
-                .await
-            })
+            tokio::spawn(async move { ask(&c, "sleepMs", 2000, Duration::from_secs(5)).await })
         };
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let e = c
-            .request(
-                RemotingCommand::request(1).with_ext("close", 1),
-                Duration::from_secs(5),
-            )
+        let e = ask(&c, "close", 1, Duration::from_secs(5))
             .await
             .unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::Connection, "{e}");
         let e = slow.await.unwrap().unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::Connection, "{e}");
         // The next request opens a new socket.
-        let ok = c
-            .request(
-                RemotingCommand::request(1).with_ext("x", "y"),
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap();
+        let ok = ask(&c, "x", "y", Duration::from_secs(5)).await.unwrap();
         assert_eq!(ok.ext("x"), Some("y"));
     }
 
@@ -472,22 +458,12 @@ pub(crate) mod tests {
     async fn timeouts_and_server_requests() {
         let (addr, _h) = echo_server(false).await;
         let c = Connection::new(&addr, None);
-        let e = c
-            .request(
-                RemotingCommand::request(1).with_ext("sleepMs", 500),
-                Duration::from_millis(50),
-            )
+        let e = ask(&c, "sleepMs", 500, Duration::from_millis(50))
             .await
             .unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::Timeout);
         // The server's own request is answered (and does not disturb ours).
-        let ok = c
-            .request(
-                RemotingCommand::request(1).with_ext("poke", 1),
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap();
+        let ok = ask(&c, "poke", 1, Duration::from_secs(5)).await.unwrap();
         assert_eq!(ok.code, 0);
         c.send_oneway(RemotingCommand::request(15)).await.unwrap();
         let nobody = Connection::new("127.0.0.1:1", None);

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use super::client::{PullStatus, RemotingClient, RemotingOptions, TagFilter};
 use crate::columnar::{RangeCursor, RangeRead};
-use crate::error::{Error, Result};
-use crate::rocketmq::pull::{push_message, OffsetPolicy, QueueRef};
+use crate::error::Result;
+use crate::rocketmq::pull::{check_reader, push_message, OffsetPolicy, QueueRef};
 
 /// How many consecutive pulls without progress [`RemotingReader::read_range`] tolerates.
 const MAX_EMPTY_PULLS: u32 = 3;
@@ -46,12 +46,7 @@ impl RemotingReader {
         pull_batch_size: i32,
     ) -> Result<Self> {
         let group = group.into();
-        if group.is_empty() {
-            return Err(Error::invalid("group", "must not be empty"));
-        }
-        if pull_batch_size < 1 {
-            return Err(Error::invalid("pull_batch_size", "must be at least 1"));
-        }
+        check_reader(&group, pull_batch_size)?;
         let filter = match tag_filter {
             Some(f) => Some(TagFilter::parse(&f)?).filter(|f| f.expression() != "*"),
             None => None,

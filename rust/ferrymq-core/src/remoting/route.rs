@@ -96,30 +96,29 @@ impl TopicRoute {
 
     /// Readable queues, sorted by broker then id.
     pub fn read_queues(&self) -> Vec<QueueRef> {
-        let mut out: Vec<QueueRef> = self
-            .queue_datas
-            .iter()
-            .filter(|q| q.perm & PERM_READ != 0)
-            .flat_map(|q| {
-                (0..q.read_queue_nums.max(0)).map(|id| QueueRef {
-                    broker: q.broker_name.clone(),
-                    id,
-                })
-            })
-            .collect();
-        out.sort();
-        out.dedup();
-        out
+        self.queues(|q| q.perm & PERM_READ != 0, |q| q.read_queue_nums)
     }
 
     /// Writable queues on brokers with a master, sorted by broker then id.
     pub fn write_queues(&self) -> Vec<QueueRef> {
+        self.queues(
+            |q| q.perm & PERM_WRITE != 0 && self.master_addr(&q.broker_name).is_some(),
+            |q| q.write_queue_nums,
+        )
+    }
+
+    /// The queues of the entries `keep` accepts, `count` of each, sorted by broker then id.
+    fn queues(
+        &self,
+        keep: impl Fn(&QueueData) -> bool,
+        count: impl Fn(&QueueData) -> i32,
+    ) -> Vec<QueueRef> {
         let mut out: Vec<QueueRef> = self
             .queue_datas
             .iter()
-            .filter(|q| q.perm & PERM_WRITE != 0 && self.master_addr(&q.broker_name).is_some())
+            .filter(|q| keep(q))
             .flat_map(|q| {
-                (0..q.write_queue_nums.max(0)).map(|id| QueueRef {
+                (0..count(q).max(0)).map(|id| QueueRef {
                     broker: q.broker_name.clone(),
                     id,
                 })
@@ -156,13 +155,6 @@ impl RouteCache {
             refresh: REFRESH_INTERVAL,
             slots: Mutex::new(HashMap::new()),
         })
-    }
-
-    /// Use another refresh interval.
-    #[must_use]
-    pub fn with_refresh(mut self, refresh: Duration) -> Self {
-        self.refresh = refresh;
-        self
     }
 
     /// The name-server connections.

@@ -628,10 +628,10 @@ fn millis_in_month(ms: i64) -> i64 {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
-    pub(crate) fn record(offset: i64, body: &[u8], props: &str, sys_flag: i32) -> Vec<u8> {
+    fn record(offset: i64, body: &[u8], props: &str, sys_flag: i32) -> Vec<u8> {
         let mut out = BytesMut::new();
         encode_stored(
             &StoredRecord {

@@ -6,13 +6,14 @@
 //! telemetry settings).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::client::{check_status, deadline, Client};
+use crate::rocketmq::client::{check_status, deadline, Client, ClientOptions, CommandHandler};
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
@@ -182,6 +183,28 @@ impl ClientRpc {
         Self { client, group }
     }
 
+    /// Start a `client_type` client of consumer `group` subscribed to `subscriptions`: send
+    /// the settings on the telemetry stream, wait for the broker's, and fetch the routes of the
+    /// subscribed topics. On failure the client is shut down.
+    pub async fn connect(
+        options: ClientOptions,
+        client_type: proto::ClientType,
+        group: &str,
+        subscriptions: &[(String, FilterExpression)],
+        handler: Arc<dyn CommandHandler>,
+    ) -> Result<Self> {
+        let pub_sub = subscription_settings(&options.namespace, group, subscriptions);
+        let client = Client::new(options, client_type, Some(group.into()), pub_sub, handler)?;
+        client.start().await?;
+        for (topic, _) in subscriptions {
+            if let Err(e) = client.route(topic).await {
+                client.shutdown().await;
+                return Err(e);
+            }
+        }
+        Ok(Self::new(client, group))
+    }
+
     /// The client.
     pub fn client(&self) -> &Client {
         &self.client
@@ -196,9 +219,12 @@ impl ClientRpc {
         self.client.settings().request_timeout
     }
 
-    async fn failed<T>(&self, endpoints: &Endpoints, err: Error) -> Result<T> {
-        self.client.on_rpc_error(endpoints, &err).await;
-        Err(err)
+    /// `result` as is, after telling the client about a failed call to `endpoints`.
+    async fn reported<T>(&self, endpoints: &Endpoints, result: Result<T>) -> Result<T> {
+        if let Err(e) = &result {
+            self.client.on_rpc_error(endpoints, e).await;
+        }
+        result
     }
 
     /// The readable leader queues of `topic` (route cached by the client).
@@ -266,10 +292,7 @@ impl ClientRpc {
             }
         }
         .await;
-        match result {
-            Ok(m) => Ok(m),
-            Err(e) => self.failed(&endpoints, e).await,
-        }
+        self.reported(&endpoints, result).await
     }
 
     /// `ReceiveMessage` as a simple consumer (no auto-renew; the caller's invisible duration).
@@ -339,16 +362,8 @@ impl ConsumerRpc for ClientRpc {
                 .collect())
         }
         .await;
-        match result {
-            Ok(q) => Ok(q),
-            Err(e) => {
-                self.failed(
-                    &endpoints,
-                    e.context(format!("assignment of topic {topic:?}")),
-                )
-                .await
-            }
-        }
+        let result = result.map_err(|e| e.context(format!("assignment of topic {topic:?}")));
+        self.reported(&endpoints, result).await
     }
 
     async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
@@ -403,10 +418,7 @@ impl ConsumerRpc for ClientRpc {
                 .collect())
         }
         .await;
-        match result {
-            Ok(r) => Ok(r),
-            Err(e) => self.failed(&source.endpoints, e).await,
-        }
+        self.reported(&source.endpoints, result).await
     }
 
     async fn change_invisible_duration(
@@ -437,10 +449,7 @@ impl ConsumerRpc for ClientRpc {
             Ok(resp.receipt_handle)
         }
         .await;
-        match result {
-            Ok(h) => Ok(h),
-            Err(e) => self.failed(&source.endpoints, e).await,
-        }
+        self.reported(&source.endpoints, result).await
     }
 
     async fn forward_to_dead_letter_queue(
@@ -470,10 +479,7 @@ impl ConsumerRpc for ClientRpc {
             check_status(resp.status.as_ref())
         }
         .await;
-        match result {
-            Ok(()) => Ok(()),
-            Err(e) => self.failed(&source.endpoints, e).await,
-        }
+        self.reported(&source.endpoints, result).await
     }
 
     /// Every topic must have a route; then the telemetry stream carries the new subscriptions.

@@ -88,6 +88,17 @@ pub fn is_unimplemented(err: &Error) -> bool {
 /// How many consecutive empty answers below `end` [`PullReader::read_range`] tolerates.
 const MAX_EMPTY_PULLS: u32 = 20;
 
+/// The checks of an offset reader's arguments, naming the bad one.
+pub(crate) fn check_reader(group: &str, pull_batch_size: i32) -> Result<()> {
+    if group.is_empty() {
+        return Err(Error::invalid("group", "must not be empty"));
+    }
+    if pull_batch_size < 1 {
+        return Err(Error::invalid("pull_batch_size", "must be at least 1"));
+    }
+    Ok(())
+}
+
 /// Offset-based reader of RocketMQ queues (a `PULL_CONSUMER` client of one group).
 #[derive(Debug, Clone)]
 pub struct PullReader {
@@ -108,12 +119,7 @@ impl PullReader {
         pull_batch_size: i32,
     ) -> Result<Self> {
         let group = group.into();
-        if group.is_empty() {
-            return Err(Error::invalid("group", "must not be empty"));
-        }
-        if pull_batch_size < 1 {
-            return Err(Error::invalid("pull_batch_size", "must be at least 1"));
-        }
+        check_reader(&group, pull_batch_size)?;
         let filter = tag_filter
             .filter(|f| !f.trim().is_empty() && f.trim() != "*")
             .map(|f| proto::FilterExpression {

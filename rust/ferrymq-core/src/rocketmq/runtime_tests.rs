@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::proto;
 use crate::rocketmq::client::{Client, ClientOptions, NoCommands};
+use crate::test_support::wait_for;
 use ferrymq_server::broker::{Broker, BrokerConfig};
 
 async fn broker() -> Broker {
@@ -33,18 +34,6 @@ async fn producer(b: &Broker, topic: &str) -> Client {
     c.start().await.unwrap();
     c.route(topic).await.unwrap();
     c
-}
-
-/// Poll `cond` every 10 ms for up to 10 s.
-async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 fn connections(b: &Broker) -> (u64, u64) {

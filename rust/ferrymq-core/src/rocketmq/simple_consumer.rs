@@ -14,9 +14,7 @@ use parking_lot::RwLock;
 use crate::error::{Error, Result};
 use crate::proto;
 use crate::rocketmq::client::{Client, ClientOptions, NoCommands};
-use crate::rocketmq::consumer_rpc::{
-    subscription_settings, ClientRpc, ConsumerRpc, ReceiveRequest,
-};
+use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc, ReceiveRequest};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 
@@ -80,24 +78,16 @@ impl SimpleConsumer {
     /// routes of the subscribed topics. Fails (and leaves nothing running) if any step fails.
     pub async fn connect(options: ClientOptions, config: SimpleConsumerConfig) -> Result<Self> {
         config.validate()?;
-        let pub_sub =
-            subscription_settings(&options.namespace, &config.group, &config.subscriptions);
-        let client = Client::new(
+        let rpc = ClientRpc::connect(
             options,
             proto::ClientType::SimpleConsumer,
-            Some(config.group.clone()),
-            pub_sub,
+            &config.group,
+            &config.subscriptions,
             Arc::new(NoCommands),
-        )?;
-        client.start().await?;
-        for (topic, _) in &config.subscriptions {
-            if let Err(e) = client.route(topic).await {
-                client.shutdown().await;
-                return Err(e);
-            }
-        }
+        )
+        .await?;
         Ok(Self {
-            rpc: ClientRpc::new(client, &config.group),
+            rpc,
             group: config.group,
             subscriptions: RwLock::new(config.subscriptions),
             changes: tokio::sync::Mutex::new(()),

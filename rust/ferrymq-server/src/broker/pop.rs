@@ -99,27 +99,33 @@ impl Filter {
             )),
             Ok(proto::FilterType::Tag | proto::FilterType::Unspecified) => {
                 let e = f.expression.trim();
-                if e.is_empty() || e == "*" {
-                    return Ok(Filter::All);
-                }
-                let tags: Vec<String> = e
-                    .split("||")
-                    .map(|t| t.trim().to_string())
-                    .filter(|t| !t.is_empty())
-                    .collect();
-                if tags.is_empty() {
-                    return Err((
+                Filter::of_tags(e).ok_or_else(|| {
+                    (
                         status::ILLEGAL_FILTER_EXPRESSION,
                         format!("bad tag expression {e:?}"),
-                    ));
-                }
-                Ok(Filter::Tags(tags))
+                    )
+                })
             }
             Err(_) => Err((
                 status::ILLEGAL_FILTER_EXPRESSION,
                 format!("unknown filter type {}", f.r#type),
             )),
         }
+    }
+
+    /// The filter of a tag expression (`*` or empty: everything; else `a || b`), `None` when
+    /// the expression names no tag.
+    pub fn of_tags(expr: &str) -> Option<Filter> {
+        let expr = expr.trim();
+        if expr.is_empty() || expr == "*" {
+            return Some(Filter::All);
+        }
+        let tags: Vec<String> = expr
+            .split("||")
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        (!tags.is_empty()).then_some(Filter::Tags(tags))
     }
 
     /// Whether `m` passes.
@@ -174,6 +180,23 @@ pub struct PopOutcome {
 impl PopOutcome {
     fn due(&mut self, at: Instant) {
         self.next_due = Some(self.next_due.map_or(at, |d| d.min(at)));
+    }
+
+    /// Hand `stored` out as delivery `attempt`, under a receipt handle with `nonce`.
+    fn deliver(&mut self, stored: &Arc<Stored>, nonce: u32, attempt: u32) {
+        self.deliveries.push(Delivery {
+            stored: Arc::clone(stored),
+            nonce,
+            attempt,
+        });
+    }
+
+    /// Move `stored` to the DLQ after `attempts` deliveries.
+    fn bury(&mut self, stored: &Arc<Stored>, attempts: u32) {
+        self.dead.push(DeadLetter {
+            stored: Arc::clone(stored),
+            attempts,
+        });
     }
 }
 
@@ -390,19 +413,12 @@ fn pop_normal<'m>(
         if attempts >= p.max_attempts {
             *c.slot_mut(offset).expect("present") = Slot::Done;
             c.inflight -= 1;
-            out.dead.push(DeadLetter {
-                stored: Arc::clone(s),
-                attempts,
-            });
+            out.bury(s, attempts);
             continue;
         }
         let (nonce, slot) = c.deliver(offset, attempts, p);
         *c.slot_mut(offset).expect("present") = slot;
-        out.deliveries.push(Delivery {
-            stored: Arc::clone(s),
-            nonce,
-            attempt: attempts + 1,
-        });
+        out.deliver(s, nonce, attempts + 1);
     }
     // Then new messages.
     while out.deliveries.len() < want && c.next < end {
@@ -416,11 +432,7 @@ fn pop_normal<'m>(
         let (nonce, slot) = c.deliver(offset, 0, p);
         c.slots.push_back(slot);
         c.inflight += 1;
-        out.deliveries.push(Delivery {
-            stored: Arc::clone(s),
-            nonce,
-            attempt: 1,
-        });
+        out.deliver(s, nonce, 1);
     }
 }
 
@@ -452,14 +464,14 @@ fn pop_fifo<'m>(
             Slot::Done => continue,
             Slot::Ready { attempts } => *attempts,
             Slot::Inflight(f) => {
-                if f.visible_at > p.now {
-                    out.due(f.visible_at);
-                    if let Some(g) = stored(offset).group_key {
-                        blocked_groups.insert(g);
-                    }
-                    continue;
-                }
-                match expire(f, p) {
+                // Still invisible, or renewed for another slice: its group waits.
+                let expired = if f.visible_at > p.now {
+                    None
+                } else {
+                    expire(f, p)
+                };
+                match expired {
+                    Some(a) => a,
                     None => {
                         out.due(f.visible_at);
                         if let Some(g) = stored(offset).group_key {
@@ -467,7 +479,6 @@ fn pop_fifo<'m>(
                         }
                         continue;
                     }
-                    Some(a) => a,
                 }
             }
         };
@@ -486,10 +497,7 @@ fn pop_fifo<'m>(
             if was_inflight {
                 c.inflight -= 1;
             }
-            out.dead.push(DeadLetter {
-                stored: Arc::clone(s),
-                attempts,
-            });
+            out.bury(s, attempts);
             continue;
         }
         let (nonce, slot) = c.deliver(offset, attempts, p);
@@ -498,11 +506,7 @@ fn pop_fifo<'m>(
             c.inflight += 1;
         }
         fruitless = 0;
-        out.deliveries.push(Delivery {
-            stored: Arc::clone(s),
-            nonce,
-            attempt: attempts + 1,
-        });
+        out.deliver(s, nonce, attempts + 1);
     }
     while out.deliveries.len() < want
         && c.next < end
@@ -527,11 +531,7 @@ fn pop_fifo<'m>(
         c.slots.push_back(slot);
         c.inflight += 1;
         fruitless = 0;
-        out.deliveries.push(Delivery {
-            stored: Arc::clone(s),
-            nonce,
-            attempt: 1,
-        });
+        out.deliver(s, nonce, 1);
     }
 }
 

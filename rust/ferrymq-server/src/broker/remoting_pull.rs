@@ -246,22 +246,13 @@ fn pull_filter(
         })?
     };
     let expr = expr.trim();
-    if expr.is_empty() || expr == "*" {
-        return Ok(Filter::All);
-    }
-    let tags: Vec<String> = expr
-        .split("||")
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
-        .collect();
-    if tags.is_empty() {
-        return Err(refuse(
+    Filter::of_tags(expr).ok_or_else(|| {
+        refuse(
             req,
             rs::SUBSCRIPTION_PARSE_FAILED,
             format!("parse the consumer's subscription[{expr}] failed"),
-        ));
-    }
-    Ok(Filter::Tags(tags))
+        )
+    })
 }
 
 /// A stand-in commit-log position of a message, unique per (topic, queue, offset) in practice:

@@ -9,7 +9,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::tests::{message, req, res, Client};
+use super::tests::{fast, message, req, res, Client};
 use super::*;
 use crate::proto;
 use crate::remoting::codec::{decode_frame, RemotingCommand, DEFAULT_MAX_FRAME};
@@ -188,18 +188,29 @@ fn decode_records(mut body: Bytes) -> Vec<Record> {
     out
 }
 
-fn fast() -> BrokerConfig {
-    BrokerConfig {
-        long_polling_min: Duration::from_millis(50),
-        ..BrokerConfig::for_tests()
-    }
+/// A broker started with `config`, topic `t` with `queues` queues, and a connection to its
+/// first remoting listener.
+async fn started(config: BrokerConfig, queues: usize) -> (Broker, Remote) {
+    let broker = Broker::start(config).await.unwrap();
+    broker.create_topic("t", "NORMAL", queues).unwrap();
+    let r = Remote::connect(broker.remoting_addresses()[0]).await;
+    (broker, r)
 }
 
 async fn one_endpoint() -> (Broker, Remote) {
-    let broker = Broker::start(fast()).await.unwrap();
-    broker.create_topic("t", "NORMAL", 2).unwrap();
-    let r = Remote::connect(broker.remoting_addresses()[0]).await;
-    (broker, r)
+    started(fast(), 2).await
+}
+
+/// One endpoint whose broker checks signatures with access key `ak`, secret `sk`.
+async fn signing() -> (Broker, Remote) {
+    let config = BrokerConfig {
+        credentials: Some(Credentials {
+            access_key: "ak".into(),
+            secret_key: "sk".into(),
+        }),
+        ..fast()
+    };
+    started(config, 1).await
 }
 
 /// Send `n` messages with tags `tag-<i % 2>` to queue 0 of `t` over remoting.
@@ -570,28 +581,13 @@ async fn remoting_long_poll_is_woken_by_a_grpc_send() {
 #[tokio::test]
 async fn remoting_commit_and_query_offset() {
     let (broker, mut r) = one_endpoint().await;
-    let query = |zero: &str| {
-        cmd(
-            rq::QUERY_CONSUMER_OFFSET,
-            &[
-                ("consumerGroup", "cg"),
-                ("topic", "t"),
-                ("queueId", "1"),
-                ("setZeroIfNotFound", zero),
-            ],
-        )
+    // Group `cg` on queue 1 of `t`, and one more field.
+    let on_q1 = |code: i32, key: &str, value: &str| {
+        let fields = [("consumerGroup", "cg"), ("topic", "t"), ("queueId", "1")];
+        cmd(code, &fields).with_ext(key, value)
     };
-    let update = |offset: i64| {
-        cmd(
-            rq::UPDATE_CONSUMER_OFFSET,
-            &[
-                ("consumerGroup", "cg"),
-                ("topic", "t"),
-                ("queueId", "1"),
-                ("commitOffset", &offset.to_string()),
-            ],
-        )
-    };
+    let query = |zero: &str| on_q1(rq::QUERY_CONSUMER_OFFSET, "setZeroIfNotFound", zero);
+    let update = |to: i64| on_q1(rq::UPDATE_CONSUMER_OFFSET, "commitOffset", &to.to_string());
     assert_eq!(r.call(query("false")).await.code, rs::QUERY_NOT_FOUND);
     let reply = r.call(query("true")).await;
     assert_eq!((reply.code, ext_i64(&reply, "offset")), (rs::SUCCESS, 0));
@@ -688,18 +684,15 @@ async fn remoting_unknown_code_and_bad_frames() {
 
 #[tokio::test]
 async fn remoting_pull_below_retention_moves_to_the_new_min() {
-    let broker = Broker::start(BrokerConfig {
+    let config = BrokerConfig {
         when_full: WhenFull::DropOldest,
         max_body_size: 512,
         // Room for more than one batch of three messages (each about 100 bytes of record),
         // fewer than all nine.
         max_topic_bytes: 4 * (store::MESSAGE_OVERHEAD + 160),
         ..fast()
-    })
-    .await
-    .unwrap();
-    broker.create_topic("t", "NORMAL", 1).unwrap();
-    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    };
+    let (_broker, mut r) = started(config, 1).await;
     for _ in 0..3 {
         assert_eq!(send_batch(&mut r, 3).await.code, rs::SUCCESS);
     }
@@ -718,17 +711,7 @@ async fn remoting_pull_below_retention_moves_to_the_new_min() {
 
 #[tokio::test]
 async fn remoting_acl_signature_is_checked() {
-    let broker = Broker::start(BrokerConfig {
-        credentials: Some(Credentials {
-            access_key: "ak".into(),
-            secret_key: "sk".into(),
-        }),
-        ..fast()
-    })
-    .await
-    .unwrap();
-    broker.create_topic("t", "NORMAL", 1).unwrap();
-    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    let (_broker, mut r) = signing().await;
     // The name server role does not authenticate.
     let reply = r
         .call(cmd(rq::GET_ROUTEINFO_BY_TOPIC, &[("topic", "t")]))
@@ -763,17 +746,7 @@ async fn remoting_can_be_turned_off() {
 
 #[tokio::test]
 async fn remoting_pull_body_reads_with_the_client_decoder_and_client_signatures_pass() {
-    let broker = Broker::start(BrokerConfig {
-        credentials: Some(Credentials {
-            access_key: "ak".into(),
-            secret_key: "sk".into(),
-        }),
-        ..fast()
-    })
-    .await
-    .unwrap();
-    broker.create_topic("t", "NORMAL", 1).unwrap();
-    let mut r = Remote::connect(broker.remoting_addresses()[0]).await;
+    let (broker, mut r) = signing().await;
     let sign = |mut c: RemotingCommand| {
         c.set_ext("AccessKey", "ak");
         let sig = crate::remoting::acl::sign(&c.ext_fields, &c.body, "sk");

@@ -24,8 +24,8 @@ use super::fault::{FaultIo, Rpc};
 use super::pop::Filter;
 use super::route;
 use super::service_wire::{
-    admit_or, check, grpc_timeout, namespace, ok, once, pull_status, resource_name, st, BoxStream,
-    EndpointService, MAX_BATCH,
+    admit_or, check, grpc_timeout, namespace, ok, once, pull_status, refuse, resource_name, st,
+    BoxStream, EndpointService, MAX_BATCH,
 };
 use super::store::{self, std_duration, valid_resource_name, Waiting};
 use super::telemetry::{merge_settings, TelemetryItem, TelemetryReply};
@@ -288,10 +288,11 @@ impl MessagingService for EndpointService {
         let mut q = queue.state.lock();
         if req.offset < 0 || req.offset as u64 > q.end() {
             let end = q.end();
-            return Ok(Response::new(answer(st(
+            return refuse(
+                answer,
                 code::ILLEGAL_OFFSET,
                 format!("offset {} is outside [0, {end}]", req.offset),
-            ))));
+            );
         }
         q.offsets.insert(group.name.clone(), req.offset);
         Ok(Response::new(answer(ok())))
@@ -339,20 +340,22 @@ impl MessagingService for EndpointService {
             Ok(proto::QueryOffsetPolicy::End) => q.end(),
             Ok(proto::QueryOffsetPolicy::Timestamp) => {
                 let Some(ts) = req.timestamp.as_ref() else {
-                    return Ok(Response::new(answer(st(
+                    return refuse(
+                        answer,
                         code::BAD_REQUEST,
                         "the TIMESTAMP policy needs a timestamp",
-                    ))));
+                    );
                 };
                 let ms = store::ms_of(ts);
                 let i = q.messages.partition_point(|m| m.store_ms < ms);
                 q.base + i as u64
             }
             Err(_) => {
-                return Ok(Response::new(answer(st(
+                return refuse(
+                    answer,
                     code::BAD_REQUEST,
                     format!("unknown query_offset_policy {}", req.query_offset_policy),
-                ))))
+                )
             }
         };
         Ok(Response::new(proto::QueryOffsetResponse {
@@ -376,20 +379,22 @@ impl MessagingService for EndpointService {
             return Ok(Response::new(answer(ok())));
         }
         let Some(half) = self.core.txs.take(&req.transaction_id, &req.message_id) else {
-            return Ok(Response::new(answer(st(
+            return refuse(
+                answer,
                 code::INVALID_TRANSACTION_ID,
                 format!(
                     "no pending transaction {:?} for message {:?}",
                     req.transaction_id, req.message_id
                 ),
-            ))));
+            );
         };
         if half.topic.name != topic.name {
             self.core.txs.add_back(req.transaction_id.clone(), half);
-            return Ok(Response::new(answer(st(
+            return refuse(
+                answer,
                 code::ILLEGAL_TOPIC,
                 "the transaction belongs to another topic",
-            ))));
+            );
         }
         if resolution == proto::TransactionResolution::Commit {
             self.core
@@ -456,10 +461,11 @@ impl MessagingService for EndpointService {
         let req = request.into_inner();
         if let Some(g) = req.group.as_ref().filter(|g| !g.name.is_empty()) {
             if !valid_resource_name(&g.name) {
-                return Ok(Response::new(answer(st(
+                return refuse(
+                    answer,
                     code::ILLEGAL_CONSUMER_GROUP,
                     format!("illegal consumer group name {:?}", g.name),
-                ))));
+                );
             }
         }
         if !self.ep.clients.remove(&client_id) {
@@ -487,10 +493,7 @@ impl MessagingService for EndpointService {
         let req = request.into_inner();
         let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
         if !super::timer::is_recall_handle(&req.recall_handle) {
-            return Ok(Response::new(answer(st(
-                code::BAD_REQUEST,
-                "malformed recall handle",
-            ))));
+            return refuse(answer, code::BAD_REQUEST, "malformed recall handle");
         }
         match self.core.timer.recall(&req.recall_handle, &topic.name) {
             Some(d) => {
@@ -505,10 +508,11 @@ impl MessagingService for EndpointService {
                         .map_or(String::new(), |s| s.message_id),
                 }))
             }
-            None => Ok(Response::new(answer(st(
+            None => refuse(
+                answer,
                 40400,
                 "no pending delay message for this recall handle (already delivered or recalled)",
-            )))),
+            ),
         }
     }
 
@@ -518,10 +522,11 @@ impl MessagingService for EndpointService {
     ) -> Result<Response<proto::SyncLiteSubscriptionResponse>, Status> {
         let answer = |s| proto::SyncLiteSubscriptionResponse { status: Some(s) };
         admit_or!(self, Rpc::SyncLiteSubscription, request, |s| answer(s));
-        Ok(Response::new(answer(st(
+        refuse(
+            answer,
             code::NOT_IMPLEMENTED,
             "lite topics are not supported by the embedded broker",
-        ))))
+        )
     }
 }
 

@@ -12,8 +12,8 @@ use super::fault::Rpc;
 use super::handout::{Handed, Handout};
 use super::pop::{self, Filter, Pop, PopOutcome};
 use super::service_wire::{
-    admit_or, check, delivery_timestamp, ok, receive_status, st, BoxStream, EndpointService,
-    MAX_BATCH,
+    admit_or, check, delivery_timestamp, ok, receive_status, refuse, st, BoxStream,
+    EndpointService, MAX_BATCH,
 };
 use super::store::{readable, std_duration, Queue, Stored, Topic, Waiting};
 use crate::proto;
@@ -228,10 +228,7 @@ impl EndpointService {
         let group = check!(self.group(req.group.as_ref()), |s| answer(s));
         let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
         if req.entries.is_empty() {
-            return Ok(Response::new(answer(st(
-                code::BAD_REQUEST,
-                "no entries to ack",
-            ))));
+            return refuse(answer, code::BAD_REQUEST, "no entries to ack");
         }
         let g: Arc<str> = group.name.as_str().into();
         let now = Instant::now();
@@ -305,13 +302,14 @@ impl EndpointService {
         let invisible = match req.invisible_duration.as_ref().and_then(std_duration) {
             Some(d) if d <= self.core.config.max_invisible => d,
             _ => {
-                return Ok(Response::new(answer(st(
+                return refuse(
+                    answer,
                     code::ILLEGAL_INVISIBLE_TIME,
                     format!(
                         "invisible_duration is required, at most {} s",
                         self.core.config.max_invisible.as_secs()
                     ),
-                ))))
+                )
             }
         };
         let g: Arc<str> = group.name.as_str().into();
@@ -319,10 +317,11 @@ impl EndpointService {
         // one always gets OK and a new handle. (The proxy then writes a new checkpoint, so a stale
         // or acked message may come back; here a stale handle gets a new handle without effect.)
         let Some((b, q, off, nonce)) = pop::decode_handle(&req.receipt_handle) else {
-            return Ok(Response::new(answer(st(
+            return refuse(
+                answer,
                 code::INTERNAL_SERVER_ERROR,
                 "malformed receipt handle: parse failed",
-            ))));
+            );
         };
         let changed = topic.queue(b, q).map(|queue| {
             queue.state.lock().change_invisible(

@@ -32,6 +32,15 @@ pub(super) fn st(c: i32, message: impl Into<String>) -> proto::Status {
     }
 }
 
+/// A handler's answer (made by `answer`) carrying status `c` with `message`.
+pub(super) fn refuse<R>(
+    answer: impl FnOnce(proto::Status) -> R,
+    c: i32,
+    message: impl Into<String>,
+) -> Result<tonic::Response<R>, Status> {
+    Ok(tonic::Response::new(answer(st(c, message))))
+}
+
 pub(super) fn ok() -> proto::Status {
     st(code::OK, "OK")
 }

@@ -114,6 +114,15 @@ impl Client {
         .await
     }
 
+    /// `QueryRoute` of `topic`, sent with client id `id`.
+    pub async fn route(&mut self, id: &str, topic: &str) -> proto::QueryRouteResponse {
+        let r = proto::QueryRouteRequest {
+            topic: res(topic),
+            endpoints: None,
+        };
+        self.rpc.query_route(req(id, r)).await.unwrap().into_inner()
+    }
+
     pub async fn send(&mut self, msgs: Vec<proto::Message>) -> proto::SendMessageResponse {
         self.rpc
             .send_message(req(&self.id, proto::SendMessageRequest { messages: msgs }))
@@ -182,7 +191,7 @@ impl Client {
     }
 }
 
-fn fast() -> BrokerConfig {
+pub(super) fn fast() -> BrokerConfig {
     BrokerConfig {
         long_polling_min: Duration::from_millis(50),
         ..BrokerConfig::for_tests()
@@ -203,18 +212,7 @@ async fn send_receive_ack_over_two_endpoints() {
     assert_eq!(broker.access_point(), format!("{};{}", addrs[0], addrs[1]));
 
     let mut c = Client::connect(addrs[0], "c1").await;
-    let route = c
-        .rpc
-        .query_route(req(
-            "c1",
-            proto::QueryRouteRequest {
-                topic: res("t"),
-                endpoints: None,
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let route = c.route("c1", "t").await;
     assert_eq!(route.status.unwrap().code, code::OK);
     assert_eq!(route.message_queues.len(), 4);
     let ports: std::collections::BTreeSet<i32> = route
@@ -278,18 +276,7 @@ async fn client_id_is_required_and_types_are_enforced() {
     let broker = Broker::start(fast()).await.unwrap();
     broker.create_topic("fifo", "FIFO", 2).unwrap();
     let mut c = Client::connect(broker.addresses()[0], "c1").await;
-    let r = c
-        .rpc
-        .query_route(req(
-            "",
-            proto::QueryRouteRequest {
-                topic: res("fifo"),
-                endpoints: None,
-            },
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = c.route("", "fifo").await;
     assert_eq!(r.status.unwrap().code, code::CLIENT_ID_REQUIRED);
     let r = c.send(vec![message("fifo", b"x")]).await;
     assert_eq!(

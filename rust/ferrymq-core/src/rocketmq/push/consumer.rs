@@ -29,7 +29,7 @@ use super::stats::{ConsumerStats, StatsSnapshot};
 use crate::error::Result;
 use crate::proto;
 use crate::rocketmq::client::{Client, ClientOptions, CommandHandler};
-use crate::rocketmq::consumer_rpc::{subscription_settings, ClientRpc, ConsumerRpc};
+use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::listener::{ConsumeResult, Delivery, Listener};
 use crate::rocketmq::message_view::MessageView;
@@ -357,23 +357,16 @@ pub async fn connect_rpc(
 ) -> Result<ClientRpc> {
     config.validate()?;
     let commands = Arc::new(ConsumerCommands::default());
-    let pub_sub = subscription_settings(&options.namespace, &config.group, &config.subscriptions);
-    let client = Client::new(
+    let rpc = ClientRpc::connect(
         options,
         proto::ClientType::PushConsumer,
-        Some(config.group.clone()),
-        pub_sub,
+        &config.group,
+        &config.subscriptions,
         commands.clone(),
-    )?;
-    client.start().await?;
-    for (topic, _) in &config.subscriptions {
-        if let Err(e) = client.route(topic).await {
-            client.shutdown().await;
-            return Err(e);
-        }
-    }
+    )
+    .await?;
     let _ = commands.listener.set(listener.clone());
-    Ok(ClientRpc::new(client, &config.group))
+    Ok(rpc)
 }
 
 async fn scan_loop<R: ConsumerRpc>(ctx: Arc<Context<R>>, assigned: Assignments) {

@@ -10,6 +10,7 @@ use crate::rocketmq::listener::{BatchListener, WorkerPool};
 use crate::rocketmq::message_view::MessageView;
 use crate::rocketmq::push::context::DEFAULT_MAX_CONCURRENT_RECEIVES;
 use crate::rocketmq::settings::{Backoff, RetryPolicy};
+use crate::test_support::wait_for;
 
 pub(crate) struct FnListener<F>(pub(crate) F);
 
@@ -58,14 +59,6 @@ where
 {
     let pool = WorkerPool::start(Arc::new(FnListener(f)), threads, 64).unwrap();
     PushConsumer::start(broker.clone(), config, Arc::new(pool)).unwrap()
-}
-
-pub(crate) async fn wait_for(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

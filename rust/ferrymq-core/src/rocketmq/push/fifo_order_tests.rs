@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::consumer::tests::{config, fifo_broker, settings, start, wait_for};
+use super::consumer::tests::{config, fifo_broker, settings, start};
 use super::context::PushConsumerConfig;
 use crate::rocketmq::consumer_rpc::fake::FakeBroker;
 use crate::rocketmq::listener::ConsumeResult;
 use crate::rocketmq::message_view::MessageView;
+use crate::test_support::wait_for;
 
 fn fifo_config(accelerator: bool, pipelining: bool) -> PushConsumerConfig {
     let mut cfg = config();

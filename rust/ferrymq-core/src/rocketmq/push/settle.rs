@@ -21,13 +21,14 @@
 //! [`super::context`]; this module is the task that reads it and imports nothing else from the
 //! push consumer.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Semaphore};
 
 use super::context::{Context, Job, Kind, Settled};
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 use crate::status;
@@ -261,37 +262,12 @@ async fn nack<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &MessageView) -> Sett
         .settings()
         .retry_policy
         .delay(u32::try_from(view.delivery_attempt()).unwrap_or(1));
-    let mut failures = 0u32;
-    loop {
-        match ctx.rpc.change_invisible_duration(view, delay).await {
-            Ok(handle) => {
-                view.set_receipt_handle(&handle);
-                ctx.stats.on_nacked();
-                return Settled::Accepted;
-            }
-            Err(e) if is_invalid_handle(&e) => {
-                ctx.stats.on_invalid_handle();
-                tracing::warn!(
-                    target: "ferrymq::consumer",
-                    "changing the invisible duration of message {} was refused ({e}); the \
-                     broker will redeliver it", view.message_id()
-                );
-                return Settled::Refused;
-            }
-            Err(e) => {
-                ctx.stats.on_settle_retry(1);
-                failures += 1;
-                log_retry(failures, "changing the invisible duration", view, &e);
-                tokio::select! {
-                    () = ctx.abandon.cancelled() => {
-                        ctx.stats.on_settle_abandoned(1);
-                        return Settled::Abandoned;
-                    }
-                    () = tokio::time::sleep(SETTLE_RETRY_INTERVAL) => {}
-                }
-            }
-        }
-    }
+    let op = || ctx.rpc.change_invisible_duration(view, delay);
+    until_done(ctx, view, "changing the invisible duration", op, |handle| {
+        view.set_receipt_handle(&handle);
+        ctx.stats.on_nacked();
+    })
+    .await
 }
 
 /// Forward a FIFO message to the dead-letter queue, retrying until it succeeds (or the
@@ -302,30 +278,43 @@ pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
     view: &Arc<MessageView>,
     max_attempts: u32,
 ) -> Settled {
+    let op = || ctx.rpc.forward_to_dead_letter_queue(view, max_attempts);
+    until_done(ctx, view, "forwarding to the dead-letter queue", op, |()| {
+        ctx.stats.on_dead_lettered();
+    })
+    .await
+}
+
+/// Run `op` (`what`, for the logs) on `view` every [`SETTLE_RETRY_INTERVAL`] until it
+/// succeeds (its result goes to `accepted`), the broker refuses the receipt handle, or the
+/// consumer gives up.
+async fn until_done<R: ConsumerRpc, T, F: Future<Output = Result<T>>>(
+    ctx: &Arc<Context<R>>,
+    view: &MessageView,
+    what: &str,
+    mut op: impl FnMut() -> F,
+    accepted: impl FnOnce(T),
+) -> Settled {
     let mut failures = 0u32;
     loop {
-        match ctx
-            .rpc
-            .forward_to_dead_letter_queue(view, max_attempts)
-            .await
-        {
-            Ok(()) => {
-                ctx.stats.on_dead_lettered();
+        match op().await {
+            Ok(v) => {
+                accepted(v);
                 return Settled::Accepted;
             }
             Err(e) if is_invalid_handle(&e) => {
                 ctx.stats.on_invalid_handle();
                 tracing::warn!(
                     target: "ferrymq::consumer",
-                    "forwarding message {} to the dead-letter queue was refused ({e}); the \
-                     broker will redeliver it", view.message_id()
+                    "{what} of message {} was refused ({e}); the broker will redeliver it",
+                    view.message_id()
                 );
                 return Settled::Refused;
             }
             Err(e) => {
                 ctx.stats.on_settle_retry(1);
                 failures += 1;
-                log_retry(failures, "forwarding to the dead-letter queue", view, &e);
+                log_retry(failures, what, view, &e);
                 tokio::select! {
                     () = ctx.abandon.cancelled() => {
                         ctx.stats.on_settle_abandoned(1);
