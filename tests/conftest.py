@@ -52,6 +52,8 @@ from typing import Any
 
 import pytest
 
+import ferrymq
+
 # -- NATS JetStream (nats-server) -------------------------------------------------------------
 from _nats_server import HoldingProxy, NatsServer, run_nats_server
 from ferrymq.testing import EmbeddedBroker
@@ -84,6 +86,21 @@ def jmq_broker() -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(endpoints=2, jmq_nodes=2, **TEST_BROKER_OPTIONS) as b:
         b.add_jmq_app("other_app", "other_token")
         yield b
+
+
+@pytest.fixture
+def jmq_topic(jmq_broker: EmbeddedBroker, unique: Callable[[str], str]) -> str:
+    """A fresh topic with four queues (JMQ4 partitions) on ``jmq_broker``."""
+    name = unique("jmq")
+    jmq_broker.create_topic(name, queues=4)
+    return name
+
+
+@pytest.fixture
+def jmq_producer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqProducer]:
+    """A JMQ4 producer of ``jmq_broker``'s default app."""
+    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="test_app", token="test_token") as p:
+        yield p
 
 
 @pytest.fixture
@@ -127,6 +144,30 @@ def nats_server() -> Iterator[NatsServer]:
     started once per session. Fails (does not skip) when nats-server is not installed."""
     with run_nats_server() as server:
         yield server
+
+
+@pytest.fixture
+def tok() -> str:
+    """A short unique token for stream names and subjects."""
+    return uuid.uuid4().hex[:10].upper()
+
+
+@pytest.fixture
+def js(nats_server: NatsServer) -> Iterator[ferrymq.JetStream]:
+    """A JetStream client of the session's nats-server."""
+    with ferrymq.JetStream(nats_server.url, name="ferrymq-tests") as client:
+        yield client
+
+
+@pytest.fixture
+def nats_stream(js: ferrymq.JetStream, tok: str) -> Iterator[tuple[ferrymq.JetStream, str]]:
+    """A fresh stream ``S<tok>`` on subjects ``s<tok>.>``, deleted at the end of the test;
+    yields the ``js`` client and ``tok``."""
+    js.create_stream(f"S{tok}", [f"s{tok}.>"])
+    try:
+        yield js, tok
+    finally:
+        js.delete_stream(f"S{tok}")
 
 
 @pytest.fixture
@@ -280,20 +321,22 @@ def proxy_broker() -> Iterator[EmbeddedBroker]:
 _SERVERS = ["embedded", pytest.param("real", marks=pytest.mark.rocketmq)]
 
 
-@pytest.fixture(params=_SERVERS)
-def server(request: pytest.FixtureRequest) -> Server:
+def _either_server(request: pytest.FixtureRequest, embedded: str) -> Server:
+    """The fixture ``embedded`` (a broker) or the real server, as the parameter says."""
     if request.param == "embedded":
-        return EmbeddedServer(request.getfixturevalue("broker"))
+        return EmbeddedServer(request.getfixturevalue(embedded))
     real: RealServer = request.getfixturevalue("rocketmq_server")
     return real
+
+
+@pytest.fixture(params=_SERVERS)
+def server(request: pytest.FixtureRequest) -> Server:
+    return _either_server(request, "broker")
 
 
 @pytest.fixture(params=_SERVERS)
 def proxy_server(request: pytest.FixtureRequest) -> Server:
-    if request.param == "embedded":
-        return EmbeddedServer(request.getfixturevalue("proxy_broker"))
-    real: RealServer = request.getfixturevalue("rocketmq_server")
-    return real
+    return _either_server(request, "proxy_broker")
 
 
 # --------------------------------------------------------------------------------------------
