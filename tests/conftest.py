@@ -59,6 +59,7 @@ from _nats_server import HoldingProxy, NatsServer, run_nats_server
 from ferrymq.testing import EmbeddedBroker
 from java_peer import JavaPeer, JavaPeerError
 from servers import EmbeddedServer, RealServer, RealServerError, SecureServer, Server
+from spark_helpers import local_session
 
 #: Broker options used by the fixtures: the proxy's rules with short timers.
 TEST_BROKER_OPTIONS: dict[str, Any] = {
@@ -192,35 +193,20 @@ def spark(broker: EmbeddedBroker) -> Iterator[Any]:
     # stops before the broker does.
     import os
     import shutil
-    import sys
 
     pytest.importorskip("pyarrow")
     pytest.importorskip("pyspark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java (apt-get install openjdk-17-jre-headless)")
-    # Workers run PYSPARK_PYTHON, not sys.executable: without this they may pick another
-    # interpreter that lacks pyarrow and ferrymq.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    import ferrymq.spark
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("ferrymq-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "768m")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
+    session = local_session(
+        "local[2]",
+        "ferrymq-tests",
+        **{
+            "spark.driver.memory": "768m",
+            "spark.default.parallelism": "2",
+            "spark.sql.streaming.stopTimeout": "30s",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
-    ferrymq.spark.register(session)
     yield session
     session.stop()
 
