@@ -34,25 +34,29 @@ def _producer(endpoints: str, topic: str) -> Any:
 def produce(broker: EmbeddedBroker, topic: str, start: int, count: int, chunk: int = 10) -> None:
     """Messages ``m<i>`` with key ``k<i>``, tag even/odd and property ``i``; each chunk of
     ``chunk`` goes to one queue (round robin over chunks)."""
-    _send_chunks(
-        _producer(broker.endpoints, topic),
-        range(start, start + count),
-        chunk,
-        lambda i: Message(
-            topic,
-            f"m{i}".encode(),
-            keys=[f"k{i}"],
-            tag="even" if i % 2 == 0 else "odd",
-            properties={"i": str(i)},
-        ),
+    _send_numbered(
+        _producer(broker.endpoints, topic), topic, range(start, start + count), chunk, "k"
     )
 
 
-def _send_chunks(p: Any, ids: range, chunk: int, message: Callable[[int], Message]) -> None:
-    """Send ``message(i)`` for each of ``ids`` with ``p``, ``chunk`` per batch; close ``p``."""
+def _send_numbered(p: Any, topic: str, ids: range, chunk: int, key: str, **properties: str) -> None:
+    """Send a message ``m<i>`` for each of ``ids`` with ``p``, ``chunk`` per batch, then close
+    ``p``: key ``<key><i>``, tag even/odd, property ``i`` and each of ``properties`` as
+    ``name`` = ``<value><i>``."""
     try:
         for a in range(0, len(ids), chunk):
-            p.send_batch([message(i) for i in ids[a : a + chunk]])
+            p.send_batch(
+                [
+                    Message(
+                        topic,
+                        f"m{i}".encode(),
+                        keys=[f"{key}{i}"],
+                        tag="even" if i % 2 == 0 else "odd",
+                        properties={"i": str(i), **{k: f"{v}{i}" for k, v in properties.items()}},
+                    )
+                    for i in ids[a : a + chunk]
+                ]
+            )
     finally:
         p.close()
 
@@ -366,18 +370,8 @@ def jmq_produce(
 ) -> None:
     """Messages ``m<i>`` with businessId ``id<i>``, key ``k<i>`` (property ``ferrymq-key``),
     tag even/odd and property ``i``; each chunk is one batch message on one partition."""
-    _send_chunks(
-        _native.JmqProducer(broker.jmq_endpoint, **JMQ_AUTH),
-        range(start, start + count),
-        chunk,
-        lambda i: Message(
-            topic,
-            f"m{i}".encode(),
-            keys=[f"id{i}"],
-            tag="even" if i % 2 == 0 else "odd",
-            properties={"i": str(i), "ferrymq-key": f"k{i}"},
-        ),
-    )
+    jmq = _native.JmqProducer(broker.jmq_endpoint, **JMQ_AUTH)
+    _send_numbered(jmq, topic, range(start, start + count), chunk, "id", **{"ferrymq-key": "k"})
 
 
 def _jmq_reader(
