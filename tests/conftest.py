@@ -52,11 +52,14 @@ from typing import Any
 
 import pytest
 
+import ferrymq
+
 # -- NATS JetStream (nats-server) -------------------------------------------------------------
 from _nats_server import HoldingProxy, NatsServer, run_nats_server
 from ferrymq.testing import EmbeddedBroker
 from java_peer import JavaPeer, JavaPeerError
 from servers import EmbeddedServer, RealServer, RealServerError, SecureServer, Server
+from spark_helpers import local_session
 
 #: Broker options used by the fixtures: the proxy's rules with short timers.
 TEST_BROKER_OPTIONS: dict[str, Any] = {
@@ -84,6 +87,21 @@ def jmq_broker() -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(endpoints=2, jmq_nodes=2, **TEST_BROKER_OPTIONS) as b:
         b.add_jmq_app("other_app", "other_token")
         yield b
+
+
+@pytest.fixture
+def jmq_topic(jmq_broker: EmbeddedBroker, unique: Callable[[str], str]) -> str:
+    """A fresh topic with four queues (JMQ4 partitions) on ``jmq_broker``."""
+    name = unique("jmq")
+    jmq_broker.create_topic(name, queues=4)
+    return name
+
+
+@pytest.fixture
+def jmq_producer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqProducer]:
+    """A JMQ4 producer of ``jmq_broker``'s default app."""
+    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="test_app", token="test_token") as p:
+        yield p
 
 
 @pytest.fixture
@@ -130,6 +148,30 @@ def nats_server() -> Iterator[NatsServer]:
 
 
 @pytest.fixture
+def tok() -> str:
+    """A short unique token for stream names and subjects."""
+    return uuid.uuid4().hex[:10].upper()
+
+
+@pytest.fixture
+def js(nats_server: NatsServer) -> Iterator[ferrymq.JetStream]:
+    """A JetStream client of the session's nats-server."""
+    with ferrymq.JetStream(nats_server.url, name="ferrymq-tests") as client:
+        yield client
+
+
+@pytest.fixture
+def nats_stream(js: ferrymq.JetStream, tok: str) -> Iterator[tuple[ferrymq.JetStream, str]]:
+    """A fresh stream ``S<tok>`` on subjects ``s<tok>.>``, deleted at the end of the test;
+    yields the ``js`` client and ``tok``."""
+    js.create_stream(f"S{tok}", [f"s{tok}.>"])
+    try:
+        yield js, tok
+    finally:
+        js.delete_stream(f"S{tok}")
+
+
+@pytest.fixture
 def nats_proxy(nats_server: NatsServer) -> Iterator[HoldingProxy]:
     """A loopback proxy in front of the session's nats-server that can hold back acks."""
     proxy = HoldingProxy(nats_server.port)
@@ -151,35 +193,20 @@ def spark(broker: EmbeddedBroker) -> Iterator[Any]:
     # stops before the broker does.
     import os
     import shutil
-    import sys
 
     pytest.importorskip("pyarrow")
     pytest.importorskip("pyspark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java (apt-get install openjdk-17-jre-headless)")
-    # Workers run PYSPARK_PYTHON, not sys.executable: without this they may pick another
-    # interpreter that lacks pyarrow and ferrymq.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    import ferrymq.spark
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("ferrymq-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "768m")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
+    session = local_session(
+        "local[2]",
+        "ferrymq-tests",
+        **{
+            "spark.driver.memory": "768m",
+            "spark.default.parallelism": "2",
+            "spark.sql.streaming.stopTimeout": "30s",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
-    ferrymq.spark.register(session)
     yield session
     session.stop()
 
@@ -280,20 +307,22 @@ def proxy_broker() -> Iterator[EmbeddedBroker]:
 _SERVERS = ["embedded", pytest.param("real", marks=pytest.mark.rocketmq)]
 
 
-@pytest.fixture(params=_SERVERS)
-def server(request: pytest.FixtureRequest) -> Server:
+def _either_server(request: pytest.FixtureRequest, embedded: str) -> Server:
+    """The fixture ``embedded`` (a broker) or the real server, as the parameter says."""
     if request.param == "embedded":
-        return EmbeddedServer(request.getfixturevalue("broker"))
+        return EmbeddedServer(request.getfixturevalue(embedded))
     real: RealServer = request.getfixturevalue("rocketmq_server")
     return real
+
+
+@pytest.fixture(params=_SERVERS)
+def server(request: pytest.FixtureRequest) -> Server:
+    return _either_server(request, "broker")
 
 
 @pytest.fixture(params=_SERVERS)
 def proxy_server(request: pytest.FixtureRequest) -> Server:
-    if request.param == "embedded":
-        return EmbeddedServer(request.getfixturevalue("proxy_broker"))
-    real: RealServer = request.getfixturevalue("rocketmq_server")
-    return real
+    return _either_server(request, "proxy_broker")
 
 
 # --------------------------------------------------------------------------------------------

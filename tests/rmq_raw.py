@@ -6,26 +6,22 @@ from __future__ import annotations
 
 import hmac
 import queue
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from hashlib import sha1
 from typing import Any
 
 import grpc
-from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf import timestamp_pb2
 from rocketmq.grpc_protocol import definition_pb2 as d
 from rocketmq.grpc_protocol import service_pb2 as s
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 
+from rmq_wire import Telemetry, until_none
+from rmq_wire import duration as dur
+
 OK = 20000
-
-
-def dur(seconds: float) -> duration_pb2.Duration:
-    out = duration_pb2.Duration()
-    out.FromNanoseconds(int(seconds * 1e9))
-    return out
 
 
 def res(name: str) -> d.Resource:
@@ -87,8 +83,8 @@ class Raw:
         )
         self.stub = MessagingServiceStub(self.channel)
         self._telemetry_out: queue.Queue[s.TelemetryCommand | None] | None = None
+        #: Telemetry replies, then the error that ended the stream if any, then ``None``.
         self.telemetry_in: queue.Queue[Any] = queue.Queue()
-        self._reader: threading.Thread | None = None
 
     def close(self) -> None:
         if self._telemetry_out is not None:
@@ -125,26 +121,8 @@ class Raw:
         out: queue.Queue[s.TelemetryCommand | None] = queue.Queue()
         self._telemetry_out = out
         out.put(s.TelemetryCommand(settings=settings))
-
-        def requests() -> Iterator[s.TelemetryCommand]:
-            while True:
-                item = out.get()
-                if item is None:
-                    return
-                yield item
-
-        responses = self.stub.Telemetry(requests(), metadata=self.md())
-
-        def read() -> None:
-            try:
-                for r in responses:
-                    self.telemetry_in.put(r)
-            except grpc.RpcError as e:
-                self.telemetry_in.put(e)
-            self.telemetry_in.put(None)
-
-        self._reader = threading.Thread(target=read, daemon=True)
-        self._reader.start()
+        call = self.stub.Telemetry(until_none(out), metadata=self.md())
+        Telemetry(call, out, self.telemetry_in)  # its thread feeds telemetry_in
         return self.telemetry_in.get(timeout=10)
 
     def send_telemetry(self, cmd: s.TelemetryCommand) -> None:

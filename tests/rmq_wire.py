@@ -90,14 +90,26 @@ def message(
     )
 
 
+def until_none(requests: queue.Queue[Any]) -> Iterator[Any]:
+    """The items put on ``requests`` until ``None``: a request stream fed from a queue."""
+    while True:
+        item = requests.get()
+        if item is None:
+            return
+        yield item
+
+
 class Telemetry:
     """An open Telemetry stream. The stream stays open until :meth:`close` (the real proxy ends
-    a half-closed stream without answering the settings)."""
+    a half-closed stream without answering the settings). A thread puts every reply on
+    ``replies``, then the error that ended the stream if any, then ``None``."""
 
-    def __init__(self, call: Any, requests: queue.Queue[Any]) -> None:
+    def __init__(
+        self, call: Any, requests: queue.Queue[Any], replies: queue.Queue[Any] | None = None
+    ) -> None:
         self._call = call
         self._requests = requests
-        self._replies: queue.Queue[Any] = queue.Queue()
+        self._replies: queue.Queue[Any] = queue.Queue() if replies is None else replies
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -262,15 +274,7 @@ class Wire:
 
     def telemetry(self) -> Telemetry:
         requests: queue.Queue[Any] = queue.Queue()
-
-        def gen() -> Iterator[Any]:
-            while True:
-                item = requests.get()
-                if item is None:
-                    return
-                yield item
-
-        call = self.stub.Telemetry(gen(), metadata=self.metadata())
+        call = self.stub.Telemetry(until_none(requests), metadata=self.metadata())
         t = Telemetry(call, requests)
         self._telemetry.append(t)
         return t

@@ -19,12 +19,13 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ferrymq.testing import EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "rocketmq-server"
+C = TypeVar("C")
 
 
 def real_endpoints() -> str:
@@ -33,6 +34,14 @@ def real_endpoints() -> str:
     for prefix in ("http://", "https://"):
         ep = ep.removeprefix(prefix)
     return ep.rstrip("/")
+
+
+def started(closing: list[Any], client: C) -> C:
+    """Start a ferrymq ``client`` put on the test's ``closing`` list first (closed at the end of
+    the test, even when its start fails)."""
+    closing.append(client)
+    client.start()
+    return client
 
 
 class Server(Protocol):
@@ -129,9 +138,8 @@ class RealServer:
         port = os.environ.get("FERRYMQ_ROCKETMQ_NAMESRV_PORT", "9876")
         return f"remoting://127.0.0.1:{port}"
 
-    def run(self, *args: str, timeout: float = 300.0, check: bool = True) -> str:
-        """Run ``scripts/rocketmq-server ARGS``; returns its output (stdout + stderr)."""
-        proc = subprocess.run(
+    def _script(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [str(SCRIPT), *args],
             capture_output=True,
             text=True,
@@ -139,16 +147,13 @@ class RealServer:
             check=False,
             env=self.env,
         )
+
+    def run(self, *args: str, timeout: float = 300.0, check: bool = True) -> str:
+        """Run ``scripts/rocketmq-server ARGS``; returns its output (stdout + stderr)."""
+        proc = self._script(*args, timeout=timeout)
         out = proc.stdout + proc.stderr
         if check and proc.returncode != 0:
-            logs = subprocess.run(
-                [str(SCRIPT), "logs"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-                env=self.env,
-            ).stdout
+            logs = self._script("logs", timeout=30).stdout
             raise RealServerError(
                 f"scripts/rocketmq-server {' '.join(args)} exited {proc.returncode}:\n{out}\n"
                 f"--- server logs ---\n{logs}"
@@ -157,12 +162,7 @@ class RealServer:
 
     def running(self) -> bool:
         """Whether both JVMs are up and a QueryRoute answers OK."""
-        return (
-            subprocess.run(
-                [str(SCRIPT), "status"], capture_output=True, timeout=60, check=False, env=self.env
-            ).returncode
-            == 0
-        )
+        return self._script("status", timeout=60).returncode == 0
 
     def start(self) -> float:
         """Start (idempotent); returns the seconds it took."""

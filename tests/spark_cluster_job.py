@@ -14,36 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-
-def _session(master: str) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    import ferrymq.spark
-
-    s = (
-        SparkSession.builder.master(master)
-        .appName("ferrymq-remoting-cluster")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.executor.memory", "768m")
-        .getOrCreate()
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    ferrymq.spark.register(s)
-    return s
+from spark_helpers import local_session, lose_commit, stream_batches
 
 
 def _write(spark: Any, endpoint: str, topic: str, start: int, count: int) -> None:
@@ -61,7 +38,6 @@ def _write(spark: Any, endpoint: str, topic: str, start: int, count: int) -> Non
 def _stream(
     spark: Any, endpoint: str, topic: str, group: str, ckpt: Path, **options: str
 ) -> dict[int, list[str]]:
-    seen: dict[int, list[str]] = {}
     reader = (
         spark.readStream.format("ferrymq")
         .option("endpoints", endpoint)
@@ -71,25 +47,7 @@ def _stream(
     )
     for k, v in options.items():
         reader = reader.option(k, v)
-
-    def sink(df: Any, batch_id: int) -> None:
-        seen[batch_id] = sorted(r.v for r in df.selectExpr("cast(value as string) v").collect())
-
-    q = (
-        reader.load()
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(ckpt))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        if not q.awaitTermination(180):
-            raise RuntimeError("the streaming query did not finish in 180 s")
-    finally:
-        q.stop()
-    if q.exception() is not None:
-        raise RuntimeError(str(q.exception()))
-    return seen
+    return stream_batches(reader, ckpt, {}, 180)
 
 
 def main() -> None:
@@ -104,7 +62,7 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(a.workdir)
     out: dict[str, Any] = {}
-    spark = _session(a.master)
+    spark = local_session(a.master, "ferrymq-remoting-cluster", **{"spark.executor.memory": "768m"})
     try:
         t = time.monotonic()
         _write(spark, a.endpoint, a.topic, 0, a.rows)
@@ -144,10 +102,7 @@ def main() -> None:
         ckpt = work / "ckpt"
         first = _stream(spark, a.endpoint, a.topic, a.group, ckpt)
         last = max(first)
-        for name in (str(last), f".{last}.crc"):
-            f = ckpt / "commits" / name
-            if f.exists():
-                f.unlink()
+        lose_commit(ckpt, last)
         _write(spark, a.endpoint, a.topic, a.rows, a.rows // 2)
         second = _stream(spark, a.endpoint, a.topic, a.group, ckpt)
         out["stream_first"] = {str(k): v for k, v in first.items()}

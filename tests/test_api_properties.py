@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import os
 import time
 from collections import Counter
@@ -148,6 +149,7 @@ KINDS["mapping"] = st.one_of(
     EVERYTHING,
 )
 KINDS["durations"] = st.one_of(st.lists(KINDS["duration"], max_size=3), EVERYTHING)
+KINDS["list"] = st.one_of(st.lists(EVERYTHING, max_size=2), EVERYTHING)
 
 
 # -- the oracle ---------------------------------------------------------------------------------
@@ -394,6 +396,59 @@ class Case:
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+#: The live object a ``"Class.method"`` case calls (a dotted attribute path of `Live`).
+RECEIVERS = {
+    "Producer": "producer",
+    "SimpleConsumer": "consumer",
+    "PullConsumer": "pull",
+    "JsPullConsumer": "js_consumer",
+    "JmqConsumer": "jmq_consumer",
+    "EmbeddedBroker": "admin",
+    "JetStream": "js",
+    "JsMessage": "js_message",
+    "JmqServer": "admin.jmq",
+}
+
+
+def method(
+    name: str, defaults: Callable[[Live], dict[str, Any]], kinds: dict[str, Any], **kw: Any
+) -> Case:
+    """A case calling the method ``name`` ("Class.method") of the live object of that class
+    (`RECEIVERS`) with every parameter as a keyword argument."""
+    cls, meth = name.split(".")
+    receiver = operator.attrgetter(RECEIVERS[cls])
+    return Case(name, lambda lv, a: getattr(receiver(lv), meth)(**a), defaults, kinds, **kw)
+
+
+def _a_message(live: Live) -> dict[str, Any]:
+    return {"message": ferrymq.Message(live.topic, b"x")}
+
+
+def _message_lists(live: Live) -> st.SearchStrategy[Any]:
+    return st.one_of(st.lists(messages_of(live), max_size=3), EVERYTHING)
+
+
+def send_cases(name: str, producer: Callable[[Live], Any], examples: int = 40) -> list[Case]:
+    """``send`` and ``send_batch`` of the producer ``name``: one adversarial message, or a
+    list of them."""
+    return [
+        Case(
+            f"{name}.send",
+            lambda lv, a: producer(lv).send(a["message"]),
+            _a_message,
+            {"message": messages_of},
+            examples=examples,
+        ),
+        Case(
+            f"{name}.send_batch",
+            lambda lv, a: producer(lv).send_batch(a["messages"]),
+            lambda lv: {"messages": [ferrymq.Message(lv.topic, b"x")]},
+            {"messages": _message_lists},
+            examples=examples,
+        ),
+    ]
+
+
 def _message(live: Live, a: dict[str, Any]) -> Any:
     return ferrymq.Message(a.pop("topic"), a.pop("body"), **a)
 
@@ -438,22 +493,18 @@ def _none(_: Live) -> dict[str, Any]:
     return {}
 
 
-def _rmq_tx(live: Live, a: dict[str, Any]) -> Any:
-    tx = live.producer.begin_transaction()
-    try:
-        return tx.send(a["message"])
-    finally:
-        with contextlib.suppress(ferrymq.FerryError):
-            tx.rollback()
+def _tx_send(producer: Callable[[Live], ferrymq.Producer]) -> Callable[[Live, dict[str, Any]], Any]:
+    """Send the message in a transaction of ``producer`` (rolled back after)."""
 
+    def call(live: Live, a: dict[str, Any]) -> Any:
+        tx = producer(live).begin_transaction()
+        try:
+            return tx.send(a["message"])
+        finally:
+            with contextlib.suppress(ferrymq.FerryError):
+                tx.rollback()
 
-def _facade_tx(live: Live, a: dict[str, Any]) -> Any:
-    tx = live.jmq_facade.begin_transaction()
-    try:
-        return tx.send(a["message"])
-    finally:
-        with contextlib.suppress(ferrymq.FerryError):
-            tx.rollback()
+    return call
 
 
 def _close_publisher(live: Live, a: dict[str, Any]) -> Any:
@@ -524,14 +575,14 @@ CASES = [
     Case(
         "Producer.send",
         lambda lv, a: lv.producer.send(a["message"]),
-        lambda lv: {"message": ferrymq.Message(lv.topic, b"x")},
+        _a_message,
         {"message": messages_of},
     ),
     Case(
         "Producer.send_batch",
         lambda lv, a: lv.producer.send_batch(a["messages"], packed=a["packed"]),
         lambda lv: {"messages": [ferrymq.Message(lv.topic, b"x")], "packed": False},
-        {"messages": lambda lv: st.one_of(st.lists(messages_of(lv), max_size=3), EVERYTHING)},
+        {"messages": _message_lists},
     ),
     Case(
         "Producer.produce",
@@ -539,11 +590,10 @@ CASES = [
         lambda lv: {"message": ferrymq.Message(lv.topic, b"x"), "on_delivery": None},
         {"message": messages_of, "on_delivery": "any"},
     ),
-    Case("Producer.poll", lambda lv, a: lv.producer.poll(**a), _none, {"timeout": "wait"}),
-    Case("Producer.flush", lambda lv, a: lv.producer.flush(**a), _none, {"timeout": "wait"}),
-    Case(
+    method("Producer.poll", _none, {"timeout": "wait"}),
+    method("Producer.flush", _none, {"timeout": "wait"}),
+    method(
         "Producer.recall",
-        lambda lv, a: lv.producer.recall(**a),
         lambda lv: {"topic": lv.topic, "recall_handle": "h"},
         {"topic": "str", "recall_handle": "str"},
     ),
@@ -564,28 +614,24 @@ CASES = [
         close_result=True,
         aliases={"subscriptions": ("filter",)},
     ),
-    Case(
+    method(
         "SimpleConsumer.receive",
-        lambda lv, a: lv.consumer.receive(**a),
         lambda lv: {"max_messages": 1, "invisible_duration": 600},
         {"max_messages": "int", "invisible_duration": "duration"},
     ),
-    Case(
+    method(
         "SimpleConsumer.ack",
-        lambda lv, a: lv.consumer.ack(**a),
         lambda lv: {"message": lv.view},
         {"message": "any"},
         examples=25,
     ),
-    Case(
+    method(
         "SimpleConsumer.change_invisible_duration",
-        lambda lv, a: lv.consumer.change_invisible_duration(**a),
         lambda lv: {"message": lv.view, "duration": 600},
         {"message": "any", "duration": "duration"},
     ),
-    Case(
+    method(
         "SimpleConsumer.subscribe",
-        lambda lv, a: lv.consumer.subscribe(**a),
         lambda lv: {"topic": lv.topic, "filter": None},
         {"topic": "str", "filter": "any"},
         examples=25,
@@ -625,11 +671,10 @@ CASES = [
         },
         close_result=True,
     ),
-    Case(
+    method(
         "PullConsumer.assign",
-        lambda lv, a: lv.pull.assign(**a),
         lambda lv: {"queues": [lv.queue]},
-        {"queues": lambda lv: st.one_of(st.lists(EVERYTHING, max_size=2), EVERYTHING)},
+        {"queues": "list"},
     ),
     Case(
         "PullConsumer.seek",
@@ -637,15 +682,13 @@ CASES = [
         lambda lv: {"queue": lv.queue, "offset": 0},
         {"queue": "any", "offset": "int"},
     ),
-    Case(
+    method(
         "PullConsumer.poll",
-        lambda lv, a: lv.pull.poll(**a),
         lambda lv: {"max_messages": 2, "timeout": 0.1},
         {"max_messages": "int", "timeout": "receive_wait"},
     ),
-    Case(
+    method(
         "PullConsumer.commit",
-        lambda lv, a: lv.pull.commit(**a),
         lambda lv: {"offsets": {lv.queue: 0}},
         {
             "offsets": lambda lv: st.one_of(
@@ -653,9 +696,8 @@ CASES = [
             )
         },
     ),
-    Case(
+    method(
         "PullConsumer.offsets_for_times",
-        lambda lv, a: lv.pull.offsets_for_times(**a),
         lambda lv: {"timestamps": {lv.queue: 0}},
         {
             "timestamps": lambda lv: st.one_of(
@@ -767,9 +809,8 @@ CASES = [
         },
         examples=60,
     ),
-    Case(
+    method(
         "JsPullConsumer.fetch",
-        lambda lv, a: lv.js_consumer.fetch(**a),
         lambda lv: {"max_messages": 1, "timeout": 0.1},
         {"max_messages": "int", "timeout": "receive_wait"},
     ),
@@ -799,18 +840,7 @@ CASES = [
         examples=80,
         close_result=True,
     ),
-    Case(
-        "JmqProducer.send",
-        lambda lv, a: lv.jmq_producer.send(a["message"]),
-        lambda lv: {"message": ferrymq.Message(lv.topic, b"x")},
-        {"message": messages_of},
-    ),
-    Case(
-        "JmqProducer.send_batch",
-        lambda lv, a: lv.jmq_producer.send_batch(a["messages"]),
-        lambda lv: {"messages": [ferrymq.Message(lv.topic, b"x")]},
-        {"messages": lambda lv: st.one_of(st.lists(messages_of(lv), max_size=3), EVERYTHING)},
-    ),
+    *send_cases("JmqProducer", lambda lv: lv.jmq_producer),
     Case(
         "JmqProducer.begin_transaction",
         lambda lv, a: lv.jmq_producer.begin_transaction(**a).rollback(),
@@ -851,28 +881,24 @@ CASES = [
         },
         close_result=True,
     ),
-    Case(
+    method(
         "JmqConsumer.receive",
-        lambda lv, a: lv.jmq_consumer.receive(**a),
         lambda lv: {"max_messages": 1, "wait": 0.05},
         {"max_messages": "int", "wait": "receive_wait", "ack_timeout": "duration"},
     ),
-    Case(
+    method(
         "JmqConsumer.nack",
-        lambda lv, a: lv.jmq_consumer.nack(**a),
         lambda lv: {"messages": [], "retry_type": "exception"},
         {"messages": "any", "retry_type": "str"},
         examples=25,
     ),
-    Case(
+    method(
         "JmqConsumer.fetch_index",
-        lambda lv, a: lv.jmq_consumer.fetch_index(**a),
         lambda lv: {"topic": "props-jmq", "partition": 0},
         {"topic": "str", "partition": "int"},
     ),
-    Case(
+    method(
         "JmqConsumer.commit_index",
-        lambda lv, a: lv.jmq_consumer.commit_index(**a),
         lambda lv: {"topic": "props-jmq", "partition": 0, "index": 0},
         {"topic": "str", "partition": "int", "index": "int"},
     ),
@@ -904,15 +930,13 @@ CASES = [
         examples=60,
         close_result=True,
     ),
-    Case(
+    method(
         "EmbeddedBroker.create_topic",
-        lambda lv, a: lv.admin.create_topic(**a),
         lambda lv: {"name": "admin-t2", "message_type": "NORMAL", "queues": 2},
         {"name": "str", "message_type": "str", "queues": "int"},
     ),
-    Case(
+    method(
         "EmbeddedBroker.create_group",
-        lambda lv, a: lv.admin.create_group(**a),
         lambda lv: {"name": "admin-g"},
         {
             "name": "str",
@@ -930,9 +954,8 @@ CASES = [
         lambda lv: {"max_body_size": None, "producer_max_attempts": None},
         {"max_body_size": "int", "producer_max_attempts": "int"},
     ),
-    Case(
+    method(
         "EmbeddedBroker.set_queue_permission",
-        lambda lv, a: lv.admin.set_queue_permission(**a),
         lambda lv: {"topic": "admin-t", "endpoint": 0, "queue": 0, "permission": "rw"},
         {"topic": "str", "endpoint": "int", "queue": "int", "permission": "str"},
     ),
@@ -961,76 +984,45 @@ CASES = [
         lambda lv: {"endpoint": 1, "seconds": 0.1},
         {"endpoint": "int", "seconds": "duration", "rpc": "str"},
     ),
-    Case(
+    method(
         "EmbeddedBroker.clear_faults",
-        lambda lv, a: lv.admin.clear_faults(**a),
         _none,
         {"endpoint": "int"},
         examples=20,
     ),
-    Case(
+    method(
         "EmbeddedBroker.calls",
-        lambda lv, a: lv.admin.calls(**a),
         lambda lv: {"endpoint": 0, "rpc": "SendMessage"},
         {"endpoint": "int", "rpc": "str"},
         examples=20,
     ),
-    Case(
+    method(
         "EmbeddedBroker.messages",
-        lambda lv, a: lv.admin.messages(**a),
         lambda lv: {"topic": "admin-t", "limit": 10},
         {"topic": "str", "limit": "int"},
         examples=20,
     ),
-    Case(
+    method(
         "EmbeddedBroker.clients",
-        lambda lv, a: lv.admin.clients(**a),
         _none,
         {"endpoint": "int"},
         examples=20,
     ),
-    Case(
+    method(
         "EmbeddedBroker.drop_telemetry",
-        lambda lv, a: lv.admin.drop_telemetry(**a),
         lambda lv: {"endpoint": 0},
         {"endpoint": "int"},
         examples=20,
     ),
-    Case(
-        "Producer(jmq://).send",
-        lambda lv, a: lv.jmq_facade.send(a["message"]),
-        lambda lv: {"message": ferrymq.Message(lv.topic, b"x")},
-        {"message": messages_of},
-        examples=25,
-    ),
-    Case(
-        "Producer(jmq://).send_batch",
-        lambda lv, a: lv.jmq_facade.send_batch(a["messages"]),
-        lambda lv: {"messages": [ferrymq.Message(lv.topic, b"x")]},
-        {"messages": lambda lv: st.one_of(st.lists(messages_of(lv), max_size=3), EVERYTHING)},
-        examples=25,
-    ),
+    *send_cases("Producer(jmq://)", lambda lv: lv.jmq_facade, examples=25),
     Case(
         "Producer(jmq://).transaction.send",
-        _facade_tx,
-        lambda lv: {"message": ferrymq.Message(lv.topic, b"x")},
+        _tx_send(lambda lv: lv.jmq_facade),
+        _a_message,
         {"message": messages_of},
         examples=25,
     ),
-    Case(
-        "Producer(remoting://).send",
-        lambda lv, a: lv.remoting_facade.send(a["message"]),
-        lambda lv: {"message": ferrymq.Message(lv.topic, b"x")},
-        {"message": messages_of},
-        examples=25,
-    ),
-    Case(
-        "Producer(remoting://).send_batch",
-        lambda lv, a: lv.remoting_facade.send_batch(a["messages"]),
-        lambda lv: {"messages": [ferrymq.Message(lv.topic, b"x")]},
-        {"messages": lambda lv: st.one_of(st.lists(messages_of(lv), max_size=3), EVERYTHING)},
-        examples=25,
-    ),
+    *send_cases("Producer(remoting://)", lambda lv: lv.remoting_facade, examples=25),
     Case(
         "Credentials",
         lambda lv, a: ferrymq.Credentials(**a),
@@ -1057,142 +1049,123 @@ CASES = [
     ),
     Case(
         "Transaction.send",
-        _rmq_tx,
-        lambda lv: {"message": ferrymq.Message(lv.topic, b"x")},
+        _tx_send(lambda lv: lv.producer),
+        _a_message,
         {"message": messages_of},
         examples=25,
     ),
     Case("AsyncPublisher.close", _close_publisher, _none, {"timeout": "wait"}, examples=20),
     Case("PushConsumer.close", _close_push, _none, {"timeout": "wait"}, examples=15),
-    Case(
+    method(
         "SimpleConsumer.unsubscribe",
-        lambda lv, a: lv.consumer.unsubscribe(**a),
         lambda lv: {"topic": "not-subscribed"},
         {"topic": "str"},
         examples=25,
     ),
-    Case(
+    method(
         "PullConsumer.position",
-        lambda lv, a: lv.pull.position(**a),
         lambda lv: {"queue": lv.queue},
         {"queue": "any"},
         examples=25,
     ),
-    Case(
+    method(
         "PullConsumer.end_offsets",
-        lambda lv, a: lv.pull.end_offsets(**a),
         lambda lv: {"queues": [lv.queue]},
-        {"queues": lambda lv: st.one_of(st.lists(EVERYTHING, max_size=2), EVERYTHING)},
+        {"queues": "list"},
         examples=25,
     ),
-    Case(
+    method(
         "PullConsumer.committed",
-        lambda lv, a: lv.pull.committed(**a),
         lambda lv: {"queues": [lv.queue]},
-        {"queues": lambda lv: st.one_of(st.lists(EVERYTHING, max_size=2), EVERYTHING)},
+        {"queues": "list"},
         examples=25,
     ),
-    Case(
+    method(
         "JetStream.stream_info",
-        lambda lv, a: lv.js.stream_info(**a),
         lambda lv: {"name": lv.stream},
         {"name": "str"},
     ),
-    Case(
+    method(
         "JetStream.delete_consumer",
-        lambda lv, a: lv.js.delete_consumer(**a),
         lambda lv: {"stream": lv.stream, "name": "nobody"},
         {"stream": "str", "name": "str"},
     ),
-    Case(
+    method(
         "JsMessage.nak",
-        lambda lv, a: lv.js_message.nak(**a),
         _none,
         {"delay": "duration"},
         examples=25,
     ),
-    Case(
+    method(
         "JmqConsumer.settle",
-        lambda lv, a: lv.jmq_consumer.settle(**a),
         lambda lv: {"acks": [], "nacks": [], "retry_type": "exception"},
         {"acks": "any", "nacks": "any", "retry_type": "str"},
         examples=30,
     ),
-    Case(
+    method(
         "JmqServer.create_topic",
-        lambda lv, a: lv.admin.jmq.create_topic(**a),
         lambda lv: {"name": "jt", "partitions": 2},
         {"name": "str", "partitions": "int", "broadcast": "bool"},
     ),
-    Case(
+    method(
         "JmqServer.fail_next",
-        lambda lv, a: lv.admin.jmq.fail_next(**a),
         lambda lv: {"code": 1, "times": 1},
         {"code": "int", "command": "any", "times": "int"},
     ),
-    Case(
+    method(
         "JmqServer.set_latency",
-        lambda lv, a: lv.admin.jmq.set_latency(**a),
         lambda lv: {"seconds_": 0},
         {"seconds_": "duration"},
         examples=25,
         aliases={"seconds_": ("seconds",)},
     ),
-    Case(
+    method(
         "JmqServer.set_health",
-        lambda lv, a: lv.admin.jmq.set_health(**a),
         lambda lv: {"node": 0, "point": 1.0},
         {"node": "int", "point": "float"},
         examples=25,
     ),
-    Case(
+    method(
         "JmqServer.set_leader",
-        lambda lv, a: lv.admin.jmq.set_leader(**a),
         lambda lv: {"topic": "jt", "group": 0, "node": 0},
         {"topic": "str", "group": "int", "node": "int"},
         examples=25,
     ),
-    Case(
+    method(
         "JmqServer.add_app",
-        lambda lv, a: lv.admin.jmq.add_app(**a),
         lambda lv: {"app": "a2", "token": "t2"},
         {"app": "str", "token": "str"},
         examples=25,
     ),
-    Case(
+    method(
         "EmbeddedBroker.delete_topic",
-        lambda lv, a: lv.admin.delete_topic(**a),
         lambda lv: {"name": "no-such-topic"},
         {"name": "str"},
         examples=25,
     ),
-    Case(
+    method(
         "EmbeddedBroker.verify_message",
-        lambda lv, a: lv.admin.verify_message(**a),
         lambda lv: {"client_id": "c", "topic": "admin-t", "message_id": "m"},
         {"client_id": "str", "topic": "str", "message_id": "str"},
         examples=25,
         # the default message id is not stored: refused naming it whatever the other values
         aliases={"client_id": ("message_id",), "topic": ("message_id",)},
     ),
-    Case(
+    method(
         "EmbeddedBroker.recover_orphaned_transaction",
-        lambda lv, a: lv.admin.recover_orphaned_transaction(**a),
         lambda lv: {"transaction_id": "x", "client_id": None},
         {"transaction_id": "str", "client_id": "str"},
         examples=25,
         aliases={"client_id": ("transaction_id",)},  # the default transaction does not exist
     ),
-    Case(
+    method(
         "EmbeddedBroker.dead_letters",
-        lambda lv, a: lv.admin.dead_letters(**a),
         lambda lv: {"group": "g"},
         {"group": "str"},
         examples=20,
     ),
-    Case(
+    method(
         "EmbeddedBroker.restart",
-        lambda lv, a: lv.admin.restart(**a),
         lambda lv: {"endpoint": 1},
         {"endpoint": "int"},
         examples=15,

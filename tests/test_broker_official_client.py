@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ferrymq.testing import EmbeddedBroker
+from waiting import wait_for
 
 rocketmq = pytest.importorskip("rocketmq")
 
@@ -37,17 +38,45 @@ def clients() -> Iterator[list[Producer | SimpleConsumer]]:
         c.shutdown()
 
 
-def _started(broker: EmbeddedBroker, client: SimpleConsumer) -> SimpleConsumer:
-    """Wait until the broker holds the client's settings.
+def _producer(
+    broker: EmbeddedBroker, clients: list[object], topic: str, *checker: TransactionChecker
+) -> Producer:
+    """A started producer of ``topic`` (shut down at the end of the test)."""
+    producer = Producer(_config(broker), (topic,), *checker)
+    producer.startup()
+    clients.append(producer)
+    return producer
+
+
+def _consumer(
+    broker: EmbeddedBroker, clients: list[object], group: str, topic: str, tag: str | None = None
+) -> SimpleConsumer:
+    """A started consumer of ``topic`` (its messages with ``tag``, or all), once the broker
+    holds its settings (shut down at the end of the test).
 
     The official SimpleConsumer does not wait for its settings to be acknowledged before
     ``startup()`` returns (only its PushConsumer does), so a receive right after start-up can
     race them; a real proxy then fails the receive as well. Not a broker issue."""
-    deadline = time.monotonic() + 10
-    while client.client_id not in {c["client_id"] for c in broker.clients(0)}:
-        assert time.monotonic() < deadline, "the consumer never sent its settings"
-        time.sleep(0.01)
-    return client
+    expression = FilterExpression(tag) if tag else FilterExpression()
+    consumer = SimpleConsumer(_config(broker), group, {topic: expression}, await_duration=2)
+    consumer.startup()
+    clients.append(consumer)
+    wait_for(
+        "the consumer's settings",
+        lambda: consumer.client_id in {c["client_id"] for c in broker.clients(0)},
+        timeout=10,
+    )
+    return consumer
+
+
+def _message(topic: str, body: bytes, **fields: object) -> Message:
+    """An official-client message (built by setting its attributes)."""
+    m = Message()
+    m.topic = topic
+    m.body = body
+    for name, value in fields.items():
+        setattr(m, name, value)
+    return m
 
 
 def _receive_all(
@@ -70,25 +99,14 @@ def test_normal_topic_send_receive_ack(
     topic, group = unique("t"), unique("g")
     broker.create_topic(topic, "NORMAL", 4)
     broker.create_group(group)
-    producer = Producer(_config(broker), (topic,))
-    producer.startup()
-    clients.append(producer)
+    producer = _producer(broker, clients, topic)
     sent = []
     for i in range(5):
-        m = Message()
-        m.topic = topic
-        m.body = f"hello-{i}".encode()
-        m.tag = "greeting"
-        m.keys = f"k{i}"
+        m = _message(topic, f"hello-{i}".encode(), tag="greeting", keys=f"k{i}")
         m.add_property("n", str(i))
         receipt = producer.send(m)
         sent.append(receipt.message_id)
-    consumer = SimpleConsumer(
-        _config(broker), group, {topic: FilterExpression("greeting")}, await_duration=2
-    )
-    consumer.startup()
-    _started(broker, consumer)
-    clients.append(consumer)
+    consumer = _consumer(broker, clients, group, topic, "greeting")
     got = _receive_all(consumer, 5)
     assert sorted(m.message_id for m in got) == sorted(sent)
     assert {m.body for m in got} == {f"hello-{i}".encode() for i in range(5)}
@@ -111,29 +129,16 @@ def test_fifo_topic_delivers_each_group_in_order(
     topic, group = unique("fifo"), unique("g")
     broker.create_topic(topic, "FIFO", 4)
     broker.create_group(group, fifo=True)
-    producer = Producer(_config(broker), (topic,))
-    producer.startup()
-    clients.append(producer)
+    producer = _producer(broker, clients, topic)
     for i in range(6):
-        m = Message()
-        m.topic = topic
-        m.body = f"{i}".encode()
-        m.message_group = "A" if i % 2 == 0 else "B"
-        producer.send(m)
-    consumer = SimpleConsumer(_config(broker), group, {topic: FilterExpression()}, await_duration=2)
-    consumer.startup()
-    _started(broker, consumer)
-    clients.append(consumer)
+        producer.send(_message(topic, f"{i}".encode(), message_group="A" if i % 2 == 0 else "B"))
+    consumer = _consumer(broker, clients, group, topic)
     # A receive may carry a group's consecutive messages, each group in send order.
     first = _receive_all(consumer, 6, ack=False, rounds=3)
     order = {g: [m.body for m in first if m.message_group == g] for g in ("A", "B")}
     assert order == {"A": [b"0", b"2", b"4"], "B": [b"1", b"3", b"5"]}
     # While they are unacked, the group's next message is held back.
-    m = Message()
-    m.topic = topic
-    m.body = b"6"
-    m.message_group = "A"
-    producer.send(m)
+    producer.send(_message(topic, b"6", message_group="A"))
     assert _receive_all(consumer, 1, ack=False, rounds=1) == []
     for m in first:
         consumer.ack(m)
@@ -147,19 +152,10 @@ def test_delay_topic_holds_messages_until_due(
     topic, group = unique("delay"), unique("g")
     broker.create_topic(topic, "DELAY", 2)
     broker.create_group(group)
-    producer = Producer(_config(broker), (topic,))
-    producer.startup()
-    clients.append(producer)
-    m = Message()
-    m.topic = topic
-    m.body = b"later"
-    m.delivery_timestamp = int(time.time()) + 2
-    producer.send(m)
+    producer = _producer(broker, clients, topic)
+    producer.send(_message(topic, b"later", delivery_timestamp=int(time.time()) + 2))
     assert broker.stats()["topics"][topic]["delayed"] == 1
-    consumer = SimpleConsumer(_config(broker), group, {topic: FilterExpression()}, await_duration=2)
-    consumer.startup()
-    _started(broker, consumer)
-    clients.append(consumer)
+    consumer = _consumer(broker, clients, group, topic)
     got = _receive_all(consumer, 1)
     assert [m.body for m in got] == [b"later"]
     assert broker.stats()["topics"][topic]["delayed"] == 0
@@ -170,14 +166,9 @@ def test_type_mismatch_is_refused(
 ) -> None:
     topic = unique("fifo")
     broker.create_topic(topic, "FIFO", 2)
-    producer = Producer(_config(broker), (topic,))
-    producer.startup()
-    clients.append(producer)
-    m = Message()
-    m.topic = topic
-    m.body = b"no group"
+    producer = _producer(broker, clients, topic)
     with pytest.raises(Exception, match=r"not match|accept"):
-        producer.send(m)
+        producer.send(_message(topic, b"no group"))
 
 
 def test_transaction_commit_and_orphan_check(
@@ -196,27 +187,16 @@ def test_transaction_commit_and_orphan_check(
             return TransactionResolution.COMMIT
 
     checker = Checker()
-    producer = Producer(_config(broker), (topic,), checker)
-    producer.startup()
-    clients.append(producer)
+    producer = _producer(broker, clients, topic, checker)
     # Committed by the client.
     tx: Transaction = producer.begin_transaction()
-    m = Message()
-    m.topic = topic
-    m.body = b"committed"
-    producer.send(m, tx)
+    producer.send(_message(topic, b"committed"), tx)
     assert broker.stats()["transactions"]["pending"] == 1
     tx.commit()
     # Left open: the broker checks it back through telemetry, the checker commits it.
     tx2 = producer.begin_transaction()
-    m2 = Message()
-    m2.topic = topic
-    m2.body = b"orphan"
-    orphan = producer.send(m2, tx2)
-    consumer = SimpleConsumer(_config(broker), group, {topic: FilterExpression()}, await_duration=2)
-    consumer.startup()
-    _started(broker, consumer)
-    clients.append(consumer)
+    orphan = producer.send(_message(topic, b"orphan"), tx2)
+    consumer = _consumer(broker, clients, group, topic)
     got = _receive_all(consumer, 2)
     assert sorted(m.body for m in got) == [b"committed", b"orphan"]
     assert orphan.message_id in checker.checked

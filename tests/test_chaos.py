@@ -53,35 +53,22 @@ def test_mixed_faults_lose_nothing() -> None:
     _check(r)
 
 
-def test_failing_acks_keep_fifo_order() -> None:
+@pytest.mark.parametrize("pipelining", [False, True], ids=["in-order", "pipelined"])
+def test_failing_acks_keep_fifo_order(pipelining: bool) -> None:
+    # Pipelined, a FIFO group loses nothing but may rewind (``_check(ordered=False)``).
     r = run_embedded(
         Scenario(
-            "fifo-acks",
+            "fifo-pipelined" if pipelining else "fifo-acks",
             seconds=5.0,
             seed=12,
             consumers=("push_fifo",),
             faults=("fail_ack", "fail_receive", "drop_telemetry"),
             fault_gap=(0.1, 0.25),
             rate=200.0,
+            fifo_pipelining=pipelining,
         )
     )
-    _check(r)
-
-
-def test_pipelined_fifo_loses_nothing_but_may_rewind() -> None:
-    r = run_embedded(
-        Scenario(
-            "fifo-pipelined",
-            seconds=5.0,
-            seed=12,
-            consumers=("push_fifo",),
-            faults=("fail_ack", "fail_receive", "drop_telemetry"),
-            fault_gap=(0.1, 0.25),
-            rate=200.0,
-            fifo_pipelining=True,
-        )
-    )
-    _check(r, ordered=False)
+    _check(r, ordered=not pipelining)
     # Redeliveries are duplicates; a first delivery still never skips ahead.
     assert r.rows["push_fifo"]["reordered"] == 0
 

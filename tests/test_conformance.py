@@ -37,6 +37,27 @@ def wire(proxy_server: Server) -> Iterator[Callable[[], Wire]]:
         w.close()
 
 
+def producer(wire: Callable[[], Wire], *topics: str) -> Wire:
+    """A fresh connection that has sent its producer settings for ``topics``."""
+    w = wire()
+    w.settings(w.producer_settings(*topics))
+    return w
+
+
+def consumer(wire: Callable[[], Wire], group: str, topic: str) -> Wire:
+    """A fresh connection that has sent its consumer settings for ``group`` on ``topic``."""
+    w = wire()
+    w.settings(w.consumer_settings(group, topic))
+    return w
+
+
+def normal_topic(server: Server, unique: Callable[[str], str]) -> tuple[str, str]:
+    """A fresh NORMAL topic and consumer group on ``server``."""
+    topic, group = unique("t"), unique("g")
+    server.setup({topic: "NORMAL"}, [group])
+    return topic, group
+
+
 def statuses(stream: list[spb.ReceiveMessageResponse]) -> list[str]:
     """The shape of a receive stream: status names, "message" and "delivery_timestamp"."""
     out = []
@@ -81,8 +102,7 @@ def test_route_shape(
 def test_query_assignment_shape(
     proxy_server: Server, unique: Callable[[str], str], wire: Callable[[], Wire]
 ) -> None:
-    topic, group = unique("t"), unique("g")
-    proxy_server.setup({topic: "NORMAL"}, [group])
+    topic, group = normal_topic(proxy_server, unique)
     w = wire()
     r = w.query_assignment(topic, group)
     assert code_name(r.status.code) == "OK"
@@ -167,8 +187,7 @@ def test_consumer_settings_echo(
 def test_errors_before_settings(
     proxy_server: Server, unique: Callable[[str], str], wire: Callable[[], Wire]
 ) -> None:
-    topic, group = unique("t"), unique("g")
-    proxy_server.setup({topic: "NORMAL"}, [group])
+    topic, group = normal_topic(proxy_server, unique)
     w = wire()
     assert code_name(w.heartbeat(group, pb.SIMPLE_CONSUMER).status.code) == (
         "UNRECOGNIZED_CLIENT_TYPE"
@@ -193,8 +212,7 @@ def test_send_errors_carry_no_entries(
 ) -> None:
     normal, fifo = unique("n"), unique("f")
     proxy_server.setup({normal: "NORMAL", fifo: "FIFO"})
-    w = wire()
-    w.settings(w.producer_settings(normal, fifo))
+    w = producer(wire, normal, fifo)
     cases = {
         "normal to fifo": message(fifo),
         "fifo to normal": message(normal, kind=pb.FIFO, group="g1"),
@@ -226,10 +244,8 @@ def test_send_errors_carry_no_entries(
 def test_send_answer_and_batch_shape(
     proxy_server: Server, unique: Callable[[str], str], wire: Callable[[], Wire]
 ) -> None:
-    topic, group = unique("t"), unique("g")
-    proxy_server.setup({topic: "NORMAL"}, [group])
-    w = wire()
-    w.settings(w.producer_settings(topic))
+    topic, group = normal_topic(proxy_server, unique)
+    w = producer(wire, topic)
     single = message_id()
     r = w.send(message(topic, b"single", msg_id=single))
     assert code_name(r.status.code) == "OK"
@@ -253,8 +269,7 @@ def test_send_answer_and_batch_shape(
     assert entry.message_id not in ids
     # ... and every message is stored under the FIRST message's id, tag, keys and properties:
     # only the bodies differ. (This is why ferrymq's send_batch sends one request per message.)
-    c = wire()
-    c.settings(c.consumer_settings(group, topic))
+    c = consumer(wire, group, topic)
     got = c.receive_messages(group, topic, 4, long_polling=5)
     by_body = {m.body: m for m in got}
     assert set(by_body) == {b"single", b"b0", b"b1", b"b2"}
@@ -268,10 +283,8 @@ def test_send_answer_and_batch_shape(
 def test_receive_errors(
     proxy_server: Server, unique: Callable[[str], str], wire: Callable[[], Wire]
 ) -> None:
-    topic, group = unique("t"), unique("g")
-    proxy_server.setup({topic: "NORMAL"}, [group])
-    w = wire()
-    w.settings(w.consumer_settings(group, topic))
+    topic, group = normal_topic(proxy_server, unique)
+    w = consumer(wire, group, topic)
     end = ["delivery_timestamp"]
     # Invisible durations below 10 s, or none without auto_renew.
     assert statuses(w.receive(group, topic, invisible=5)) == ["ILLEGAL_INVISIBLE_TIME", *end]
@@ -304,14 +317,11 @@ def test_receive_errors(
 def test_receive_stream_and_message_shape(
     proxy_server: Server, unique: Callable[[str], str], wire: Callable[[], Wire]
 ) -> None:
-    topic, group = unique("t"), unique("g")
-    proxy_server.setup({topic: "NORMAL"}, [group])
-    p = wire()
-    p.settings(p.producer_settings(topic))
+    topic, group = normal_topic(proxy_server, unique)
+    p = producer(wire, topic)
     for i in range(3):
         assert code_name(p.send(message(topic, b"m%d" % i, tag="x")).status.code) == "OK"
-    c = wire()
-    c.settings(c.consumer_settings(group, topic))
+    c = consumer(wire, group, topic)
     stream = c.receive(group, topic, long_polling=5, timeout=20)
     # Status first, then the messages, then the delivery timestamp.
     assert collapse(statuses(stream)) == ["OK", "message", "delivery_timestamp"]
@@ -335,14 +345,11 @@ def test_receive_stream_and_message_shape(
 def test_ack_and_change_invisible_duration(
     proxy_server: Server, unique: Callable[[str], str], wire: Callable[[], Wire]
 ) -> None:
-    topic, group = unique("t"), unique("g")
-    proxy_server.setup({topic: "NORMAL"}, [group])
-    p = wire()
-    p.settings(p.producer_settings(topic))
+    topic, group = normal_topic(proxy_server, unique)
+    p = producer(wire, topic)
     for i in range(3):
         p.send(message(topic, b"m%d" % i))
-    c = wire()
-    c.settings(c.consumer_settings(group, topic))
+    c = consumer(wire, group, topic)
     got = c.receive_messages(group, topic, 3, long_polling=5)
     assert len(got) == 3
     a, b, d = got
@@ -397,13 +404,11 @@ def test_fifo_receive_hands_out_a_groups_messages_in_order_then_holds_the_group(
     # every one of them is settled.
     topic, group = unique("f"), unique("fg")
     proxy_server.setup({topic: "FIFO"}, fifo_groups=[group])
-    p = wire()
-    p.settings(p.producer_settings(topic))
+    p = producer(wire, topic)
     for i in range(3):
         r = p.send(message(topic, b"a%d" % i, kind=pb.FIFO, group="A"))
         assert code_name(r.status.code) == "OK"
-    c = wire()
-    c.settings(c.consumer_settings(group, topic))
+    c = consumer(wire, group, topic)
     first = [
         r.message
         for r in c.receive(group, topic, long_polling=5, timeout=20)
@@ -428,16 +433,13 @@ def test_body_digest_is_upper_case_md5(
     # official clients recompute exactly that string and compare. A CRC32 cannot please both:
     # the Java client writes it without leading zeros, the Python client with them, so one in
     # 16 messages looked corrupted to one of them (a FIFO one went to the DLQ).
-    topic, group = unique("t"), unique("g")
-    proxy_server.setup({topic: "NORMAL"}, [group])
+    topic, group = normal_topic(proxy_server, unique)
     # CRC32s with 1, 2 and 3 leading zero digits, and one without; MD5s with leading zeros.
     bodies = [b"crc-3", b"crc-320", b"crc-31", b"hello", b"md5-495"]
-    p = wire()
-    p.settings(p.producer_settings(topic))
+    p = producer(wire, topic)
     for body in bodies:
         assert code_name(p.send(message(topic, body)).status.code) == "OK"
-    c = wire()
-    c.settings(c.consumer_settings(group, topic))
+    c = consumer(wire, group, topic)
     got = c.receive_messages(group, topic, len(bodies), long_polling=5)
     digests = {m.body: m.system_properties.body_digest for m in got}
     assert {b: (pb.DigestType.Name(d.type), d.checksum) for b, d in digests.items()} == {

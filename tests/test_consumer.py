@@ -76,6 +76,33 @@ def new_group(broker: EmbeddedBroker, unique: Callable[[str], str], **kwargs: An
     return name
 
 
+Private = tuple[EmbeddedBroker, str, str, Send]
+
+
+@pytest.fixture
+def private(
+    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
+) -> Iterator[Callable[..., Private]]:
+    """``private(queues, kind, prefix, group, **broker_options)``: a broker of its own (for
+    faults) with a fresh topic, a fresh group (``group``: its options) and a sender (closed at
+    the end of the test)."""
+    closers: list[Callable[[], None]] = []
+
+    def make(
+        queues: int, kind: str = "NORMAL", prefix: str = "topic", group: Any = None, **options: Any
+    ) -> Private:
+        b = make_broker(**options)
+        topic = unique(prefix)
+        b.create_topic(topic, kind, queues)
+        send, close = make_sender(b.endpoints)
+        closers.append(close)
+        return b, topic, new_group(b, unique, **(group or {})), send
+
+    yield make
+    for close in closers:
+        close()
+
+
 class Recorder:
     """A listener that records deliveries and fails those ``fail`` says to."""
 
@@ -325,20 +352,15 @@ def test_max_attempts_move_the_message_to_the_dlq(
 
 @pytest.mark.parametrize("accelerator", [False, True])
 def test_fifo_order_under_failures_and_dlq(
-    make_broker: Callable[..., EmbeddedBroker],
-    unique: Callable[[str], str],
-    accelerator: bool,
+    private: Callable[..., Private], accelerator: bool
 ) -> None:
     # The embedded broker does not wake a waiting long poll when an ack unblocks a FIFO group,
     # so receives that find every group blocked wait for the whole long-polling time: keep it
     # short.
-    b = make_broker(long_polling_max=1.0)
-    topic = unique("fifo")
-    b.create_topic(topic, "FIFO", 2)
-    group = new_group(b, unique, fifo=True, max_delivery_attempts=3)
-    send, close = make_sender(b.endpoints)
+    b, topic, group, send = private(
+        2, "FIFO", "fifo", {"fifo": True, "max_delivery_attempts": 3}, long_polling_max=1.0
+    )
     sent = send(topic, 30, groups=3)
-    close()
     # Message 7 (group g1) fails twice then succeeds; message 11 (group g2) always fails.
     flaky, poison = sent[7], sent[11]
     rec = Recorder(
@@ -400,119 +422,83 @@ def test_cache_limits_bound_memory_with_a_slow_listener(
     assert s["cache_full_waits"] > 0, s
 
 
-def test_throttled_receives_back_off_and_recover(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker()
-    topic = unique("topic")
-    b.create_topic(topic, "NORMAL", 2)
-    group = new_group(b, unique)
-    send, close = make_sender(b.endpoints)
-    try:
-        sent = send(topic, 20)
-        b.inject_status(0, "TOO_MANY_REQUESTS", rpc="ReceiveMessage", count=5)
-        rec = Recorder()
-        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=rec) as c:
-            wait_for("all acked", lambda: c.stats()["acked"] == 20)
-            s = c.stats()
-        assert s["receive_throttled"] == 5, s
-        assert s["receive_failures"] == 0, s
-        assert rec.ids() == set(sent)
-    finally:
-        close()
+def test_throttled_receives_back_off_and_recover(private: Callable[..., Private]) -> None:
+    b, topic, group, send = private(2)
+    sent = send(topic, 20)
+    b.inject_status(0, "TOO_MANY_REQUESTS", rpc="ReceiveMessage", count=5)
+    rec = Recorder()
+    with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=rec) as c:
+        wait_for("all acked", lambda: c.stats()["acked"] == 20)
+        s = c.stats()
+    assert s["receive_throttled"] == 5, s
+    assert s["receive_failures"] == 0, s
+    assert rec.ids() == set(sent)
 
 
-def test_failed_acks_are_retried(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker()
-    topic = unique("topic")
-    b.create_topic(topic, "NORMAL", 1)
-    group = new_group(b, unique)
-    send, close = make_sender(b.endpoints)
-    try:
-        send(topic, 10)
-        b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="AckMessage", count=2)
-        rec = Recorder()
-        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=rec) as c:
-            wait_for("all acked", lambda: c.stats()["acked"] == 10)
-            s = c.stats()
-        assert s["settle_retries"] >= 2, s
-        # Acked after the retries: no redelivery.
-        assert Counter(d[1] for d in rec.deliveries) == {1: 10}
-    finally:
-        close()
+def test_failed_acks_are_retried(private: Callable[..., Private]) -> None:
+    b, topic, group, send = private(1)
+    send(topic, 10)
+    b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="AckMessage", count=2)
+    rec = Recorder()
+    with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=rec) as c:
+        wait_for("all acked", lambda: c.stats()["acked"] == 10)
+        s = c.stats()
+    assert s["settle_retries"] >= 2, s
+    # Acked after the retries: no redelivery.
+    assert Counter(d[1] for d in rec.deliveries) == {1: 10}
 
 
-def test_shutdown_loses_nothing(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
+def test_shutdown_loses_nothing(private: Callable[..., Private]) -> None:
     # Messages received but not consumed at close come back after this invisibility.
-    b = make_broker(auto_renew_invisible=1.0)
-    topic = unique("topic")
-    b.create_topic(topic, "NORMAL", 4)
-    group = new_group(b, unique)
-    send, close = make_sender(b.endpoints)
-    try:
-        # Far more than the slow first consumer can finish before it is closed.
-        sent = set(send(topic, 2000))
-        first = Recorder()
+    b, topic, group, send = private(4, auto_renew_invisible=1.0)
+    # Far more than the slow first consumer can finish before it is closed.
+    sent = set(send(topic, 2000))
+    first = Recorder()
 
-        def slow(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
-            time.sleep(0.002)
-            return first(m)
+    def slow(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
+        time.sleep(0.002)
+        return first(m)
 
-        c1 = ferrymq.PushConsumer(
-            b.endpoints, group, subscriptions=[topic], listener=slow, consumption_threads=4
-        )
-        c1.start()
-        wait_for("some consumed", lambda: first.count() >= 50)
-        c1.close()
-        s1 = c1.stats()
-        # Everything the first consumer consumed was acked before close returned.
-        assert s1["acked"] == s1["consumed_ok"] == first.count(), s1
-        assert s1["cached_messages"] == 0
-        assert first.count() < 2000
+    c1 = ferrymq.PushConsumer(
+        b.endpoints, group, subscriptions=[topic], listener=slow, consumption_threads=4
+    )
+    c1.start()
+    wait_for("some consumed", lambda: first.count() >= 50)
+    c1.close()
+    s1 = c1.stats()
+    # Everything the first consumer consumed was acked before close returned.
+    assert s1["acked"] == s1["consumed_ok"] == first.count(), s1
+    assert s1["cached_messages"] == 0
+    assert first.count() < 2000
 
-        second = Recorder()
-        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=second):
-            wait_for("the rest", lambda: (first.ids() | second.ids()) == sent)
-        assert first.ids() | second.ids() == sent
-        # The first consumer's acks held: none of its messages came back.
-        assert not first.ids() & second.ids()
-    finally:
-        close()
+    second = Recorder()
+    with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=second):
+        wait_for("the rest", lambda: (first.ids() | second.ids()) == sent)
+    assert first.ids() | second.ids() == sent
+    # The first consumer's acks held: none of its messages came back.
+    assert not first.ids() & second.ids()
 
 
-def test_broker_restart_is_survived(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker()
-    topic = unique("topic")
-    b.create_topic(topic, "NORMAL", 2)
-    group = new_group(b, unique)
-    send, close = make_sender(b.endpoints)
-    try:
-        rec = Recorder()
-        with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=rec) as c:
-            before = set(send(topic, 10))
-            wait_for("before restart", lambda: rec.ids() >= before)
-            b.restart(0)
-            # (The producer may see the cut connection once; that is not what is tested here.)
-            after: set[str] = set()
-            for _ in range(10):
-                try:
-                    after = set(send(topic, 10))
-                    break
-                except ferrymq.FerryError:
-                    time.sleep(0.5)
-            assert after
-            wait_for("after restart", lambda: rec.ids() >= after, timeout=60)
-            wait_for("acked", lambda: c.stats()["acked"] >= 20, timeout=60)
-            # The restarted broker knows the consumer again (settings re-sent).
-            assert any(cl["group"] == group for cl in b.clients(0))
-    finally:
-        close()
+def test_broker_restart_is_survived(private: Callable[..., Private]) -> None:
+    b, topic, group, send = private(2)
+    rec = Recorder()
+    with ferrymq.PushConsumer(b.endpoints, group, subscriptions=[topic], listener=rec) as c:
+        before = set(send(topic, 10))
+        wait_for("before restart", lambda: rec.ids() >= before)
+        b.restart(0)
+        # (The producer may see the cut connection once; that is not what is tested here.)
+        after: set[str] = set()
+        for _ in range(10):
+            try:
+                after = set(send(topic, 10))
+                break
+            except ferrymq.FerryError:
+                time.sleep(0.5)
+        assert after
+        wait_for("after restart", lambda: rec.ids() >= after, timeout=60)
+        wait_for("acked", lambda: c.stats()["acked"] >= 20, timeout=60)
+        # The restarted broker knows the consumer again (settings re-sent).
+        assert any(cl["group"] == group for cl in b.clients(0))
 
 
 async def test_async_listener_runs_on_the_running_loop(

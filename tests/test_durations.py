@@ -65,118 +65,70 @@ def jmq_consumer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqConsumer]:
         yield c
 
 
-# -- the sweep: (parameter name, call with the value) ---------------------------------------
+# -- the sweep: case -> (parameter name, call with the broker, the module's client and the value)
+
+Sweep = dict[str, tuple[str, Callable[[EmbeddedBroker, Any, object], object]]]
+SUB = {"dur-topic": "*"}
+JMQ_SUB = {"dur-jmq": "*"}
 
 
-def _rocketmq_cases(broker: EmbeddedBroker, producer: ferrymq.Producer) -> dict[str, Any]:
-    ep = broker.endpoints
-    sub = {"dur-topic": "*"}
-    return {
-        "Message.delivery_time": (
-            "delivery_time",
-            lambda v: ferrymq.Message("t", b"x", delivery_time=v),
-        ),
-        "Producer.request_timeout": (
+def _each(cls: str, make: Callable[..., object], fields: tuple[str, ...], **kw: Any) -> Sweep:
+    """A case ``cls.field`` per field: ``make(broker, field=value, **kw)``."""
+    return {f"{cls}.{f}": (f, lambda b, c, v, f=f: make(b, **{f: v}, **kw)) for f in fields}
+
+
+def _producer(b: EmbeddedBroker, **kw: object) -> object:
+    return ferrymq.Producer(b.endpoints, **kw)
+
+
+def _simple(b: EmbeddedBroker, **kw: object) -> object:
+    return ferrymq.SimpleConsumer(b.endpoints, "g", subscriptions=SUB, **kw)
+
+
+def _push(b: EmbeddedBroker, **kw: object) -> object:
+    return ferrymq.PushConsumer(b.endpoints, "g", subscriptions=SUB, listener=lambda m: None, **kw)
+
+
+ROCKETMQ: Sweep = {
+    "Message.delivery_time": (
+        "delivery_time",
+        lambda b, p, v: ferrymq.Message("t", b"x", delivery_time=v),
+    ),
+    **_each(
+        "Producer",
+        _producer,
+        (
             "request_timeout",
-            lambda v: ferrymq.Producer(ep, request_timeout=v),
-        ),
-        "Producer.heartbeat_interval": (
             "heartbeat_interval",
-            lambda v: ferrymq.Producer(ep, heartbeat_interval=v),
-        ),
-        "Producer.route_refresh_interval": (
             "route_refresh_interval",
-            lambda v: ferrymq.Producer(ep, route_refresh_interval=v),
-        ),
-        "Producer.settings_sync_interval": (
             "settings_sync_interval",
-            lambda v: ferrymq.Producer(ep, settings_sync_interval=v),
         ),
-        **{
-            f"SimpleConsumer.{f}": (
-                f,
-                lambda v, f=f: ferrymq.SimpleConsumer(ep, "g", subscriptions=sub, **{f: v}),
-            )
-            for f in ("route_refresh_interval", "settings_sync_interval")
-        },
-        **{
-            f"PushConsumer.{f}": (
-                f,
-                lambda v, f=f: ferrymq.PushConsumer(
-                    ep, "g", subscriptions=sub, listener=lambda m: None, **{f: v}
-                ),
-            )
-            for f in ("route_refresh_interval", "settings_sync_interval")
-        },
-        "Producer.poll": ("timeout", lambda v: producer.poll(v)),
-        "Producer.flush": ("timeout", lambda v: producer.flush(v)),
-        "SimpleConsumer.await_duration": (
-            "await_duration",
-            lambda v: ferrymq.SimpleConsumer(ep, "g", subscriptions=sub, await_duration=v),
-        ),
-        "PushConsumer.shutdown_timeout": (
-            "shutdown_timeout",
-            lambda v: ferrymq.PushConsumer(
-                ep, "g", subscriptions=sub, listener=lambda m: None, shutdown_timeout=v
-            ),
-        ),
-        "AsyncPublisher.wait_timeout": (
-            "wait_timeout",
-            lambda v: ferrymq.AsyncPublisher(producer, wait_timeout=v),
-        ),
-        "AsyncPublisher.poll_time": (
-            "poll_time",
-            lambda v: ferrymq.AsyncPublisher(producer, poll_time=v),
-        ),
-        "AsyncPublisher.hold_pause_time": (
-            "hold_pause_time",
-            lambda v: ferrymq.AsyncPublisher(producer, hold_pause_time=v),
-        ),
-        "RetryConfig.deadline": (
-            "retry.deadline",
-            lambda v: ferrymq.AsyncPublisher(producer, retry=ferrymq.RetryConfig(deadline=v)),
-        ),
-        "RetryConfig.backoff": (
-            "retry.backoff",
-            lambda v: ferrymq.AsyncPublisher(producer, retry=ferrymq.RetryConfig(backoff=(v,))),
-        ),
-        "EmbeddedBroker.max_delay": ("max_delay", lambda v: EmbeddedBroker(max_delay=v)),
-        "EmbeddedBroker.max_invisible": (
-            "max_invisible",
-            lambda v: EmbeddedBroker(max_invisible=v),
-        ),
-        "EmbeddedBroker.set_latency": ("seconds", lambda v: broker.set_latency(0, v)),
-        "EmbeddedBroker.create_group": (
-            "retry_backoff",
-            lambda v: broker.create_group("dur-g", retry_backoff=[v]),
-        ),
-    }
-
-
-ROCKETMQ = [
-    "Message.delivery_time",
-    "Producer.request_timeout",
-    "Producer.heartbeat_interval",
-    "Producer.route_refresh_interval",
-    "Producer.settings_sync_interval",
-    "SimpleConsumer.route_refresh_interval",
-    "SimpleConsumer.settings_sync_interval",
-    "PushConsumer.route_refresh_interval",
-    "PushConsumer.settings_sync_interval",
-    "Producer.poll",
-    "Producer.flush",
-    "SimpleConsumer.await_duration",
-    "PushConsumer.shutdown_timeout",
-    "AsyncPublisher.wait_timeout",
-    "AsyncPublisher.poll_time",
-    "AsyncPublisher.hold_pause_time",
-    "RetryConfig.deadline",
-    "RetryConfig.backoff",
-    "EmbeddedBroker.max_delay",
-    "EmbeddedBroker.max_invisible",
-    "EmbeddedBroker.set_latency",
-    "EmbeddedBroker.create_group",
-]
+    ),
+    **_each("SimpleConsumer", _simple, ("route_refresh_interval", "settings_sync_interval")),
+    **_each("PushConsumer", _push, ("route_refresh_interval", "settings_sync_interval")),
+    "Producer.poll": ("timeout", lambda b, p, v: p.poll(v)),
+    "Producer.flush": ("timeout", lambda b, p, v: p.flush(v)),
+    **_each("SimpleConsumer", _simple, ("await_duration",)),
+    **_each("PushConsumer", _push, ("shutdown_timeout",)),
+    **{
+        f"AsyncPublisher.{f}": (f, lambda b, p, v, f=f: ferrymq.AsyncPublisher(p, **{f: v}))
+        for f in ("wait_timeout", "poll_time", "hold_pause_time")
+    },
+    "RetryConfig.deadline": (
+        "retry.deadline",
+        lambda b, p, v: ferrymq.AsyncPublisher(p, retry=ferrymq.RetryConfig(deadline=v)),
+    ),
+    "RetryConfig.backoff": (
+        "retry.backoff",
+        lambda b, p, v: ferrymq.AsyncPublisher(p, retry=ferrymq.RetryConfig(backoff=(v,))),
+    ),
+    **_each("EmbeddedBroker", lambda b, **kw: EmbeddedBroker(**kw), ("max_delay", "max_invisible")),
+    "EmbeddedBroker.set_latency": ("seconds", lambda b, p, v: b.set_latency(0, v)),
+    "EmbeddedBroker.create_group": (
+        "retry_backoff",
+        lambda b, p, v: b.create_group("dur-g", retry_backoff=[v]),
+    ),
+}
 
 
 @pytest.mark.parametrize("value", BAD, ids=BAD_IDS)
@@ -184,95 +136,71 @@ ROCKETMQ = [
 def test_rocketmq_durations_refuse_bad_values(
     broker: EmbeddedBroker, producer: ferrymq.Producer, case: str, value: object
 ) -> None:
-    field, call = _rocketmq_cases(broker, producer)[case]
-    refused(lambda: call(value), field)
+    field, call = ROCKETMQ[case]
+    refused(lambda: call(broker, producer, value), field)
 
 
-def _jmq_cases(b: EmbeddedBroker, c: ferrymq.JmqConsumer) -> dict[str, Any]:
-    ep = b.jmq_endpoint
+def _jmq_producer(b: EmbeddedBroker, **kw: object) -> object:
+    return ferrymq.JmqProducer(b.jmq_endpoint, app=APP, token=TOKEN, **kw)
 
-    def producer(**kw: object) -> object:
-        return ferrymq.JmqProducer(ep, app=APP, token=TOKEN, **kw)
 
-    def consumer(**kw: object) -> object:
-        return ferrymq.JmqConsumer(ep, "dur-jmq", app=APP, token=TOKEN, **kw)
+def _jmq_consumer(b: EmbeddedBroker, **kw: object) -> object:
+    return ferrymq.JmqConsumer(b.jmq_endpoint, "dur-jmq", app=APP, token=TOKEN, **kw)
 
-    def simple_receive(v: object) -> object:
-        with ferrymq.SimpleConsumer(
-            ep, APP, subscriptions={"dur-jmq": "*"}, token=TOKEN, await_duration=0.1
-        ) as s:
-            return s.receive(1, invisible_duration=v)
 
-    cases: dict[str, Any] = {
-        f"JmqProducer.{f}": (f, lambda v, f=f: producer(**{f: v}))
-        for f in (
+def _simple_receive(b: EmbeddedBroker, c: object, v: object) -> object:
+    with ferrymq.SimpleConsumer(
+        b.jmq_endpoint, APP, subscriptions=JMQ_SUB, token=TOKEN, await_duration=0.1
+    ) as s:
+        return s.receive(1, invisible_duration=v)
+
+
+def _jmq_facade(b: EmbeddedBroker, **kw: object) -> ferrymq.Producer:
+    return ferrymq.Producer(b.jmq_endpoint, app=APP, token=TOKEN, **kw)
+
+
+JMQ: Sweep = {
+    **_each(
+        "JmqProducer",
+        _jmq_producer,
+        (
             "send_timeout",
             "request_timeout",
             "transaction_timeout",
             "feedback_interval",
             "metadata_refresh",
-        )
-    }
-    cases.update(
-        {
-            f"JmqConsumer.{f}": (f, lambda v, f=f: consumer(**{f: v}))
-            for f in ("ack_timeout", "long_poll", "session_timeout", "request_timeout")
-        }
-    )
-    cases["JmqConsumer.receive.wait"] = ("wait", lambda v: c.receive(1, v))
-    cases["JmqConsumer.receive.ack_timeout"] = (
+        ),
+    ),
+    **_each(
+        "JmqConsumer",
+        _jmq_consumer,
+        ("ack_timeout", "long_poll", "session_timeout", "request_timeout"),
+    ),
+    "JmqConsumer.receive.wait": ("wait", lambda b, c, v: c.receive(1, v)),
+    "JmqConsumer.receive.ack_timeout": (
         "ack_timeout",
-        lambda v: c.receive(1, 0.1, ack_timeout=v),
-    )
-    cases["SimpleConsumer(jmq).receive.invisible_duration"] = ("invisible_duration", simple_receive)
-    cases["SimpleConsumer(jmq).await_duration"] = (
-        "await_duration",
-        lambda v: ferrymq.SimpleConsumer(
-            ep, APP, subscriptions={"dur-jmq": "*"}, token=TOKEN, await_duration=v
+        lambda b, c, v: c.receive(1, 0.1, ack_timeout=v),
+    ),
+    "SimpleConsumer(jmq).receive.invisible_duration": ("invisible_duration", _simple_receive),
+    **_each(
+        "SimpleConsumer(jmq)",
+        lambda b, **kw: ferrymq.SimpleConsumer(
+            b.jmq_endpoint, APP, subscriptions=JMQ_SUB, token=TOKEN, **kw
         ),
-    )
-    cases["PushConsumer(jmq).shutdown_timeout"] = (
-        "shutdown_timeout",
-        lambda v: ferrymq.PushConsumer(
-            ep,
-            APP,
-            subscriptions={"dur-jmq": "*"},
-            listener=lambda m: None,
-            token=TOKEN,
-            shutdown_timeout=v,
+        ("await_duration",),
+    ),
+    **_each(
+        "PushConsumer(jmq)",
+        lambda b, **kw: ferrymq.PushConsumer(
+            b.jmq_endpoint, APP, subscriptions=JMQ_SUB, listener=lambda m: None, token=TOKEN, **kw
         ),
-    )
-    cases["JmqServer.set_latency"] = ("seconds", lambda v: b.jmq.set_latency(v))
-    facade = ferrymq.Producer(ep, app=APP, token=TOKEN)
-    cases["Producer(jmq).request_timeout"] = (
-        "request_timeout",
-        lambda v: ferrymq.Producer(ep, app=APP, token=TOKEN, request_timeout=v),
-    )
-    cases["Producer(jmq).poll"] = ("timeout", lambda v: facade.poll(v))
-    cases["Producer(jmq).flush"] = ("timeout", lambda v: facade.flush(v))
-    return cases
-
-
-JMQ = [
-    "JmqProducer.send_timeout",
-    "JmqProducer.request_timeout",
-    "JmqProducer.transaction_timeout",
-    "JmqProducer.feedback_interval",
-    "JmqProducer.metadata_refresh",
-    "JmqConsumer.ack_timeout",
-    "JmqConsumer.long_poll",
-    "JmqConsumer.session_timeout",
-    "JmqConsumer.request_timeout",
-    "JmqConsumer.receive.wait",
-    "JmqConsumer.receive.ack_timeout",
-    "SimpleConsumer(jmq).receive.invisible_duration",
-    "SimpleConsumer(jmq).await_duration",
-    "PushConsumer(jmq).shutdown_timeout",
-    "JmqServer.set_latency",
-    "Producer(jmq).request_timeout",
-    "Producer(jmq).poll",
-    "Producer(jmq).flush",
-]
+        ("shutdown_timeout",),
+    ),
+    "JmqServer.set_latency": ("seconds", lambda b, c, v: b.jmq.set_latency(v)),
+    **_each("Producer(jmq)", _jmq_facade, ("request_timeout",)),
+    "Producer(jmq).poll": ("timeout", lambda b, c, v: _jmq_facade(b).poll(v)),
+    "Producer(jmq).flush": ("timeout", lambda b, c, v: _jmq_facade(b).flush(v)),
+}
 
 
 @pytest.mark.parametrize("value", BAD, ids=BAD_IDS)
@@ -280,8 +208,8 @@ JMQ = [
 def test_jmq_durations_refuse_bad_values(
     jmq_broker: EmbeddedBroker, jmq_consumer: ferrymq.JmqConsumer, case: str, value: object
 ) -> None:
-    field, call = _jmq_cases(jmq_broker, jmq_consumer)[case]
-    refused(lambda: call(value), field)
+    field, call = JMQ[case]
+    refused(lambda: call(jmq_broker, jmq_consumer, value), field)
 
 
 @pytest.mark.parametrize("value", BAD, ids=BAD_IDS)

@@ -20,7 +20,7 @@ import pytest
 import ferrymq
 from ferrymq import ConsumeResult, Message, MessageView, Producer, TransactionResolution
 from ferrymq.testing import EmbeddedBroker
-from servers import EmbeddedServer, RealServer, Server
+from servers import EmbeddedServer, RealServer, Server, started
 from waiting import wait_for
 
 
@@ -47,8 +47,7 @@ def test_send_receive_keeps_keys_tag_and_properties(
 ) -> None:
     topic, group = unique("t"), unique("g")
     server.setup({topic: "NORMAL"}, [group])
-    producer = Producer(server.endpoints, topics=[topic]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[topic]))
     sent = {}
     for i in range(5):
         m = Message(
@@ -98,8 +97,7 @@ def test_packed_batches_deliver_every_body_under_one_id(
     at the offset its receipt names (consecutive offsets of one queue)."""
     topic, group = unique("t"), unique("g")
     server.setup({topic: "NORMAL"}, [group])
-    producer = Producer(server.endpoints, topics=[topic]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[topic]))
     props = {"source": "packed"}
     batch = [
         Message(topic, b"p-%04d" % i, tag="wanted", keys=["k"], properties=props)
@@ -131,8 +129,7 @@ def test_fifo_order_per_message_group(
 ) -> None:
     topic, group = unique("fifo"), unique("g")
     server.setup({topic: "FIFO"}, fifo_groups=[group])
-    producer = Producer(server.endpoints, topics=[topic]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[topic]))
     groups = [f"order-{i}" for i in range(4)]
     for i in range(20):
         g = groups[i % len(groups)]
@@ -172,8 +169,7 @@ def test_fifo_order_per_message_group(
 def test_delayed_delivery(server: Server, unique: Callable[[str], str], closing: list[Any]) -> None:
     topic, group = unique("delay"), unique("g")
     server.setup({topic: "DELAY"}, [group])
-    producer = Producer(server.endpoints, topics=[topic]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[topic]))
     due = time.time() + 4
     receipt = producer.send(Message(topic, b"later", delivery_time=due))
     consumer = ferrymq.SimpleConsumer(
@@ -240,8 +236,7 @@ def test_simple_consumer_ack_and_change_invisible_duration(
 ) -> None:
     topic, group = unique("t"), unique("g")
     server.setup({topic: "NORMAL"}, [group])
-    producer = Producer(server.endpoints, topics=[topic]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[topic]))
     keep, retry = (producer.send(Message(topic, b)).message_id for b in (b"keep", b"retry"))
     consumer = ferrymq.SimpleConsumer(
         server.endpoints, group, subscriptions={topic: "*"}, await_duration=5
@@ -268,8 +263,7 @@ def test_push_consumer_moves_a_failing_message_to_the_dlq(
     topic, group, dlq_reader = unique("t"), unique("g"), unique("dlq")
     server.setup({topic: "NORMAL"}, [group], max_attempts=3)
     server.setup(groups=[dlq_reader])
-    producer = Producer(server.endpoints, topics=[topic]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[topic]))
     poison = producer.send(Message(topic, b"poison", keys=["p"])).message_id
     good = producer.send(Message(topic, b"good")).message_id
     attempts: dict[str, list[int]] = defaultdict(list)
@@ -355,8 +349,7 @@ def test_clients_recover_from_a_server_restart_without_losing_messages(
     server = restart_server
     topic, group = unique("t"), unique("g")
     server.setup({topic: "NORMAL"}, [group])
-    producer = Producer(server.endpoints, topics=[topic], request_timeout=5).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[topic], request_timeout=5))
     received: set[str] = set()
     lock = threading.Lock()
 

@@ -14,17 +14,7 @@ import pytest
 
 import ferrymq
 from ferrymq import _native
-from ferrymq.exceptions import (
-    BrokerError,
-    ClientClosedError,
-    FerryConnectionError,
-    FerryError,
-    FerryTimeoutError,
-    FlowControlError,
-    InternalError,
-    InvalidArgumentError,
-    ProtocolError,
-)
+from waiting import wait_for
 
 
 def test_version_and_features() -> None:
@@ -41,49 +31,49 @@ def test_public_api_is_exported() -> None:
 @pytest.mark.parametrize(
     ("kind", "cls", "builtin"),
     [
-        ("connection", FerryConnectionError, ConnectionError),
-        ("timeout", FerryTimeoutError, TimeoutError),
-        ("protocol", ProtocolError, FerryError),
-        ("broker", BrokerError, FerryError),
-        ("flow_control", FlowControlError, BrokerError),
-        ("invalid", InvalidArgumentError, ValueError),
-        ("closed", ClientClosedError, FerryError),
-        ("internal", InternalError, FerryError),
+        ("connection", ferrymq.FerryConnectionError, ConnectionError),
+        ("timeout", ferrymq.FerryTimeoutError, TimeoutError),
+        ("protocol", ferrymq.ProtocolError, ferrymq.FerryError),
+        ("broker", ferrymq.BrokerError, ferrymq.FerryError),
+        ("flow_control", ferrymq.FlowControlError, ferrymq.BrokerError),
+        ("invalid", ferrymq.InvalidArgumentError, ValueError),
+        ("closed", ferrymq.ClientClosedError, ferrymq.FerryError),
+        ("internal", ferrymq.InternalError, ferrymq.FerryError),
     ],
 )
 def test_error_kinds_map_to_the_tree(kind: str, cls: type, builtin: type) -> None:
     with pytest.raises(cls) as info:
         _native.Probe().fail(kind)
-    assert isinstance(info.value, FerryError)
+    assert isinstance(info.value, ferrymq.FerryError)
     assert isinstance(info.value, builtin)
     assert "injected by Probe.fail" in str(info.value)
 
 
 def test_broker_status_keeps_code_and_retriable() -> None:
     probe = _native.Probe()
-    with pytest.raises(FlowControlError) as info:
+    with pytest.raises(ferrymq.FlowControlError) as info:
         probe.fail("broker", 42900)
     assert info.value.code == 42900
     assert info.value.code_name == "TOO_MANY_REQUESTS"
     assert info.value.protocol == "rocketmq"
     assert info.value.retriable is True
 
-    with pytest.raises(BrokerError) as info2:
+    with pytest.raises(ferrymq.BrokerError) as info2:
         probe.fail("broker", 40013)
-    assert type(info2.value) is BrokerError
+    assert type(info2.value) is ferrymq.BrokerError
     assert info2.value.code_name == "INVALID_RECEIPT_HANDLE"
     assert info2.value.retriable is False
 
 
 def test_panic_becomes_internal_error() -> None:
-    with pytest.raises(InternalError, match="probe panic"):
+    with pytest.raises(ferrymq.InternalError, match="probe panic"):
         _native.Probe().panic()
     # The runtime survives the panic.
     assert _native.Probe().sleep(0.001) == 0.001
 
 
 async def test_async_panic_becomes_internal_error() -> None:
-    with pytest.raises(InternalError, match="probe panic"):
+    with pytest.raises(ferrymq.InternalError, match="probe panic"):
         await _native.Probe().panic_async()
 
 
@@ -134,7 +124,7 @@ async def test_many_async_calls_complete_with_their_own_results() -> None:
     )
     for i, outcome in enumerate(outcomes):
         if i % 3 == 0:
-            assert isinstance(outcome, InternalError)
+            assert isinstance(outcome, ferrymq.InternalError)
         else:
             assert outcome == 0
 
@@ -212,7 +202,7 @@ def test_fork_safety() -> None:
             try:
                 parent_probe.sleep(0.001)
                 code = 1  # must not work
-            except ClientClosedError as e:
+            except ferrymq.ClientClosedError as e:
                 if "fork" not in str(e):
                     code = 2
             # A new object in the child gets a fresh runtime and works.
@@ -231,33 +221,23 @@ def test_fork_safety() -> None:
     assert parent_probe.sleep(0.001) == 0.001
 
 
-def test_rust_logs_reach_python_logging(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    ("level", "dropped", "kept"),
+    [
+        (logging.DEBUG, ("trace", "too verbose"), ("debug", "hello from rust")),
+        # the filter applies before forwarding
+        (logging.WARNING, ("info", "filtered-out info"), ("error", "kept error")),
+    ],
+)
+def test_rust_logs_reach_python_logging(
+    caplog: pytest.LogCaptureFixture, level: int, dropped: tuple[str, str], kept: tuple[str, str]
+) -> None:
     probe = _native.Probe()
-    with caplog.at_level(logging.DEBUG, logger="ferrymq"):
+    with caplog.at_level(level, logger="ferrymq"):
         ferrymq.sync_log_level()
-        probe.log("debug", "hello from rust")
-        probe.log("trace", "too verbose")
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not any(
-            "hello from rust" in r.getMessage() for r in caplog.records
-        ):
-            time.sleep(0.01)
+        probe.log(*dropped)
+        probe.log(*kept)
+        wait_for(kept[1], lambda: any(kept[1] in r.getMessage() for r in caplog.records), 5)
     msgs = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
-    assert ("ferrymq.probe", logging.DEBUG, "hello from rust") in msgs
-    assert not any("too verbose" in m for _, _, m in msgs)
-
-
-def test_log_level_filter_applies_before_forwarding(caplog: pytest.LogCaptureFixture) -> None:
-    probe = _native.Probe()
-    with caplog.at_level(logging.WARNING, logger="ferrymq"):
-        ferrymq.sync_log_level()
-        probe.log("info", "filtered-out info")
-        probe.log("error", "kept error")
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not any(
-            "kept error" in r.getMessage() for r in caplog.records
-        ):
-            time.sleep(0.01)
-    text = [r.getMessage() for r in caplog.records]
-    assert "kept error" in text
-    assert "filtered-out info" not in text
+    assert ("ferrymq.probe", getattr(logging, kept[0].upper()), kept[1]) in msgs
+    assert not any(dropped[1] in m for _, _, m in msgs)

@@ -27,12 +27,13 @@ PROPS = {"origin": "peer-test", "colour": "blue"}
 class Collector:
     """A ferrymq push consumer that records what its listener saw, in order."""
 
-    def __init__(self, server: Server, group: str, topic: str) -> None:
+    def __init__(self, server: Server, group: str, topic: str, closing: list[Any]) -> None:
         self.got: list[MessageView] = []
         self._lock = threading.Lock()
         self.consumer = ferrymq.PushConsumer(
             server.endpoints, group, subscriptions={topic: "*"}, listener=self._on
         )
+        closing.append(self.consumer)
         self.consumer.start()
 
     def _on(self, m: MessageView) -> None:
@@ -108,8 +109,7 @@ def test_normal_messages_both_ways(
     jc = java_peer.start(
         "push", endpoints=server.endpoints, topic=topic, group=jgroup, count=2 * n, timeout=60
     )
-    fc = Collector(server, fgroup, topic)
-    closing.append(fc.consumer)
+    fc = Collector(server, fgroup, topic, closing)
     jc.wait_for("ready")
     jp = java_produce(java_peer, server, topic, "j", count=n, tag="TagJ", threads=4)
     with Producer(server.endpoints, topics=[topic]) as p:
@@ -165,8 +165,7 @@ def test_fifo_20_groups_in_order_nothing_discarded(
         timeout=90,
         linger=0.5,
     )
-    fc = Collector(server, fgroup, topic)
-    closing.append(fc.consumer)
+    fc = Collector(server, fgroup, topic, closing)
     jc.wait_for("ready")
     jp = java_produce(
         java_peer,
@@ -220,8 +219,7 @@ def test_delay_messages_both_ways(
     jc = java_peer.start(
         "simple", endpoints=server.endpoints, topic=topic, group=jgroup, count=2 * n, timeout=60
     )
-    fc = Collector(server, fgroup, topic)
-    closing.append(fc.consumer)
+    fc = Collector(server, fgroup, topic, closing)
     jc.wait_for("ready")
     t0 = time.time()
     jp = java_produce(
@@ -275,8 +273,7 @@ def test_transactions_commit_rollback_and_check_back(
         timeout=90,
         linger=1,
     )
-    fcol = Collector(server, fgroup, topic)
-    closing.append(fcol.consumer)
+    fcol = Collector(server, fgroup, topic, closing)
     jc.wait_for("ready")
     tx_options: dict[str, Any] = {"tag": "T", "check_rollback_prefix": "jr,fr"}
     # The Java orphans first, while the Java producer is the topic's only producer: the server

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -18,16 +18,13 @@ _ids = itertools.count()
 
 
 @pytest.fixture
-def topic(jmq_broker: EmbeddedBroker) -> str:
-    name = f"jmq-t{next(_ids)}"
-    jmq_broker.create_topic(name, queues=4)
-    return name
+def topic(jmq_topic: str) -> str:
+    return jmq_topic
 
 
 @pytest.fixture
-def producer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqProducer]:
-    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
-        yield p
+def producer(jmq_producer: ferrymq.JmqProducer) -> ferrymq.JmqProducer:
+    return jmq_producer
 
 
 def consumer(broker: EmbeddedBroker, topic: str, **kw: object) -> ferrymq.JmqConsumer:

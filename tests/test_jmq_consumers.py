@@ -4,11 +4,11 @@ of ferrymq.testing.EmbeddedBroker: the RocketMQ consumer API, selected by the en
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -18,14 +18,11 @@ from waiting import wait_for
 
 APP = "test_app"
 TOKEN = "test_token"
-_ids = itertools.count()
 
 
 @pytest.fixture
-def topic(jmq_broker: EmbeddedBroker) -> str:
-    name = f"jmq-c{next(_ids)}"
-    jmq_broker.create_topic(name, queues=4)
-    return name
+def topic(jmq_topic: str) -> str:
+    return jmq_topic
 
 
 def send(broker: EmbeddedBroker, topic: str, n: int, *, batch: bool = False) -> set[bytes]:
@@ -338,23 +335,18 @@ def test_close_with_in_flight_work_loses_nothing(jmq_broker: EmbeddedBroker, top
 
 def test_bad_input(jmq_broker: EmbeddedBroker, topic: str, broker: EmbeddedBroker) -> None:
     ep = jmq_broker.jmq_endpoint
+
+    def push(**kw: Any) -> ferrymq.PushConsumer:
+        return ferrymq.PushConsumer(ep, APP, subscriptions=topic, listener=lambda m: None, **kw)
+
     with pytest.raises(ferrymq.BrokerError, match="check app and token"):
         ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, token="wrong").start()
     with pytest.raises(ferrymq.BrokerError, match="check app and token"):
-        ferrymq.PushConsumer(
-            ep, APP, subscriptions=topic, listener=lambda m: None, token="wrong"
-        ).start()
+        push(token="wrong").start()
     with pytest.raises(ferrymq.InvalidArgumentError, match="'bogus'"):
         ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, token=TOKEN, jmq_options={"bogus": 1})
     with pytest.raises(ferrymq.InvalidArgumentError, match="'bogus'"):
-        ferrymq.PushConsumer(
-            ep,
-            APP,
-            subscriptions=topic,
-            listener=lambda m: None,
-            token=TOKEN,
-            jmq_options={"bogus": 1},
-        )
+        push(token=TOKEN, jmq_options={"bogus": 1})
     with pytest.raises(ferrymq.InvalidArgumentError, match="'bogus'"):
         ferrymq.Producer(ep, app=APP, token=TOKEN, jmq_options={"bogus": 1})
     with pytest.raises(ferrymq.InvalidArgumentError, match="token"):
@@ -368,23 +360,9 @@ def test_bad_input(jmq_broker: EmbeddedBroker, topic: str, broker: EmbeddedBroke
     with pytest.raises(ferrymq.InvalidArgumentError, match="credentials"):
         ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, token=TOKEN, credentials=("ak", "sk"))
     with pytest.raises(ferrymq.InvalidArgumentError, match="fifo_accelerator"):
-        ferrymq.PushConsumer(
-            ep,
-            APP,
-            subscriptions=topic,
-            listener=lambda m: None,
-            token=TOKEN,
-            fifo_accelerator=True,
-        )
+        push(token=TOKEN, fifo_accelerator=True)
     with pytest.raises(ferrymq.InvalidArgumentError, match="fifo_pipelining"):
-        ferrymq.PushConsumer(
-            ep,
-            APP,
-            subscriptions=topic,
-            listener=lambda m: None,
-            token=TOKEN,
-            fifo_pipelining=True,
-        )
+        push(token=TOKEN, fifo_pipelining=True)
     with pytest.raises(ferrymq.InvalidArgumentError, match="listener"):
         ferrymq.PushConsumer(ep, APP, subscriptions=topic, listener=42, token=TOKEN)  # type: ignore[arg-type]
     c = ferrymq.SimpleConsumer(ep, APP, subscriptions=topic, token=TOKEN)

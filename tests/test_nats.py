@@ -14,18 +14,6 @@ pytestmark = pytest.mark.nats
 
 
 @pytest.fixture
-def tok() -> str:
-    """A short unique token for stream names and subjects."""
-    return uuid.uuid4().hex[:10].upper()
-
-
-@pytest.fixture
-def js(nats_server: NatsServer) -> Iterator[ferrymq.JetStream]:
-    with ferrymq.JetStream(nats_server.url, name="ferrymq-tests") as client:
-        yield client
-
-
-@pytest.fixture
 def stream(js: ferrymq.JetStream, tok: str) -> Iterator[str]:
     name = f"T{tok}"
     js.create_stream(name, [f"t{tok}.>"])

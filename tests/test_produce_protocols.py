@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -34,19 +34,8 @@ def recorder(reports: list[Report], i: int) -> Callable[[FerryError | None, obje
 
 
 @pytest.fixture
-def jmq_topic(jmq_broker: EmbeddedBroker) -> str:
-    name = f"produce-t{next(_ids)}"
-    jmq_broker.create_topic(name, queues=4)
-    return name
-
-
-@pytest.fixture
-def nats_subject(nats_server: NatsServer) -> Iterator[str]:
-    tok = uuid.uuid4().hex[:10]
-    with ferrymq.JetStream(nats_server.url) as js:
-        js.create_stream(f"PR{tok}", [f"pr{tok}.>"])
-        yield f"pr{tok}.a"
-        js.delete_stream(f"PR{tok}")
+def nats_subject(nats_stream: tuple[ferrymq.JetStream, str]) -> str:
+    return f"s{nats_stream[1]}.a"
 
 
 def jmq_producer(broker: EmbeddedBroker, **kw: int) -> ferrymq.Producer:

@@ -24,16 +24,9 @@ from ferrymq import (
     TransactionResolution,
 )
 from ferrymq.testing import EmbeddedBroker
+from waiting import wait_for
 
 FAST = {"heartbeat_interval": 0.2, "route_refresh_interval": 0.5}
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -192,7 +185,7 @@ def test_failed_endpoint_is_isolated_rotated_away_from_and_rejoins(
         # Once isolated, endpoint 0 is skipped: at most the first send touched it.
         assert b.calls(0, "SendMessage") <= 1
         b.clear_faults(0)
-        wait_until(lambda: p.isolated_endpoints == [])
+        wait_for("the endpoint back", lambda: p.isolated_endpoints == [])
         receipts = [p.send(Message(t, b"n%d" % i)) for i in range(10)]
         assert {r.endpoint for r in receipts} == {bad, good}
 
@@ -422,7 +415,10 @@ def test_orphaned_transaction_is_resolved_by_the_checker(
         tx = p.begin_transaction()
         r = tx.send(Message(t, b"orphan"))
         broker.recover_orphaned_transaction(r.transaction_id or "", p.client_id)
-        wait_until(lambda: r.message_id in {m["message_id"] for m in broker.messages(t)})
+        wait_for(
+            "the checked message committed",
+            lambda: r.message_id in {m["message_id"] for m in broker.messages(t)},
+        )
     assert seen[0].message_id == r.message_id
     assert seen[0].transaction_id == r.transaction_id
     assert seen[0].body == b"orphan"
@@ -434,7 +430,7 @@ def test_orphaned_transaction_is_resolved_by_the_checker(
 def test_telemetry_commands_are_answered(broker: EmbeddedBroker, producer: Producer) -> None:
     # ReconnectEndpoints: tests/test_runtime_changes.py (a new connection is observed).
     nonce = broker.print_thread_stack_trace(producer.client_id)
-    wait_until(lambda: any(r["nonce"] == nonce for r in broker.telemetry_replies()))
+    wait_for("the reply", lambda: any(r["nonce"] == nonce for r in broker.telemetry_replies()))
     reply = next(r for r in broker.telemetry_replies() if r["nonce"] == nonce)
     assert "Thread" in reply["detail"]
 
@@ -448,12 +444,13 @@ def test_recovers_after_broker_restart(
     with Producer(b.endpoints, topics=[t], **FAST) as p:
         p.send(Message(t, b"before"))
         b.restart(0)
-        wait_until(lambda: p.client_id in {c["client_id"] for c in b.clients(0)})
+        wait_for("the client back", lambda: p.client_id in {c["client_id"] for c in b.clients(0)})
         assert p.send(Message(t, b"after")).topic == t
         b.drop_telemetry(0)
         time.sleep(0.3)
-        wait_until(
-            lambda: any(c["client_id"] == p.client_id and c["connected"] for c in b.clients(0))
+        wait_for(
+            "telemetry back",
+            lambda: any(c["client_id"] == p.client_id and c["connected"] for c in b.clients(0)),
         )
 
 
@@ -527,7 +524,7 @@ def test_verify_message_is_answered_not_implemented_by_a_producer(
 ) -> None:
     r = producer.send(Message(topic, b"v"))
     nonce = broker.verify_message(producer.client_id, topic, r.message_id)
-    wait_until(lambda: any(x["nonce"] == nonce for x in broker.telemetry_replies()))
+    wait_for("the reply", lambda: any(x["nonce"] == nonce for x in broker.telemetry_replies()))
     reply = next(x for x in broker.telemetry_replies() if x["nonce"] == nonce)
     assert reply["code"] == 50100  # NOT_IMPLEMENTED: a producer has no listener
 

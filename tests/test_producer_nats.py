@@ -4,8 +4,6 @@ nats-server), with the receipts typed by the shared ``Receipt`` interface."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -18,17 +16,8 @@ from waiting import wait_for
 pytestmark = pytest.mark.nats
 
 
-@pytest.fixture
-def stream(nats_server: NatsServer) -> Iterator[tuple[ferrymq.JetStream, str]]:
-    tok = uuid.uuid4().hex[:10]
-    with ferrymq.JetStream(nats_server.url) as js:
-        js.create_stream(f"P{tok}", [f"p{tok}.>"])
-        yield js, tok
-        js.delete_stream(f"P{tok}")
-
-
 def _stored(js: ferrymq.JetStream, tok: str, n: int) -> list[ferrymq.JsMessage]:
-    consumer = js.pull_consumer(f"P{tok}", deliver="all")
+    consumer = js.pull_consumer(f"S{tok}", deliver="all")
     got: list[ferrymq.JsMessage] = []
     while len(got) < n:
         batch = consumer.fetch(n - len(got), timeout=5.0)
@@ -39,16 +28,16 @@ def _stored(js: ferrymq.JetStream, tok: str, n: int) -> list[ferrymq.JsMessage]:
 
 
 def test_send_publishes_to_jetstream_with_a_typed_receipt(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
-    subject = f"p{tok}.a"
+    js, tok = nats_stream
+    subject = f"s{tok}.a"
     with ferrymq.Producer(nats_server.url, request_timeout=timedelta(seconds=5)) as p:
         assert p.started
         r = p.send(Message(subject, b"one", properties={"h": "v"}))
         assert isinstance(r, Receipt)
         assert isinstance(r, NatsSendReceipt)
-        assert (r.topic, r.stream, r.sequence, r.duplicate) == (subject, f"P{tok}", 1, False)
+        assert (r.topic, r.stream, r.sequence, r.duplicate) == (subject, f"S{tok}", 1, False)
         batch = p.send_batch([Message(subject, b"%d" % i) for i in range(5)])
         assert [b.sequence for b in batch] == [2, 3, 4, 5, 6]
         delivered: list[tuple[object, object]] = []
@@ -69,10 +58,10 @@ def test_send_publishes_to_jetstream_with_a_typed_receipt(
 
 
 async def test_async_lifecycle_and_batch(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
-    subject = f"p{tok}.b"
+    js, tok = nats_stream
+    subject = f"s{tok}.b"
     async with ferrymq.Producer(nats_server.url) as p:
         one = await p.send_async(Message(subject, b"x"))
         many = await p.send_batch_async([Message(subject, b"%d" % i) for i in range(20)])
@@ -121,15 +110,15 @@ def test_transactions_and_recall_are_refused_by_name(nats_server: NatsServer) ->
 
 
 def test_async_publisher_over_a_nats_producer(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
+    js, tok = nats_stream
 
     async def run() -> list[ferrymq.PublishAck]:
         with ferrymq.Producer(nats_server.url) as p:
             async with ferrymq.AsyncPublisher(p) as pub:
                 flights = [
-                    await pub.publish_async(Message(f"p{tok}.c", b"%d" % i)) for i in range(10)
+                    await pub.publish_async(Message(f"s{tok}.c", b"%d" % i)) for i in range(10)
                 ]
                 return [await f for f in flights]
 
@@ -139,27 +128,27 @@ def test_async_publisher_over_a_nats_producer(
 
 
 def test_what_the_producer_sends_a_push_consumer_receives(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    _, tok = stream
+    _, tok = nats_stream
     got: list[bytes] = []
     with ferrymq.Producer(nats_server.url) as p:
         for i in range(5):
-            p.send(Message(f"p{tok}.d", b"%d" % i))
+            p.send(Message(f"s{tok}.d", b"%d" % i))
     with ferrymq.PushConsumer(
-        nats_server.url, f"g{tok}", subscriptions=f"p{tok}.d", listener=lambda m: got.append(m.body)
+        nats_server.url, f"g{tok}", subscriptions=f"s{tok}.d", listener=lambda m: got.append(m.body)
     ) as pc:
         wait_for("all consumed", lambda: pc.stats()["acked"] == 5)
     assert sorted(got) == [b"%d" % i for i in range(5)]
 
 
 async def test_async_publisher_lifecycle_start_async_and_close_async(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
+    js, tok = nats_stream
     pub = ferrymq.AsyncPublisher(js)
     assert await pub.start_async() is pub
-    flights = [await pub.publish_async(f"p{tok}.d", b"%d" % i) for i in range(5)]
+    flights = [await pub.publish_async(f"s{tok}.d", b"%d" % i) for i in range(5)]
     assert await pub.close_async(timedelta(seconds=10)) is True
     assert all(f.state == "acked" for f in flights)
     assert pub.state == "finished"

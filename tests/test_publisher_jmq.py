@@ -3,34 +3,21 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
-from test_jmq import APP, TOKEN, consumer, drain
+from test_jmq import consumer, drain
 from test_publisher_nats import Recorder, check_window
 
 _ids = itertools.count()
 
 
-@pytest.fixture
-def topic(jmq_broker: EmbeddedBroker) -> str:
-    name = f"jmq-pub{next(_ids)}"
-    jmq_broker.create_topic(name, queues=4)
-    return name
-
-
-@pytest.fixture
-def producer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqProducer]:
-    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
-        yield p
-
-
 async def test_publish_async_over_jmq(
-    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, jmq_producer: ferrymq.JmqProducer, jmq_topic: str
 ) -> None:
+    producer, topic = jmq_producer, jmq_topic
     rec = Recorder()
     async with ferrymq.AsyncPublisher(
         producer, id_prefix="jmq", max_in_flight=6, refill_allowed_at=2, listener=rec
@@ -45,7 +32,8 @@ async def test_publish_async_over_jmq(
     assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in range(30))
 
 
-async def test_failures_over_jmq(producer: ferrymq.JmqProducer) -> None:
+async def test_failures_over_jmq(jmq_producer: ferrymq.JmqProducer) -> None:
+    producer = jmq_producer
     rec = Recorder()
     async with ferrymq.AsyncPublisher(producer, listener=rec) as pub:
         flight = await pub.publish_async(f"jmq-missing{next(_ids)}", b"x")

@@ -10,23 +10,16 @@ import asyncio
 import subprocess
 import sys
 import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import ferrymq
 from _nats_server import HoldingProxy, NatsServer
+from waiting import async_wait_for
 
 pytestmark = pytest.mark.nats
-
-
-@pytest.fixture
-def tok() -> str:
-    """A short unique token for stream names and subjects."""
-    return uuid.uuid4().hex[:10].upper()
 
 
 class Recorder(ferrymq.PublisherListener):
@@ -57,20 +50,6 @@ class Recorder(ferrymq.PublisherListener):
     def kinds(self, kind: str) -> list[ferrymq.Flight]:
         with self.lock:
             return [f for k, f in self.events if k == kind]
-
-
-async def eventually(what: str, cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Wait until `cond()` holds (a liveness bound, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        await asyncio.sleep(0.005)
-
-
-@pytest.fixture
-def js(nats_server: NatsServer) -> Iterator[ferrymq.JetStream]:
-    with ferrymq.JetStream(nats_server.url) as client:
-        yield client
 
 
 @pytest.fixture
@@ -176,7 +155,7 @@ async def test_hold_at_max_in_flight_and_refill_at_threshold(
     pub.start()
     nats_proxy.hold()  # acks are held back: the window fills and stays full
     flights = [await pub.publish_async(subject, b"x") for _ in range(2 * max_in_flight)]
-    await eventually("the window is full", lambda: pub.in_flight == max_in_flight)
+    await async_wait_for("the window is full", lambda: pub.in_flight == max_in_flight)
     assert pub.held
     # The bounded intake is full too: the caller now feels back-pressure.
     assert pub.queued == max_in_flight
@@ -252,7 +231,7 @@ async def test_retried_publish_is_stored_once(
     async with ferrymq.AsyncPublisher(js_via_proxy, retry=retry, wait_timeout=20.0) as pub:
         nats_proxy.hold()  # the first attempt is stored, but its ack is lost
         flight = await pub.publish_async(subject, b"only once")
-        await eventually("a retry was sent", lambda: flight.attempts >= 3)
+        await async_wait_for("a retry was sent", lambda: flight.attempts >= 3)
         nats_proxy.release()
         ack = await flight
     # Every attempt carried the same Nats-Msg-Id: the server stored the message once and
@@ -340,12 +319,12 @@ async def test_stop_completes_every_future(
     pub.start()
     nats_proxy.hold()
     flights = [await pub.publish_async(subject, b"x") for _ in range(8)]
-    await eventually("the window is full", lambda: pub.in_flight == 4)
+    await async_wait_for("the window is full", lambda: pub.in_flight == 4)
     futures = [f.ack_future for f in flights]
     pub.stop()
     results = await asyncio.gather(*futures, return_exceptions=True)
     assert all(isinstance(r, ferrymq.ClientClosedError) for r in results), results
-    await eventually(
+    await async_wait_for(
         "the listener heard of every flight",
         lambda: len(rec.kinds("completed_exceptionally")) == 8,
     )

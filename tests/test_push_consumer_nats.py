@@ -4,9 +4,7 @@ consumers (group = durable name, topic = subject), against a real nats-server.""
 from __future__ import annotations
 
 import threading
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,18 +12,6 @@ import ferrymq
 from _nats_server import NatsServer
 from ferrymq.exceptions import InvalidArgumentError
 from waiting import wait_for
-
-
-@pytest.fixture
-def stream(nats_server: NatsServer) -> Iterator[tuple[ferrymq.JetStream, str]]:
-    """A fresh stream ``P<tok>`` on subjects ``p<tok>.>``; yields the admin client and tok."""
-    tok = uuid.uuid4().hex[:10]
-    with ferrymq.JetStream(nats_server.url) as js:
-        js.create_stream(f"P{tok}", [f"p{tok}.>"])
-        try:
-            yield js, tok
-        finally:
-            js.delete_stream(f"P{tok}")
 
 
 class Recorder:
@@ -45,16 +31,16 @@ class Recorder:
 
 
 def test_every_message_consumed_and_acked_once(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
+    js, tok = nats_stream
     ids = [f"id-{i}" for i in range(100)]
     for i, mid in enumerate(ids):
-        js.publish(f"p{tok}.a", b"m%d" % i, message_id=mid)
-    js.publish(f"p{tok}.other", b"not subscribed", message_id="other")
+        js.publish(f"s{tok}.a", b"m%d" % i, message_id=mid)
+    js.publish(f"s{tok}.other", b"not subscribed", message_id="other")
     rec = Recorder()
     with ferrymq.PushConsumer(
-        nats_server.url, f"g{tok}", subscriptions=f"p{tok}.a", listener=rec
+        nats_server.url, f"g{tok}", subscriptions=f"s{tok}.a", listener=rec
     ) as pc:
         assert pc.protocol == "nats"
         assert pc.fifo is False
@@ -66,20 +52,20 @@ def test_every_message_consumed_and_acked_once(
     assert set(rec.attempts) == set(ids)
     assert set(rec.attempts.values()) == {1}
     assert all(isinstance(m, ferrymq.MessageView) for m in rec.seen)
-    assert {m.topic for m in rec.seen} == {f"p{tok}.a"}
-    state = js.group_consumer(f"g{tok}", f"p{tok}.a").state()
+    assert {m.topic for m in rec.seen} == {f"s{tok}.a"}
+    state = js.group_consumer(f"g{tok}", f"s{tok}.a").state()
     assert (state["num_ack_pending"], state["num_pending"]) == (0, 0)
 
 
 def test_failures_are_redelivered_then_terminated(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
-    js.publish(f"p{tok}.a", b"ok", message_id="ok")
-    js.publish(f"p{tok}.a", b"bad", message_id="bad")
+    js, tok = nats_stream
+    js.publish(f"s{tok}.a", b"ok", message_id="ok")
+    js.publish(f"s{tok}.a", b"bad", message_id="bad")
     rec = Recorder(fail={"bad"})
     with ferrymq.PushConsumer(
-        nats_server.url, f"g{tok}", subscriptions={f"p{tok}.a": "*"}, listener=rec
+        nats_server.url, f"g{tok}", subscriptions={f"s{tok}.a": "*"}, listener=rec
     ) as pc:
         # The retry policy's first delay is 1 s: the second attempt comes after it.
         wait_for("bad retried", lambda: rec.attempts["bad"] >= 2, timeout=30)
@@ -89,27 +75,27 @@ def test_failures_are_redelivered_then_terminated(
 
 
 def test_subscribe_while_running_and_bad_arguments(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
+    js, tok = nats_stream
     # A group reads one subject per stream: the new subscription is another stream's.
     js.create_stream(f"Q{tok}", [f"q{tok}.>"])
     rec = Recorder()
     try:
         with ferrymq.PushConsumer(
-            nats_server.url, f"g{tok}", subscriptions=f"p{tok}.a", listener=rec
+            nats_server.url, f"g{tok}", subscriptions=f"s{tok}.a", listener=rec
         ) as pc:
             pc.subscribe(f"q{tok}.b")
-            assert set(pc.subscriptions) == {f"p{tok}.a", f"q{tok}.b"}
+            assert set(pc.subscriptions) == {f"s{tok}.a", f"q{tok}.b"}
             js.publish(f"q{tok}.b", b"on b", message_id="on-b")
             wait_for("b consumed", lambda: "on-b" in rec.attempts)
             # Refused, nothing changes: a filter, a second subject of a stream already read.
             with pytest.raises(InvalidArgumentError, match="filter"):
                 pc.subscribe(f"q{tok}.c", "tagA")
             with pytest.raises(InvalidArgumentError, match="one subject per stream"):
-                pc.subscribe(f"p{tok}.other")
-            assert set(pc.subscriptions) == {f"p{tok}.a", f"q{tok}.b"}
-            pc.unsubscribe(f"p{tok}.a")
+                pc.subscribe(f"s{tok}.other")
+            assert set(pc.subscriptions) == {f"s{tok}.a", f"q{tok}.b"}
+            pc.unsubscribe(f"s{tok}.a")
             assert set(pc.subscriptions) == {f"q{tok}.b"}
     finally:
         js.delete_stream(f"Q{tok}")
@@ -123,7 +109,7 @@ def test_subscribe_while_running_and_bad_arguments(
             ferrymq.PushConsumer(
                 nats_server.url,
                 f"g{tok}",
-                subscriptions=f"p{tok}.a",
+                subscriptions=f"s{tok}.a",
                 listener=rec,
                 **bad,  # type: ignore[arg-type]
             )

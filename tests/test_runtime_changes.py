@@ -25,7 +25,7 @@ import pytest
 import ferrymq
 from ferrymq import ConsumeResult, Message, MessageView, Producer
 from ferrymq.testing import EmbeddedBroker
-from servers import EmbeddedServer, RealServer, Server
+from servers import EmbeddedServer, RealServer, Server, started
 from waiting import wait_for
 
 #: Short periods for the background tasks, so a test sees a change within a second.
@@ -50,8 +50,7 @@ def test_reconnect_endpoints_moves_the_client_to_a_new_connection(
     b = make_broker()
     topic, group = unique("t"), unique("g")
     b.create_topic(topic, "NORMAL", 2)
-    producer = Producer(b.endpoints, topics=[topic]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(b.endpoints, topics=[topic]))
     consumer = ferrymq.SimpleConsumer(
         b.endpoints, group, subscriptions={topic: "*"}, await_duration=1
     ).start()
@@ -92,8 +91,7 @@ def test_route_refresh_follows_a_queue_opened_while_clients_run(
     b.create_topic(topic, "NORMAL", 2)
     b.set_queue_permission(topic, 1, 0, "NONE")
     second = b.addresses[1]
-    producer = Producer(b.endpoints, topics=[topic], **FAST).start()
-    closing.append(producer)
+    producer = started(closing, Producer(b.endpoints, topics=[topic], **FAST))
     simple = ferrymq.SimpleConsumer(
         b.endpoints, simple_group, subscriptions={topic: "*"}, await_duration=1, **FAST
     ).start()
@@ -145,8 +143,7 @@ def test_route_refresh_follows_queues_added_on_the_real_server(
 ) -> None:
     topic, group = unique("t"), unique("g")
     rocketmq_server.setup({topic: "NORMAL"}, [group])  # 8 queues
-    producer = Producer(rocketmq_server.endpoints, topics=[topic], **FAST).start()
-    closing.append(producer)
+    producer = started(closing, Producer(rocketmq_server.endpoints, topics=[topic], **FAST))
     simple = ferrymq.SimpleConsumer(
         rocketmq_server.endpoints, group, subscriptions={topic: "*"}, await_duration=5, **FAST
     ).start()
@@ -193,8 +190,7 @@ def test_a_body_size_limit_lowered_mid_run_is_applied_by_the_running_producer(
     b = make_broker()
     topic = unique("t")
     b.create_topic(topic)
-    producer = Producer(b.endpoints, topics=[topic], **FAST).start()
-    closing.append(producer)
+    producer = started(closing, Producer(b.endpoints, topics=[topic], **FAST))
     producer.send(Message(topic, b"x" * 2000))
     assert producer.settings["max_body_size"] == 4 * 1024 * 1024
 
@@ -217,8 +213,7 @@ def test_producer_attempts_changed_mid_run_are_applied_by_the_running_producer(
     b = make_broker()
     topic = unique("t")
     b.create_topic(topic)
-    producer = Producer(b.endpoints, topics=[topic], **FAST).start()
-    closing.append(producer)
+    producer = started(closing, Producer(b.endpoints, topics=[topic], **FAST))
     assert producer.settings["max_attempts"] == 3
     b.update_settings(producer_max_attempts=5)
     wait_for("five attempts", lambda: producer.settings["max_attempts"] == 5)
@@ -246,8 +241,7 @@ def test_max_attempts_lowered_mid_run_sends_a_fifo_message_to_the_dlq(
     topic, group = unique("fifo"), unique("g")
     server.setup({topic: "FIFO"})
     _fifo_group(server, group, max_attempts=1000)
-    producer = Producer(server.endpoints, topics=[topic]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[topic]))
     poison = producer.send(Message(topic, b"poison", message_group="a")).message_id
     attempts: list[int] = []
 
@@ -297,8 +291,7 @@ def test_simple_consumer_subscribe_and_unsubscribe_while_running(
 ) -> None:
     a, b, group = unique("a"), unique("b"), unique("g")
     server.setup({a: "NORMAL", b: "NORMAL"}, [group])
-    producer = Producer(server.endpoints, topics=[a, b]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[a, b]))
     consumer = ferrymq.SimpleConsumer(
         server.endpoints, group, subscriptions={a: "*"}, await_duration=5
     ).start()
@@ -356,8 +349,7 @@ def test_push_consumer_subscribe_and_unsubscribe_while_running(
 ) -> None:
     a, b, group = unique("a"), unique("b"), unique("g")
     server.setup({a: "NORMAL", b: "NORMAL"}, [group])
-    producer = Producer(server.endpoints, topics=[a, b]).start()
-    closing.append(producer)
+    producer = started(closing, Producer(server.endpoints, topics=[a, b]))
     seen: dict[str, MessageView] = {}
     lock = threading.Lock()
 

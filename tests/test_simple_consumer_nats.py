@@ -7,25 +7,12 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 import ferrymq
 from _nats_server import NatsServer
 from ferrymq.exceptions import ClientClosedError, InvalidArgumentError
-
-
-@pytest.fixture
-def stream(nats_server: NatsServer) -> Iterator[tuple[ferrymq.JetStream, str]]:
-    """A fresh stream ``S<tok>`` on subjects ``s<tok>.>``; yields the admin client and tok."""
-    tok = uuid.uuid4().hex[:10]
-    with ferrymq.JetStream(nats_server.url) as js:
-        js.create_stream(f"S{tok}", [f"s{tok}.>"])
-        try:
-            yield js, tok
-        finally:
-            js.delete_stream(f"S{tok}")
 
 
 def _consumer(url: str, tok: str, **kw: object) -> ferrymq.SimpleConsumer:
@@ -37,9 +24,9 @@ def _state(js: ferrymq.JetStream, tok: str) -> dict[str, int]:
 
 
 def test_receive_and_ack_each_message_once(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
+    js, tok = nats_stream
     for i in range(20):
         js.publish(f"s{tok}.a", b"m%d" % i, message_id=f"id-{i}")
     js.publish(f"s{tok}.other", b"not subscribed")
@@ -65,9 +52,9 @@ def test_receive_and_ack_each_message_once(
 
 
 def test_change_invisible_duration_redelivers_after_the_delay(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
+    js, tok = nats_stream
     js.publish(f"s{tok}.a", b"again", message_id="again")
     with _consumer(nats_server.url, tok, await_duration=10) as c:
         (m,) = c.receive()
@@ -79,9 +66,9 @@ def test_change_invisible_duration_redelivers_after_the_delay(
 
 
 def test_receive_returns_with_the_first_message_not_after_the_wait(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
+    js, tok = nats_stream
     with _consumer(nats_server.url, tok, await_duration=20) as c:
         got: list[ferrymq.ReceivedMessage] = []
         receiver = threading.Thread(target=lambda: got.extend(c.receive()))
@@ -99,9 +86,9 @@ def test_receive_returns_with_the_first_message_not_after_the_wait(
 
 
 def test_async_receive_ack_and_nak(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = stream
+    js, tok = nats_stream
     for i in range(3):
         js.publish(f"s{tok}.a", b"%d" % i, message_id=f"a{i}")
 
@@ -144,9 +131,9 @@ def test_several_subjects_are_all_read(nats_server: NatsServer) -> None:
 
 
 def test_refusals_name_the_parameter(
-    nats_server: NatsServer, stream: tuple[ferrymq.JetStream, str]
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    _js, tok = stream
+    _js, tok = nats_stream
     url = nats_server.url
     with pytest.raises(InvalidArgumentError, match="subscriptions"):
         ferrymq.SimpleConsumer(url, "g", subscriptions={f"s{tok}.a": "TagA"})

@@ -6,7 +6,6 @@ topic and group.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ pytest.importorskip("pyarrow")
 
 from ferrymq import Message, _native
 from ferrymq.testing import EmbeddedBroker
+from spark_helpers import lose_commit, run_available_now, stream_batches
 
 pytestmark = [pytest.mark.spark]
 
@@ -34,19 +34,27 @@ def _producer(endpoints: str, topic: str) -> Any:
 def produce(broker: EmbeddedBroker, topic: str, start: int, count: int, chunk: int = 10) -> None:
     """Messages ``m<i>`` with key ``k<i>``, tag even/odd and property ``i``; each chunk of
     ``chunk`` goes to one queue (round robin over chunks)."""
-    p = _producer(broker.endpoints, topic)
+    _send_numbered(
+        _producer(broker.endpoints, topic), topic, range(start, start + count), chunk, "k"
+    )
+
+
+def _send_numbered(p: Any, topic: str, ids: range, chunk: int, key: str, **properties: str) -> None:
+    """Send a message ``m<i>`` for each of ``ids`` with ``p``, ``chunk`` per batch, then close
+    ``p``: key ``<key><i>``, tag even/odd, property ``i`` and each of ``properties`` as
+    ``name`` = ``<value><i>``."""
     try:
-        for a in range(start, start + count, chunk):
+        for a in range(0, len(ids), chunk):
             p.send_batch(
                 [
                     Message(
                         topic,
                         f"m{i}".encode(),
-                        keys=[f"k{i}"],
+                        keys=[f"{key}{i}"],
                         tag="even" if i % 2 == 0 else "odd",
-                        properties={"i": str(i)},
+                        properties={"i": str(i), **{k: f"{v}{i}" for k, v in properties.items()}},
                     )
-                    for i in range(a, min(a + chunk, start + count))
+                    for i in ids[a : a + chunk]
                 ]
             )
     finally:
@@ -168,47 +176,44 @@ def _stream_to_batches(
     )
     for k, v in options.items():
         reader = reader.option(k, v)
-
-    def sink(df: Any, batch_id: int) -> None:
-        seen[batch_id] = sorted(r.v for r in df.selectExpr("cast(value as string) v").collect())
-
-    q = (
-        reader.load()
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        assert q.awaitTermination(90), "the streaming query did not finish"
-    finally:
-        q.stop()
-    assert q.exception() is None
+    stream_batches(reader, checkpoint, seen, 90)
 
 
-def test_stream_restart_replays_exactly(
-    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], tmp_path: Path
-) -> None:
+def _source(
+    protocol: str, broker: EmbeddedBroker, unique: Callable[[str], str]
+) -> tuple[str, str, Callable[[int, int], None], Callable[..., Any]]:
+    """A fresh 4-queue topic of ``protocol``: (topic, group, produce(start, count), reader)."""
+    if protocol == "jmq":
+        topic = unique("jmq")
+        broker.create_topic(topic, queues=4)
+        return topic, "", lambda start, n: jmq_produce(broker, topic, start, n), _jmq_reader
     topic, group = _setup(broker, unique)
+    return topic, group, lambda start, n: produce(broker, topic, start, n), _reader
+
+
+@pytest.mark.parametrize("protocol", ["rocketmq", "jmq"])
+def test_stream_restart_replays_exactly(
+    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], tmp_path: Path, protocol: str
+) -> None:
+    topic, group, put, reader = _source(protocol, broker, unique)
     checkpoint = tmp_path / "ckpt"
-    produce(broker, topic, 0, 100)
+    put(0, 100)
     first: dict[int, list[str]] = {}
-    _stream_to_batches(spark, broker, topic, group, checkpoint, first)
+    _stream_to_batches(spark, broker, topic, group, checkpoint, first, reader)
     assert sorted(v for b in first.values() for v in b) == sorted(f"m{i}" for i in range(100))
 
     # Lose the commit of the last batch, as if the driver died before the sink committed:
-    # Spark re-plans it from the offsets in the checkpoint and must read the same rows.
+    # Spark re-plans it from the offsets (JMQ4: partition indices) in the checkpoint and must
+    # read the same rows.
     last = max(first)
-    os.unlink(checkpoint / "commits" / str(last))
-    crc = checkpoint / "commits" / f".{last}.crc"
-    if crc.exists():
-        os.unlink(crc)
-    produce(broker, topic, 100, 60)
+    assert (checkpoint / "commits" / str(last)).exists()
+    lose_commit(checkpoint, last)
+    put(100, 60)
     second: dict[int, list[str]] = {}
-    _stream_to_batches(spark, broker, topic, group, checkpoint, second)
+    _stream_to_batches(spark, broker, topic, group, checkpoint, second, reader)
     if not set(second) - {last}:
         # Spark < 4.2 wraps the source for availableNow and ends the run after the replay.
-        _stream_to_batches(spark, broker, topic, group, checkpoint, second)
+        _stream_to_batches(spark, broker, topic, group, checkpoint, second, reader)
     assert second[last] == first[last]
     merged = {**first, **second}
     values = [v for b in merged.values() for v in b]
@@ -216,18 +221,19 @@ def test_stream_restart_replays_exactly(
     assert set(second) - {last}, "the new messages came in a new batch"
 
 
+@pytest.mark.parametrize("protocol", ["rocketmq", "jmq"])
 def test_admission_control(
-    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], tmp_path: Path
+    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], tmp_path: Path, protocol: str
 ) -> None:
     import ferrymq.spark
 
     if not ferrymq.spark.HAS_ADMISSION_CONTROL:
         pytest.skip("maxOffsetsPerTrigger needs Spark >= 4.2")
-    topic, group = _setup(broker, unique)
-    produce(broker, topic, 0, 100)
+    topic, group, put, reader = _source(protocol, broker, unique)
+    put(0, 100)
     seen: dict[int, list[str]] = {}
     _stream_to_batches(
-        spark, broker, topic, group, tmp_path / "ckpt", seen, maxOffsetsPerTrigger="30"
+        spark, broker, topic, group, tmp_path / "ckpt", seen, reader, maxOffsetsPerTrigger="30"
     )
     assert [len(seen[b]) for b in sorted(seen)] == [30, 30, 30, 10]
     assert sorted(v for b in seen.values() for v in b) == sorted(f"m{i}" for i in range(100))
@@ -254,7 +260,7 @@ def test_nats_stream_write_is_deduplicated_and_reads_back(
     checkpoint = tmp_path / "ckpt"
 
     def run() -> None:
-        q = (
+        w = (
             _reader(spark, broker, topic, group, stream=True)
             .option("startingOffsets", "earliest")
             .load()
@@ -264,21 +270,12 @@ def test_nats_stream_write_is_deduplicated_and_reads_back(
             .writeStream.format("ferrymq")
             .option("endpoints", nats_server.url)
             .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
         )
-        try:
-            assert q.awaitTermination(90)
-        finally:
-            q.stop()
-        assert q.exception() is None
+        run_available_now(w, 90)
 
     run()
     # The sink committed batch 0; pretend it did not: the restart re-runs it with the same ids.
-    for name in ("0", ".0.crc"):
-        p = checkpoint / "commits" / name
-        if p.exists():
-            os.unlink(p)
+    lose_commit(checkpoint, 0)
     run()
 
     rows = (
@@ -296,29 +293,15 @@ def test_nats_stream_write_is_deduplicated_and_reads_back(
     assert sorted(r.offset for r in rows) == list(range(1, 51))
 
     # A filtered stream read, capped per trigger where Spark supports it.
-    seen: dict[int, list[str]] = {}
-
-    def sink(df: Any, batch_id: int) -> None:
-        seen[batch_id] = sorted(r.v for r in df.selectExpr("cast(value as string) v").collect())
-
-    q = (
+    reader = (
         spark.readStream.format("ferrymq")
         .option("endpoints", nats_server.url)
         .option("subscribe", stream)
         .option("filterSubject", f"{subject}.even")
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "20")
-        .load()
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt2"))
-        .trigger(availableNow=True)
-        .start()
     )
-    try:
-        assert q.awaitTermination(90)
-    finally:
-        q.stop()
-    assert q.exception() is None
+    seen = stream_batches(reader, tmp_path / "ckpt2", {}, 90)
     got = sorted(v for b in seen.values() for v in b)
     assert got == sorted(f"m{i}" for i in range(0, 50, 2))
 
@@ -387,23 +370,8 @@ def jmq_produce(
 ) -> None:
     """Messages ``m<i>`` with businessId ``id<i>``, key ``k<i>`` (property ``ferrymq-key``),
     tag even/odd and property ``i``; each chunk is one batch message on one partition."""
-    p = _native.JmqProducer(broker.jmq_endpoint, **JMQ_AUTH)
-    try:
-        for a in range(start, start + count, chunk):
-            p.send_batch(
-                [
-                    Message(
-                        topic,
-                        f"m{i}".encode(),
-                        keys=[f"id{i}"],
-                        tag="even" if i % 2 == 0 else "odd",
-                        properties={"i": str(i), "ferrymq-key": f"k{i}"},
-                    )
-                    for i in range(a, min(a + chunk, start + count))
-                ]
-            )
-    finally:
-        p.close()
+    jmq = _native.JmqProducer(broker.jmq_endpoint, **JMQ_AUTH)
+    _send_numbered(jmq, topic, range(start, start + count), chunk, "id", **{"ferrymq-key": "k"})
 
 
 def _jmq_reader(
@@ -487,62 +455,6 @@ def test_jmq_write_then_read_back(
     assert all(len(i.split(":")) == 3 for i in ids)
 
 
-def test_jmq_stream_restart_replays_exactly(
-    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], tmp_path: Path
-) -> None:
-    topic = unique("jmq")
-    broker.create_topic(topic, queues=4)
-    checkpoint = tmp_path / "ckpt"
-    jmq_produce(broker, topic, 0, 100)
-    first: dict[int, list[str]] = {}
-    _stream_to_batches(spark, broker, topic, "", checkpoint, first, _jmq_reader)
-    assert sorted(v for b in first.values() for v in b) == sorted(f"m{i}" for i in range(100))
-
-    # Lose the commit of the last batch: Spark re-plans it from the partition indices in the
-    # checkpoint and must read the same rows.
-    last = max(first)
-    os.unlink(checkpoint / "commits" / str(last))
-    crc = checkpoint / "commits" / f".{last}.crc"
-    if crc.exists():
-        os.unlink(crc)
-    jmq_produce(broker, topic, 100, 60)
-    second: dict[int, list[str]] = {}
-    _stream_to_batches(spark, broker, topic, "", checkpoint, second, _jmq_reader)
-    if not set(second) - {last}:
-        # Spark < 4.2 wraps the source for availableNow and ends the run after the replay.
-        _stream_to_batches(spark, broker, topic, "", checkpoint, second, _jmq_reader)
-    assert second[last] == first[last]
-    merged = {**first, **second}
-    values = [v for b in merged.values() for v in b]
-    assert sorted(values) == sorted(f"m{i}" for i in range(160))  # each exactly once
-    assert set(second) - {last}, "the new messages came in a new batch"
-
-
-def test_jmq_admission_control(
-    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], tmp_path: Path
-) -> None:
-    import ferrymq.spark
-
-    if not ferrymq.spark.HAS_ADMISSION_CONTROL:
-        pytest.skip("maxOffsetsPerTrigger needs Spark >= 4.2")
-    topic = unique("jmq")
-    broker.create_topic(topic, queues=4)
-    jmq_produce(broker, topic, 0, 100)
-    seen: dict[int, list[str]] = {}
-    _stream_to_batches(
-        spark,
-        broker,
-        topic,
-        "",
-        tmp_path / "ckpt",
-        seen,
-        _jmq_reader,
-        maxOffsetsPerTrigger="30",
-    )
-    assert [len(seen[b]) for b in sorted(seen)] == [30, 30, 30, 10]
-    assert sorted(v for b in seen.values() for v in b) == sorted(f"m{i}" for i in range(100))
-
-
 def test_jmq_stream_write_ids_are_deterministic(
     spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], tmp_path: Path
 ) -> None:
@@ -568,18 +480,10 @@ def test_jmq_stream_write_ids_are_deterministic(
         )
         for k, v in JMQ_AUTH.items():
             w = w.option(k, v)
-        q = w.trigger(availableNow=True).start()
-        try:
-            assert q.awaitTermination(90)
-        finally:
-            q.stop()
-        assert q.exception() is None
+        run_available_now(w, 90)
 
     run()
-    for name in ("0", ".0.crc"):
-        p = checkpoint / "commits" / name
-        if p.exists():
-            os.unlink(p)
+    lose_commit(checkpoint, 0)
     run()  # batch 0 again
 
     rows = _jmq_reader(spark, broker, dst).load().collect()
