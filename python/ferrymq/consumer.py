@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from types import TracebackType
 from typing import Any, Protocol
 
 from . import _exit, _native
 from ._endpoints import protocol_of
 from ._jmq_simple import JmqSimpleBackend, _topics, consumer_args
+from ._lifecycle import Lifecycle
 from ._native import (
     ConsumeResult,
     Credentials,
@@ -83,7 +83,7 @@ def _consumer_protocol(endpoints: str | Iterable[str]) -> str:
     return protocol
 
 
-class SimpleConsumer:
+class SimpleConsumer(Lifecycle):
     """Receives messages on demand; the caller acks each (``with``/``async with``, or
     :meth:`start` and :meth:`close`).
 
@@ -209,28 +209,6 @@ class SimpleConsumer:
 
     async def close_async(self) -> None:
         await self._impl.close_async()
-
-    def __enter__(self) -> SimpleConsumer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> SimpleConsumer:
-        return await self.start_async()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close_async()
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -366,7 +344,7 @@ class SimpleConsumer:
         return repr(self._impl)
 
 
-class PushConsumer:
+class PushConsumer(Lifecycle):
     """Runs ``listener`` for every message of its subscriptions (``with``/``async with``, or
     :meth:`start` and :meth:`close`).
 
@@ -531,28 +509,6 @@ class PushConsumer:
 
     async def close_async(self, timeout: _Seconds | None = None) -> None:
         await self._impl.close_async(timeout)
-
-    def __enter__(self) -> PushConsumer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> PushConsumer:
-        return await self.start_async()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close_async()
 
     def subscribe(self, topic: str, filter: _Filter = None) -> None:
         """Read ``topic`` (``filter``: a tag expression, a :class:`FilterExpression` or

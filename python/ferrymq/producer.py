@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from types import TracebackType
 from typing import Any
 
 from . import _native
@@ -26,6 +25,7 @@ from ._args import as_list
 from ._backend import ProducerBackend, ProducerTransaction
 from ._endpoints import protocol_of
 from ._jmq import JmqBackend
+from ._lifecycle import Lifecycle
 from ._native import Credentials, Message, MessageView, TlsConfig
 from ._nats import NatsBackend
 from ._remoting import RemotingBackend
@@ -46,7 +46,7 @@ class TransactionResolution(enum.Enum):
     UNKNOWN = "unknown"
 
 
-class Producer:
+class Producer(Lifecycle):
     """Publishes messages; thread-safe; use as ``with``/``async with`` or call :meth:`start`
     and :meth:`close`.
 
@@ -192,26 +192,10 @@ class Producer:
             self._impl.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     async def __aenter__(self) -> Producer:
         if not self._impl.started:
             await self._impl.start_async()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close_async()
 
     # -- sending -----------------------------------------------------------------------------
 
