@@ -22,7 +22,8 @@ from datetime import timedelta
 from typing import Any
 
 from . import _native
-from ._args import as_list
+from ._args import as_list, as_message, known_options
+from ._endpoints import first_endpoint
 from ._native import JmqSendReceipt, Message
 from .exceptions import FerryError, InvalidArgumentError
 
@@ -75,13 +76,9 @@ def _checker(
     return check
 
 
-def _topic_of(message: object) -> str:
+def _topic_of(value: object) -> str:
     """The topic of a message sent in a transaction (the first one opens it on its topic)."""
-    if not isinstance(message, Message):
-        raise InvalidArgumentError(
-            f"message: must be a ferrymq.Message, not {type(message).__name__}"
-        )
-    return message.topic
+    return as_message(value).topic
 
 
 class _Transaction:
@@ -161,22 +158,15 @@ class JmqBackend:
         max_pending: int = 65536,
         options: Mapping[str, Any] | None = None,
     ) -> None:
-        endpoint = endpoints if isinstance(endpoints, str) else next(iter(endpoints), "")
         if not app:
             raise InvalidArgumentError("app: a jmq:// endpoint needs app= and token=")
         if not token:
             raise InvalidArgumentError("token: a jmq:// endpoint needs app= and token=")
         self._namespace = namespace or ""
         self._started = False
-        extra = dict(options or {})
-        unknown = sorted(set(extra) - PRODUCER_OPTIONS)
-        if unknown:
-            known = ", ".join(sorted(PRODUCER_OPTIONS))
-            raise InvalidArgumentError(
-                f"jmq_options: unknown option {unknown[0]!r} (known: {known})"
-            )
+        extra = known_options("jmq_options", options, PRODUCER_OPTIONS)
         self._native = _native.JmqProducer(
-            endpoint,
+            first_endpoint(endpoints),
             app=app,
             token=token,
             namespace=namespace,

@@ -30,6 +30,8 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from . import _native
+from ._args import known_options, nonblank
+from ._endpoints import first_endpoint
 from ._native import FilterExpression, JmqMessage
 from .exceptions import InvalidArgumentError
 
@@ -108,9 +110,7 @@ def consumer_args(
     options: Mapping[str, Any] | None,
 ) -> tuple[str, list[str], dict[str, Any]]:
     """Check the facade's arguments for ``jmq://``: ``(endpoint, topics, JmqConsumer kwargs)``."""
-    endpoint = endpoints if isinstance(endpoints, str) else next(iter(endpoints), "")
-    if not isinstance(group, str) or not group.strip():
-        raise InvalidArgumentError("group: must not be blank (for jmq:// it is the JMQ4 app)")
+    nonblank(group, "must not be blank (for jmq:// it is the JMQ4 app)")
     if app is not None and app != group:
         raise InvalidArgumentError(
             f"app: a JMQ4 consumer is identified by its app, which is the group ({group!r}); "
@@ -122,11 +122,7 @@ def consumer_args(
         raise InvalidArgumentError("credentials: a jmq:// endpoint authenticates with token=")
     if tls:
         raise InvalidArgumentError("tls: ferrymq's JMQ4 client has no TLS")
-    extra = dict(options or {})
-    unknown = sorted(set(extra) - CONSUMER_OPTIONS)
-    if unknown:
-        known = ", ".join(sorted(CONSUMER_OPTIONS))
-        raise InvalidArgumentError(f"jmq_options: unknown option {unknown[0]!r} (known: {known})")
+    extra = known_options("jmq_options", options, CONSUMER_OPTIONS)
     kwargs: dict[str, Any] = {
         "app": group,
         "token": token,
@@ -134,7 +130,7 @@ def consumer_args(
         "request_timeout": request_timeout,
         **extra,
     }
-    return endpoint, _topics(subscriptions), kwargs
+    return first_endpoint(endpoints), _topics(subscriptions), kwargs
 
 
 def _invisible(v: float | timedelta | None) -> float | None:

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from . import _native
-from ._args import as_list
+from ._args import as_list, as_message
 from ._native import Message, PublishAck
 from .exceptions import ClientClosedError, FerryError, InvalidArgumentError
 
@@ -71,14 +71,6 @@ class NatsSendReceipt:
     @classmethod
     def of(cls, topic: str, ack: PublishAck) -> NatsSendReceipt:
         return cls(ack.message_id, topic, ack.stream, ack.sequence, ack.duplicate, ack.domain)
-
-
-def _message(message: object) -> Message:
-    if not isinstance(message, Message):
-        raise InvalidArgumentError(
-            f"message: must be a ferrymq.Message, not {type(message).__name__}"
-        )
-    return message
 
 
 class NatsBackend:
@@ -147,11 +139,11 @@ class NatsBackend:
     # -- sending --------------------------------------------------------------------------
 
     def send(self, message: Message) -> NatsSendReceipt:
-        m = _message(message)
+        m = as_message(message)
         return NatsSendReceipt.of(m.topic, self._connected().publish(m))
 
     async def send_async(self, message: Message) -> NatsSendReceipt:
-        m = _message(message)
+        m = as_message(message)
         return NatsSendReceipt.of(m.topic, await self._connected().publish_async(m))
 
     def send_batch(
@@ -166,14 +158,14 @@ class NatsBackend:
     ) -> list[NatsSendReceipt]:
         del packed
         batch = [
-            _message(m) for m in as_list(messages, "messages", "an iterable of ferrymq.Message")
+            as_message(m) for m in as_list(messages, "messages", "an iterable of ferrymq.Message")
         ]
         js = self._connected()
         acks = await asyncio.gather(*(js.publish_async(m) for m in batch))
         return [NatsSendReceipt.of(m.topic, a) for m, a in zip(batch, acks, strict=True)]
 
     def produce(self, message: Message, on_delivery: Callback | None = None) -> None:
-        m = _message(message)
+        m = as_message(message)
         js = self._connected()
         if on_delivery is None:
             js.produce(m)

@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from . import _native
+from ._args import known_options, nonblank
 from ._jmq_simple import DEFAULT_AWAIT, _seconds, _topics
 from ._native import FilterExpression, JsMessage
 from ._nats import user_password
@@ -61,13 +62,8 @@ def jetstream_args(
 ) -> tuple[_native.JetStream, str | None, float]:
     """Check a consuming facade's arguments for ``nats://``: the (unconnected) client, the
     stream named in ``nats_options`` and the durable consumers' ``ack_wait``."""
-    if not isinstance(group, str) or not group.strip():
-        raise InvalidArgumentError("group: must not be blank (the durable consumer's name)")
-    extra = dict(options or {})
-    unknown = sorted(set(extra) - OPTIONS)
-    if unknown:
-        known = ", ".join(sorted(OPTIONS))
-        raise InvalidArgumentError(f"nats_options: unknown option {unknown[0]!r} ({known})")
+    nonblank(group, "must not be blank (the durable consumer's name)")
+    extra = known_options("nats_options", options, OPTIONS)
     user, password = user_password(credentials)
     stream: str | None = extra.get("stream")
     ack_wait = _native.seconds("ack_wait", extra.get("ack_wait", _DEFAULT_ACK_WAIT), zero=False)

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from . import _exit, _native
+from ._args import refuse
 from ._endpoints import protocol_of
 from ._jmq_simple import JmqSimpleBackend, _topics, consumer_args
 from ._lifecycle import Lifecycle
@@ -156,8 +157,7 @@ class SimpleConsumer(Lifecycle):
                 options=nats_options,
             )
             return
-        if nats_options is not None:
-            raise InvalidArgumentError("nats_options: only for nats:// endpoints")
+        refuse("only for nats:// endpoints", {"nats_options": nats_options})
         if protocol == "jmq":
             _jmq_refuses(
                 route_refresh_interval=route_refresh_interval,
@@ -413,8 +413,8 @@ class PushConsumer(Lifecycle):
         nats_stream: str | None = None
         nats_ack_wait: float | None = None
         protocol = _consumer_protocol(endpoints)
-        if protocol != "nats" and nats_options is not None:
-            raise InvalidArgumentError("nats_options: only for nats:// endpoints")
+        if protocol != "nats":
+            refuse("only for nats:// endpoints", {"nats_options": nats_options})
         if protocol == "nats":
             _nats_refuses(
                 route_refresh_interval=route_refresh_interval,
@@ -554,20 +554,15 @@ class PushConsumer(Lifecycle):
 
 def _jmq_refuses(**options: object) -> None:
     # RocketMQ client options that mean nothing to JMQ4: refused rather than ignored.
-    for name, value in options.items():
-        if value is not None:
-            raise InvalidArgumentError(f"{name}: only for RocketMQ endpoints")
+    refuse("only for RocketMQ endpoints", options)
 
 
 def _nats_refuses(**options: object) -> None:
-    # RocketMQ and JMQ4 client options that mean nothing to JetStream: refused, not ignored.
-    for name, value in options.items():
-        if value is not None and value is not False:
-            raise InvalidArgumentError(f"{name}: not for nats:// endpoints")
+    # RocketMQ and JMQ4 client options that mean nothing to JetStream (False: a flag left off).
+    refuse("not for nats:// endpoints", options, (None, False))
 
 
 def _rocketmq_only(*, jmq_options: object) -> None:
     # app and token are ignored by RocketMQ (as by ferrymq.Producer), so that one configuration
     # serves both; JMQ4 options are refused.
-    if jmq_options is not None:
-        raise InvalidArgumentError("jmq_options: only for jmq:// endpoints")
+    refuse("only for jmq:// endpoints", {"jmq_options": jmq_options})

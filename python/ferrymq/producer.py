@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from . import _native
-from ._args import as_list
+from ._args import as_list, refuse
 from ._backend import ProducerBackend, ProducerTransaction
 from ._endpoints import protocol_of
 from ._jmq import JmqBackend
@@ -97,18 +97,20 @@ class Producer(Lifecycle):
         self._impl: ProducerBackend
         protocol = protocol_of(endpoints)
         if protocol == "nats":
-            _refuse(
-                "nats://",
-                topics=tuple(topics) or None,
-                namespace=namespace,
-                tls=tls,
-                max_attempts=max_attempts,
-                transaction_checker=transaction_checker,
-                heartbeat_interval=heartbeat_interval,
-                route_refresh_interval=route_refresh_interval,
-                settings_sync_interval=settings_sync_interval,
-                app=app,
-                jmq_options=jmq_options,
+            refuse(
+                "not used by nats:// endpoints",
+                dict(
+                    topics=tuple(topics) or None,
+                    namespace=namespace,
+                    tls=tls,
+                    max_attempts=max_attempts,
+                    transaction_checker=transaction_checker,
+                    heartbeat_interval=heartbeat_interval,
+                    route_refresh_interval=route_refresh_interval,
+                    settings_sync_interval=settings_sync_interval,
+                    app=app,
+                    jmq_options=jmq_options,
+                ),
             )
             self._impl = NatsBackend(
                 endpoints,
@@ -296,10 +298,3 @@ class Producer(Lifecycle):
 
     def __repr__(self) -> str:
         return repr(self._impl).replace("RocketMQProducer(", "Producer(", 1)
-
-
-def _refuse(scheme: str, **options: object) -> None:
-    # Options that mean nothing to this protocol: refused rather than ignored.
-    for name, value in options.items():
-        if value is not None:
-            raise InvalidArgumentError(f"{name}: not used by {scheme} endpoints")

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import TypeVar
 
 from . import _native
-from ._args import as_list
+from ._args import as_list, nonblank
 from ._endpoints import first_endpoint, protocol_of
 from ._lifecycle import Lifecycle
 from ._native import Credentials, MessageView
@@ -132,8 +132,7 @@ class PullConsumer(Lifecycle):
                 f"endpoints: PullConsumer reads RocketMQ over the remoting protocol; give the "
                 f"name servers as remoting://host:port (got {first_endpoint(endpoints)!r})"
             )
-        if not isinstance(group, str) or not group.strip():
-            raise InvalidArgumentError("group: must be a non-empty string")
+        nonblank(group, "must be a non-empty string")
         self._native = _native.OffsetConsumer(
             endpoints,
             group,
