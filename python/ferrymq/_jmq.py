@@ -23,6 +23,7 @@ from typing import Any
 
 from . import _native
 from ._args import as_list, as_message, known_options
+from ._backend import PyBackend
 from ._endpoints import first_endpoint
 from ._native import JmqSendReceipt, Message
 from .exceptions import FerryError, InvalidArgumentError
@@ -142,8 +143,10 @@ class _Transaction:
                 self.rollback()
 
 
-class JmqBackend:
+class JmqBackend(PyBackend):
     """:class:`ferrymq.Producer` over JMQ4."""
+
+    _no_recall = "recall: JMQ4 has no delayed messages to recall"
 
     def __init__(
         self,
@@ -163,7 +166,6 @@ class JmqBackend:
         if not token:
             raise InvalidArgumentError("token: a jmq:// endpoint needs app= and token=")
         self._namespace = namespace or ""
-        self._started = False
         extra = known_options("jmq_options", options, PRODUCER_OPTIONS)
         self._native = _native.JmqProducer(
             first_endpoint(endpoints),
@@ -193,10 +195,6 @@ class JmqBackend:
 
     async def close_async(self) -> None:
         await self._native.close_async()
-
-    @property
-    def started(self) -> bool:
-        return self._started
 
     @property
     def closed(self) -> bool:
@@ -244,12 +242,6 @@ class JmqBackend:
     def begin_transaction(self) -> _Transaction:
         return _Transaction(self._native)
 
-    def recall(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError("recall: JMQ4 has no delayed messages to recall")
-
-    async def recall_async(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError("recall: JMQ4 has no delayed messages to recall")
-
     # -- introspection --------------------------------------------------------------------
 
     @property
@@ -263,14 +255,6 @@ class JmqBackend:
     @property
     def endpoints(self) -> str:
         return self._native.endpoint
-
-    @property
-    def namespace(self) -> str:
-        return self._namespace
-
-    @property
-    def isolated_endpoints(self) -> list[str]:
-        return []
 
     @property
     def settings(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from . import _native
 from ._args import as_list, as_message
+from ._backend import PyBackend
 from ._native import Message, PublishAck
 from .exceptions import ClientClosedError, FerryError, InvalidArgumentError
 
@@ -73,8 +74,10 @@ class NatsSendReceipt:
         return cls(ack.message_id, topic, ack.stream, ack.sequence, ack.duplicate, ack.domain)
 
 
-class NatsBackend:
+class NatsBackend(PyBackend):
     """:class:`ferrymq.Producer` over NATS JetStream."""
+
+    _no_recall = "recall: NATS JetStream has no delayed messages to recall"
 
     def __init__(
         self,
@@ -95,8 +98,6 @@ class NatsBackend:
             request_timeout=5.0 if request_timeout is None else request_timeout,
             max_pending=max_pending,
         )
-        self._started = False
-        self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -122,14 +123,6 @@ class NatsBackend:
     async def close_async(self) -> None:
         self._closed = True
         await self._js.close_async()
-
-    @property
-    def started(self) -> bool:
-        return self._started
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def native(self) -> _native.JetStream:
@@ -192,12 +185,6 @@ class NatsBackend:
     def begin_transaction(self) -> NoReturn:
         raise InvalidArgumentError("begin_transaction: NATS JetStream has no transactions")
 
-    def recall(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError("recall: NATS JetStream has no delayed messages to recall")
-
-    async def recall_async(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError("recall: NATS JetStream has no delayed messages to recall")
-
     # -- introspection --------------------------------------------------------------------
 
     @property
@@ -205,20 +192,8 @@ class NatsBackend:
         return self._js.pending
 
     @property
-    def client_id(self) -> str:
-        return ""
-
-    @property
     def endpoints(self) -> str:
         return self._js.endpoints
-
-    @property
-    def namespace(self) -> str:
-        return ""
-
-    @property
-    def isolated_endpoints(self) -> list[str]:
-        return []
 
     @property
     def settings(self) -> dict[str, Any]:
