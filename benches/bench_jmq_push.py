@@ -26,15 +26,12 @@ import time
 from collections.abc import Callable
 
 import ferrymq
+from _bench_measure import Span
 from ferrymq.testing import EmbeddedBroker
 
 APP = "test_app"
 TOKEN = "test_token"
 _ids = itertools.count()
-
-
-def cpu() -> float:
-    return time.process_time()
 
 
 def preload(broker: EmbeddedBroker, n: int, batch: int, partitions: int) -> str:
@@ -60,7 +57,7 @@ def run_push(broker: EmbeddedBroker, topic: str, n: int, threads: int) -> tuple[
         if next(count) >= n:
             done.set()
 
-    t0, c0 = time.perf_counter(), cpu()
+    clock = Span()
     pc = ferrymq.PushConsumer(
         broker.jmq_endpoint,
         APP,
@@ -72,14 +69,14 @@ def run_push(broker: EmbeddedBroker, topic: str, n: int, threads: int) -> tuple[
     done.wait(600)
     while pc.stats()["acked"] < n:
         time.sleep(0.001)
-    elapsed, used = time.perf_counter() - t0, cpu() - c0
+    elapsed, used = clock.stop()
     pc.close()
     return n / elapsed, used / n * 1e6
 
 
 def run_simple(broker: EmbeddedBroker, topic: str, n: int, threads: int) -> tuple[float, float]:
     got = 0
-    t0, c0 = time.perf_counter(), cpu()
+    clock = Span()
     with ferrymq.SimpleConsumer(
         broker.jmq_endpoint, APP, subscriptions=topic, token=TOKEN, await_duration=1.0
     ) as c:
@@ -88,7 +85,7 @@ def run_simple(broker: EmbeddedBroker, topic: str, n: int, threads: int) -> tupl
             if batch:
                 c.ack(batch)
                 got += len(batch)
-    elapsed, used = time.perf_counter() - t0, cpu() - c0
+    elapsed, used = clock.stop()
     return n / elapsed, used / n * 1e6
 
 

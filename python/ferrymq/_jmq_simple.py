@@ -35,7 +35,7 @@ from ._endpoints import first_endpoint
 from ._native import FilterExpression, JmqMessage
 from .exceptions import InvalidArgumentError
 
-__all__ = ["JmqSimpleBackend", "consumer_args"]
+__all__ = ["FixedSubscriptions", "JmqSimpleBackend", "consumer_args"]
 
 
 #: The :class:`ferrymq.JmqConsumer` options a facade passes through ``jmq_options``.
@@ -145,11 +145,41 @@ def _no_change_invisible() -> InvalidArgumentError:
     )
 
 
-def _no_subscribe(what: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"{what}: a jmq:// consumer's topics are fixed at construction")
+class FixedSubscriptions:
+    """Base of the simple consumer backends whose topics are fixed at construction (``jmq://``,
+    ``nats://``): ``subscribe``/``unsubscribe`` raise, every topic reads all its messages, and
+    the client id is ``<scheme>:<group>``."""
+
+    #: The scheme, and what the protocol calls a topic.
+    _scheme, _topic_word = "jmq", "topics"
+    _group: str
+    _topics: list[str]
+
+    def _no_subscribe(self, what: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"{what}: a {self._scheme}:// consumer's {self._topic_word} are fixed at construction"
+        )
+
+    def subscribe(self, topic: str, filter: object = None) -> NoReturn:
+        raise self._no_subscribe("subscribe")
+
+    def unsubscribe(self, topic: str) -> NoReturn:
+        raise self._no_subscribe("unsubscribe")
+
+    @property
+    def group(self) -> str:
+        return self._group
+
+    @property
+    def subscriptions(self) -> dict[str, FilterExpression]:
+        return {t: FilterExpression.all() for t in self._topics}
+
+    @property
+    def client_id(self) -> str | None:
+        return f"{self._scheme}:{self._group}"
 
 
-class JmqSimpleBackend:
+class JmqSimpleBackend(FixedSubscriptions):
     """:class:`ferrymq.SimpleConsumer` over JMQ4."""
 
     def __init__(
@@ -181,6 +211,7 @@ class JmqSimpleBackend:
         )
         self._wait = _seconds("await_duration", await_duration, DEFAULT_AWAIT)
         self._group = group
+        self._topics = topics
         self._native = _native.JmqConsumer(endpoint, topics, **kwargs)
 
     @property
@@ -219,29 +250,11 @@ class JmqSimpleBackend:
     async def change_invisible_duration_async(self, message: object, duration: object) -> NoReturn:
         raise _no_change_invisible()
 
-    def subscribe(self, topic: str, filter: object = None) -> NoReturn:
-        raise _no_subscribe("subscribe")
-
-    def unsubscribe(self, topic: str) -> NoReturn:
-        raise _no_subscribe("unsubscribe")
-
     def close(self) -> None:
         self._native.close()
 
     async def close_async(self) -> None:
         await self._native.close_async()
-
-    @property
-    def group(self) -> str:
-        return self._group
-
-    @property
-    def subscriptions(self) -> dict[str, FilterExpression]:
-        return {t: FilterExpression.all() for t in self._native.topics}
-
-    @property
-    def client_id(self) -> str | None:
-        return f"jmq:{self._group}"
 
     def __repr__(self) -> str:
         state = "closed" if self._native.closed else "open"

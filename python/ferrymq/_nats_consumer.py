@@ -24,12 +24,12 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 from . import _native
 from ._args import known_options, nonblank
-from ._jmq_simple import DEFAULT_AWAIT, _seconds, _topics
-from ._native import FilterExpression, JsMessage
+from ._jmq_simple import DEFAULT_AWAIT, FixedSubscriptions, _seconds, _topics
+from ._native import JsMessage
 from ._nats import user_password
 from ._views import only
 from .exceptions import ClientClosedError, InvalidArgumentError
@@ -45,10 +45,6 @@ _DEFAULT_ACK_WAIT = 30.0
 
 def _messages(message: object) -> list[JsMessage]:
     return only(JsMessage, message, "message", "a nats:// consumer")
-
-
-def _no_subscribe(what: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"{what}: a nats:// consumer's subjects are fixed at construction")
 
 
 def jetstream_args(
@@ -78,8 +74,10 @@ def jetstream_args(
     return js, stream, ack_wait
 
 
-class NatsSimpleBackend:
+class NatsSimpleBackend(FixedSubscriptions):
     """:class:`ferrymq.SimpleConsumer` over JetStream durable pull consumers."""
+
+    _scheme, _topic_word = "nats", "subjects"
 
     def __init__(
         self,
@@ -205,25 +203,7 @@ class NatsSimpleBackend:
         (m,) = _messages(message)
         await m.nak_async(duration)
 
-    def subscribe(self, topic: str, filter: object = None) -> NoReturn:
-        raise _no_subscribe("subscribe")
-
-    def unsubscribe(self, topic: str) -> NoReturn:
-        raise _no_subscribe("unsubscribe")
-
     # -- introspection --------------------------------------------------------------------
-
-    @property
-    def group(self) -> str:
-        return self._group
-
-    @property
-    def subscriptions(self) -> dict[str, FilterExpression]:
-        return {t: FilterExpression.all() for t in self._topics}
-
-    @property
-    def client_id(self) -> str | None:
-        return f"nats:{self._group}"
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("started" if self._consumers else "new")
