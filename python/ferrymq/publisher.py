@@ -22,15 +22,12 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Generic, TypeVar, Union, overload
 
 from . import _exit, _native
-from ._native import EventBatch, FlightCore, PublishAck
+from ._native import EventBatch, FlightCore, Message, PublishAck
 from .exceptions import FerryTimeoutError, InvalidArgumentError
 from .producer import Producer
-
-if TYPE_CHECKING:
-    from ._native import Message
 
 __all__ = [
     "AsyncPublisher",
@@ -48,6 +45,33 @@ _EVENT_WAIT = 5.0
 _EXIT_JOIN = 10.0
 
 AckFuture = Union["asyncio.Future[PublishAck]", "concurrent.futures.Future[PublishAck]"]
+
+_T = TypeVar("_T")
+
+
+class _OfCore(Generic[_T]):
+    """A read-only attribute that is the same-named (or ``name``d) attribute of ``self._core``,
+    the native object behind a :class:`Flight` or an :class:`AsyncPublisher`."""
+
+    def __init__(self, doc: str | None = None, name: str | None = None) -> None:
+        self.__doc__ = doc
+        self._name = name
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = self._name or name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _OfCore[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> _T: ...
+    def __get__(self, obj: object, owner: type) -> _OfCore[_T] | _T:
+        if obj is None:
+            return self
+        value: _T = getattr(obj._core, self._name)  # type: ignore[attr-defined,arg-type]
+        return value
+
+    def __set__(self, obj: object, value: object) -> None:
+        raise AttributeError(f"{self._name!r} of {type(obj).__name__!r} object is read-only")
 
 
 @dataclass(frozen=True)
@@ -118,65 +142,38 @@ class Flight:
         self._core = core
         self._publisher = publisher
 
-    @property
-    def id(self) -> str:
-        """``<id_prefix>-<n>``, or the caller's ``message_id``; sent as ``Nats-Msg-Id``."""
-        return self._core.id
+    id = _OfCore[str](
+        "``<id_prefix>-<n>``, or the caller's ``message_id``; sent as ``Nats-Msg-Id``."
+    )
 
-    @property
-    def subject(self) -> str:
-        """The subject (or topic) the message was published to."""
-        return self._core.subject
+    subject = _OfCore[str]("The subject (or topic) the message was published to.")
 
-    @property
-    def topic(self) -> str:
-        """Alias of :attr:`subject`."""
-        return self._core.subject
+    topic = _OfCore[str]("Alias of :attr:`subject`.", name="subject")
 
-    @property
-    def headers(self) -> dict[str, str]:
-        """The message headers (or properties)."""
-        return self._core.headers
+    headers = _OfCore[dict[str, str]]("The message headers (or properties).")
 
-    @property
-    def body(self) -> bytes:
-        """The payload."""
-        return self._core.body
+    body = _OfCore[bytes]("The payload.")
 
-    @property
-    def options(self) -> dict[str, Any]:
-        """The publish options given (message id and expectations)."""
-        return self._core.options
+    options = _OfCore[dict[str, Any]]("The publish options given (message id and expectations).")
 
-    @property
-    def message(self) -> Message | None:
-        """The :class:`ferrymq.Message` given instead of subject and body, if any."""
-        return self._core.message
+    message = _OfCore[Message | None](
+        "The :class:`ferrymq.Message` given instead of subject and body, if any."
+    )
 
-    @property
-    def publish_time(self) -> float | None:
-        """Unix seconds when the message was handed to the connection; ``None`` before."""
-        return self._core.publish_time
+    publish_time = _OfCore[float | None](
+        "Unix seconds when the message was handed to the connection; ``None`` before."
+    )
 
-    @property
-    def attempts(self) -> int:
-        """Attempts started so far (more than 1 after retries)."""
-        return self._core.attempts
+    attempts = _OfCore[int]("Attempts started so far (more than 1 after retries).")
 
-    @property
-    def done(self) -> bool:
-        """Whether the flight has ended."""
-        return self._core.done
+    done = _OfCore[bool]("Whether the flight has ended.")
 
     @property
     def state(self) -> str:
         """``"in_flight"``, ``"acked"``, ``"failed"`` or ``"timeout"``."""
         return self._core.state or "in_flight"
 
-    @property
-    def ack(self) -> PublishAck | None:
-        """The ack of an acked flight."""
-        return self._core.ack
+    ack = _OfCore[PublishAck | None]("The ack of an acked flight.")
 
     @property
     def exception(self) -> BaseException | None:
@@ -184,10 +181,9 @@ class Flight:
         exc = self._core.exception
         return exc if isinstance(exc, BaseException) else None
 
-    @property
-    def expectation_failed(self) -> bool:
-        """Whether it failed on a JetStream expectation (never retried)."""
-        return self._core.expectation_failed
+    expectation_failed = _OfCore[bool](
+        "Whether it failed on a JetStream expectation (never retried)."
+    )
 
     @property
     def ack_future(self) -> AckFuture:
@@ -372,33 +368,17 @@ class AsyncPublisher:
         """The producer messages are published with."""
         return self._producer
 
-    @property
-    def id_prefix(self) -> str:
-        """The prefix of generated message ids."""
-        return self._core.id_prefix
+    id_prefix = _OfCore[str]("The prefix of generated message ids.")
 
-    @property
-    def max_in_flight(self) -> int:
-        return self._core.max_in_flight
+    max_in_flight = _OfCore[int]()
 
-    @property
-    def refill_allowed_at(self) -> int:
-        return self._core.refill_allowed_at
+    refill_allowed_at = _OfCore[int]()
 
-    @property
-    def in_flight(self) -> int:
-        """Messages published and not yet acked, failed or timed out."""
-        return self._core.in_flight
+    in_flight = _OfCore[int]("Messages published and not yet acked, failed or timed out.")
 
-    @property
-    def held(self) -> bool:
-        """Whether the hold is on (the window filled and has not refilled yet)."""
-        return self._core.held
+    held = _OfCore[bool]("Whether the hold is on (the window filled and has not refilled yet).")
 
-    @property
-    def queued(self) -> int:
-        """Messages accepted and waiting for room in the window."""
-        return self._core.queued
+    queued = _OfCore[int]("Messages accepted and waiting for room in the window.")
 
     @property
     def state(self) -> str:
