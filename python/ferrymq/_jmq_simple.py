@@ -1,5 +1,5 @@
 """The jmq:// (JMQ4, JoyQueue) side of :class:`ferrymq.SimpleConsumer` and
-:class:`ferrymq.PushConsumer`: the checks of their arguments (:func:`consumer_args`, shared by
+:class:`ferrymq.PushConsumer`: the checks of their arguments (:func:`jmq_consumer`, shared by
 both), and the simple consumer's backend over :class:`ferrymq.JmqConsumer`. A jmq:// push
 consumer is the native push engine (``_native.PushConsumer(..., jmq=JmqConsumer(...))``), as for
 RocketMQ.
@@ -35,7 +35,7 @@ from ._endpoints import first_endpoint
 from ._native import FilterExpression, JmqMessage
 from .exceptions import InvalidArgumentError
 
-__all__ = ["FixedSubscriptions", "JmqSimpleBackend", "consumer_args"]
+__all__ = ["FixedSubscriptions", "JmqSimpleBackend", "jmq_consumer"]
 
 
 #: The :class:`ferrymq.JmqConsumer` options a facade passes through ``jmq_options``.
@@ -96,7 +96,7 @@ def _topics(subscriptions: object) -> list[str]:
     return topics
 
 
-def consumer_args(
+def jmq_consumer(
     endpoints: str | Iterable[str],
     group: str,
     *,
@@ -108,8 +108,8 @@ def consumer_args(
     credentials: object,
     tls: object,
     options: Mapping[str, Any] | None,
-) -> tuple[str, list[str], dict[str, Any]]:
-    """Check the facade's arguments for ``jmq://``: ``(endpoint, topics, JmqConsumer kwargs)``."""
+) -> _native.JmqConsumer:
+    """Check the facade's arguments for ``jmq://``; the (unconnected) consumer they make."""
     nonblank(group, "must not be blank (for jmq:// it is the JMQ4 app)")
     if app is not None and app != group:
         raise InvalidArgumentError(
@@ -123,14 +123,12 @@ def consumer_args(
     if tls:
         raise InvalidArgumentError("tls: ferrymq's JMQ4 client has no TLS")
     extra = known_options("jmq_options", options, CONSUMER_OPTIONS)
-    kwargs: dict[str, Any] = {
-        "app": group,
-        "token": token,
-        "namespace": namespace,
-        "request_timeout": request_timeout,
-        **extra,
-    }
-    return first_endpoint(endpoints), _topics(subscriptions), kwargs
+    # None (the default) passes through: the stub's request_timeout does not say it may.
+    kwargs: dict[str, Any] = {"namespace": namespace, "request_timeout": request_timeout}
+    topics = _topics(subscriptions)
+    return _native.JmqConsumer(
+        first_endpoint(endpoints), topics, app=group, token=token, **kwargs, **extra
+    )
 
 
 def _invisible(v: float | timedelta | None) -> float | None:
@@ -183,36 +181,12 @@ class JmqSimpleBackend(FixedSubscriptions):
     """:class:`ferrymq.SimpleConsumer` over JMQ4."""
 
     def __init__(
-        self,
-        endpoints: str | Iterable[str],
-        group: str,
-        *,
-        subscriptions: object,
-        await_duration: float | timedelta | None,
-        app: str | None,
-        token: str | None,
-        namespace: str | None,
-        request_timeout: float | timedelta | None,
-        credentials: object,
-        tls: object,
-        options: Mapping[str, Any] | None,
+        self, native: _native.JmqConsumer, group: str, await_duration: float | timedelta | None
     ) -> None:
-        endpoint, topics, kwargs = consumer_args(
-            endpoints,
-            group,
-            subscriptions=subscriptions,
-            app=app,
-            token=token,
-            namespace=namespace,
-            request_timeout=request_timeout,
-            credentials=credentials,
-            tls=tls,
-            options=options,
-        )
         self._wait = _seconds("await_duration", await_duration, DEFAULT_AWAIT)
         self._group = group
-        self._topics = topics
-        self._native = _native.JmqConsumer(endpoint, topics, **kwargs)
+        self._topics = native.topics
+        self._native = native
 
     @property
     def native(self) -> _native.JmqConsumer:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from . import _exit, _native
 from ._args import refuse
 from ._endpoints import protocol_of
-from ._jmq_simple import JmqSimpleBackend, _topics, consumer_args
+from ._jmq_simple import JmqSimpleBackend, _topics, jmq_consumer
 from ._lifecycle import Lifecycle
 from ._native import (
     ConsumeResult,
@@ -163,11 +163,10 @@ class SimpleConsumer(Lifecycle):
                 route_refresh_interval=route_refresh_interval,
                 settings_sync_interval=settings_sync_interval,
             )
-            self._jmq = JmqSimpleBackend(
+            consumer = jmq_consumer(
                 endpoints,
                 group,
                 subscriptions=subscriptions,
-                await_duration=await_duration,
                 app=app,
                 token=token,
                 namespace=namespace,
@@ -176,6 +175,7 @@ class SimpleConsumer(Lifecycle):
                 tls=tls,
                 options=jmq_options,
             )
+            self._jmq = JmqSimpleBackend(consumer, group, await_duration)
             self._impl = self._jmq
             return
         _rocketmq_only(jmq_options=jmq_options)
@@ -441,7 +441,8 @@ class PushConsumer(Lifecycle):
                 route_refresh_interval=route_refresh_interval,
                 settings_sync_interval=settings_sync_interval,
             )
-            endpoint, topics, kwargs = consumer_args(
+            # The native push consumer runs over JMQ4 with the options this client carries.
+            jmq = jmq_consumer(
                 endpoints,
                 group,
                 subscriptions=subscriptions,
@@ -453,10 +454,8 @@ class PushConsumer(Lifecycle):
                 tls=tls,
                 options=jmq_options,
             )
-            # The native push consumer runs over JMQ4 with the options this client carries.
-            jmq = _native.JmqConsumer(endpoint, topics, **kwargs)
             self._protocol = "jmq4"
-            endpoints, subscriptions = endpoint, topics
+            endpoints, subscriptions = jmq.endpoint, jmq.topics
             credentials = namespace = tls = request_timeout = None
         else:
             _rocketmq_only(jmq_options=jmq_options)
