@@ -1,9 +1,11 @@
 """What a Python benchmark measures, stated once: this process's CPU time (user + system) and
 context switches, another process's CPU time, and the wall time, CPU time and context switches
-of one round (:class:`Span`)."""
+of one round (:class:`Span`); and the argument parser with a benchmark's sizes
+(:func:`parser`)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import time
@@ -52,3 +54,12 @@ class Span:
         elapsed = self.elapsed()
         cpu, cs = usage()
         return done / elapsed, (cpu - self.cpu0) / done * 1e6, (cs - self.cs0) / done
+
+
+def parser(doc: str | None, **sizes: int) -> argparse.ArgumentParser:
+    """An argument parser described by the first line of ``doc``, with an int option
+    ``--<name>`` for each of ``sizes`` (``messages=20_000, rounds=2`` …: name and default)."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    for name, default in sizes.items():
+        ap.add_argument("--" + name.replace("_", "-"), type=int, default=default)
+    return ap

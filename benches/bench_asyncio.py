@@ -18,11 +18,10 @@ Build in release mode first (``maturin develop --release``), then
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 
 import ferrymq
-from _bench_measure import Span
+from _bench_measure import Span, parser
 from _bench_server import broker_process
 
 
@@ -90,11 +89,7 @@ def run(producer: ferrymq.Producer, msg: ferrymq.Message, n: int, window: int) -
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--messages", type=int, default=30_000)
-    ap.add_argument("--window", type=int, default=1000)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--body", type=int, default=100)
+    ap = parser(__doc__, messages=30_000, window=1000, rounds=2, body=100)
     args = ap.parse_args()
     with (
         broker_process({"auto_create": True}) as (_proc, endpoints),

@@ -18,7 +18,6 @@ Usage (build the extension in release mode first: ``maturin develop --release``)
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import threading
@@ -26,7 +25,7 @@ import time
 from collections.abc import Callable
 
 import ferrymq
-from _bench_measure import Span
+from _bench_measure import Span, parser
 from ferrymq.testing import EmbeddedBroker
 
 APP = "test_app"
@@ -90,11 +89,7 @@ def run_simple(broker: EmbeddedBroker, topic: str, n: int, threads: int) -> tupl
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--messages", type=int, default=50_000)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = parser(__doc__, messages=50_000, batch=1, partitions=8, rounds=3)
     ap.add_argument("--threads", type=int, default=4, help="push consumer's consumption_threads")
     args = ap.parse_args()
     runs: dict[str, Callable[[EmbeddedBroker, str, int, int], tuple[float, float]]] = {

@@ -21,12 +21,11 @@ Needs ``nats-server`` (``apt-get install -y nats-server``) and ``nats-py``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import uuid
 
 import ferrymq
-from _bench_measure import Span
+from _bench_measure import Span, parser
 from _bench_server import nats_server
 
 Sample = tuple[float, float]  # wall seconds, CPU seconds
@@ -87,11 +86,7 @@ def nats_py_round(url: str, stream: str, subject: str, n: int, batch: int) -> Sa
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--messages", type=int, default=20_000)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--body", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap = parser(__doc__, messages=20_000, batch=16, body=100, rounds=2)
     args = ap.parse_args()
     n = args.messages
     with nats_server() as (url, version):

@@ -10,12 +10,11 @@ rounds each, the best reported.
 
 from __future__ import annotations
 
-import argparse
 import uuid
 from dataclasses import dataclass
 
 import ferrymq
-from _bench_measure import Span
+from _bench_measure import Span, parser
 from _bench_server import nats_server
 from ferrymq import Message
 from ferrymq.testing import EmbeddedBroker
@@ -53,10 +52,7 @@ def best(p: ferrymq.Producer, topic: str, n: int, body: bytes, rounds: int) -> S
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--messages", type=int, default=20000)
-    ap.add_argument("--size", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = parser(__doc__, messages=20_000, size=100, rounds=3)
     args = ap.parse_args()
     body = b"x" * args.size
     results: dict[str, Sample] = {}
