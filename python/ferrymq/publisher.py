@@ -21,13 +21,17 @@ import threading
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from operator import attrgetter
 from types import TracebackType
-from typing import Any, Generic, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Final, Union
 
 from . import _exit, _native
-from ._native import EventBatch, FlightCore, Message, PublishAck
+from ._native import EventBatch, FlightCore, PublishAck
 from .exceptions import FerryTimeoutError, InvalidArgumentError
 from .producer import Producer
+
+if TYPE_CHECKING:
+    from ._native import Message
 
 __all__ = [
     "AsyncPublisher",
@@ -46,32 +50,12 @@ _EXIT_JOIN = 10.0
 
 AckFuture = Union["asyncio.Future[PublishAck]", "concurrent.futures.Future[PublishAck]"]
 
-_T = TypeVar("_T")
 
-
-class _OfCore(Generic[_T]):
-    """A read-only attribute that is the same-named (or ``name``d) attribute of ``self._core``,
-    the native object behind a :class:`Flight` or an :class:`AsyncPublisher`."""
-
-    def __init__(self, doc: str | None = None, name: str | None = None) -> None:
-        self.__doc__ = doc
-        self._name = name
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._name = self._name or name
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> _OfCore[_T]: ...
-    @overload
-    def __get__(self, obj: object, owner: type) -> _T: ...
-    def __get__(self, obj: object, owner: type) -> _OfCore[_T] | _T:
-        if obj is None:
-            return self
-        value: _T = getattr(obj._core, self._name)  # type: ignore[attr-defined,arg-type]
-        return value
-
-    def __set__(self, obj: object, value: object) -> None:
-        raise AttributeError(f"{self._name!r} of {type(obj).__name__!r} object is read-only")
+def _of_core(name: str, doc: str | None = None) -> Any:
+    """A read-only property that is attribute ``name`` of ``self._core``, the native object
+    behind a :class:`Flight` or an :class:`AsyncPublisher` (a C-level getter: no Python frame
+    per read)."""
+    return property(attrgetter(f"_core.{name}"), doc=doc)
 
 
 @dataclass(frozen=True)
@@ -142,38 +126,45 @@ class Flight:
         self._core = core
         self._publisher = publisher
 
-    id = _OfCore[str](
-        "``<id_prefix>-<n>``, or the caller's ``message_id``; sent as ``Nats-Msg-Id``."
+    id: Final[str] = _of_core(
+        "id", "``<id_prefix>-<n>``, or the caller's ``message_id``; sent as ``Nats-Msg-Id``."
     )
 
-    subject = _OfCore[str]("The subject (or topic) the message was published to.")
-
-    topic = _OfCore[str]("Alias of :attr:`subject`.", name="subject")
-
-    headers = _OfCore[dict[str, str]]("The message headers (or properties).")
-
-    body = _OfCore[bytes]("The payload.")
-
-    options = _OfCore[dict[str, Any]]("The publish options given (message id and expectations).")
-
-    message = _OfCore[Message | None](
-        "The :class:`ferrymq.Message` given instead of subject and body, if any."
+    subject: Final[str] = _of_core(
+        "subject", "The subject (or topic) the message was published to."
     )
 
-    publish_time = _OfCore[float | None](
-        "Unix seconds when the message was handed to the connection; ``None`` before."
+    topic: Final[str] = _of_core("subject", "Alias of :attr:`subject`.")
+
+    headers: Final[dict[str, str]] = _of_core("headers", "The message headers (or properties).")
+
+    body: Final[bytes] = _of_core("body", "The payload.")
+
+    options: Final[dict[str, Any]] = _of_core(
+        "options", "The publish options given (message id and expectations)."
     )
 
-    attempts = _OfCore[int]("Attempts started so far (more than 1 after retries).")
+    message: Final[Message | None] = _of_core(
+        "message", "The :class:`ferrymq.Message` given instead of subject and body, if any."
+    )
 
-    done = _OfCore[bool]("Whether the flight has ended.")
+    publish_time: Final[float | None] = _of_core(
+        "publish_time",
+        "Unix seconds when the message was handed to the connection; ``None`` before.",
+    )
+
+    attempts: Final[int] = _of_core(
+        "attempts", "Attempts started so far (more than 1 after retries)."
+    )
+
+    done: Final[bool] = _of_core("done", "Whether the flight has ended.")
 
     @property
     def state(self) -> str:
         """``"in_flight"``, ``"acked"``, ``"failed"`` or ``"timeout"``."""
         return self._core.state or "in_flight"
 
-    ack = _OfCore[PublishAck | None]("The ack of an acked flight.")
+    ack: Final[PublishAck | None] = _of_core("ack", "The ack of an acked flight.")
 
     @property
     def exception(self) -> BaseException | None:
@@ -181,8 +172,8 @@ class Flight:
         exc = self._core.exception
         return exc if isinstance(exc, BaseException) else None
 
-    expectation_failed = _OfCore[bool](
-        "Whether it failed on a JetStream expectation (never retried)."
+    expectation_failed: Final[bool] = _of_core(
+        "expectation_failed", "Whether it failed on a JetStream expectation (never retried)."
     )
 
     @property
@@ -368,17 +359,21 @@ class AsyncPublisher:
         """The producer messages are published with."""
         return self._producer
 
-    id_prefix = _OfCore[str]("The prefix of generated message ids.")
+    id_prefix: Final[str] = _of_core("id_prefix", "The prefix of generated message ids.")
 
-    max_in_flight = _OfCore[int]()
+    max_in_flight: Final[int] = _of_core("max_in_flight")
 
-    refill_allowed_at = _OfCore[int]()
+    refill_allowed_at: Final[int] = _of_core("refill_allowed_at")
 
-    in_flight = _OfCore[int]("Messages published and not yet acked, failed or timed out.")
+    in_flight: Final[int] = _of_core(
+        "in_flight", "Messages published and not yet acked, failed or timed out."
+    )
 
-    held = _OfCore[bool]("Whether the hold is on (the window filled and has not refilled yet).")
+    held: Final[bool] = _of_core(
+        "held", "Whether the hold is on (the window filled and has not refilled yet)."
+    )
 
-    queued = _OfCore[int]("Messages accepted and waiting for room in the window.")
+    queued: Final[int] = _of_core("queued", "Messages accepted and waiting for room in the window.")
 
     @property
     def state(self) -> str:
