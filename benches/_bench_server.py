@@ -1,4 +1,6 @@
-"""The server a Python benchmark runs against: ``--server embedded`` (an in-process
+"""The servers a Python benchmark runs against.
+
+:func:`open_server`: ``--server embedded`` (an in-process
 :class:`ferrymq.testing.EmbeddedBroker`, the default) or ``--server real`` (a real Apache
 RocketMQ 5 — name server + local-mode proxy — run by ``scripts/rocketmq-server``, started if it
 is not running and stopped again afterwards unless ``--keep-server``).
@@ -6,13 +8,23 @@ is not running and stopped again afterwards unless ``--keep-server``).
 Both are used the same way: ``endpoints``, ``create_topic(name, kind)``,
 ``create_group(name, fifo=False)``; :meth:`BenchServer.all_acked` answers only on the embedded
 broker (the real one has no cheap ack counter).
+
+:func:`broker_process`: the embedded broker in a process of its own (``python -m ferrymq
+broker``), whose CPU time is measured apart from the client's. :func:`nats_server`: a
+``nats-server`` with JetStream on a free loopback port.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import socket
 import subprocess
+import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -108,3 +120,66 @@ def open_server(args: argparse.Namespace, **embedded: Any) -> Iterator[BenchServ
     finally:
         if started and not args.keep_server:
             _run("stop")
+
+
+@contextmanager
+def broker_process(config: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``python -m ferrymq broker --config`` with ``config`` (topics, groups, options): yields
+    the process and its endpoints; terminated on exit."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(config, f)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ferrymq", "broker", "--config", f.name],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        prefix = "ferrymq broker listening on "
+        if not line.startswith(prefix):
+            raise RuntimeError(f"broker did not start: {line!r}")
+        # Keep reading its output so that it never blocks on a full pipe.
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield proc, line[len(prefix) :].strip()
+    finally:
+        os.unlink(f.name)
+        proc.terminate()
+        proc.wait(10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def nats_server() -> Iterator[tuple[str, str]]:
+    """A ``nats-server -js`` on a free loopback port with a temporary store: yields its URL and
+    version; exits the benchmark when nats-server is not installed or does not start."""
+    exe = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    if not shutil.which(exe):
+        sys.exit("nats-server is not installed: apt-get install -y nats-server")
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="ferrymq-bench-") as store:
+        port = free_port()
+        proc = subprocess.Popen(
+            [exe, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.2).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        sys.exit("nats-server did not start")
+                    time.sleep(0.05)
+            yield f"nats://127.0.0.1:{port}", version
+        finally:
+            proc.terminate()
+            proc.wait(10)

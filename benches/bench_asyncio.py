@@ -18,42 +18,23 @@ Build in release mode first (``maturin develop --release``), then
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import resource
-import subprocess
-import sys
-import time
 
 import ferrymq
-
-BROKER = """
-import sys
-import ferrymq.testing
-b = ferrymq.testing.EmbeddedBroker(auto_create=True)
-print(b.endpoints, flush=True)
-sys.stdin.read()
-"""
+from _bench_measure import Span, parser
+from _bench_server import broker_process
 
 
-def usage() -> tuple[float, int]:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
-
-
-class Timer:
+class Timer(Span):
     def __init__(self, name: str, n: int) -> None:
+        super().__init__()
         self.name, self.n = name, n
-        self.t0 = time.perf_counter()
-        self.cpu0, self.cs0 = usage()
 
     def report(self) -> None:
-        dt = time.perf_counter() - self.t0
-        cpu, cs = usage()
+        rate, cpu_us, switches = self.rate(self.n)
         print(
-            f"{self.name:26s} {self.n / dt:10,.0f} msg/s  "
-            f"{(cpu - self.cpu0) / self.n * 1e6:6.1f} CPU us/msg  "
-            f"{(cs - self.cs0) / self.n:5.2f} context switches/msg",
+            f"{self.name:26s} {rate:10,.0f} msg/s  {cpu_us:6.1f} CPU us/msg  "
+            f"{switches:5.2f} context switches/msg",
             flush=True,
         )
 
@@ -108,29 +89,18 @@ def run(producer: ferrymq.Producer, msg: ferrymq.Message, n: int, window: int) -
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--messages", type=int, default=30_000)
-    ap.add_argument("--window", type=int, default=1000)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--body", type=int, default=100)
+    ap = parser(__doc__, messages=30_000, window=1000, rounds=2, body=100)
     args = ap.parse_args()
-    broker = subprocess.Popen(
-        [sys.executable, "-c", BROKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert broker.stdout is not None
-        endpoints = broker.stdout.readline().strip()
-        with ferrymq.Producer(endpoints, topics=["bench-asyncio"]) as producer:
-            msg = ferrymq.Message("bench-asyncio", b"x" * args.body)
-            for _ in range(300):  # warm-up: route, connection, settings
-                producer.send(msg)
-            for r in range(args.rounds):
-                print(f"round {r + 1}", flush=True)
-                run(producer, msg, args.messages, args.window)
-    finally:
-        if broker.stdin is not None:
-            broker.stdin.close()
-        broker.wait()
+    with (
+        broker_process({"auto_create": True}) as (_proc, endpoints),
+        ferrymq.Producer(endpoints, topics=["bench-asyncio"]) as producer,
+    ):
+        msg = ferrymq.Message("bench-asyncio", b"x" * args.body)
+        for _ in range(300):  # warm-up: route, connection, settings
+            producer.send(msg)
+        for r in range(args.rounds):
+            print(f"round {r + 1}", flush=True)
+            run(producer, msg, args.messages, args.window)
 
 
 if __name__ == "__main__":

@@ -45,12 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
-import resource
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -60,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 import ferrymq
-from _bench_server import add_arguments, open_server
+from _bench_measure import cpu_seconds, process_cpu_seconds
+from _bench_server import add_arguments, broker_process, open_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from java_peer import JavaPeer
@@ -89,23 +85,6 @@ class Result:
         return f", server {self.server_cpu / self.messages * 1e6:.1f} CPU µs/msg"
 
 
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def process_cpu_seconds(pid: int | None) -> float | None:
-    """CPU time (user + system) of another process of this machine, from /proc."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 SERVER_PID: int | None = None
 
 
@@ -121,33 +100,6 @@ def measure(label: str, n: int, start: Callable[[], None], done: Callable[[], bo
     s1 = process_cpu_seconds(SERVER_PID)
     server = None if s0 is None or s1 is None else s1 - s0
     return Result(label, n, seconds, cpu, server)
-
-
-def start_broker(topics: list[dict[str, Any]], groups: list[dict[str, Any]]) -> tuple[Any, str]:
-    config = {
-        "topics": topics,
-        "groups": groups,
-        "options": {
-            "long_polling_min": 1.0,
-            "max_topic_bytes": 1 << 30,
-            "auto_renew_invisible": 300.0,
-        },
-    }
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(config, f)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ferrymq", "broker", "--config", f.name],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    os.unlink(f.name)
-    prefix = "ferrymq broker listening on "
-    if not line.startswith(prefix):
-        proc.kill()
-        raise RuntimeError(f"broker did not start: {line!r}")
-    return proc, line[len(prefix) :].strip()
 
 
 def preload(endpoints: str, topic: str, n: int, body: bytes, groups: int) -> None:
@@ -450,11 +402,12 @@ def main() -> int:
             )
             endpoints = server.endpoints
         else:
-            proc, endpoints = start_broker(topics, groups)
+            options = {"long_polling_min": 1.0, "max_topic_bytes": 1 << 30}
+            options["auto_renew_invisible"] = 300.0
+            config = {"topics": topics, "groups": groups, "options": options}
+            proc, endpoints = stack.enter_context(broker_process(config))
             global SERVER_PID
             SERVER_PID = proc.pid
-            stack.callback(proc.wait, 10)
-            stack.callback(proc.terminate)
         for st in plan:
             scenario, client, topic, group, n = (
                 st.scenario, st.client, st.topic, st.group, st.messages

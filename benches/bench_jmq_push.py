@@ -18,7 +18,6 @@ Usage (build the extension in release mode first: ``maturin develop --release``)
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import threading
@@ -26,15 +25,12 @@ import time
 from collections.abc import Callable
 
 import ferrymq
+from _bench_measure import Span, parser
 from ferrymq.testing import EmbeddedBroker
 
 APP = "test_app"
 TOKEN = "test_token"
 _ids = itertools.count()
-
-
-def cpu() -> float:
-    return time.process_time()
 
 
 def preload(broker: EmbeddedBroker, n: int, batch: int, partitions: int) -> str:
@@ -60,7 +56,7 @@ def run_push(broker: EmbeddedBroker, topic: str, n: int, threads: int) -> tuple[
         if next(count) >= n:
             done.set()
 
-    t0, c0 = time.perf_counter(), cpu()
+    clock = Span()
     pc = ferrymq.PushConsumer(
         broker.jmq_endpoint,
         APP,
@@ -72,14 +68,14 @@ def run_push(broker: EmbeddedBroker, topic: str, n: int, threads: int) -> tuple[
     done.wait(600)
     while pc.stats()["acked"] < n:
         time.sleep(0.001)
-    elapsed, used = time.perf_counter() - t0, cpu() - c0
+    elapsed, used = clock.stop()
     pc.close()
     return n / elapsed, used / n * 1e6
 
 
 def run_simple(broker: EmbeddedBroker, topic: str, n: int, threads: int) -> tuple[float, float]:
     got = 0
-    t0, c0 = time.perf_counter(), cpu()
+    clock = Span()
     with ferrymq.SimpleConsumer(
         broker.jmq_endpoint, APP, subscriptions=topic, token=TOKEN, await_duration=1.0
     ) as c:
@@ -88,16 +84,12 @@ def run_simple(broker: EmbeddedBroker, topic: str, n: int, threads: int) -> tupl
             if batch:
                 c.ack(batch)
                 got += len(batch)
-    elapsed, used = time.perf_counter() - t0, cpu() - c0
+    elapsed, used = clock.stop()
     return n / elapsed, used / n * 1e6
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--messages", type=int, default=50_000)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = parser(__doc__, messages=50_000, batch=1, partitions=8, rounds=3)
     ap.add_argument("--threads", type=int, default=4, help="push consumer's consumption_threads")
     args = ap.parse_args()
     runs: dict[str, Callable[[EmbeddedBroker, str, int, int], tuple[float, float]]] = {

@@ -21,13 +21,12 @@ Needs ``nats-server`` (``apt-get install -y nats-server``) and ``nats-py``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import time
 import uuid
 
 import ferrymq
-from bench_publisher import cpu_seconds, nats_server
+from _bench_measure import Span, parser
+from _bench_server import nats_server
 
 Sample = tuple[float, float]  # wall seconds, CPU seconds
 
@@ -52,7 +51,7 @@ def preload(js: ferrymq.JetStream, stream: str, subject: str, n: int, body: byte
 def ferrymq_round(url: str, subject: str, n: int, batch: int) -> Sample:
     group = "f" + uuid.uuid4().hex[:8]
     with ferrymq.SimpleConsumer(url, group, subscriptions=subject, await_duration=5) as c:
-        t0, c0 = time.perf_counter(), cpu_seconds()
+        clock = Span()
         done = 0
         while done < n:
             got = c.receive(batch)
@@ -60,7 +59,7 @@ def ferrymq_round(url: str, subject: str, n: int, batch: int) -> Sample:
                 raise SystemExit(f"ferrymq: only {done} of {n} received")
             c.ack(got)
             done += len(got)
-        return time.perf_counter() - t0, cpu_seconds() - c0
+        return clock.stop()
 
 
 def nats_py_round(url: str, stream: str, subject: str, n: int, batch: int) -> Sample:
@@ -71,7 +70,7 @@ def nats_py_round(url: str, stream: str, subject: str, n: int, batch: int) -> Sa
         try:
             js = nc.jetstream()
             sub = await js.pull_subscribe(subject, "p" + uuid.uuid4().hex[:8], stream=stream)
-            t0, c0 = time.perf_counter(), cpu_seconds()
+            clock = Span()
             done = 0
             while done < n:
                 got = await sub.fetch(batch, timeout=5)
@@ -79,7 +78,7 @@ def nats_py_round(url: str, stream: str, subject: str, n: int, batch: int) -> Sa
                     await m.ack()
                 await got[-1].ack_sync()
                 done += len(got)
-            return time.perf_counter() - t0, cpu_seconds() - c0
+            return clock.stop()
         finally:
             await nc.close()
 
@@ -87,11 +86,7 @@ def nats_py_round(url: str, stream: str, subject: str, n: int, batch: int) -> Sa
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--messages", type=int, default=20_000)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--body", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap = parser(__doc__, messages=20_000, batch=16, body=100, rounds=2)
     args = ap.parse_args()
     n = args.messages
     with nats_server() as (url, version):

@@ -10,13 +10,12 @@ rounds each, the best reported.
 
 from __future__ import annotations
 
-import argparse
-import time
 import uuid
 from dataclasses import dataclass
 
 import ferrymq
-from bench_publisher import cpu_seconds, nats_server
+from _bench_measure import Span, parser
+from _bench_server import nats_server
 from ferrymq import Message
 from ferrymq.testing import EmbeddedBroker
 
@@ -36,11 +35,11 @@ def produce_round(p: ferrymq.Producer, topic: str, n: int, body: bytes) -> Sampl
     def report(err: object, receipt: object) -> None:
         done[0] += 1
 
-    wall, cpu = time.perf_counter(), cpu_seconds()
+    clock = Span()
     for _ in range(n):
         p.produce(Message(topic, body), report)
     left = p.flush(60.0)
-    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    wall, cpu = clock.stop()
     if left or done[0] != n:
         raise SystemExit(f"{topic}: {done[0]} of {n} reported, {left} left after flush")
     return Sample(n / wall, cpu / n * 1e6)
@@ -53,10 +52,7 @@ def best(p: ferrymq.Producer, topic: str, n: int, body: bytes, rounds: int) -> S
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--messages", type=int, default=20000)
-    ap.add_argument("--size", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = parser(__doc__, messages=20_000, size=100, rounds=3)
     args = ap.parse_args()
     body = b"x" * args.size
     results: dict[str, Sample] = {}

@@ -35,14 +35,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import resource
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
 import ferrymq
+from _bench_measure import Span
 from _bench_server import add_arguments, open_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -51,28 +50,6 @@ from java_peer import JavaPeer
 # (messages/s, process CPU microseconds per message, process context switches per message)
 Rate = tuple[float, float, float]
 WINDOW = 1000  # sends in flight in the async scenarios
-
-
-def usage() -> tuple[float, int]:
-    """This process's CPU seconds (user + system) and context switches so far."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
-
-
-class Span:
-    """Wall time, CPU time and context switches of this process from creation to ``rate``."""
-
-    def __init__(self) -> None:
-        self.cpu0, self.cs0 = usage()
-        self.start = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def rate(self, done: int) -> Rate:
-        elapsed = self.elapsed()
-        cpu, cs = usage()
-        return done / elapsed, (cpu - self.cpu0) / done * 1e6, (cs - self.cs0) / done
 
 
 def timed(seconds: float, step: Callable[[], int], finish: Callable[[], object] = int) -> Rate:

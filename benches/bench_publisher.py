@@ -53,79 +53,22 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import logging
 import os
-import resource
-import shutil
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import ferrymq
+from _bench_measure import Span
+from _bench_server import broker_process, nats_server
 
 MODES = ("drain", "await-each")
 Sample = tuple[float, float]  # (seconds, CPU seconds of this process)
 
 
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Clock:
-    """Wall and CPU time of one round."""
-
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-        self.c0 = cpu_seconds()
-
-    def stop(self) -> Sample:
-        return time.perf_counter() - self.t0, cpu_seconds() - self.c0
-
-
 # -- NATS --------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def nats_server() -> Iterator[tuple[str, str]]:
-    exe = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    if not shutil.which(exe):
-        sys.exit("nats-server is not installed: apt-get install -y nats-server")
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="ferrymq-bench-") as store:
-        port = free_port()
-        proc = subprocess.Popen(
-            [exe, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), 0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        sys.exit("nats-server did not start")
-                    time.sleep(0.05)
-            yield f"nats://127.0.0.1:{port}", version
-        finally:
-            proc.terminate()
-            proc.wait(10)
 
 
 async def ferrymq_round(
@@ -134,7 +77,7 @@ async def ferrymq_round(
     """Publish `n` messages with an AsyncPublisher over `producer`."""
     pub = ferrymq.AsyncPublisher(producer, max_in_flight=window, refill_allowed_at=window - 1)
     pub.start()
-    clock = Clock()
+    clock = Span()
     if await_each:
         futures = [(await pub.publish_async(topic, payload)).ack_future for _ in range(n)]
         acks = await asyncio.gather(*futures)
@@ -163,7 +106,7 @@ async def nats_py(
 
     nc = await nats.connect(url)
     js = nc.jetstream(publish_async_max_pending=window)
-    clock = Clock()
+    clock = Span()
     futures: list[Any] = []
     for i in range(n):
         headers = {"Nats-Msg-Id": f"np-{i}"} if msg_id else None
@@ -224,26 +167,8 @@ def rocketmq_broker(topic: str) -> Iterator[str]:
         # Keep memory bounded over many rounds: evict old messages instead of refusing.
         "options": {"max_topic_bytes": 1 << 30, "when_full": "drop_oldest"},
     }
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(config, f)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ferrymq", "broker", "--config", f.name],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        prefix = "ferrymq broker listening on "
-        if not line.startswith(prefix):
-            raise RuntimeError(f"broker did not start: {line!r}")
-        # Keep reading its output so that it never blocks on a full pipe.
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
-        yield line[len(prefix) :].strip()
-    finally:
-        os.unlink(f.name)
-        proc.terminate()
-        proc.wait(10)
+    with broker_process(config) as (_proc, endpoints):
+        yield endpoints
 
 
 async def ferrymq_rocketmq(
@@ -273,7 +198,7 @@ def official_rocketmq(
         def release(_: object) -> None:
             room.release()
 
-        clock = Clock()
+        clock = Span()
         futures: list[concurrent.futures.Future[Any]] = []
         for _ in range(n):
             room.acquire()

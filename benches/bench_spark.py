@@ -32,6 +32,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import ferrymq
+from _bench_server import nats_server
 from ferrymq import _native
 from ferrymq.testing import EmbeddedBroker
 
@@ -128,7 +129,7 @@ def main() -> None:
                 bench_jmq(spark, broker, n, size)
             nats = shutil.which("nats-server") or shutil.which("/usr/sbin/nats-server")
             if nats and "nats" in backends:
-                bench_nats(spark, nats, n, size)
+                bench_nats(spark, n, size)
         finally:
             # Spark first: its Python workers cache clients of the broker, which would log
             # reconnect attempts if the broker went away under them.
@@ -227,55 +228,33 @@ def bench_jmq(spark: Any, broker: EmbeddedBroker, n: int, size: int) -> None:
     df.unpersist()
 
 
-def bench_nats(spark: Any, exe: str, n: int, size: int) -> None:
-    import socket
-    import subprocess
-    import tempfile
+def bench_nats(spark: Any, n: int, size: int) -> None:
+    with nats_server() as (url, _version):
+        js = ferrymq.JetStream(url)
+        js.create_stream("BENCH", ["bench.>"], max_bytes=1 << 31)
+        js.close()
+        df = spark.range(n).selectExpr(f"repeat('x', {size}) as value", "'bench.a' as topic")
+        df = df.cache()
+        df.count()
+        t0 = time.perf_counter()
+        df.write.format("ferrymq").option("endpoints", url).mode("append").save()
+        w = time.perf_counter() - t0
+        line("write: df.write to JetStream", n, w)
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as store:
-        proc = subprocess.Popen(
-            [exe, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            url = f"nats://127.0.0.1:{port}"
-            for _ in range(100):
-                try:
-                    js = ferrymq.JetStream(url)
-                    break
-                except Exception:
-                    time.sleep(0.1)
-            js.create_stream("BENCH", ["bench.>"], max_bytes=1 << 31)
-            js.close()
-            df = spark.range(n).selectExpr(f"repeat('x', {size}) as value", "'bench.a' as topic")
-            df = df.cache()
-            df.count()
-            t0 = time.perf_counter()
-            df.write.format("ferrymq").option("endpoints", url).mode("append").save()
-            w = time.perf_counter() - t0
-            line("write: df.write to JetStream", n, w)
+        def read() -> None:
+            got = (
+                spark.read.format("ferrymq")
+                .option("endpoints", url)
+                .option("subscribe", "BENCH")
+                .option("minPartitions", "2")
+                .load()
+                .selectExpr("count(*) c")
+                .collect()[0]
+            )
+            assert got.c == n, got
 
-            def read() -> None:
-                got = (
-                    spark.read.format("ferrymq")
-                    .option("endpoints", url)
-                    .option("subscribe", "BENCH")
-                    .option("minPartitions", "2")
-                    .load()
-                    .selectExpr("count(*) c")
-                    .collect()[0]
-                )
-                assert got.c == n, got
-
-            read()
-            line("read: spark.read from JetStream (2 ranges)", n, best(read))
-        finally:
-            proc.terminate()
-            proc.wait()
+        read()
+        line("read: spark.read from JetStream (2 ranges)", n, best(read))
 
 
 # --------------------------------------------------------------------------------------------

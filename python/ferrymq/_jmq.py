@@ -22,7 +22,9 @@ from datetime import timedelta
 from typing import Any
 
 from . import _native
-from ._args import as_list
+from ._args import as_list, as_message, known_options
+from ._backend import PyBackend
+from ._endpoints import first_endpoint
 from ._native import JmqSendReceipt, Message
 from .exceptions import FerryError, InvalidArgumentError
 
@@ -75,13 +77,9 @@ def _checker(
     return check
 
 
-def _topic_of(message: object) -> str:
+def _topic_of(value: object) -> str:
     """The topic of a message sent in a transaction (the first one opens it on its topic)."""
-    if not isinstance(message, Message):
-        raise InvalidArgumentError(
-            f"message: must be a ferrymq.Message, not {type(message).__name__}"
-        )
-    return message.topic
+    return as_message(value).topic
 
 
 class _Transaction:
@@ -145,8 +143,10 @@ class _Transaction:
                 self.rollback()
 
 
-class JmqBackend:
+class JmqBackend(PyBackend):
     """:class:`ferrymq.Producer` over JMQ4."""
+
+    _no_recall = "recall: JMQ4 has no delayed messages to recall"
 
     def __init__(
         self,
@@ -161,22 +161,14 @@ class JmqBackend:
         max_pending: int = 65536,
         options: Mapping[str, Any] | None = None,
     ) -> None:
-        endpoint = endpoints if isinstance(endpoints, str) else next(iter(endpoints), "")
         if not app:
             raise InvalidArgumentError("app: a jmq:// endpoint needs app= and token=")
         if not token:
             raise InvalidArgumentError("token: a jmq:// endpoint needs app= and token=")
         self._namespace = namespace or ""
-        self._started = False
-        extra = dict(options or {})
-        unknown = sorted(set(extra) - PRODUCER_OPTIONS)
-        if unknown:
-            known = ", ".join(sorted(PRODUCER_OPTIONS))
-            raise InvalidArgumentError(
-                f"jmq_options: unknown option {unknown[0]!r} (known: {known})"
-            )
+        extra = known_options("jmq_options", options, PRODUCER_OPTIONS)
         self._native = _native.JmqProducer(
-            endpoint,
+            first_endpoint(endpoints),
             app=app,
             token=token,
             namespace=namespace,
@@ -203,10 +195,6 @@ class JmqBackend:
 
     async def close_async(self) -> None:
         await self._native.close_async()
-
-    @property
-    def started(self) -> bool:
-        return self._started
 
     @property
     def closed(self) -> bool:
@@ -254,12 +242,6 @@ class JmqBackend:
     def begin_transaction(self) -> _Transaction:
         return _Transaction(self._native)
 
-    def recall(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError("recall: JMQ4 has no delayed messages to recall")
-
-    async def recall_async(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError("recall: JMQ4 has no delayed messages to recall")
-
     # -- introspection --------------------------------------------------------------------
 
     @property
@@ -273,14 +255,6 @@ class JmqBackend:
     @property
     def endpoints(self) -> str:
         return self._native.endpoint
-
-    @property
-    def namespace(self) -> str:
-        return self._namespace
-
-    @property
-    def isolated_endpoints(self) -> list[str]:
-        return []
 
     @property
     def settings(self) -> dict[str, Any]:

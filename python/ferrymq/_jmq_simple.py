@@ -1,5 +1,5 @@
 """The jmq:// (JMQ4, JoyQueue) side of :class:`ferrymq.SimpleConsumer` and
-:class:`ferrymq.PushConsumer`: the checks of their arguments (:func:`consumer_args`, shared by
+:class:`ferrymq.PushConsumer`: the checks of their arguments (:func:`jmq_consumer`, shared by
 both), and the simple consumer's backend over :class:`ferrymq.JmqConsumer`. A jmq:// push
 consumer is the native push engine (``_native.PushConsumer(..., jmq=JmqConsumer(...))``), as for
 RocketMQ.
@@ -30,10 +30,12 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from . import _native
+from ._args import known_options, nonblank
+from ._endpoints import first_endpoint
 from ._native import FilterExpression, JmqMessage
 from .exceptions import InvalidArgumentError
 
-__all__ = ["JmqSimpleBackend", "consumer_args"]
+__all__ = ["FixedSubscriptions", "JmqSimpleBackend", "jmq_consumer"]
 
 
 #: The :class:`ferrymq.JmqConsumer` options a facade passes through ``jmq_options``.
@@ -94,7 +96,7 @@ def _topics(subscriptions: object) -> list[str]:
     return topics
 
 
-def consumer_args(
+def jmq_consumer(
     endpoints: str | Iterable[str],
     group: str,
     *,
@@ -106,11 +108,9 @@ def consumer_args(
     credentials: object,
     tls: object,
     options: Mapping[str, Any] | None,
-) -> tuple[str, list[str], dict[str, Any]]:
-    """Check the facade's arguments for ``jmq://``: ``(endpoint, topics, JmqConsumer kwargs)``."""
-    endpoint = endpoints if isinstance(endpoints, str) else next(iter(endpoints), "")
-    if not isinstance(group, str) or not group.strip():
-        raise InvalidArgumentError("group: must not be blank (for jmq:// it is the JMQ4 app)")
+) -> _native.JmqConsumer:
+    """Check the facade's arguments for ``jmq://``; the (unconnected) consumer they make."""
+    nonblank(group, "must not be blank (for jmq:// it is the JMQ4 app)")
     if app is not None and app != group:
         raise InvalidArgumentError(
             f"app: a JMQ4 consumer is identified by its app, which is the group ({group!r}); "
@@ -122,19 +122,13 @@ def consumer_args(
         raise InvalidArgumentError("credentials: a jmq:// endpoint authenticates with token=")
     if tls:
         raise InvalidArgumentError("tls: ferrymq's JMQ4 client has no TLS")
-    extra = dict(options or {})
-    unknown = sorted(set(extra) - CONSUMER_OPTIONS)
-    if unknown:
-        known = ", ".join(sorted(CONSUMER_OPTIONS))
-        raise InvalidArgumentError(f"jmq_options: unknown option {unknown[0]!r} (known: {known})")
-    kwargs: dict[str, Any] = {
-        "app": group,
-        "token": token,
-        "namespace": namespace,
-        "request_timeout": request_timeout,
-        **extra,
-    }
-    return endpoint, _topics(subscriptions), kwargs
+    extra = known_options("jmq_options", options, CONSUMER_OPTIONS)
+    # None (the default) passes through: the stub's request_timeout does not say it may.
+    kwargs: dict[str, Any] = {"namespace": namespace, "request_timeout": request_timeout}
+    topics = _topics(subscriptions)
+    return _native.JmqConsumer(
+        first_endpoint(endpoints), topics, app=group, token=token, **kwargs, **extra
+    )
 
 
 def _invisible(v: float | timedelta | None) -> float | None:
@@ -149,43 +143,50 @@ def _no_change_invisible() -> InvalidArgumentError:
     )
 
 
-def _no_subscribe(what: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"{what}: a jmq:// consumer's topics are fixed at construction")
+class FixedSubscriptions:
+    """Base of the simple consumer backends whose topics are fixed at construction (``jmq://``,
+    ``nats://``): ``subscribe``/``unsubscribe`` raise, every topic reads all its messages, and
+    the client id is ``<scheme>:<group>``."""
+
+    #: The scheme, and what the protocol calls a topic.
+    _scheme, _topic_word = "jmq", "topics"
+    _group: str
+    _topics: list[str]
+
+    def _no_subscribe(self, what: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"{what}: a {self._scheme}:// consumer's {self._topic_word} are fixed at construction"
+        )
+
+    def subscribe(self, topic: str, filter: object = None) -> NoReturn:
+        raise self._no_subscribe("subscribe")
+
+    def unsubscribe(self, topic: str) -> NoReturn:
+        raise self._no_subscribe("unsubscribe")
+
+    @property
+    def group(self) -> str:
+        return self._group
+
+    @property
+    def subscriptions(self) -> dict[str, FilterExpression]:
+        return {t: FilterExpression.all() for t in self._topics}
+
+    @property
+    def client_id(self) -> str | None:
+        return f"{self._scheme}:{self._group}"
 
 
-class JmqSimpleBackend:
+class JmqSimpleBackend(FixedSubscriptions):
     """:class:`ferrymq.SimpleConsumer` over JMQ4."""
 
     def __init__(
-        self,
-        endpoints: str | Iterable[str],
-        group: str,
-        *,
-        subscriptions: object,
-        await_duration: float | timedelta | None,
-        app: str | None,
-        token: str | None,
-        namespace: str | None,
-        request_timeout: float | timedelta | None,
-        credentials: object,
-        tls: object,
-        options: Mapping[str, Any] | None,
+        self, native: _native.JmqConsumer, group: str, await_duration: float | timedelta | None
     ) -> None:
-        endpoint, topics, kwargs = consumer_args(
-            endpoints,
-            group,
-            subscriptions=subscriptions,
-            app=app,
-            token=token,
-            namespace=namespace,
-            request_timeout=request_timeout,
-            credentials=credentials,
-            tls=tls,
-            options=options,
-        )
         self._wait = _seconds("await_duration", await_duration, DEFAULT_AWAIT)
         self._group = group
-        self._native = _native.JmqConsumer(endpoint, topics, **kwargs)
+        self._topics = native.topics
+        self._native = native
 
     @property
     def native(self) -> _native.JmqConsumer:
@@ -223,29 +224,11 @@ class JmqSimpleBackend:
     async def change_invisible_duration_async(self, message: object, duration: object) -> NoReturn:
         raise _no_change_invisible()
 
-    def subscribe(self, topic: str, filter: object = None) -> NoReturn:
-        raise _no_subscribe("subscribe")
-
-    def unsubscribe(self, topic: str) -> NoReturn:
-        raise _no_subscribe("unsubscribe")
-
     def close(self) -> None:
         self._native.close()
 
     async def close_async(self) -> None:
         await self._native.close_async()
-
-    @property
-    def group(self) -> str:
-        return self._group
-
-    @property
-    def subscriptions(self) -> dict[str, FilterExpression]:
-        return {t: FilterExpression.all() for t in self._native.topics}
-
-    @property
-    def client_id(self) -> str | None:
-        return f"jmq:{self._group}"
 
     def __repr__(self) -> str:
         state = "closed" if self._native.closed else "open"

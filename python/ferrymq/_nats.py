@@ -25,7 +25,8 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from . import _native
-from ._args import as_list
+from ._args import as_list, as_message
+from ._backend import PyBackend
 from ._native import Message, PublishAck
 from .exceptions import ClientClosedError, FerryError, InvalidArgumentError
 
@@ -73,16 +74,10 @@ class NatsSendReceipt:
         return cls(ack.message_id, topic, ack.stream, ack.sequence, ack.duplicate, ack.domain)
 
 
-def _message(message: object) -> Message:
-    if not isinstance(message, Message):
-        raise InvalidArgumentError(
-            f"message: must be a ferrymq.Message, not {type(message).__name__}"
-        )
-    return message
-
-
-class NatsBackend:
+class NatsBackend(PyBackend):
     """:class:`ferrymq.Producer` over NATS JetStream."""
+
+    _no_recall = "recall: NATS JetStream has no delayed messages to recall"
 
     def __init__(
         self,
@@ -103,8 +98,6 @@ class NatsBackend:
             request_timeout=5.0 if request_timeout is None else request_timeout,
             max_pending=max_pending,
         )
-        self._started = False
-        self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -132,14 +125,6 @@ class NatsBackend:
         await self._js.close_async()
 
     @property
-    def started(self) -> bool:
-        return self._started
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
     def native(self) -> _native.JetStream:
         """The connected :class:`ferrymq.JetStream` (for :class:`ferrymq.AsyncPublisher`)."""
         return self._connected()
@@ -147,11 +132,11 @@ class NatsBackend:
     # -- sending --------------------------------------------------------------------------
 
     def send(self, message: Message) -> NatsSendReceipt:
-        m = _message(message)
+        m = as_message(message)
         return NatsSendReceipt.of(m.topic, self._connected().publish(m))
 
     async def send_async(self, message: Message) -> NatsSendReceipt:
-        m = _message(message)
+        m = as_message(message)
         return NatsSendReceipt.of(m.topic, await self._connected().publish_async(m))
 
     def send_batch(
@@ -166,14 +151,14 @@ class NatsBackend:
     ) -> list[NatsSendReceipt]:
         del packed
         batch = [
-            _message(m) for m in as_list(messages, "messages", "an iterable of ferrymq.Message")
+            as_message(m) for m in as_list(messages, "messages", "an iterable of ferrymq.Message")
         ]
         js = self._connected()
         acks = await asyncio.gather(*(js.publish_async(m) for m in batch))
         return [NatsSendReceipt.of(m.topic, a) for m, a in zip(batch, acks, strict=True)]
 
     def produce(self, message: Message, on_delivery: Callback | None = None) -> None:
-        m = _message(message)
+        m = as_message(message)
         js = self._connected()
         if on_delivery is None:
             js.produce(m)
@@ -200,12 +185,6 @@ class NatsBackend:
     def begin_transaction(self) -> NoReturn:
         raise InvalidArgumentError("begin_transaction: NATS JetStream has no transactions")
 
-    def recall(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError("recall: NATS JetStream has no delayed messages to recall")
-
-    async def recall_async(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError("recall: NATS JetStream has no delayed messages to recall")
-
     # -- introspection --------------------------------------------------------------------
 
     @property
@@ -213,20 +192,8 @@ class NatsBackend:
         return self._js.pending
 
     @property
-    def client_id(self) -> str:
-        return ""
-
-    @property
     def endpoints(self) -> str:
         return self._js.endpoints
-
-    @property
-    def namespace(self) -> str:
-        return ""
-
-    @property
-    def isolated_endpoints(self) -> list[str]:
-        return []
 
     @property
     def settings(self) -> dict[str, Any]:

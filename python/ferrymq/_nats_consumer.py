@@ -24,11 +24,12 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 from . import _native
-from ._jmq_simple import DEFAULT_AWAIT, _seconds, _topics
-from ._native import FilterExpression, JsMessage
+from ._args import known_options, nonblank
+from ._jmq_simple import DEFAULT_AWAIT, FixedSubscriptions, _seconds, _topics
+from ._native import JsMessage
 from ._nats import user_password
 from ._views import only
 from .exceptions import ClientClosedError, InvalidArgumentError
@@ -46,10 +47,6 @@ def _messages(message: object) -> list[JsMessage]:
     return only(JsMessage, message, "message", "a nats:// consumer")
 
 
-def _no_subscribe(what: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"{what}: a nats:// consumer's subjects are fixed at construction")
-
-
 def jetstream_args(
     endpoints: str | Iterable[str],
     group: str,
@@ -61,13 +58,8 @@ def jetstream_args(
 ) -> tuple[_native.JetStream, str | None, float]:
     """Check a consuming facade's arguments for ``nats://``: the (unconnected) client, the
     stream named in ``nats_options`` and the durable consumers' ``ack_wait``."""
-    if not isinstance(group, str) or not group.strip():
-        raise InvalidArgumentError("group: must not be blank (the durable consumer's name)")
-    extra = dict(options or {})
-    unknown = sorted(set(extra) - OPTIONS)
-    if unknown:
-        known = ", ".join(sorted(OPTIONS))
-        raise InvalidArgumentError(f"nats_options: unknown option {unknown[0]!r} ({known})")
+    nonblank(group, "must not be blank (the durable consumer's name)")
+    extra = known_options("nats_options", options, OPTIONS)
     user, password = user_password(credentials)
     stream: str | None = extra.get("stream")
     ack_wait = _native.seconds("ack_wait", extra.get("ack_wait", _DEFAULT_ACK_WAIT), zero=False)
@@ -82,8 +74,10 @@ def jetstream_args(
     return js, stream, ack_wait
 
 
-class NatsSimpleBackend:
+class NatsSimpleBackend(FixedSubscriptions):
     """:class:`ferrymq.SimpleConsumer` over JetStream durable pull consumers."""
+
+    _scheme, _topic_word = "nats", "subjects"
 
     def __init__(
         self,
@@ -209,25 +203,7 @@ class NatsSimpleBackend:
         (m,) = _messages(message)
         await m.nak_async(duration)
 
-    def subscribe(self, topic: str, filter: object = None) -> NoReturn:
-        raise _no_subscribe("subscribe")
-
-    def unsubscribe(self, topic: str) -> NoReturn:
-        raise _no_subscribe("unsubscribe")
-
     # -- introspection --------------------------------------------------------------------
-
-    @property
-    def group(self) -> str:
-        return self._group
-
-    @property
-    def subscriptions(self) -> dict[str, FilterExpression]:
-        return {t: FilterExpression.all() for t in self._topics}
-
-    @property
-    def client_id(self) -> str | None:
-        return f"nats:{self._group}"
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("started" if self._consumers else "new")

@@ -11,21 +11,27 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from . import _native
+from ._backend import PyBackend
 from ._native import Message, SendReceipt
 from .exceptions import InvalidArgumentError
 
 __all__ = ["RemotingBackend"]
 
 
+_UNSUPPORTED = (
+    ": not available over remoting:// (send and send_batch are; use a gRPC "
+    "endpoint host:port for transactions, delayed-message recall and produce())"
+)
+
+
 def _unsupported(what: str) -> InvalidArgumentError:
-    return InvalidArgumentError(
-        f"{what}: not available over remoting:// (send and send_batch are; use a gRPC "
-        "endpoint host:port for transactions, delayed-message recall and produce())"
-    )
+    return InvalidArgumentError(what + _UNSUPPORTED)
 
 
-class RemotingBackend:
+class RemotingBackend(PyBackend):
     """:class:`ferrymq.Producer` over the remoting protocol."""
+
+    _no_recall = "recall" + _UNSUPPORTED
 
     def __init__(
         self,
@@ -44,8 +50,6 @@ class RemotingBackend:
         )
         self._endpoints = eps if isinstance(eps, str) else ";".join(eps)
         self._namespace = namespace or ""
-        self._started = False
-        self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -62,14 +66,6 @@ class RemotingBackend:
 
     async def close_async(self) -> None:
         self.close()
-
-    @property
-    def started(self) -> bool:
-        return self._started
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     # -- sending --------------------------------------------------------------------------
 
@@ -106,12 +102,6 @@ class RemotingBackend:
     def begin_transaction(self) -> NoReturn:
         raise _unsupported("begin_transaction")
 
-    def recall(self, topic: str, recall_handle: str) -> str:
-        raise _unsupported("recall")
-
-    async def recall_async(self, topic: str, recall_handle: str) -> str:
-        raise _unsupported("recall")
-
     # -- introspection --------------------------------------------------------------------
 
     @property
@@ -119,20 +109,8 @@ class RemotingBackend:
         return 0
 
     @property
-    def client_id(self) -> str:
-        return ""
-
-    @property
     def endpoints(self) -> str:
         return self._endpoints
-
-    @property
-    def namespace(self) -> str:
-        return self._namespace
-
-    @property
-    def isolated_endpoints(self) -> list[str]:
-        return []
 
     @property
     def settings(self) -> dict[str, Any]:

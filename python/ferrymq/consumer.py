@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from types import TracebackType
 from typing import Any, Protocol
 
 from . import _exit, _native
+from ._args import refuse
 from ._endpoints import protocol_of
-from ._jmq_simple import JmqSimpleBackend, _topics, consumer_args
+from ._jmq_simple import JmqSimpleBackend, _topics, jmq_consumer
+from ._lifecycle import Lifecycle
 from ._native import (
     ConsumeResult,
     Credentials,
@@ -83,7 +84,7 @@ def _consumer_protocol(endpoints: str | Iterable[str]) -> str:
     return protocol
 
 
-class SimpleConsumer:
+class SimpleConsumer(Lifecycle):
     """Receives messages on demand; the caller acks each (``with``/``async with``, or
     :meth:`start` and :meth:`close`).
 
@@ -156,18 +157,16 @@ class SimpleConsumer:
                 options=nats_options,
             )
             return
-        if nats_options is not None:
-            raise InvalidArgumentError("nats_options: only for nats:// endpoints")
+        refuse("only for nats:// endpoints", {"nats_options": nats_options})
         if protocol == "jmq":
             _jmq_refuses(
                 route_refresh_interval=route_refresh_interval,
                 settings_sync_interval=settings_sync_interval,
             )
-            self._jmq = JmqSimpleBackend(
+            consumer = jmq_consumer(
                 endpoints,
                 group,
                 subscriptions=subscriptions,
-                await_duration=await_duration,
                 app=app,
                 token=token,
                 namespace=namespace,
@@ -176,6 +175,7 @@ class SimpleConsumer:
                 tls=tls,
                 options=jmq_options,
             )
+            self._jmq = JmqSimpleBackend(consumer, group, await_duration)
             self._impl = self._jmq
             return
         _rocketmq_only(jmq_options=jmq_options)
@@ -209,28 +209,6 @@ class SimpleConsumer:
 
     async def close_async(self) -> None:
         await self._impl.close_async()
-
-    def __enter__(self) -> SimpleConsumer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> SimpleConsumer:
-        return await self.start_async()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close_async()
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -366,7 +344,7 @@ class SimpleConsumer:
         return repr(self._impl)
 
 
-class PushConsumer:
+class PushConsumer(Lifecycle):
     """Runs ``listener`` for every message of its subscriptions (``with``/``async with``, or
     :meth:`start` and :meth:`close`).
 
@@ -435,8 +413,8 @@ class PushConsumer:
         nats_stream: str | None = None
         nats_ack_wait: float | None = None
         protocol = _consumer_protocol(endpoints)
-        if protocol != "nats" and nats_options is not None:
-            raise InvalidArgumentError("nats_options: only for nats:// endpoints")
+        if protocol != "nats":
+            refuse("only for nats:// endpoints", {"nats_options": nats_options})
         if protocol == "nats":
             _nats_refuses(
                 route_refresh_interval=route_refresh_interval,
@@ -463,7 +441,8 @@ class PushConsumer:
                 route_refresh_interval=route_refresh_interval,
                 settings_sync_interval=settings_sync_interval,
             )
-            endpoint, topics, kwargs = consumer_args(
+            # The native push consumer runs over JMQ4 with the options this client carries.
+            jmq = jmq_consumer(
                 endpoints,
                 group,
                 subscriptions=subscriptions,
@@ -475,10 +454,8 @@ class PushConsumer:
                 tls=tls,
                 options=jmq_options,
             )
-            # The native push consumer runs over JMQ4 with the options this client carries.
-            jmq = _native.JmqConsumer(endpoint, topics, **kwargs)
             self._protocol = "jmq4"
-            endpoints, subscriptions = endpoint, topics
+            endpoints, subscriptions = jmq.endpoint, jmq.topics
             credentials = namespace = tls = request_timeout = None
         else:
             _rocketmq_only(jmq_options=jmq_options)
@@ -532,28 +509,6 @@ class PushConsumer:
     async def close_async(self, timeout: _Seconds | None = None) -> None:
         await self._impl.close_async(timeout)
 
-    def __enter__(self) -> PushConsumer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> PushConsumer:
-        return await self.start_async()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close_async()
-
     def subscribe(self, topic: str, filter: _Filter = None) -> None:
         """Read ``topic`` (``filter``: a tag expression, a :class:`FilterExpression` or
         ``None`` for all) from now on, or replace the filter of a subscribed topic; its queues
@@ -598,20 +553,15 @@ class PushConsumer:
 
 def _jmq_refuses(**options: object) -> None:
     # RocketMQ client options that mean nothing to JMQ4: refused rather than ignored.
-    for name, value in options.items():
-        if value is not None:
-            raise InvalidArgumentError(f"{name}: only for RocketMQ endpoints")
+    refuse("only for RocketMQ endpoints", options)
 
 
 def _nats_refuses(**options: object) -> None:
-    # RocketMQ and JMQ4 client options that mean nothing to JetStream: refused, not ignored.
-    for name, value in options.items():
-        if value is not None and value is not False:
-            raise InvalidArgumentError(f"{name}: not for nats:// endpoints")
+    # RocketMQ and JMQ4 client options that mean nothing to JetStream (False: a flag left off).
+    refuse("not for nats:// endpoints", options, (None, False))
 
 
 def _rocketmq_only(*, jmq_options: object) -> None:
     # app and token are ignored by RocketMQ (as by ferrymq.Producer), so that one configuration
     # serves both; JMQ4 options are refused.
-    if jmq_options is not None:
-        raise InvalidArgumentError("jmq_options: only for jmq:// endpoints")
+    refuse("only for jmq:// endpoints", {"jmq_options": jmq_options})

@@ -18,14 +18,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from types import TracebackType
 from typing import Any
 
 from . import _native
-from ._args import as_list
+from ._args import as_list, refuse
 from ._backend import ProducerBackend, ProducerTransaction
 from ._endpoints import protocol_of
 from ._jmq import JmqBackend
+from ._lifecycle import Lifecycle
 from ._native import Credentials, Message, MessageView, TlsConfig
 from ._nats import NatsBackend
 from ._remoting import RemotingBackend
@@ -46,7 +46,7 @@ class TransactionResolution(enum.Enum):
     UNKNOWN = "unknown"
 
 
-class Producer:
+class Producer(Lifecycle):
     """Publishes messages; thread-safe; use as ``with``/``async with`` or call :meth:`start`
     and :meth:`close`.
 
@@ -97,18 +97,20 @@ class Producer:
         self._impl: ProducerBackend
         protocol = protocol_of(endpoints)
         if protocol == "nats":
-            _refuse(
-                "nats://",
-                topics=tuple(topics) or None,
-                namespace=namespace,
-                tls=tls,
-                max_attempts=max_attempts,
-                transaction_checker=transaction_checker,
-                heartbeat_interval=heartbeat_interval,
-                route_refresh_interval=route_refresh_interval,
-                settings_sync_interval=settings_sync_interval,
-                app=app,
-                jmq_options=jmq_options,
+            refuse(
+                "not used by nats:// endpoints",
+                dict(
+                    topics=tuple(topics) or None,
+                    namespace=namespace,
+                    tls=tls,
+                    max_attempts=max_attempts,
+                    transaction_checker=transaction_checker,
+                    heartbeat_interval=heartbeat_interval,
+                    route_refresh_interval=route_refresh_interval,
+                    settings_sync_interval=settings_sync_interval,
+                    app=app,
+                    jmq_options=jmq_options,
+                ),
             )
             self._impl = NatsBackend(
                 endpoints,
@@ -192,26 +194,10 @@ class Producer:
             self._impl.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     async def __aenter__(self) -> Producer:
         if not self._impl.started:
             await self._impl.start_async()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close_async()
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -312,10 +298,3 @@ class Producer:
 
     def __repr__(self) -> str:
         return repr(self._impl).replace("RocketMQProducer(", "Producer(", 1)
-
-
-def _refuse(scheme: str, **options: object) -> None:
-    # Options that mean nothing to this protocol: refused rather than ignored.
-    for name, value in options.items():
-        if value is not None:
-            raise InvalidArgumentError(f"{name}: not used by {scheme} endpoints")

@@ -21,8 +21,9 @@ import threading
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from operator import attrgetter
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Final, Union
 
 from . import _exit, _native
 from ._native import EventBatch, FlightCore, PublishAck
@@ -48,6 +49,13 @@ _EVENT_WAIT = 5.0
 _EXIT_JOIN = 10.0
 
 AckFuture = Union["asyncio.Future[PublishAck]", "concurrent.futures.Future[PublishAck]"]
+
+
+def _of_core(name: str, doc: str | None = None) -> Any:
+    """A read-only property that is attribute ``name`` of ``self._core``, the native object
+    behind a :class:`Flight` or an :class:`AsyncPublisher` (a C-level getter: no Python frame
+    per read)."""
+    return property(attrgetter(f"_core.{name}"), doc=doc)
 
 
 @dataclass(frozen=True)
@@ -118,65 +126,45 @@ class Flight:
         self._core = core
         self._publisher = publisher
 
-    @property
-    def id(self) -> str:
-        """``<id_prefix>-<n>``, or the caller's ``message_id``; sent as ``Nats-Msg-Id``."""
-        return self._core.id
+    id: Final[str] = _of_core(
+        "id", "``<id_prefix>-<n>``, or the caller's ``message_id``; sent as ``Nats-Msg-Id``."
+    )
 
-    @property
-    def subject(self) -> str:
-        """The subject (or topic) the message was published to."""
-        return self._core.subject
+    subject: Final[str] = _of_core(
+        "subject", "The subject (or topic) the message was published to."
+    )
 
-    @property
-    def topic(self) -> str:
-        """Alias of :attr:`subject`."""
-        return self._core.subject
+    topic: Final[str] = _of_core("subject", "Alias of :attr:`subject`.")
 
-    @property
-    def headers(self) -> dict[str, str]:
-        """The message headers (or properties)."""
-        return self._core.headers
+    headers: Final[dict[str, str]] = _of_core("headers", "The message headers (or properties).")
 
-    @property
-    def body(self) -> bytes:
-        """The payload."""
-        return self._core.body
+    body: Final[bytes] = _of_core("body", "The payload.")
 
-    @property
-    def options(self) -> dict[str, Any]:
-        """The publish options given (message id and expectations)."""
-        return self._core.options
+    options: Final[dict[str, Any]] = _of_core(
+        "options", "The publish options given (message id and expectations)."
+    )
 
-    @property
-    def message(self) -> Message | None:
-        """The :class:`ferrymq.Message` given instead of subject and body, if any."""
-        return self._core.message
+    message: Final[Message | None] = _of_core(
+        "message", "The :class:`ferrymq.Message` given instead of subject and body, if any."
+    )
 
-    @property
-    def publish_time(self) -> float | None:
-        """Unix seconds when the message was handed to the connection; ``None`` before."""
-        return self._core.publish_time
+    publish_time: Final[float | None] = _of_core(
+        "publish_time",
+        "Unix seconds when the message was handed to the connection; ``None`` before.",
+    )
 
-    @property
-    def attempts(self) -> int:
-        """Attempts started so far (more than 1 after retries)."""
-        return self._core.attempts
+    attempts: Final[int] = _of_core(
+        "attempts", "Attempts started so far (more than 1 after retries)."
+    )
 
-    @property
-    def done(self) -> bool:
-        """Whether the flight has ended."""
-        return self._core.done
+    done: Final[bool] = _of_core("done", "Whether the flight has ended.")
 
     @property
     def state(self) -> str:
         """``"in_flight"``, ``"acked"``, ``"failed"`` or ``"timeout"``."""
         return self._core.state or "in_flight"
 
-    @property
-    def ack(self) -> PublishAck | None:
-        """The ack of an acked flight."""
-        return self._core.ack
+    ack: Final[PublishAck | None] = _of_core("ack", "The ack of an acked flight.")
 
     @property
     def exception(self) -> BaseException | None:
@@ -184,10 +172,9 @@ class Flight:
         exc = self._core.exception
         return exc if isinstance(exc, BaseException) else None
 
-    @property
-    def expectation_failed(self) -> bool:
-        """Whether it failed on a JetStream expectation (never retried)."""
-        return self._core.expectation_failed
+    expectation_failed: Final[bool] = _of_core(
+        "expectation_failed", "Whether it failed on a JetStream expectation (never retried)."
+    )
 
     @property
     def ack_future(self) -> AckFuture:
@@ -372,33 +359,21 @@ class AsyncPublisher:
         """The producer messages are published with."""
         return self._producer
 
-    @property
-    def id_prefix(self) -> str:
-        """The prefix of generated message ids."""
-        return self._core.id_prefix
+    id_prefix: Final[str] = _of_core("id_prefix", "The prefix of generated message ids.")
 
-    @property
-    def max_in_flight(self) -> int:
-        return self._core.max_in_flight
+    max_in_flight: Final[int] = _of_core("max_in_flight")
 
-    @property
-    def refill_allowed_at(self) -> int:
-        return self._core.refill_allowed_at
+    refill_allowed_at: Final[int] = _of_core("refill_allowed_at")
 
-    @property
-    def in_flight(self) -> int:
-        """Messages published and not yet acked, failed or timed out."""
-        return self._core.in_flight
+    in_flight: Final[int] = _of_core(
+        "in_flight", "Messages published and not yet acked, failed or timed out."
+    )
 
-    @property
-    def held(self) -> bool:
-        """Whether the hold is on (the window filled and has not refilled yet)."""
-        return self._core.held
+    held: Final[bool] = _of_core(
+        "held", "Whether the hold is on (the window filled and has not refilled yet)."
+    )
 
-    @property
-    def queued(self) -> int:
-        """Messages accepted and waiting for room in the window."""
-        return self._core.queued
+    queued: Final[int] = _of_core("queued", "Messages accepted and waiting for room in the window.")
 
     @property
     def state(self) -> str:

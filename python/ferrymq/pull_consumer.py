@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from types import TracebackType
 from typing import TypeVar
 
 from . import _native
-from ._args import as_list
+from ._args import as_list, nonblank
 from ._endpoints import first_endpoint, protocol_of
+from ._lifecycle import Lifecycle
 from ._native import Credentials, MessageView
 from .exceptions import InvalidArgumentError
 
@@ -98,7 +98,7 @@ def _offset_items(offsets: Mapping[MessageQueue, int]) -> list[tuple[tuple[str, 
     return out
 
 
-class PullConsumer:
+class PullConsumer(Lifecycle):
     """Reads queues by offset for one consumer group; thread-safe.
 
     Args:
@@ -132,8 +132,7 @@ class PullConsumer:
                 f"endpoints: PullConsumer reads RocketMQ over the remoting protocol; give the "
                 f"name servers as remoting://host:port (got {first_endpoint(endpoints)!r})"
             )
-        if not isinstance(group, str) or not group.strip():
-            raise InvalidArgumentError("group: must be a non-empty string")
+        nonblank(group, "must be a non-empty string")
         self._native = _native.OffsetConsumer(
             endpoints,
             group,
@@ -164,28 +163,6 @@ class PullConsumer:
 
     async def close_async(self) -> None:
         await self._native.close_async()
-
-    def __enter__(self) -> PullConsumer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> PullConsumer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close_async()
 
     # -- queues and assignment ---------------------------------------------------------------
 

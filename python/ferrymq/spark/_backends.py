@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .. import _native
@@ -26,6 +26,22 @@ log = logging.getLogger("ferrymq.spark")
 
 def _secret_digest(secret: str | None) -> str:
     return "" if secret is None else hashlib.sha256(secret.encode()).hexdigest()[:16]
+
+
+def _started(
+    kind: str, c: SourceConfig | SinkConfig, key: tuple[Any, ...], make: Callable[[], Any]
+) -> Any:
+    """The RocketMQ client ``make`` builds for ``c``, from the per-process cache (created and
+    started on first use). It is cached by ``kind``, the endpoints, ``key`` and the identity:
+    namespace, access key and the secret only as a digest."""
+
+    def create() -> Any:
+        client = make()
+        client.start()
+        return client
+
+    ident = (c.namespace, c.access_key, _secret_digest(c.secret_key))
+    return _cache.get_or_create((kind, c.endpoints, *key, *ident), create)
 
 
 class Source(Protocol):
@@ -81,25 +97,13 @@ class RocketMQSource:
     def __init__(self, cfg: SourceConfig) -> None:
         self.cfg = cfg
 
-    def _key(self) -> tuple[Any, ...]:
-        c = self.cfg
-        return (
-            "rocketmq-pull",
-            c.endpoints,
-            c.group,
-            c.topics,
-            c.tag_filter,
-            c.namespace,
-            c.access_key,
-            _secret_digest(c.secret_key),
-            c.pull_batch_size,
-        )
-
     def client(self) -> Any:
         c = self.cfg
-
-        def make() -> Any:
-            reader = _native.OffsetReader.rocketmq(
+        return _started(
+            "rocketmq-pull",
+            c,
+            (c.group, c.topics, c.tag_filter, c.pull_batch_size),
+            lambda: _native.OffsetReader.rocketmq(
                 c.endpoints,
                 c.group,
                 topics=list(c.topics),
@@ -108,11 +112,8 @@ class RocketMQSource:
                 credentials=c.credentials(),
                 namespace=c.namespace,
                 request_timeout=c.request_timeout,
-            )
-            reader.start()
-            return reader
-
-        return _cache.get_or_create(self._key(), make)
+            ),
+        )
 
     def partitions(self, topic: str) -> list[str]:
         return list(self.client().queues(topic))
@@ -168,29 +169,20 @@ class RocketMQSink:
 
     def _producer(self) -> Any:
         c = self.cfg
-        key = (
-            "rocketmq-producer",
-            c.endpoints,
-            c.namespace,
-            c.access_key,
-            _secret_digest(c.secret_key),
-        )
 
         def make() -> Any:
             import ferrymq
 
             cls: Any = getattr(ferrymq, "Producer", None) or getattr(_native, "RocketMQProducer")  # noqa: B009
-            p = cls(
+            return cls(
                 c.endpoints,
                 topics=[c.topic] if c.topic else [],
                 credentials=c.credentials(),
                 namespace=c.namespace,
                 request_timeout=c.request_timeout,
             )
-            p.start()
-            return p
 
-        return _cache.get_or_create(key, make)
+        return _started("rocketmq-producer", c, (), make)
 
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
@@ -225,29 +217,19 @@ class RemotingSource(RocketMQSource):
 
     def client(self) -> Any:
         c = self.cfg
-        key = (
+        return _started(
             "remoting-reader",
-            c.endpoints,
-            c.group,
-            c.tag_filter,
-            c.namespace,
-            c.access_key,
-            _secret_digest(c.secret_key),
-        )
-
-        def make() -> Any:
-            reader = _native.OffsetReader.remoting(
+            c,
+            (c.group, c.tag_filter),
+            lambda: _native.OffsetReader.remoting(
                 c.endpoints,
                 c.group,
                 tag_filter=c.tag_filter,
                 credentials=c.credentials(),
                 namespace=c.namespace,
                 request_timeout=c.request_timeout,
-            )
-            reader.start()
-            return reader
-
-        return _cache.get_or_create(key, make)
+            ),
+        )
 
 
 class RemotingSink:
@@ -260,25 +242,17 @@ class RemotingSink:
 
     def _producer(self) -> Any:
         c = self.cfg
-        key = (
+        return _started(
             "remoting-producer",
-            c.endpoints,
-            c.namespace,
-            c.access_key,
-            _secret_digest(c.secret_key),
-        )
-
-        def make() -> Any:
-            p = _native.RemotingProducer(
+            c,
+            (),
+            lambda: _native.RemotingProducer(
                 c.endpoints,
                 credentials=c.credentials(),
                 namespace=c.namespace,
                 request_timeout=c.request_timeout,
-            )
-            p.start()
-            return p
-
-        return _cache.get_or_create(key, make)
+            ),
+        )
 
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:

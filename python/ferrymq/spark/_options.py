@@ -149,8 +149,20 @@ def format_offsets(offsets: Offsets) -> str:
     return json.dumps(offsets, sort_keys=True)
 
 
+class _Credentials:
+    """``credentials()`` of a config with ``access_key`` and ``secret_key`` fields."""
+
+    access_key: str | None
+    secret_key: str | None
+
+    def credentials(self) -> tuple[str, str] | None:
+        if self.access_key is None:
+            return None
+        return (self.access_key, self.secret_key or "")
+
+
 @dataclass(frozen=True)
-class SourceConfig:
+class SourceConfig(_Credentials):
     """Validated source options. Plain values only: instances are pickled to executors."""
 
     backend: Backend
@@ -177,11 +189,6 @@ class SourceConfig:
     namespace: str | None = None
     request_timeout: float | None = None
     extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-
-    def credentials(self) -> tuple[str, str] | None:
-        if self.access_key is None:
-            return None
-        return (self.access_key, self.secret_key or "")
 
 
 def _topics(opts: dict[str, str]) -> tuple[str, ...]:
@@ -291,7 +298,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
 
 
 @dataclass(frozen=True)
-class SinkConfig:
+class SinkConfig(_Credentials):
     """Validated sink options. Plain values only: instances are pickled to executors."""
 
     backend: Backend
@@ -305,11 +312,6 @@ class SinkConfig:
     namespace: str | None = None
     request_timeout: float | None = None
     extra: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-
-    def credentials(self) -> tuple[str, str] | None:
-        if self.access_key is None:
-            return None
-        return (self.access_key, self.secret_key or "")
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkConfig:
