@@ -908,7 +908,7 @@ wire! {
 }
 
 /// Declare [`AnyRequest`], one variant per request named after its payload type (the empty
-/// payloads as variants without data), and its decoder.
+/// payloads as variants without data), its decoder and the app it names.
 macro_rules! any_request {
     (empty: $($e:ident),*; payload: $($p:ident),* $(,)?) => {
         /// Any request, as the server decodes it.
@@ -941,6 +941,14 @@ macro_rules! any_request {
                 };
                 r.finish(ct::name(command_type))?;
                 Ok(req)
+            }
+
+            /// The app the request names (every request with a payload names one).
+            pub fn app(&self) -> Option<&str> {
+                match self {
+                    $(AnyRequest::$e => None,)*
+                    $(AnyRequest::$p(r) => Some(&r.app),)*
+                }
             }
         }
     };
