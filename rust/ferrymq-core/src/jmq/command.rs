@@ -216,6 +216,12 @@ macro_rules! add_client {
                 pub sequence: i64,
             }
         }
+        impl $name {
+            /// The request for `topics` of `app`.
+            pub fn new(topics: Vec<String>, app: String, sequence: i64) -> Self {
+                $name { topics, app, sequence }
+            }
+        }
     };
 }
 
