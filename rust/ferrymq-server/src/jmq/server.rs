@@ -749,10 +749,7 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
                             ack_timeout,
                         )
                     } else {
-                        super::store::Fetched {
-                            messages: Vec::new(),
-                            code,
-                        }
+                        super::store::Fetched::failed(code)
                     };
                     any |= !f.messages.is_empty() || f.code != codes::SUCCESS;
                     data.push(TopicMessages {
