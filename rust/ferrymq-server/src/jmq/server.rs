@@ -497,6 +497,41 @@ async fn send(tx: &mpsc::Sender<Bytes>, req: &Header, reply: Reply) {
     }
 }
 
+/// ADD_PRODUCER (`produce`) / ADD_CONSUMER: check that `app` may produce to (consume) each
+/// topic, note the topics on the connection, and answer an id per topic.
+fn add_client<const T: i8>(
+    ctx: &Ctx,
+    store: &JmqStore,
+    app: &str,
+    topics: &[String],
+    produce: bool,
+    v: u8,
+) -> Reply {
+    for t in topics {
+        if store.check_subscription(t, app, produce) != codes::SUCCESS {
+            let may = if produce { "produce to" } else { "consume" };
+            return Reply::Ack(
+                codes::CN_NO_PERMISSION,
+                Some(format!("app {app:?} may not {may} topic {t:?}")),
+            );
+        }
+    }
+    let mut st = ctx.state.lock();
+    let noted = if produce {
+        &mut st.producers
+    } else {
+        &mut st.consumers
+    };
+    noted.extend(topics.iter().cloned());
+    drop(st);
+    let kind = if produce { 'p' } else { 'c' };
+    let ids = topics
+        .iter()
+        .map(|t| (t.clone(), format!("{kind}{}-{t}", ctx.conn)))
+        .collect();
+    typed(&ClientIdsResponse::<T> { ids }, v)
+}
+
 /// Answer each partition of each topic of a request: (topic, answers) in request order.
 fn per_partition<P, A>(
     topics: &[(String, Vec<P>)],
@@ -600,48 +635,10 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             typed(&FetchHealthResponse { point }, v)
         }
         AnyRequest::AddProducer(r) => {
-            for t in &r.topics {
-                if store.check_subscription(t, &app, true) != codes::SUCCESS {
-                    return Reply::Ack(
-                        codes::CN_NO_PERMISSION,
-                        Some(format!("app {app:?} may not produce to topic {t:?}")),
-                    );
-                }
-            }
-            let mut st = ctx.state.lock();
-            st.producers.extend(r.topics.iter().cloned());
-            drop(st);
-            typed(
-                &ClientIdsResponse::<{ -ct::ADD_PRODUCER }> {
-                    ids: r
-                        .topics
-                        .iter()
-                        .map(|t| (t.clone(), format!("p{}-{t}", ctx.conn)))
-                        .collect(),
-                },
-                v,
-            )
+            add_client::<{ -ct::ADD_PRODUCER }>(ctx, store, &app, &r.topics, true, v)
         }
         AnyRequest::AddConsumer(r) => {
-            for t in &r.topics {
-                if store.check_subscription(t, &app, false) != codes::SUCCESS {
-                    return Reply::Ack(
-                        codes::CN_NO_PERMISSION,
-                        Some(format!("app {app:?} may not consume topic {t:?}")),
-                    );
-                }
-            }
-            ctx.state.lock().consumers.extend(r.topics.iter().cloned());
-            typed(
-                &ClientIdsResponse::<{ -ct::ADD_CONSUMER }> {
-                    ids: r
-                        .topics
-                        .iter()
-                        .map(|t| (t.clone(), format!("c{}-{t}", ctx.conn)))
-                        .collect(),
-                },
-                v,
-            )
+            add_client::<{ -ct::ADD_CONSUMER }>(ctx, store, &app, &r.topics, false, v)
         }
         AnyRequest::RemoveProducer(r) => {
             let mut st = ctx.state.lock();
