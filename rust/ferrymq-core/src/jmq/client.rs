@@ -362,28 +362,25 @@ impl Connection {
 
     /// ADD_PRODUCER for the topics not yet registered on this connection (once per topic).
     pub async fn ensure_producer(&self, topics: &[&str]) -> Result<()> {
-        let mut set = self.shared.producers.lock().await;
-        let new: Vec<String> = topics
-            .iter()
-            .filter(|t| !set.contains(**t))
-            .map(|t| (*t).to_string())
-            .collect();
-        if new.is_empty() {
-            return Ok(());
-        }
-        let req = AddProducer {
-            topics: new.clone(),
-            app: self.shared.app.clone(),
-            sequence: self.next_sequence(),
-        };
-        self.call(&req).await?;
-        set.extend(new);
-        Ok(())
+        self.ensure(&self.shared.producers, topics, AddProducer::new)
+            .await
     }
 
     /// ADD_CONSUMER for the topics not yet registered on this connection (once per topic).
     pub async fn ensure_consumer(&self, topics: &[&str]) -> Result<()> {
-        let mut set = self.shared.consumers.lock().await;
+        self.ensure(&self.shared.consumers, topics, AddConsumer::new)
+            .await
+    }
+
+    /// Send the request `add` makes of (topics, app, sequence) for the topics not yet in
+    /// `registered`, then note them there.
+    async fn ensure<R: Request>(
+        &self,
+        registered: &tokio::sync::Mutex<HashSet<String>>,
+        topics: &[&str],
+        add: impl FnOnce(Vec<String>, String, i64) -> R,
+    ) -> Result<()> {
+        let mut set = registered.lock().await;
         let new: Vec<String> = topics
             .iter()
             .filter(|t| !set.contains(**t))
@@ -392,11 +389,7 @@ impl Connection {
         if new.is_empty() {
             return Ok(());
         }
-        let req = AddConsumer {
-            topics: new.clone(),
-            app: self.shared.app.clone(),
-            sequence: self.next_sequence(),
-        };
+        let req = add(new.clone(), self.shared.app.clone(), self.next_sequence());
         self.call(&req).await?;
         set.extend(new);
         Ok(())

@@ -511,34 +511,28 @@ impl Reader {
 
 /// Write S1. Longer than 127 bytes is an error: the server would desynchronise (§8.3).
 pub fn put_s1(dst: &mut BytesMut, field: &str, s: Option<&str>) -> Result<()> {
-    let s = s.unwrap_or("");
-    if s.len() > i8::MAX as usize {
-        return Err(Error::invalid(
-            field,
-            format!(
-                "{} bytes; JMQ4 sends this field with a 1-byte length (at most 127)",
-                s.len()
-            ),
-        ));
-    }
-    dst.put_u8(s.len() as u8);
-    dst.put_slice(s.as_bytes());
-    Ok(())
+    put_string(dst, field, s, 1)
 }
 
 /// Write S2. Longer than 32767 bytes is an error.
 pub fn put_s2(dst: &mut BytesMut, field: &str, s: Option<&str>) -> Result<()> {
+    put_string(dst, field, s, 2)
+}
+
+/// Write a string after its length in `width` (1 or 2) bytes, signed on the server's side.
+fn put_string(dst: &mut BytesMut, field: &str, s: Option<&str>, width: usize) -> Result<()> {
     let s = s.unwrap_or("");
-    if s.len() > i16::MAX as usize {
+    let max = (1usize << (8 * width - 1)) - 1;
+    if s.len() > max {
         return Err(Error::invalid(
             field,
             format!(
-                "{} bytes; JMQ4 sends this field with a 2-byte length (at most 32767)",
+                "{} bytes; JMQ4 sends this field with a {width}-byte length (at most {max})",
                 s.len()
             ),
         ));
     }
-    dst.put_u16(s.len() as u16);
+    dst.put_uint(s.len() as u64, width);
     dst.put_slice(s.as_bytes());
     Ok(())
 }
@@ -662,7 +656,10 @@ mod tests {
         put_s1(&mut b, "f", Some("héllo")).unwrap();
         put_s2(&mut b, "f", None).unwrap();
         put_s1(&mut b, "f", Some("")).unwrap();
-        assert!(put_s1(&mut b, "business_id", Some(&"x".repeat(128))).is_err());
+        let e = put_s1(&mut b, "business_id", Some(&"x".repeat(128))).unwrap_err();
+        assert!(e.message().contains("1-byte length (at most 127)"), "{e}");
+        let e = put_s2(&mut b, "topic", Some(&"x".repeat(32768))).unwrap_err();
+        assert!(e.message().contains("2-byte length (at most 32767)"), "{e}");
         let mut r = Reader::new(b.freeze());
         assert_eq!(r.s1().unwrap().as_deref(), Some("héllo"));
         assert_eq!(r.s2().unwrap(), None);

@@ -4,17 +4,19 @@
 //! from a [`Reader`] positioned at the start of the payload. Layouts that depend on the header
 //! version take it as an argument (the version *sent in the request*, §2.1).
 //!
-//! A layout is stated once: most payloads are declared with [`wire!`](super::wire), their
-//! fields in wire order, each written and read through its type's [`Wire`] layout (S2 strings,
-//! SHORT-counted arrays, big-endian numbers). What is not a plain field list — S1 strings,
-//! version-dependent fields, presence flags, the coordinator sentinel, the COMMIT_ACK count bug
-//! — implements [`Wire`] or [`Payload`] by hand below, next to the type.
+//! A layout is stated once: every payload with fields is declared with [`wire!`](super::wire),
+//! its fields in wire order, each written and read through its type's [`Wire`] layout (S2
+//! strings, SHORT-counted arrays, big-endian numbers), a [`Layout`] named with `[as L]` (S1
+//! strings, presence flags) or only from a header version on (`[since N, else D]`). The few
+//! one-off layouts (the language check, the deleted policy flag, the coordinator sentinel,
+//! untrusted produce lengths, the COMMIT_ACK count bug) implement [`Layout`] below, next to the
+//! type that uses them. [`AnyRequest`] is declared from the list of request types.
 
 use bytes::{BufMut, BytesMut};
 
-use super::codec::{command_type as ct, put_bool, put_count, put_s1, put_s2, Reader, BOOLEAN_ACK};
+use super::codec::{command_type as ct, put_bool, put_count, Reader, BOOLEAN_ACK};
 use super::message::WireMessage;
-use super::wire::{wire, Wire};
+use super::wire::{wire, Layout, Present, Wire, S1};
 use crate::error::{Error, Result};
 
 /// A command payload.
@@ -91,101 +93,63 @@ pub mod language {
     pub const OTHER: u8 = 8;
 }
 
-/// ADD_CONNECTION (1): all strings S1, with a `language` byte after namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct AddConnection {
-    /// Reserved.
-    pub username: Option<String>,
-    /// Reserved.
-    pub password: Option<String>,
-    /// The app (consumer/producer group).
-    pub app: String,
-    /// The app's token.
-    pub token: String,
-    /// Region of the client, for nearby routing.
-    pub region: Option<String>,
-    /// Namespace.
-    pub namespace: Option<String>,
-    /// [`language`] code.
-    pub language: u8,
-    /// Free-form client version.
-    pub client_version: String,
-    /// Client IP text.
-    pub ip: String,
-    /// Connect time, epoch ms.
-    pub time: i64,
-    /// Connection sequence number of this client.
-    pub sequence: i64,
-}
+/// A [`language`] code BYTE; 9 and above are refused.
+pub struct LanguageCode;
 
-impl Payload for AddConnection {
-    const TYPE: i8 = ct::ADD_CONNECTION;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_s1(d, "username", self.username.as_deref())?;
-        put_s1(d, "password", self.password.as_deref())?;
-        put_s1(d, "app", Some(&self.app))?;
-        put_s1(d, "token", Some(&self.token))?;
-        put_s1(d, "region", self.region.as_deref())?;
-        put_s1(d, "namespace", self.namespace.as_deref())?;
-        d.put_u8(self.language);
-        put_s1(d, "client_version", Some(&self.client_version))?;
-        put_s1(d, "ip", Some(&self.ip))?;
-        d.put_i64(self.time);
-        d.put_i64(self.sequence);
+impl Layout<u8> for LanguageCode {
+    const MIN_LEN: usize = 1;
+    fn put(x: &u8, d: &mut BytesMut, _: &'static str, _: u8) -> Result<()> {
+        d.put_u8(*x);
         Ok(())
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        let username = r.s1()?;
-        let password = r.s1()?;
-        let app = r.s1()?.unwrap_or_default();
-        let token = r.s1()?.unwrap_or_default();
-        let region = r.s1()?;
-        let namespace = r.s1()?;
+    fn get(r: &mut Reader, _: u8) -> Result<u8> {
         let language = r.u8()?;
         if language >= 9 {
             return Err(Error::protocol(format!(
                 "unknown client language {language}"
             )));
         }
-        Ok(AddConnection {
-            username,
-            password,
-            app,
-            token,
-            region,
-            namespace,
-            language,
-            client_version: r.s1()?.unwrap_or_default(),
-            ip: r.s1()?.unwrap_or_default(),
-            time: r.i64()?,
-            sequence: r.i64()?,
-        })
+        Ok(language)
     }
 }
-impl Request for AddConnection {
-    type Response = AddConnectionResponse;
-}
 
-/// ADD_CONNECTION response (-1): connectionId S1, notification S2.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct AddConnectionResponse {
-    /// Opaque id.
-    pub connection_id: Option<String>,
-    /// A notice for the user (logged).
-    pub notification: Option<String>,
-}
-
-impl Payload for AddConnectionResponse {
-    const TYPE: i8 = -ct::ADD_CONNECTION;
-    fn encode(&self, _: u8, d: &mut BytesMut) -> Result<()> {
-        put_s1(d, "connection_id", self.connection_id.as_deref())?;
-        put_s2(d, "notification", self.notification.as_deref())
+wire! {
+    /// ADD_CONNECTION (1): all strings S1, with a `language` byte after namespace.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct AddConnection [ct::ADD_CONNECTION => AddConnectionResponse] {
+        /// Reserved.
+        pub username: Option<String> [as S1],
+        /// Reserved.
+        pub password: Option<String> [as S1],
+        /// The app (consumer/producer group).
+        pub app: String [as S1],
+        /// The app's token.
+        pub token: String [as S1],
+        /// Region of the client, for nearby routing.
+        pub region: Option<String> [as S1],
+        /// Namespace.
+        pub namespace: Option<String> [as S1],
+        /// [`language`] code.
+        pub language: u8 [as LanguageCode],
+        /// Free-form client version.
+        pub client_version: String [as S1],
+        /// Client IP text.
+        pub ip: String [as S1],
+        /// Connect time, epoch ms.
+        pub time: i64,
+        /// Connection sequence number of this client.
+        pub sequence: i64,
     }
-    fn decode(r: &mut Reader, _: u8) -> Result<Self> {
-        Ok(AddConnectionResponse {
-            connection_id: r.s1()?,
-            notification: r.s2()?,
-        })
+}
+
+wire! {
+    /// ADD_CONNECTION response (-1): connectionId S1, notification S2.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct AddConnectionResponse [-ct::ADD_CONNECTION] {
+        /// Opaque id.
+        pub connection_id: Option<String> [as S1],
+        /// A notice for the user (logged).
+        pub notification: Option<String>,
     }
 }
 
@@ -252,6 +216,12 @@ macro_rules! add_client {
                 pub sequence: i64,
             }
         }
+        impl $name {
+            /// The request for `topics` of `app`.
+            pub fn new(topics: Vec<String>, app: String, sequence: i64) -> Self {
+                $name { topics, app, sequence }
+            }
+        }
     };
 }
 
@@ -266,22 +236,12 @@ add_client!(
     ct::ADD_PRODUCER
 );
 
-/// ADD_CONSUMER (-3) / ADD_PRODUCER (-5) response: (topic S2, id S2) pairs.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ClientIdsResponse<const T: i8> {
-    /// (topic, consumer or producer id).
-    pub ids: Vec<(String, String)>,
-}
-
-impl<const T: i8> Payload for ClientIdsResponse<T> {
-    const TYPE: i8 = T;
-    fn encode(&self, version: u8, d: &mut BytesMut) -> Result<()> {
-        self.ids.put(d, "ids", version)
-    }
-    fn decode(r: &mut Reader, version: u8) -> Result<Self> {
-        Ok(ClientIdsResponse {
-            ids: Wire::get(r, version)?,
-        })
+wire! {
+    /// ADD_CONSUMER (-3) / ADD_PRODUCER (-5) response: (topic S2, id S2) pairs.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ClientIdsResponse<const T: i8> [T] {
+        /// (topic, consumer or producer id).
+        pub ids: Vec<(String, String)>,
     }
 }
 
@@ -304,80 +264,54 @@ wire! {
     }
 }
 
-/// A topic's consumer policy in FETCH_CLUSTER.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ConsumerPolicy {
-    /// Prefer brokers in the client's region.
-    pub nearby: bool,
-    /// Consumption paused.
-    pub paused: bool,
-    /// Archive.
-    pub archive: bool,
-    /// Retry enabled.
-    pub retry: bool,
-    /// Sequential consumption.
-    pub seq: bool,
-    /// Ack timeout, ms.
-    pub ack_timeout: i32,
-    /// Batch size.
-    pub batch_size: i16,
-    /// Concurrent prefetch size.
-    pub concurrent: i32,
-    /// Delay, ms.
-    pub delay: i32,
-    /// Client IPs that may not consume.
-    pub black_list: Vec<String>,
-    /// Errors before retry.
-    pub err_times: i32,
-    /// Partitions one connection may occupy.
-    pub max_partition_num: i32,
-    /// Percentage of reads from the retry queue.
-    pub read_retry_probability: i32,
-}
+/// `batchSize` SHORT, then the deleted `concurrentConsume` BOOLEAN (written false, ignored
+/// when read).
+pub struct ThenDeletedFlag;
 
-/// Field list plus the deleted `concurrentConsume` BOOLEAN after `batch_size` (written false,
-/// ignored when read).
-impl Wire for ConsumerPolicy {
-    const MIN_LEN: usize = 6 + 4 + 2 + 4 + 4 + 2 + 4 + 4 + 4;
-    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
-        for b in [self.nearby, self.paused, self.archive, self.retry, self.seq] {
-            put_bool(d, b);
-        }
-        d.put_i32(self.ack_timeout);
-        d.put_i16(self.batch_size);
+impl Layout<i16> for ThenDeletedFlag {
+    const MIN_LEN: usize = 2 + 1;
+    fn put(x: &i16, d: &mut BytesMut, _: &'static str, _: u8) -> Result<()> {
+        d.put_i16(*x);
         put_bool(d, false);
-        d.put_i32(self.concurrent);
-        d.put_i32(self.delay);
-        self.black_list.put(d, "black_list", v)?;
-        d.put_i32(self.err_times);
-        d.put_i32(self.max_partition_num);
-        d.put_i32(self.read_retry_probability);
         Ok(())
     }
-    fn get(r: &mut Reader, v: u8) -> Result<Self> {
-        let nearby = r.bool()?;
-        let paused = r.bool()?;
-        let archive = r.bool()?;
-        let retry = r.bool()?;
-        let seq = r.bool()?;
-        let ack_timeout = r.i32()?;
+    fn get(r: &mut Reader, _: u8) -> Result<i16> {
         let batch_size = r.i16()?;
         let _deleted = r.bool()?;
-        Ok(ConsumerPolicy {
-            nearby,
-            paused,
-            archive,
-            retry,
-            seq,
-            ack_timeout,
-            batch_size,
-            concurrent: r.i32()?,
-            delay: r.i32()?,
-            black_list: Wire::get(r, v)?,
-            err_times: r.i32()?,
-            max_partition_num: r.i32()?,
-            read_retry_probability: r.i32()?,
-        })
+        Ok(batch_size)
+    }
+}
+
+wire! {
+    /// A topic's consumer policy in FETCH_CLUSTER.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ConsumerPolicy {
+        /// Prefer brokers in the client's region.
+        pub nearby: bool,
+        /// Consumption paused.
+        pub paused: bool,
+        /// Archive.
+        pub archive: bool,
+        /// Retry enabled.
+        pub retry: bool,
+        /// Sequential consumption.
+        pub seq: bool,
+        /// Ack timeout, ms.
+        pub ack_timeout: i32,
+        /// Batch size.
+        pub batch_size: i16 [as ThenDeletedFlag],
+        /// Concurrent prefetch size.
+        pub concurrent: i32,
+        /// Delay, ms.
+        pub delay: i32,
+        /// Client IPs that may not consume.
+        pub black_list: Vec<String>,
+        /// Errors before retry.
+        pub err_times: i32,
+        /// Partitions one connection may occupy.
+        pub max_partition_num: i32,
+        /// Percentage of reads from the retry queue.
+        pub read_retry_probability: i32,
     }
 }
 
@@ -404,89 +338,48 @@ pub mod topic_type {
     pub const BROADCAST: i8 = 1;
 }
 
-/// A topic in FETCH_CLUSTER.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TopicMeta {
-    /// Topic name.
-    pub topic: String,
-    /// Present when the app may produce.
-    pub producer_policy: Option<ProducerPolicy>,
-    /// Present when the app may consume.
-    pub consumer_policy: Option<ConsumerPolicy>,
-    /// [`topic_type`].
-    pub topic_type: i8,
-    /// Partition groups.
-    pub partition_groups: Vec<PartitionGroupMeta>,
-    /// Per-topic result code (189 unknown topic, 1 no subscription).
-    pub code: i32,
-    /// Topic params, header version 4 only.
-    pub params: Vec<(String, String)>,
-}
-
-/// A BOOLEAN presence flag, then the value when present.
-fn put_present<T: Wire>(d: &mut BytesMut, field: &'static str, v: u8, x: &Option<T>) -> Result<()> {
-    put_bool(d, x.is_some());
-    match x {
-        Some(x) => x.put(d, field, v),
-        None => Ok(()),
+wire! {
+    /// A topic in FETCH_CLUSTER.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct TopicMeta {
+        /// Topic name.
+        pub topic: String,
+        /// Present when the app may produce.
+        pub producer_policy: Option<ProducerPolicy> [as Present],
+        /// Present when the app may consume.
+        pub consumer_policy: Option<ConsumerPolicy> [as Present],
+        /// [`topic_type`].
+        pub topic_type: i8,
+        /// Partition groups.
+        pub partition_groups: Vec<PartitionGroupMeta>,
+        /// Per-topic result code (189 unknown topic, 1 no subscription).
+        pub code: i32,
+        /// Topic params, header version 4 only.
+        pub params: Vec<(String, String)> [since 4, else Vec::new()],
     }
 }
 
-fn get_present<T: Wire>(r: &mut Reader, v: u8) -> Result<Option<T>> {
-    if r.bool()? {
-        Ok(Some(T::get(r, v)?))
-    } else {
-        Ok(None)
+wire! {
+    /// A broker in FETCH_CLUSTER / FIND_COORDINATOR.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct BrokerMeta {
+        /// Broker id.
+        pub id: i32,
+        /// Advertised host.
+        pub host: String,
+        /// Port.
+        pub port: i32,
+        /// Data center (region).
+        pub data_center: String,
+        /// In the client's region.
+        pub nearby: bool,
+        /// Weight.
+        pub weight: i32,
+        /// Version ≥ 2 only.
+        pub sys_code: i32 [since 2, else 0],
+        /// Version ≥ 2 only: bit 0 readable, bit 1 writable.
+        pub permission: i32 [since 2, else 3],
     }
-}
-
-/// Field list with presence-flagged policies; `params` only in version 4.
-impl Wire for TopicMeta {
-    const MIN_LEN: usize = 2 + 1 + 1 + 1 + 2 + 4;
-    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
-        self.topic.put(d, "topic", v)?;
-        put_present(d, "producer_policy", v, &self.producer_policy)?;
-        put_present(d, "consumer_policy", v, &self.consumer_policy)?;
-        d.put_i8(self.topic_type);
-        self.partition_groups.put(d, "partition_groups", v)?;
-        d.put_i32(self.code);
-        if v >= 4 {
-            self.params.put(d, "params", v)?;
-        }
-        Ok(())
-    }
-    fn get(r: &mut Reader, v: u8) -> Result<Self> {
-        Ok(TopicMeta {
-            topic: Wire::get(r, v)?,
-            producer_policy: get_present(r, v)?,
-            consumer_policy: get_present(r, v)?,
-            topic_type: r.i8()?,
-            partition_groups: Wire::get(r, v)?,
-            code: r.i32()?,
-            params: if v >= 4 { Wire::get(r, v)? } else { Vec::new() },
-        })
-    }
-}
-
-/// A broker in FETCH_CLUSTER / FIND_COORDINATOR.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct BrokerMeta {
-    /// Broker id.
-    pub id: i32,
-    /// Advertised host.
-    pub host: String,
-    /// Port.
-    pub port: i32,
-    /// Data center (region).
-    pub data_center: String,
-    /// In the client's region.
-    pub nearby: bool,
-    /// Weight.
-    pub weight: i32,
-    /// Version ≥ 2 only.
-    pub sys_code: i32,
-    /// Version ≥ 2 only: bit 0 readable, bit 1 writable.
-    pub permission: i32,
 }
 
 impl BrokerMeta {
@@ -497,52 +390,6 @@ impl BrokerMeta {
         } else {
             format!("{}:{}", self.host, self.port)
         }
-    }
-
-    /// The fields after `id` up to `weight` (what FIND_COORDINATOR sends).
-    fn put_base(&self, d: &mut BytesMut, v: u8) -> Result<()> {
-        self.host.put(d, "host", v)?;
-        d.put_i32(self.port);
-        self.data_center.put(d, "data_center", v)?;
-        put_bool(d, self.nearby);
-        d.put_i32(self.weight);
-        Ok(())
-    }
-
-    fn get_base(id: i32, r: &mut Reader, v: u8) -> Result<Self> {
-        Ok(BrokerMeta {
-            id,
-            host: Wire::get(r, v)?,
-            port: r.i32()?,
-            data_center: Wire::get(r, v)?,
-            nearby: r.bool()?,
-            weight: r.i32()?,
-            sys_code: 0,
-            permission: 3,
-        })
-    }
-}
-
-/// Field list; `sys_code` and `permission` from version 2 (read as 0 and 3 before).
-impl Wire for BrokerMeta {
-    const MIN_LEN: usize = 4 + 2 + 4 + 2 + 1 + 4;
-    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
-        d.put_i32(self.id);
-        self.put_base(d, v)?;
-        if v >= 2 {
-            d.put_i32(self.sys_code);
-            d.put_i32(self.permission);
-        }
-        Ok(())
-    }
-    fn get(r: &mut Reader, v: u8) -> Result<Self> {
-        let id = r.i32()?;
-        let mut b = BrokerMeta::get_base(id, r, v)?;
-        if v >= 2 {
-            b.sys_code = r.i32()?;
-            b.permission = r.i32()?;
-        }
-        Ok(b)
     }
 }
 
@@ -557,45 +404,41 @@ wire! {
     }
 }
 
-/// One entry of the FIND_COORDINATOR response.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct CoordinatorEntry {
-    /// Topic.
-    pub topic: String,
-    /// The coordinator (`None` when its id is -1: there is none).
-    pub broker: Option<BrokerMeta>,
-    /// Result code.
-    pub code: i32,
+/// A FIND_COORDINATOR broker: its version-1 layout, without sysCode/permission whatever the
+/// header version; `None` is the id -1 alone (there is no coordinator).
+pub struct Coordinator;
+
+impl Layout<Option<BrokerMeta>> for Coordinator {
+    const MIN_LEN: usize = 4;
+    fn put(x: &Option<BrokerMeta>, d: &mut BytesMut, field: &'static str, _: u8) -> Result<()> {
+        match x {
+            None => {
+                d.put_i32(-1);
+                Ok(())
+            }
+            Some(b) => b.put(d, field, 1),
+        }
+    }
+    fn get(r: &mut Reader, _: u8) -> Result<Option<BrokerMeta>> {
+        let mut id = r.clone();
+        if id.i32()? == -1 {
+            *r = id;
+            return Ok(None);
+        }
+        Ok(Some(BrokerMeta::get(r, 1)?))
+    }
 }
 
-/// Topic, then the coordinator without sysCode/permission (or the id -1 alone), then the code.
-impl Wire for CoordinatorEntry {
-    const MIN_LEN: usize = 2 + 4 + 4;
-    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
-        self.topic.put(d, "topic", v)?;
-        match &self.broker {
-            None => d.put_i32(-1),
-            Some(b) => {
-                d.put_i32(b.id);
-                b.put_base(d, v)?;
-            }
-        }
-        d.put_i32(self.code);
-        Ok(())
-    }
-    fn get(r: &mut Reader, v: u8) -> Result<Self> {
-        let topic = Wire::get(r, v)?;
-        let id = r.i32()?;
-        let broker = if id == -1 {
-            None
-        } else {
-            Some(BrokerMeta::get_base(id, r, v)?)
-        };
-        Ok(CoordinatorEntry {
-            topic,
-            broker,
-            code: r.i32()?,
-        })
+wire! {
+    /// One entry of the FIND_COORDINATOR response.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct CoordinatorEntry {
+        /// Topic.
+        pub topic: String,
+        /// The coordinator (`None` when its id is -1: there is none).
+        pub broker: Option<BrokerMeta> [as Coordinator],
+        /// Result code.
+        pub code: i32,
     }
 }
 
@@ -802,29 +645,28 @@ wire! {
     }
 }
 
-/// COMMIT_ACK (-32) / COMMIT_ACK_INDEX (-33) response: (topic, (partition, code)).
-///
-/// Reproduces the server bug of §8.1: the topic count written is the number of
-/// (topic, partition) cells. The decoder treats the count as an upper bound and stops when the
-/// payload runs out.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct CommitAckResponse<const T: i8> {
-    /// (topic, (partition, code)).
-    pub data: Vec<(String, Vec<(i16, i32)>)>,
-}
+/// (topic, (partition, code)) per topic, with the server bug of §8.1: the topic count written
+/// is the number of (topic, partition) cells. When read the count is an upper bound: reading
+/// stops when the payload runs out.
+pub struct CellCount;
 
-impl<const T: i8> Payload for CommitAckResponse<T> {
-    const TYPE: i8 = T;
-    fn encode(&self, v: u8, d: &mut BytesMut) -> Result<()> {
-        let cells: usize = self.data.iter().map(|(_, p)| p.len()).sum();
+impl Layout<Vec<(String, Vec<(i16, i32)>)>> for CellCount {
+    const MIN_LEN: usize = 2;
+    fn put(
+        x: &Vec<(String, Vec<(i16, i32)>)>,
+        d: &mut BytesMut,
+        field: &'static str,
+        v: u8,
+    ) -> Result<()> {
+        let cells: usize = x.iter().map(|(_, p)| p.len()).sum();
         // The bug: `Table.size()` (cells), not the number of topics.
-        put_count(d, "data", cells.max(self.data.len()))?;
-        for topic in &self.data {
-            topic.put(d, "data", v)?;
+        put_count(d, field, cells.max(x.len()))?;
+        for topic in x {
+            topic.put(d, field, v)?;
         }
         Ok(())
     }
-    fn decode(r: &mut Reader, v: u8) -> Result<Self> {
+    fn get(r: &mut Reader, v: u8) -> Result<Vec<(String, Vec<(i16, i32)>)>> {
         let n = r.count()?;
         let mut data = Vec::new();
         for _ in 0..n {
@@ -833,7 +675,17 @@ impl<const T: i8> Payload for CommitAckResponse<T> {
             }
             data.push(Wire::get(r, v)?);
         }
-        Ok(CommitAckResponse { data })
+        Ok(data)
+    }
+}
+
+wire! {
+    /// COMMIT_ACK (-32) / COMMIT_ACK_INDEX (-33) response: (topic, (partition, code)), its
+    /// count [`CellCount`].
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct CommitAckResponse<const T: i8> [T] {
+        /// (topic, (partition, code)).
+        pub data: Vec<(String, Vec<(i16, i32)>)> [as CellCount],
     }
 }
 
@@ -848,50 +700,20 @@ wire! {
     }
 }
 
-/// The ack index of one partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct IndexEntry {
-    /// Partition.
-    pub partition: i16,
-    /// The ack index (next message to consume).
-    pub index: i64,
-    /// Code.
-    pub code: i32,
-    /// Smallest index in the partition (version ≥ 3).
-    pub left_index: i64,
-    /// Next index to be written (version ≥ 3).
-    pub right_index: i64,
-}
-
-/// Field list; `left_index` and `right_index` from version 3 (read as -1 before).
-impl Wire for IndexEntry {
-    const MIN_LEN: usize = 2 + 8 + 4;
-    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
-        d.put_i16(self.partition);
-        d.put_i64(self.index);
-        d.put_i32(self.code);
-        if v >= 3 {
-            d.put_i64(self.left_index);
-            d.put_i64(self.right_index);
-        }
-        Ok(())
-    }
-    fn get(r: &mut Reader, v: u8) -> Result<Self> {
-        let partition = r.i16()?;
-        let index = r.i64()?;
-        let code = r.i32()?;
-        let (left_index, right_index) = if v >= 3 {
-            (r.i64()?, r.i64()?)
-        } else {
-            (-1, -1)
-        };
-        Ok(IndexEntry {
-            partition,
-            index,
-            code,
-            left_index,
-            right_index,
-        })
+wire! {
+    /// The ack index of one partition.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct IndexEntry {
+        /// Partition.
+        pub partition: i16,
+        /// The ack index (next message to consume).
+        pub index: i64,
+        /// Code.
+        pub code: i32,
+        /// Smallest index in the partition (version ≥ 3).
+        pub left_index: i64 [since 3, else -1],
+        /// Next index to be written (version ≥ 3).
+        pub right_index: i64 [since 3, else -1],
     }
 }
 
@@ -904,49 +726,39 @@ wire! {
     }
 }
 
-/// One topic entry of PRODUCE_MESSAGE.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProduceTopic {
-    /// Topic.
-    pub topic: String,
-    /// Transaction id from PREPARE, or none.
-    pub tx_id: Option<String>,
-    /// Produce timeout, ms.
-    pub timeout: i32,
-    /// Body QoS byte (`QosLevel`: 0 ONE_WAY … 3 REPLICATION).
-    pub qos: u8,
-    /// Messages, all on one partition.
-    pub messages: Vec<WireMessage>,
-}
+/// Produced messages: an ARRAY of MESSAGE whose length fields are not trusted when read (the
+/// server ignores them on produce, §6).
+pub struct Produced;
 
-/// Field list, except that the messages' length fields are not trusted when read: the server
-/// ignores them on produce (§6).
-impl Wire for ProduceTopic {
-    const MIN_LEN: usize = 2 + 2 + 4 + 1 + 2;
-    fn put(&self, d: &mut BytesMut, _: &'static str, v: u8) -> Result<()> {
-        self.topic.put(d, "topic", v)?;
-        self.tx_id.put(d, "tx_id", v)?;
-        d.put_i32(self.timeout);
-        d.put_u8(self.qos);
-        self.messages.put(d, "messages", v)
+impl Layout<Vec<WireMessage>> for Produced {
+    const MIN_LEN: usize = 2;
+    fn put(x: &Vec<WireMessage>, d: &mut BytesMut, field: &'static str, v: u8) -> Result<()> {
+        x.put(d, field, v)
     }
-    fn get(r: &mut Reader, v: u8) -> Result<Self> {
-        let topic = Wire::get(r, v)?;
-        let tx_id = Wire::get(r, v)?;
-        let timeout = r.i32()?;
-        let qos = r.u8()?;
+    fn get(r: &mut Reader, _: u8) -> Result<Vec<WireMessage>> {
         let n = r.count()?;
         let mut messages = Vec::with_capacity(n.min(r.remaining() / WireMessage::MIN_LEN));
         for _ in 0..n {
             messages.push(WireMessage::decode(r, false)?);
         }
-        Ok(ProduceTopic {
-            topic,
-            tx_id,
-            timeout,
-            qos,
-            messages,
-        })
+        Ok(messages)
+    }
+}
+
+wire! {
+    /// One topic entry of PRODUCE_MESSAGE.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ProduceTopic {
+        /// Topic.
+        pub topic: String,
+        /// Transaction id from PREPARE, or none.
+        pub tx_id: Option<String>,
+        /// Produce timeout, ms.
+        pub timeout: i32,
+        /// Body QoS byte (`QosLevel`: 0 ONE_WAY … 3 REPLICATION).
+        pub qos: u8,
+        /// Messages, all on one partition.
+        pub messages: Vec<WireMessage> [as Produced],
     }
 }
 
@@ -1101,428 +913,56 @@ wire! {
     }
 }
 
-/// Any request, as the server decodes it.
-#[derive(Debug, Clone, PartialEq)]
-#[allow(missing_docs)]
-pub enum AnyRequest {
-    AddConnection(AddConnection),
-    RemoveConnection,
-    AddConsumer(AddConsumer),
-    RemoveConsumer(RemoveConsumer),
-    AddProducer(AddProducer),
-    RemoveProducer(RemoveProducer),
-    Heartbeat,
-    FetchHealth,
-    FetchCluster(FetchCluster),
-    FindCoordinator(FindCoordinator),
-    FetchAssignedPartition(FetchAssignedPartition),
-    FetchTopicMessage(FetchTopicMessage),
-    FetchPartitionMessage(FetchPartitionMessage),
-    CommitAck(CommitAck),
-    CommitAckIndex(CommitAckIndex),
-    FetchIndex(FetchIndex),
-    ProduceMessage(ProduceMessage),
-    Prepare(Prepare),
-    Commit(Commit),
-    Rollback(Rollback),
-    FetchProduceFeedback(FetchProduceFeedback),
+/// Declare [`AnyRequest`], one variant per request named after its payload type (the empty
+/// payloads as variants without data), its decoder and the app it names.
+macro_rules! any_request {
+    (empty: $($e:ident),*; payload: $($p:ident),* $(,)?) => {
+        /// Any request, as the server decodes it.
+        #[derive(Debug, Clone, PartialEq)]
+        #[allow(missing_docs)]
+        pub enum AnyRequest {
+            $($e,)*
+            $($p($p),)*
+        }
+
+        impl AnyRequest {
+            /// Decode the payload of a request of `command_type`. Unknown types and payloads
+            /// that do not consume the frame exactly are protocol errors (the server closes the
+            /// connection).
+            pub fn decode(
+                command_type: i8,
+                version: u8,
+                payload: bytes::Bytes,
+            ) -> Result<AnyRequest> {
+                let mut r = Reader::new(payload);
+                let req = match command_type {
+                    $(<$e as Payload>::TYPE => AnyRequest::$e,)*
+                    $(<$p as Payload>::TYPE => AnyRequest::$p($p::decode(&mut r, version)?),)*
+                    other => {
+                        return Err(Error::protocol(format!(
+                            "no decoder for JMQ4 command type {other} ({})",
+                            ct::name(other)
+                        )))
+                    }
+                };
+                r.finish(ct::name(command_type))?;
+                Ok(req)
+            }
+
+            /// The app the request names (every request with a payload names one).
+            pub fn app(&self) -> Option<&str> {
+                match self {
+                    $(AnyRequest::$e => None,)*
+                    $(AnyRequest::$p(r) => Some(&r.app),)*
+                }
+            }
+        }
+    };
 }
 
-impl AnyRequest {
-    /// Decode the payload of a request of `command_type`. Unknown types and payloads that do
-    /// not consume the frame exactly are protocol errors (the server closes the connection).
-    pub fn decode(command_type: i8, version: u8, payload: bytes::Bytes) -> Result<AnyRequest> {
-        let mut r = Reader::new(payload);
-        let req = match command_type {
-            ct::ADD_CONNECTION => {
-                AnyRequest::AddConnection(AddConnection::decode(&mut r, version)?)
-            }
-            ct::REMOVE_CONNECTION => AnyRequest::RemoveConnection,
-            ct::ADD_CONSUMER => AnyRequest::AddConsumer(AddConsumer::decode(&mut r, version)?),
-            ct::REMOVE_CONSUMER => {
-                AnyRequest::RemoveConsumer(RemoveConsumer::decode(&mut r, version)?)
-            }
-            ct::ADD_PRODUCER => AnyRequest::AddProducer(AddProducer::decode(&mut r, version)?),
-            ct::REMOVE_PRODUCER => {
-                AnyRequest::RemoveProducer(RemoveProducer::decode(&mut r, version)?)
-            }
-            ct::HEARTBEAT => AnyRequest::Heartbeat,
-            ct::FETCH_HEALTH => AnyRequest::FetchHealth,
-            ct::FETCH_CLUSTER => AnyRequest::FetchCluster(FetchCluster::decode(&mut r, version)?),
-            ct::FIND_COORDINATOR => {
-                AnyRequest::FindCoordinator(FindCoordinator::decode(&mut r, version)?)
-            }
-            ct::FETCH_ASSIGNED_PARTITION => {
-                AnyRequest::FetchAssignedPartition(FetchAssignedPartition::decode(&mut r, version)?)
-            }
-            ct::FETCH_TOPIC_MESSAGE => {
-                AnyRequest::FetchTopicMessage(FetchTopicMessage::decode(&mut r, version)?)
-            }
-            ct::FETCH_PARTITION_MESSAGE => {
-                AnyRequest::FetchPartitionMessage(FetchPartitionMessage::decode(&mut r, version)?)
-            }
-            ct::COMMIT_ACK => AnyRequest::CommitAck(CommitAck::decode(&mut r, version)?),
-            ct::COMMIT_ACK_INDEX => {
-                AnyRequest::CommitAckIndex(CommitAckIndex::decode(&mut r, version)?)
-            }
-            ct::FETCH_INDEX => AnyRequest::FetchIndex(FetchIndex::decode(&mut r, version)?),
-            ct::PRODUCE_MESSAGE => {
-                AnyRequest::ProduceMessage(ProduceMessage::decode(&mut r, version)?)
-            }
-            ct::PRODUCE_MESSAGE_PREPARE => AnyRequest::Prepare(Prepare::decode(&mut r, version)?),
-            ct::PRODUCE_MESSAGE_COMMIT => AnyRequest::Commit(Commit::decode(&mut r, version)?),
-            ct::PRODUCE_MESSAGE_ROLLBACK => {
-                AnyRequest::Rollback(Rollback::decode(&mut r, version)?)
-            }
-            ct::FETCH_PRODUCE_FEEDBACK => {
-                AnyRequest::FetchProduceFeedback(FetchProduceFeedback::decode(&mut r, version)?)
-            }
-            other => {
-                return Err(Error::protocol(format!(
-                    "no decoder for JMQ4 command type {other} ({})",
-                    ct::name(other)
-                )))
-            }
-        };
-        r.finish(ct::name(command_type))?;
-        Ok(req)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::jmq::message::SysCode;
-    use bytes::Bytes;
-
-    fn round_trip<P: Payload + PartialEq + std::fmt::Debug>(p: &P, version: u8) -> BytesMut {
-        let mut b = BytesMut::new();
-        p.encode(version, &mut b).unwrap();
-        let mut r = Reader::new(b.clone().freeze());
-        let back = P::decode(&mut r, version).unwrap();
-        r.finish("test").unwrap();
-        assert_eq!(&back, p);
-        b
-    }
-
-    #[test]
-    fn add_connection_golden() {
-        let p = AddConnection {
-            app: "a".into(),
-            token: "t".into(),
-            language: language::PYTHON,
-            client_version: "v".into(),
-            ip: "i".into(),
-            time: 2,
-            sequence: 3,
-            ..AddConnection::default()
-        };
-        let b = round_trip(&p, 3);
-        let expected: &[u8] = &[
-            0, 0, 1, b'a', 1, b't', 0,
-            0, // username, password, app, token, region, namespace (S1)
-            3, // language PYTHON
-            1, b'v', 1, b'i', // version, ip
-            0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3,
-        ];
-        assert_eq!(&b[..], expected);
-        let r = AddConnectionResponse {
-            connection_id: Some("c".into()),
-            notification: Some("n".into()),
-        };
-        assert_eq!(&round_trip(&r, 3)[..], &[1, b'c', 0, 1, b'n']);
-    }
-
-    #[test]
-    fn language_nine_is_refused() {
-        let mut b = BytesMut::new();
-        AddConnection {
-            language: 9,
-            ..AddConnection::default()
-        }
-        .encode(3, &mut b)
-        .unwrap();
-        assert!(AnyRequest::decode(ct::ADD_CONNECTION, 3, b.freeze()).is_err());
-    }
-
-    fn cluster() -> FetchClusterResponse {
-        FetchClusterResponse {
-            topics: vec![TopicMeta {
-                topic: "t".into(),
-                producer_policy: Some(ProducerPolicy {
-                    nearby: true,
-                    weights: vec![("1".into(), 10)],
-                    timeout: 100,
-                    ..ProducerPolicy::default()
-                }),
-                consumer_policy: Some(ConsumerPolicy {
-                    retry: true,
-                    ack_timeout: 1000,
-                    batch_size: 10,
-                    black_list: vec!["9.9.9.9".into()],
-                    ..ConsumerPolicy::default()
-                }),
-                topic_type: topic_type::TOPIC,
-                partition_groups: vec![PartitionGroupMeta {
-                    id: 0,
-                    leader: 1,
-                    partitions: vec![0, 1],
-                }],
-                code: 0,
-                params: vec![],
-            }],
-            brokers: vec![BrokerMeta {
-                id: 1,
-                host: "h".into(),
-                port: 50088,
-                data_center: "dc".into(),
-                nearby: true,
-                weight: 100,
-                sys_code: 0,
-                permission: 3,
-            }],
-        }
-    }
-
-    #[test]
-    fn fetch_cluster_golden_v3_and_version_fields() {
-        let c = cluster();
-        let b = round_trip(&c, 3);
-        let mut e: Vec<u8> = vec![0, 1, 0, 1, b't'];
-        e.extend([1, 1, 0, 0, 0, 1, 0, 1, b'1', 0, 10, 0, 0, 0, 0, 0, 100]); // producer policy
-        e.extend([1, 0, 0, 0, 1, 0]); // consumer flag, nearby paused archive retry seq
-        e.extend([0, 0, 3, 0xe8, 0, 10, 0]); // ackTimeout, batchSize, deleted bool
-        e.extend([0, 0, 0, 0, 0, 0, 0, 0]); // concurrent, delay
-        e.extend([0, 1, 0, 7]);
-        e.extend(b"9.9.9.9");
-        e.extend([0; 12]); // errTimes, maxPartitionNum, readRetryProbability
-        e.extend([0]); // type BYTE
-        e.extend([0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0, 0, 1]); // group
-        e.extend([0, 0, 0, 0]); // code
-        e.extend([
-            0, 1, 0, 0, 0, 1, 0, 1, b'h', 0, 0, 0xc3, 0xa8, 0, 2, b'd', b'c', 1,
-        ]);
-        e.extend([0, 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 3]); // weight, sysCode, permission
-        assert_eq!(&b[..], &e[..]);
-        // Version 1: no sysCode/permission; version 4: params after code.
-        let mut c1 = c.clone();
-        c1.brokers[0].sys_code = 0;
-        assert_eq!(round_trip(&c1, 1).len(), b.len() - 8);
-        let mut c4 = c.clone();
-        c4.topics[0].params = vec![("k".into(), "v".into())];
-        assert_eq!(round_trip(&c4, 4).len(), b.len() + 8);
-    }
-
-    #[test]
-    fn commit_ack_response_reproduces_the_count_bug() {
-        let resp: CommitAckResponse<{ -ct::COMMIT_ACK }> = CommitAckResponse {
-            data: vec![("t".into(), vec![(0, 0), (1, 0), (2, 140)])],
-        };
-        let mut b = BytesMut::new();
-        resp.encode(3, &mut b).unwrap();
-        assert_eq!(&b[..2], &[0, 3], "count is the number of cells, not topics");
-        let mut r = Reader::new(b.freeze());
-        let back = CommitAckResponse::<{ -ct::COMMIT_ACK }>::decode(&mut r, 3).unwrap();
-        r.finish("commit ack").unwrap();
-        assert_eq!(back, resp);
-    }
-
-    #[test]
-    fn produce_and_fetch_round_trip() {
-        let mut m = WireMessage {
-            partition: -1,
-            sys_code: SysCode::default(),
-            app: Some("a".into()),
-            ..WireMessage::default()
-        };
-        m.set_body(Bytes::from_static(b"x"));
-        let p = ProduceMessage {
-            topics: vec![ProduceTopic {
-                topic: "t".into(),
-                tx_id: Some("tx".into()),
-                timeout: 5,
-                qos: 1,
-                messages: vec![m.clone(), m.clone()],
-            }],
-            app: "a".into(),
-        };
-        round_trip(&p, 3);
-        let r = ProduceMessageResponse {
-            data: vec![ProduceResult {
-                topic: "t".into(),
-                code: 0,
-                items: vec![ProduceItem {
-                    partition: 0,
-                    index: 7,
-                    start_time: 1,
-                }],
-            }],
-        };
-        round_trip(&r, 3);
-        round_trip(
-            &FetchTopicMessageResponse {
-                data: vec![TopicMessages {
-                    topic: "t".into(),
-                    messages: vec![m.clone()],
-                    code: 0,
-                }],
-            },
-            3,
-        );
-        round_trip(
-            &FetchPartitionMessageResponse {
-                data: vec![(
-                    "t".into(),
-                    vec![PartitionMessages {
-                        partition: 2,
-                        messages: vec![m],
-                        code: 184,
-                    }],
-                )],
-            },
-            3,
-        );
-    }
-
-    #[test]
-    fn every_request_round_trips_through_any_request() {
-        let reqs: Vec<(i8, BytesMut)> = {
-            let mut v = Vec::new();
-            macro_rules! push {
-                ($p:expr) => {{
-                    let p = $p;
-                    let mut b = BytesMut::new();
-                    p.encode(3, &mut b).unwrap();
-                    v.push((Payload_type(&p), b));
-                }};
-            }
-            #[allow(non_snake_case)]
-            fn Payload_type<P: Payload>(_: &P) -> i8 {
-                P::TYPE
-            }
-            push!(AddConnection::default());
-            push!(RemoveConnection);
-            push!(AddConsumer {
-                topics: vec!["t".into()],
-                app: "a".into(),
-                sequence: 1
-            });
-            push!(RemoveConsumer::default());
-            push!(AddProducer::default());
-            push!(RemoveProducer::default());
-            push!(Heartbeat);
-            push!(FetchHealth);
-            push!(FetchCluster {
-                topics: vec!["a".into(), "b".into()],
-                app: "x".into()
-            });
-            push!(FindCoordinator::default());
-            push!(FetchAssignedPartition {
-                topics: vec![("t".into(), 60_000, true)],
-                app: "a".into()
-            });
-            push!(FetchTopicMessage {
-                topics: vec![("t".into(), 10)],
-                app: "a".into(),
-                ack_timeout: 1,
-                long_poll_timeout: 2
-            });
-            push!(FetchPartitionMessage {
-                topics: vec![(
-                    "t".into(),
-                    vec![PartitionFetch {
-                        partition: 1,
-                        count: 2,
-                        index: -1
-                    }]
-                )],
-                app: "a".into()
-            });
-            push!(CommitAck {
-                topics: vec![(
-                    "t".into(),
-                    vec![(
-                        0,
-                        vec![AckItem {
-                            partition: 0,
-                            index: 3,
-                            retry_type: RetryType::Exception
-                        }]
-                    )]
-                )],
-                app: "a".into()
-            });
-            push!(CommitAckIndex::default());
-            push!(FetchIndex::default());
-            push!(ProduceMessage::default());
-            push!(Prepare {
-                timeout: 9,
-                ..Prepare::default()
-            });
-            push!(Commit::default());
-            push!(Rollback::default());
-            push!(FetchProduceFeedback {
-                long_poll_timeout: 1,
-                ..FetchProduceFeedback::default()
-            });
-            v
-        };
-        assert_eq!(reqs.len(), ct::KNOWN.len());
-        for (t, b) in reqs {
-            AnyRequest::decode(t, 3, b.clone().freeze()).unwrap();
-            // One byte too many is a protocol error: payloads must consume the frame exactly.
-            let mut longer = b.clone();
-            longer.put_u8(0);
-            assert!(AnyRequest::decode(t, 3, longer.freeze()).is_err(), "{t}");
-        }
-        assert!(AnyRequest::decode(ct::FETCH_ACK_INDEX, 3, Bytes::new()).is_err());
-    }
-
-    #[test]
-    fn feedback_and_prepare_tails_follow_the_code() {
-        let b = round_trip(
-            &FetchProduceFeedback {
-                app: "a".into(),
-                topic: "t".into(),
-                status: 1,
-                long_poll_timeout: 5,
-            },
-            3,
-        );
-        // app S2, topic S2, status BYTE, longPollTimeout INT: no count, a 4-byte tail.
-        assert_eq!(b.len(), 3 + 3 + 1 + 4);
-        let b = round_trip(
-            &Prepare {
-                topic: "t".into(),
-                app: "a".into(),
-                sequence: 1,
-                transaction_id: None,
-                timeout: 7,
-            },
-            3,
-        );
-        assert_eq!(&b[b.len() - 4..], &[0, 0, 0, 7]);
-    }
-
-    #[test]
-    fn fetch_index_v2_has_no_left_right() {
-        let r = FetchIndexResponse {
-            data: vec![(
-                "t".into(),
-                vec![IndexEntry {
-                    partition: 0,
-                    index: 5,
-                    code: 0,
-                    left_index: -1,
-                    right_index: -1,
-                }],
-            )],
-        };
-        let b2 = round_trip(&r, 2);
-        let mut r3 = r.clone();
-        r3.data[0].1[0].left_index = 0;
-        r3.data[0].1[0].right_index = 9;
-        let b3 = round_trip(&r3, 3);
-        assert_eq!(b3.len(), b2.len() + 16);
-    }
+any_request! {
+    empty: RemoveConnection, Heartbeat, FetchHealth;
+    payload: AddConnection, AddConsumer, RemoveConsumer, AddProducer, RemoveProducer, FetchCluster,
+    FindCoordinator, FetchAssignedPartition, FetchTopicMessage, FetchPartitionMessage, CommitAck,
+    CommitAckIndex, FetchIndex, ProduceMessage, Prepare, Commit, Rollback, FetchProduceFeedback,
 }

@@ -1,7 +1,8 @@
 //! Every command payload, requests and responses, with every field set, round-trips through
-//! its layout in every header version.
+//! its layout in every header version and every request through [`AnyRequest`]; the layouts
+//! with something particular are pinned byte for byte.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
 use super::codec::{command_type as ct, Reader, BOOLEAN_ACK};
 use super::command::*;
@@ -98,6 +99,13 @@ fn round_trip<P: Payload>(p: &P, version: u8) -> (P, Bytes) {
     let back = P::decode(&mut r, version).unwrap();
     r.finish("test").unwrap();
     (back, b)
+}
+
+/// Round-trip at `version`, require the value back unchanged, and return the bytes.
+fn bytes_of<P: Payload + PartialEq + std::fmt::Debug>(p: &P, version: u8) -> Bytes {
+    let (back, b) = round_trip(p, version);
+    assert_eq!(&back, p);
+    b
 }
 
 /// Round-trip at every version and require the value back unchanged.
@@ -491,4 +499,187 @@ fn every_payload_round_trips_in_every_version() {
         };
         assert!(all.iter().any(|(p, _, _)| *p == answer), "answer to {t}");
     }
+}
+
+#[test]
+fn every_request_decodes_through_any_request_exactly() {
+    for (t, v, b) in every_payload() {
+        if t < 0 {
+            continue;
+        }
+        AnyRequest::decode(t, v, b.clone()).unwrap();
+        // One byte too many is a protocol error: payloads must consume the frame exactly.
+        let mut longer = BytesMut::from(&b[..]);
+        longer.put_u8(0);
+        assert!(AnyRequest::decode(t, v, longer.freeze()).is_err(), "{t}");
+    }
+    assert!(AnyRequest::decode(ct::FETCH_ACK_INDEX, 3, Bytes::new()).is_err());
+}
+
+#[test]
+fn add_connection_golden() {
+    let p = AddConnection {
+        app: "a".into(),
+        token: "t".into(),
+        language: language::PYTHON,
+        client_version: "v".into(),
+        ip: "i".into(),
+        time: 2,
+        sequence: 3,
+        ..AddConnection::default()
+    };
+    let expected: &[u8] = &[
+        0, 0, 1, b'a', 1, b't', 0,
+        0, // username, password, app, token, region, namespace (S1)
+        3, // language PYTHON
+        1, b'v', 1, b'i', // version, ip
+        0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3,
+    ];
+    assert_eq!(&bytes_of(&p, 3)[..], expected);
+    let r = AddConnectionResponse {
+        connection_id: Some("c".into()),
+        notification: Some("n".into()),
+    };
+    assert_eq!(&bytes_of(&r, 3)[..], &[1, b'c', 0, 1, b'n']);
+}
+
+#[test]
+fn language_nine_is_refused() {
+    let mut b = BytesMut::new();
+    AddConnection {
+        language: 9,
+        ..AddConnection::default()
+    }
+    .encode(3, &mut b)
+    .unwrap();
+    assert!(AnyRequest::decode(ct::ADD_CONNECTION, 3, b.freeze()).is_err());
+}
+
+#[test]
+fn fetch_cluster_golden_v3_and_version_fields() {
+    let c = FetchClusterResponse {
+        topics: vec![TopicMeta {
+            topic: "t".into(),
+            producer_policy: Some(ProducerPolicy {
+                nearby: true,
+                weights: vec![("1".into(), 10)],
+                timeout: 100,
+                ..ProducerPolicy::default()
+            }),
+            consumer_policy: Some(ConsumerPolicy {
+                retry: true,
+                ack_timeout: 1000,
+                batch_size: 10,
+                black_list: vec!["9.9.9.9".into()],
+                ..ConsumerPolicy::default()
+            }),
+            topic_type: topic_type::TOPIC,
+            partition_groups: vec![PartitionGroupMeta {
+                id: 0,
+                leader: 1,
+                partitions: vec![0, 1],
+            }],
+            code: 0,
+            params: vec![],
+        }],
+        brokers: vec![BrokerMeta {
+            id: 1,
+            host: "h".into(),
+            port: 50088,
+            data_center: "dc".into(),
+            nearby: true,
+            weight: 100,
+            sys_code: 0,
+            permission: 3,
+        }],
+    };
+    let b = bytes_of(&c, 3);
+    let mut e: Vec<u8> = vec![0, 1, 0, 1, b't'];
+    e.extend([1, 1, 0, 0, 0, 1, 0, 1, b'1', 0, 10, 0, 0, 0, 0, 0, 100]); // producer policy
+    e.extend([1, 0, 0, 0, 1, 0]); // consumer flag, nearby paused archive retry seq
+    e.extend([0, 0, 3, 0xe8, 0, 10, 0]); // ackTimeout, batchSize, deleted bool
+    e.extend([0, 0, 0, 0, 0, 0, 0, 0]); // concurrent, delay
+    e.extend([0, 1, 0, 7]);
+    e.extend(b"9.9.9.9");
+    e.extend([0; 12]); // errTimes, maxPartitionNum, readRetryProbability
+    e.extend([0]); // type BYTE
+    e.extend([0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0, 0, 1]); // group
+    e.extend([0, 0, 0, 0]); // code
+    e.extend([
+        0, 1, 0, 0, 0, 1, 0, 1, b'h', 0, 0, 0xc3, 0xa8, 0, 2, b'd', b'c', 1,
+    ]);
+    e.extend([0, 0, 0, 100, 0, 0, 0, 0, 0, 0, 0, 3]); // weight, sysCode, permission
+    assert_eq!(&b[..], &e[..]);
+    // Version 1: no sysCode/permission; version 4: params after code.
+    assert_eq!(bytes_of(&c, 1).len(), b.len() - 8);
+    let mut c4 = c.clone();
+    c4.topics[0].params = vec![("k".into(), "v".into())];
+    assert_eq!(bytes_of(&c4, 4).len(), b.len() + 8);
+}
+
+#[test]
+fn find_coordinator_golden() {
+    let r = FindCoordinatorResponse {
+        coordinators: vec![
+            CoordinatorEntry {
+                topic: "a".into(),
+                broker: Some(BrokerMeta {
+                    id: 2,
+                    host: "h".into(),
+                    port: 1,
+                    data_center: "d".into(),
+                    nearby: true,
+                    weight: 3,
+                    sys_code: 0,
+                    permission: 3,
+                }),
+                code: 0,
+            },
+            CoordinatorEntry {
+                topic: "b".into(),
+                broker: None,
+                code: 7,
+            },
+        ],
+    };
+    let mut e: Vec<u8> = vec![0, 2, 0, 1, b'a', 0, 0, 0, 2]; // count, topic, broker id
+    e.extend([0, 1, b'h', 0, 0, 0, 1, 0, 1, b'd', 1, 0, 0, 0, 3]); // host, port, dc, nearby, weight
+    e.extend([0, 0, 0, 0]); // code: no sysCode/permission even in version 4
+    e.extend([0, 1, b'b', 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 7]); // topic, id -1 alone, code
+    assert_eq!(&bytes_of(&r, 4)[..], &e[..]);
+}
+
+#[test]
+fn commit_ack_response_reproduces_the_count_bug() {
+    let resp: CommitAckResponse<{ -ct::COMMIT_ACK }> = CommitAckResponse {
+        data: vec![("t".into(), vec![(0, 0), (1, 0), (2, 140)])],
+    };
+    let b = bytes_of(&resp, 3);
+    assert_eq!(&b[..2], &[0, 3], "count is the number of cells, not topics");
+}
+
+#[test]
+fn feedback_and_prepare_tails_follow_the_code() {
+    let b = bytes_of(
+        &FetchProduceFeedback {
+            app: "a".into(),
+            topic: "t".into(),
+            status: 1,
+            long_poll_timeout: 5,
+        },
+        3,
+    );
+    // app S2, topic S2, status BYTE, longPollTimeout INT: no count, a 4-byte tail.
+    assert_eq!(b.len(), 3 + 3 + 1 + 4);
+    let b = bytes_of(
+        &Prepare {
+            topic: "t".into(),
+            app: "a".into(),
+            sequence: 1,
+            transaction_id: None,
+            timeout: 7,
+        },
+        3,
+    );
+    assert_eq!(&b[b.len() - 4..], &[0, 0, 0, 7]);
 }

@@ -105,7 +105,7 @@ pub fn random_u64() -> u64 {
 
 /// Run every JMQ4 decoder over arbitrary bytes: frames, request and response payloads,
 /// messages, batch bodies and compressed bodies. Used by the `decode_frame` fuzz target and by
-/// the randomized unit test; it must never panic, whatever the input.
+/// the decoder fuzz test (`tests/fuzz_decoders.rs`); it must never panic, whatever the input.
 #[doc(hidden)]
 pub fn fuzz_decode(data: &[u8]) {
     use bytes::{Bytes, BytesMut};
@@ -176,105 +176,6 @@ pub fn fuzz_decode(data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A deterministic stand-in for `cargo fuzz` (which needs nightly): thousands of random and
-    /// mutated inputs through every decoder, asserting only that nothing panics.
-    #[test]
-    fn decoders_never_panic_on_random_or_mutated_input() {
-        use bytes::BytesMut;
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        // Valid frames to mutate: a produce request with a compressed batch, and a fetch answer.
-        let mut corpus: Vec<Vec<u8>> = Vec::new();
-        {
-            use codec::*;
-            use command::*;
-            let items = vec![
-                message::BatchItem {
-                    body: bytes::Bytes::from(vec![7u8; 300]),
-                    attributes: Some("a=b".into()),
-                    ..Default::default()
-                };
-                3
-            ];
-            let mut body = BytesMut::new();
-            message::encode_batch(&items, &mut body).unwrap();
-            let mut m = message::WireMessage {
-                sys_code: message::SysCode {
-                    batch: true,
-                    compressed: true,
-                    compression: compress::Compression::Zlib,
-                    ..Default::default()
-                },
-                flag: 3,
-                ..Default::default()
-            };
-            m.set_body(
-                compress::compress(compress::Compression::Zlib, &body)
-                    .unwrap()
-                    .into(),
-            );
-            let req = ProduceMessage {
-                topics: vec![ProduceTopic {
-                    topic: "t".into(),
-                    messages: vec![m.clone()],
-                    ..Default::default()
-                }],
-                app: "a".into(),
-            };
-            let mut f = BytesMut::new();
-            encode_frame_with(&Header::request(50, 1, QosLevel::Receive), &mut f, |d| {
-                req.encode(3, d)
-            })
-            .unwrap();
-            corpus.push(f.to_vec());
-            let resp = FetchTopicMessageResponse {
-                data: vec![TopicMessages {
-                    topic: "t".into(),
-                    messages: vec![m],
-                    code: 0,
-                }],
-            };
-            let mut f = BytesMut::new();
-            let h = Header::response_to(&Header::request(30, 2, QosLevel::Receive), -30, 0, None);
-            encode_frame_with(&h, &mut f, |d| resp.encode(3, d)).unwrap();
-            corpus.push(f.to_vec());
-            let mut f = BytesMut::new();
-            encode_frame_with(&Header::request(10, 3, QosLevel::Receive), &mut f, |d| {
-                FetchCluster {
-                    topics: vec!["x".into()],
-                    app: "a".into(),
-                }
-                .encode(3, d)
-            })
-            .unwrap();
-            corpus.push(f.to_vec());
-        }
-        for case in 0..4000u32 {
-            let input: Vec<u8> = if case % 2 == 0 {
-                let len = (next() % 300) as usize;
-                (0..len).map(|_| next() as u8).collect()
-            } else {
-                let mut v = corpus[(case as usize / 2) % corpus.len()].clone();
-                for _ in 0..=(next() % 8) {
-                    let i = (next() as usize) % v.len();
-                    match next() % 4 {
-                        0 => v[i] = next() as u8,
-                        1 => v[i] ^= 0x80,
-                        2 => v.truncate(i.max(1)),
-                        _ => v.insert(i, next() as u8),
-                    }
-                }
-                v
-            };
-            fuzz_decode(&input);
-        }
-    }
 
     #[test]
     fn endpoints() {

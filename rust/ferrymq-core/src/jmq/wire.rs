@@ -13,13 +13,13 @@
 //! | `(A, B)`, `(A, B, C)` | the members one after the other |
 //! | [`WireMessage`] | the MESSAGE store format, its length trusted |
 //!
-//! Layouts that are not a plain field list (S1 strings, version-dependent fields, presence
-//! flags, sentinels, the COMMIT_ACK count bug) implement [`Wire`] or `Payload` by hand in
-//! `command`, the module that uses this one.
+//! A field may name another [`Layout`] (S1 strings, presence flags, and the one-off layouts
+//! `command` states next to their types: sentinels, the COMMIT_ACK count bug) or be on the wire
+//! from a header version on only.
 
 use bytes::{BufMut, BytesMut};
 
-use super::codec::{put_bool, put_count, put_s2, Reader};
+use super::codec::{put_bool, put_count, put_s1, put_s2, Reader};
 use super::message::{WireMessage, FIXED_LEN};
 use crate::error::Result;
 
@@ -144,23 +144,82 @@ impl Wire for WireMessage {
     }
 }
 
+/// A layout other than a type's own [`Wire`] one, chosen for a field with `[as Layout]` in
+/// [`wire!`]: S1 strings, presence flags, and the few one-off layouts `command` states.
+pub trait Layout<T> {
+    /// The fewest bytes one value takes.
+    const MIN_LEN: usize;
+    /// Append `x`; `field` names it in errors, `version` is the request's header version.
+    fn put(x: &T, d: &mut BytesMut, field: &'static str, version: u8) -> Result<()>;
+    /// Read a value.
+    fn get(r: &mut Reader, version: u8) -> Result<T>;
+}
+
+/// S1: a BYTE length, then UTF-8 (an absent string reads as `None`, or as empty for `String`).
+pub struct S1;
+
+impl Layout<Option<String>> for S1 {
+    const MIN_LEN: usize = 1;
+    fn put(x: &Option<String>, d: &mut BytesMut, field: &'static str, _: u8) -> Result<()> {
+        put_s1(d, field, x.as_deref())
+    }
+    fn get(r: &mut Reader, _: u8) -> Result<Option<String>> {
+        r.s1()
+    }
+}
+
+impl Layout<String> for S1 {
+    const MIN_LEN: usize = 1;
+    fn put(x: &String, d: &mut BytesMut, field: &'static str, _: u8) -> Result<()> {
+        put_s1(d, field, Some(x))
+    }
+    fn get(r: &mut Reader, _: u8) -> Result<String> {
+        Ok(r.s1()?.unwrap_or_default())
+    }
+}
+
+/// A BOOLEAN presence flag, then the value when present.
+pub struct Present;
+
+impl<T: Wire> Layout<Option<T>> for Present {
+    const MIN_LEN: usize = 1;
+    fn put(x: &Option<T>, d: &mut BytesMut, field: &'static str, version: u8) -> Result<()> {
+        put_bool(d, x.is_some());
+        match x {
+            Some(x) => x.put(d, field, version),
+            None => Ok(()),
+        }
+    }
+    fn get(r: &mut Reader, version: u8) -> Result<Option<T>> {
+        if r.bool()? {
+            Ok(Some(T::get(r, version)?))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
 /// Declare a struct whose wire layout is its fields in order, and implement [`Wire`] for it.
 /// With `[TYPE]` after the name it is also a `Payload` of that command type, and with
 /// `[TYPE => Response]` a `Request` answered by `Response` (both traits as named where the macro
-/// is used).
+/// is used). One `const` generic parameter is allowed (a payload shared by two command types).
+///
+/// A field is laid out by its type's [`Wire`] implementation unless its type is followed by
+/// `[as L]` (the [`Layout`] `L`) or `[since N, else D]` (on the wire from header version `N`
+/// on; read as `D` before).
 macro_rules! wire {
     (
         $(#[$m:meta])*
-        pub struct $name:ident $([$ty:expr $(=> $resp:ty)?])? {
-            $($(#[$fm:meta])* pub $f:ident: $ft:ty,)*
+        pub struct $name:ident $(<const $g:ident: $gt:ty>)? $([$ty:expr $(=> $resp:ty)?])? {
+            $($(#[$fm:meta])* pub $f:ident: $ft:ty $([$($how:tt)+])?,)*
         }
     ) => {
         $(#[$m])*
-        pub struct $name {
+        pub struct $name $(<const $g: $gt>)? {
             $($(#[$fm])* pub $f: $ft,)*
         }
-        impl $crate::jmq::wire::Wire for $name {
-            const MIN_LEN: usize = 0 $(+ <$ft as $crate::jmq::wire::Wire>::MIN_LEN)*;
+        impl $(<const $g: $gt>)? $crate::jmq::wire::Wire for $name $(<$g>)? {
+            const MIN_LEN: usize = 0 $(+ $crate::jmq::wire::field!(min $ft; $($($how)+)?))*;
             #[allow(unused_variables)]
             fn put(
                 &self,
@@ -168,7 +227,9 @@ macro_rules! wire {
                 _: &'static str,
                 version: u8,
             ) -> $crate::error::Result<()> {
-                $($crate::jmq::wire::Wire::put(&self.$f, d, stringify!($f), version)?;)*
+                $($crate::jmq::wire::field!(
+                    put &self.$f, d, stringify!($f), version, $ft; $($($how)+)?
+                )?;)*
                 Ok(())
             }
             #[allow(unused_variables)]
@@ -176,28 +237,71 @@ macro_rules! wire {
                 r: &mut $crate::jmq::codec::Reader,
                 version: u8,
             ) -> $crate::error::Result<Self> {
-                Ok($name {
-                    $($f: <$ft as $crate::jmq::wire::Wire>::get(r, version)?,)*
+                Ok(Self {
+                    $($f: $crate::jmq::wire::field!(get r, version, $ft; $($($how)+)?)?,)*
                 })
             }
         }
-        $(
-            impl Payload for $name {
-                const TYPE: i8 = $ty;
-                fn encode(&self, version: u8, d: &mut ::bytes::BytesMut) -> $crate::error::Result<()> {
-                    $crate::jmq::wire::Wire::put(self, d, stringify!($name), version)
-                }
-                fn decode(r: &mut $crate::jmq::codec::Reader, version: u8) -> $crate::error::Result<Self> {
-                    <Self as $crate::jmq::wire::Wire>::get(r, version)
-                }
+        $crate::jmq::wire::wire!(
+            @payload [$(const $g: $gt)?] [$($g)?] $name $([$ty $(=> $resp)?])?
+        );
+    };
+    (@payload [$($gen:tt)*] [$($arg:tt)*] $name:ident) => {};
+    (@payload [$($gen:tt)*] [$($arg:tt)*] $name:ident [$ty:expr $(=> $resp:ty)?]) => {
+        impl<$($gen)*> Payload for $name<$($arg)*> {
+            const TYPE: i8 = $ty;
+            fn encode(&self, version: u8, d: &mut ::bytes::BytesMut) -> $crate::error::Result<()> {
+                $crate::jmq::wire::Wire::put(self, d, stringify!($name), version)
             }
-            $(
-                impl Request for $name {
-                    type Response = $resp;
-                }
-            )?
+            fn decode(r: &mut $crate::jmq::codec::Reader, version: u8) -> $crate::error::Result<Self> {
+                <Self as $crate::jmq::wire::Wire>::get(r, version)
+            }
+        }
+        $(
+            impl Request for $name {
+                type Response = $resp;
+            }
         )?
     };
 }
 
-pub(crate) use wire;
+/// One field of a [`wire!`] struct: its minimum length, writing it, reading it.
+macro_rules! field {
+    (min $ft:ty;) => {
+        <$ft as $crate::jmq::wire::Wire>::MIN_LEN
+    };
+    (min $ft:ty; as $l:ty) => {
+        <$l as $crate::jmq::wire::Layout<$ft>>::MIN_LEN
+    };
+    (min $ft:ty; since $n:literal, else $def:expr) => {
+        0
+    };
+    (put $x:expr, $d:ident, $f:expr, $v:ident, $ft:ty;) => {
+        $crate::jmq::wire::Wire::put($x, $d, $f, $v)
+    };
+    (put $x:expr, $d:ident, $f:expr, $v:ident, $ft:ty; as $l:ty) => {
+        <$l as $crate::jmq::wire::Layout<$ft>>::put($x, $d, $f, $v)
+    };
+    (put $x:expr, $d:ident, $f:expr, $v:ident, $ft:ty; since $n:literal, else $def:expr) => {
+        if $v >= $n {
+            $crate::jmq::wire::Wire::put($x, $d, $f, $v)
+        } else {
+            Ok(())
+        }
+    };
+    (get $r:ident, $v:ident, $ft:ty;) => {
+        <$ft as $crate::jmq::wire::Wire>::get($r, $v)
+    };
+    (get $r:ident, $v:ident, $ft:ty; as $l:ty) => {
+        <$l as $crate::jmq::wire::Layout<$ft>>::get($r, $v)
+    };
+    (get $r:ident, $v:ident, $ft:ty; since $n:literal, else $def:expr) => {
+        if $v >= $n {
+            <$ft as $crate::jmq::wire::Wire>::get($r, $v)
+        } else {
+            Ok($def)
+        }
+    };
+}
+
+pub(crate) use {field, wire};

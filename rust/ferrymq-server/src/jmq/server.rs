@@ -497,6 +497,52 @@ async fn send(tx: &mpsc::Sender<Bytes>, req: &Header, reply: Reply) {
     }
 }
 
+/// ADD_PRODUCER (`produce`) / ADD_CONSUMER: check that `app` may produce to (consume) each
+/// topic, note the topics on the connection, and answer an id per topic.
+fn add_client<const T: i8>(
+    ctx: &Ctx,
+    store: &JmqStore,
+    app: &str,
+    topics: &[String],
+    produce: bool,
+    v: u8,
+) -> Reply {
+    for t in topics {
+        if store.check_subscription(t, app, produce) != codes::SUCCESS {
+            let may = if produce { "produce to" } else { "consume" };
+            return Reply::Ack(
+                codes::CN_NO_PERMISSION,
+                Some(format!("app {app:?} may not {may} topic {t:?}")),
+            );
+        }
+    }
+    let mut st = ctx.state.lock();
+    let noted = if produce {
+        &mut st.producers
+    } else {
+        &mut st.consumers
+    };
+    noted.extend(topics.iter().cloned());
+    drop(st);
+    let kind = if produce { 'p' } else { 'c' };
+    let ids = topics
+        .iter()
+        .map(|t| (t.clone(), format!("{kind}{}-{t}", ctx.conn)))
+        .collect();
+    typed(&ClientIdsResponse::<T> { ids }, v)
+}
+
+/// Answer each partition of each topic of a request: (topic, answers) in request order.
+fn per_partition<P, A>(
+    topics: &[(String, Vec<P>)],
+    mut answer: impl FnMut(&str, &P) -> A,
+) -> Vec<(String, Vec<A>)> {
+    topics
+        .iter()
+        .map(|(t, parts)| (t.clone(), parts.iter().map(|p| answer(t, p)).collect()))
+        .collect()
+}
+
 fn strip_group(app: &str) -> &str {
     app.split('.').next().unwrap_or(app)
 }
@@ -562,14 +608,14 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             Some("ADD_CONNECTION must be the first command".into()),
         );
     };
-    let check_app = |req_app: &str| -> Option<Reply> {
-        (strip_group(req_app) != app).then(|| {
-            Reply::Ack(
+    if let Some(req_app) = req.app() {
+        if strip_group(req_app) != app {
+            return Reply::Ack(
                 codes::FW_CONNECTION_NOT_EXISTS,
                 Some(format!("app {req_app:?} does not match the connection")),
-            )
-        })
-    };
+            );
+        }
+    }
     let store = &inner.store;
     match req {
         AnyRequest::AddConnection(_) => unreachable!("handled above"),
@@ -589,59 +635,12 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             typed(&FetchHealthResponse { point }, v)
         }
         AnyRequest::AddProducer(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
-            for t in &r.topics {
-                if store.check_subscription(t, &app, true) != codes::SUCCESS {
-                    return Reply::Ack(
-                        codes::CN_NO_PERMISSION,
-                        Some(format!("app {app:?} may not produce to topic {t:?}")),
-                    );
-                }
-            }
-            let mut st = ctx.state.lock();
-            st.producers.extend(r.topics.iter().cloned());
-            drop(st);
-            typed(
-                &ClientIdsResponse::<{ -ct::ADD_PRODUCER }> {
-                    ids: r
-                        .topics
-                        .iter()
-                        .map(|t| (t.clone(), format!("p{}-{t}", ctx.conn)))
-                        .collect(),
-                },
-                v,
-            )
+            add_client::<{ -ct::ADD_PRODUCER }>(ctx, store, &app, &r.topics, true, v)
         }
         AnyRequest::AddConsumer(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
-            for t in &r.topics {
-                if store.check_subscription(t, &app, false) != codes::SUCCESS {
-                    return Reply::Ack(
-                        codes::CN_NO_PERMISSION,
-                        Some(format!("app {app:?} may not consume topic {t:?}")),
-                    );
-                }
-            }
-            ctx.state.lock().consumers.extend(r.topics.iter().cloned());
-            typed(
-                &ClientIdsResponse::<{ -ct::ADD_CONSUMER }> {
-                    ids: r
-                        .topics
-                        .iter()
-                        .map(|t| (t.clone(), format!("c{}-{t}", ctx.conn)))
-                        .collect(),
-                },
-                v,
-            )
+            add_client::<{ -ct::ADD_CONSUMER }>(ctx, store, &app, &r.topics, false, v)
         }
         AnyRequest::RemoveProducer(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
             let mut st = ctx.state.lock();
             for t in &r.topics {
                 st.producers.remove(t);
@@ -649,9 +648,6 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             Reply::Ack(codes::SUCCESS, None)
         }
         AnyRequest::RemoveConsumer(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
             let mut st = ctx.state.lock();
             for t in &r.topics {
                 st.consumers.remove(t);
@@ -659,9 +655,6 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             Reply::Ack(codes::SUCCESS, None)
         }
         AnyRequest::FetchCluster(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
             let mut topics = Vec::with_capacity(r.topics.len());
             let mut leaders = Vec::new();
             for t in &r.topics {
@@ -680,9 +673,6 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             typed(&FetchClusterResponse { topics, brokers }, v)
         }
         AnyRequest::FindCoordinator(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
             let none = inner.faults.lock().no_coordinator;
             let coord = coordinator_of(inner, &app);
             let coordinators = r
@@ -701,9 +691,6 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             typed(&FindCoordinatorResponse { coordinators }, v)
         }
         AnyRequest::FetchAssignedPartition(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
             let none = inner.faults.lock().no_coordinator;
             if none || coordinator_of(inner, &app).id != node_id {
                 return Reply::Ack(
@@ -727,9 +714,6 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             typed(&FetchAssignedPartitionResponse { data }, v)
         }
         AnyRequest::FetchTopicMessage(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
             let ack_timeout = Duration::from_millis(if r.ack_timeout > 0 {
                 r.ack_timeout as u64
             } else {
@@ -762,10 +746,7 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
                             ack_timeout,
                         )
                     } else {
-                        super::store::Fetched {
-                            messages: Vec::new(),
-                            code,
-                        }
+                        super::store::Fetched::failed(code)
                     };
                     any |= !f.messages.is_empty() || f.code != codes::SUCCESS;
                     data.push(TopicMessages {
@@ -791,93 +772,40 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             }
         }
         AnyRequest::FetchPartitionMessage(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
-            let data = r
-                .topics
-                .iter()
-                .map(|(t, parts)| {
-                    let parts = parts
-                        .iter()
-                        .map(|p| {
-                            let (messages, code) = store.fetch_partition(
-                                node_id,
-                                t,
-                                &app,
-                                p.partition,
-                                p.index,
-                                usize::try_from(p.count).unwrap_or(1),
-                            );
-                            PartitionMessages {
-                                partition: p.partition,
-                                messages,
-                                code,
-                            }
-                        })
-                        .collect();
-                    (t.clone(), parts)
-                })
-                .collect();
+            let data = per_partition(&r.topics, |t, p| {
+                let (messages, code) = store.fetch_partition(
+                    node_id,
+                    t,
+                    &app,
+                    p.partition,
+                    p.index,
+                    usize::try_from(p.count).unwrap_or(1),
+                );
+                PartitionMessages {
+                    partition: p.partition,
+                    messages,
+                    code,
+                }
+            });
             typed(&FetchPartitionMessageResponse { data }, v)
         }
         AnyRequest::CommitAck(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
-            let data = r
-                .topics
-                .iter()
-                .map(|(t, parts)| {
-                    let codes = parts
-                        .iter()
-                        .map(|(p, items)| (*p, store.commit_ack(t, &app, *p, items)))
-                        .collect();
-                    (t.clone(), codes)
-                })
-                .collect();
+            let data = per_partition(&r.topics, |t, (p, items)| {
+                (*p, store.commit_ack(t, &app, *p, items))
+            });
             typed(&CommitAckResponse::<{ -ct::COMMIT_ACK }> { data }, v)
         }
         AnyRequest::CommitAckIndex(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
-            let data = r
-                .topics
-                .iter()
-                .map(|(t, parts)| {
-                    let codes = parts
-                        .iter()
-                        .map(|(p, i)| (*p, store.commit_index(t, &app, *p, *i)))
-                        .collect();
-                    (t.clone(), codes)
-                })
-                .collect();
+            let data = per_partition(&r.topics, |t, (p, i)| {
+                (*p, store.commit_index(t, &app, *p, *i))
+            });
             typed(&CommitAckResponse::<{ -ct::COMMIT_ACK_INDEX }> { data }, v)
         }
         AnyRequest::FetchIndex(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
-            let data = r
-                .topics
-                .iter()
-                .map(|(t, parts)| {
-                    (
-                        t.clone(),
-                        parts
-                            .iter()
-                            .map(|p| store.fetch_index(t, &app, *p))
-                            .collect(),
-                    )
-                })
-                .collect();
+            let data = per_partition(&r.topics, |t, p| store.fetch_index(t, &app, *p));
             typed(&FetchIndexResponse { data }, v)
         }
         AnyRequest::ProduceMessage(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
             let data = r
                 .topics
                 .into_iter()
@@ -915,9 +843,6 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             typed(&ProduceMessageResponse { data }, v)
         }
         AnyRequest::Prepare(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
             if !ctx.state.lock().producers.contains(&r.topic) {
                 return Reply::Ack(
                     codes::FW_PRODUCER_NOT_EXISTS,
@@ -940,40 +865,25 @@ async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
                 Err(code) => typed(&PrepareResponse { tx_id: None, code }, v),
             }
         }
-        AnyRequest::Commit(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
-            typed(
-                &CommitResponse {
-                    code: store.commit(&r.topic, &app, &r.tx_id),
-                },
-                v,
-            )
-        }
-        AnyRequest::Rollback(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
-            typed(
-                &RollbackResponse {
-                    code: store.rollback(&r.topic, &app, &r.tx_id),
-                },
-                v,
-            )
-        }
-        AnyRequest::FetchProduceFeedback(r) => {
-            if let Some(e) = check_app(&r.app) {
-                return e;
-            }
-            typed(
-                &FetchProduceFeedbackResponse {
-                    data: store.feedback(&r.topic, &app),
-                    code: codes::SUCCESS,
-                },
-                v,
-            )
-        }
+        AnyRequest::Commit(r) => typed(
+            &CommitResponse {
+                code: store.commit(&r.topic, &app, &r.tx_id),
+            },
+            v,
+        ),
+        AnyRequest::Rollback(r) => typed(
+            &RollbackResponse {
+                code: store.rollback(&r.topic, &app, &r.tx_id),
+            },
+            v,
+        ),
+        AnyRequest::FetchProduceFeedback(r) => typed(
+            &FetchProduceFeedbackResponse {
+                data: store.feedback(&r.topic, &app),
+                code: codes::SUCCESS,
+            },
+            v,
+        ),
     }
 }
 

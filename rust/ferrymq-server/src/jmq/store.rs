@@ -119,6 +119,17 @@ struct Topic {
     members: HashMap<String, HashMap<String, Instant>>,
 }
 
+impl Topic {
+    /// The partitions of the groups `node` leads.
+    fn local(&self, node: i32) -> Vec<i16> {
+        self.groups
+            .iter()
+            .filter(|g| g.leader == node)
+            .flat_map(|g| g.partitions.iter().copied())
+            .collect()
+    }
+}
+
 #[derive(Debug)]
 struct Tx {
     topic: String,
@@ -197,6 +208,16 @@ pub struct Fetched {
     pub messages: Vec<WireMessage>,
     /// Per-topic code.
     pub code: i32,
+}
+
+impl Fetched {
+    /// No messages, and why.
+    pub fn failed(code: i32) -> Fetched {
+        Fetched {
+            messages: Vec::new(),
+            code,
+        }
+    }
 }
 
 impl JmqStore {
@@ -505,12 +526,7 @@ impl JmqStore {
             return fail(codes::CN_PARAM_ERROR, n);
         }
         let t = st.topics.get_mut(topic).expect("checked above");
-        let local: Vec<i16> = t
-            .groups
-            .iter()
-            .filter(|g| g.leader == node)
-            .flat_map(|g| g.partitions.iter().copied())
-            .collect();
+        let local = t.local(node);
         let partition = if partition < 0 {
             if local.is_empty() {
                 return fail(codes::FW_PRODUCE_MESSAGE_BROKER_NOT_LEADER, n);
@@ -589,28 +605,14 @@ impl JmqStore {
         let mut st = self.state.lock();
         let consume = self.sub_locked(&st, topic, app).consume;
         let Some(t) = st.topics.get_mut(topic) else {
-            return Fetched {
-                code: codes::FW_TOPIC_NOT_EXIST,
-                ..Fetched::default()
-            };
+            return Fetched::failed(codes::FW_TOPIC_NOT_EXIST);
         };
         if !consume {
-            return Fetched {
-                code: codes::CN_NO_PERMISSION,
-                ..Fetched::default()
-            };
+            return Fetched::failed(codes::CN_NO_PERMISSION);
         }
-        let local: Vec<i16> = t
-            .groups
-            .iter()
-            .filter(|g| g.leader == node)
-            .flat_map(|g| g.partitions.iter().copied())
-            .collect();
+        let local = t.local(node);
         if local.is_empty() {
-            return Fetched {
-                code: codes::FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER,
-                ..Fetched::default()
-            };
+            return Fetched::failed(codes::FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER);
         }
         let count = count.max(1);
         let a = t.apps.entry(app.to_string()).or_default();
@@ -899,11 +901,9 @@ impl JmqStore {
     /// PRODUCE_MESSAGE_COMMIT: append the transaction's messages.
     pub fn commit(&self, topic: &str, app: &str, tx_id: &str) -> i32 {
         let mut st = self.state.lock();
-        match st.txs.get(tx_id) {
-            Some(tx) if tx.topic == topic && tx.app == app => {}
-            _ => return codes::FW_TRANSACTION_NOT_EXISTS,
-        }
-        let tx = st.txs.remove(tx_id).expect("checked above");
+        let Some(tx) = take_tx(&mut st, topic, app, tx_id) else {
+            return codes::FW_TRANSACTION_NOT_EXISTS;
+        };
         if let Some(t) = st.topics.get_mut(topic) {
             for (p, m) in tx.messages {
                 if let Some(part) = t.partitions.get_mut(&p) {
@@ -918,13 +918,9 @@ impl JmqStore {
 
     /// PRODUCE_MESSAGE_ROLLBACK: discard the transaction.
     pub fn rollback(&self, topic: &str, app: &str, tx_id: &str) -> i32 {
-        let mut st = self.state.lock();
-        match st.txs.get(tx_id) {
-            Some(tx) if tx.topic == topic && tx.app == app => {
-                st.txs.remove(tx_id);
-                codes::SUCCESS
-            }
-            _ => codes::FW_TRANSACTION_NOT_EXISTS,
+        match take_tx(&mut self.state.lock(), topic, app, tx_id) {
+            Some(_) => codes::SUCCESS,
+            None => codes::FW_TRANSACTION_NOT_EXISTS,
         }
     }
 
@@ -1041,6 +1037,14 @@ impl JmqStore {
             .collect();
         v.sort();
         v
+    }
+}
+
+/// Remove and return transaction `tx_id` if it is `app`'s on `topic`.
+fn take_tx(st: &mut State, topic: &str, app: &str, tx_id: &str) -> Option<Tx> {
+    match st.txs.get(tx_id) {
+        Some(tx) if tx.topic == topic && tx.app == app => st.txs.remove(tx_id),
+        _ => None,
     }
 }
 
