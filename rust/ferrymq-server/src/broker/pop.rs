@@ -262,9 +262,9 @@ impl QueueState {
         let msgs = &self.messages;
         let stored = |off: u64| &msgs[(off - base) as usize];
         if p.fifo {
-            pop_fifo(c, p, out, want, end, &stored);
+            pop_fifo(c, p, out, want, end, stored);
         } else {
-            pop_normal(c, p, out, want, end, &stored);
+            pop_normal(c, p, out, want, end, stored);
         }
         c.compact();
     }
@@ -386,7 +386,7 @@ fn pop_normal<'m>(
     out: &mut PopOutcome,
     want: usize,
     end: u64,
-    stored: &dyn Fn(u64) -> &'m Arc<Stored>,
+    stored: impl Fn(u64) -> &'m Arc<Stored>,
 ) {
     // Redeliveries first, oldest deadline first.
     while out.deliveries.len() < want {
@@ -442,7 +442,7 @@ fn pop_fifo<'m>(
     out: &mut PopOutcome,
     want: usize,
     end: u64,
-    stored: &dyn Fn(u64) -> &'m Arc<Stored>,
+    stored: impl Fn(u64) -> &'m Arc<Stored>,
 ) {
     // Groups held back by a message in flight from an earlier receive (or skipped here). A group
     // this receive hands a message of stays open: its next messages may follow in this batch.
