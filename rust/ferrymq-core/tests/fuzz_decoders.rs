@@ -25,8 +25,11 @@ const TARGETS: &[(&str, Decoder)] = &[
     ("nats-ack", ferrymq_core::nats::fuzz_decode_ack),
 ];
 
-/// Every target must run at least this many inputs, however slow the machine.
+/// Every target of the clock-seeded run runs at least this many inputs, however slow the machine.
 const MIN_EXECUTIONS: u64 = 200;
+
+/// Inputs per target of the fixed-seed run.
+const FIXED_EXECUTIONS: u64 = 4_000;
 
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -141,6 +144,61 @@ fn budget() -> Duration {
     Duration::from_secs_f64(secs)
 }
 
+/// Runs `decode` over the seeds, then over random and mutated inputs drawn from `rng` until at
+/// least `min` inputs ran and `budget` has passed; a panic fails the test with the input.
+fn fuzz(name: &str, decode: Decoder, rng: &mut Rng, seed: u64, min: u64, budget: Duration) {
+    let seeds = load(name);
+    assert!(!seeds.is_empty(), "no seeds for {name}");
+    // the seeds themselves first
+    for s in &seeds {
+        decode(s);
+    }
+    let mut runs = seeds.len() as u64;
+    let started = Instant::now();
+    while runs < min || started.elapsed() < budget {
+        let input = if rng.below(8) == 0 {
+            let n = rng.below(512);
+            (0..n).map(|_| rng.next() as u8).collect()
+        } else {
+            let mut v = seeds[rng.below(seeds.len())].clone();
+            mutate(rng, &seeds, &mut v);
+            v
+        };
+        let outcome = std::panic::catch_unwind(|| decode(&input));
+        if outcome.is_err() {
+            panic!(
+                "{name}: a decoder panicked on {} bytes (seed {seed}): {:02x?}",
+                input.len(),
+                &input[..input.len().min(256)]
+            );
+        }
+        runs += 1;
+    }
+    println!(
+        "decoder fuzz: {name}: {runs} executions in {:.1} s ({} seeds, seed {seed})",
+        started.elapsed().as_secs_f64(),
+        seeds.len()
+    );
+}
+
+/// The same inputs on every run, however slow the machine: a fixed seed and a fixed count.
+#[test]
+fn decoders_survive_a_fixed_series() {
+    const SEED: u64 = 0x5eed_f00d_0bad_cafe | 1;
+    let mut rng = Rng(SEED);
+    for &(name, decode) in TARGETS {
+        fuzz(
+            name,
+            decode,
+            &mut rng,
+            SEED,
+            FIXED_EXECUTIONS,
+            Duration::ZERO,
+        );
+    }
+}
+
+/// New inputs on every run (a clock seed, printed), for the time budget.
 #[test]
 fn decoders_survive_mutated_seeds() {
     let seed = std::env::var("FERRYMQ_FUZZ_SEED")
@@ -156,38 +214,7 @@ fn decoders_survive_mutated_seeds() {
     println!("decoder fuzz: seed {seed}, {per_target:?} per target");
     let mut rng = Rng(seed);
     for &(name, decode) in TARGETS {
-        let seeds = load(name);
-        assert!(!seeds.is_empty(), "no seeds for {name}");
-        // the seeds themselves first
-        for s in &seeds {
-            decode(s);
-        }
-        let mut runs = seeds.len() as u64;
-        let started = Instant::now();
-        while runs < MIN_EXECUTIONS || started.elapsed() < per_target {
-            let input = if rng.below(8) == 0 {
-                let n = rng.below(512);
-                (0..n).map(|_| rng.next() as u8).collect()
-            } else {
-                let mut v = seeds[rng.below(seeds.len())].clone();
-                mutate(&mut rng, &seeds, &mut v);
-                v
-            };
-            let outcome = std::panic::catch_unwind(|| decode(&input));
-            if outcome.is_err() {
-                panic!(
-                    "{name}: a decoder panicked on {} bytes (seed {seed}): {:02x?}",
-                    input.len(),
-                    &input[..input.len().min(256)]
-                );
-            }
-            runs += 1;
-        }
-        println!(
-            "decoder fuzz: {name}: {runs} executions in {:.1} s ({} seeds)",
-            started.elapsed().as_secs_f64(),
-            seeds.len()
-        );
+        fuzz(name, decode, &mut rng, seed, MIN_EXECUTIONS, per_target);
     }
 }
 
