@@ -301,9 +301,9 @@ class Step:
     messages: int
     fifo: bool
     message_groups: int = 0
-    warmup: int = 0  # messages consumed before the measured ones (Java)
     accelerator: bool = False
     pipelining: bool = False
+    warmup: int = 0  # messages consumed before the measured ones (Java)
 
 
 def build_plan(args: argparse.Namespace, java: bool) -> list[Step]:
@@ -337,8 +337,8 @@ def build_plan(args: argparse.Namespace, java: bool) -> list[Step]:
                     client = "ferrymq" + "+accelerator" * accelerator + "+pipelining" * pipelining
                     tag = f"ferrymq-{name}{'-a' * accelerator}{'-p' * pipelining}"
                     plan.append(
-                        Step(name, client, tag, f"{tag}-g", n, True, groups, accelerator,
-                             pipelining)
+                        Step(name, client, tag, f"{tag}-g", n, True, groups,
+                             accelerator=accelerator, pipelining=pipelining)
                     )  # fmt: skip
     return plan
 
