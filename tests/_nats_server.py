@@ -97,6 +97,9 @@ class HoldingProxy:
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        #: Connections accepted, and connections the client side has closed (EOF read from it).
+        self.accepted = 0
+        self.client_closed = 0
         self._spawn(self._accept)
 
     def _spawn(self, target: object, *args: object) -> None:
@@ -128,6 +131,7 @@ class HoldingProxy:
                 continue
             with self._lock:
                 self._sockets += [client, server]
+                self.accepted += 1
             self._spawn(self._pipe, client, server, False)
             self._spawn(self._pipe, server, client, True)
 
@@ -152,6 +156,9 @@ class HoldingProxy:
                     if data:
                         dst.sendall(data)
                 if not data:
+                    if not downstream:
+                        with self._lock:
+                            self.client_closed += 1
                     break
         except OSError:
             pass

@@ -123,11 +123,15 @@ def jmq_consumer(
     if tls:
         raise InvalidArgumentError("tls: ferrymq's JMQ4 client has no TLS")
     extra = known_options("jmq_options", options, CONSUMER_OPTIONS)
-    # None (the default) passes through: the stub's request_timeout does not say it may.
-    kwargs: dict[str, Any] = {"namespace": namespace, "request_timeout": request_timeout}
     topics = _topics(subscriptions)
     return _native.JmqConsumer(
-        first_endpoint(endpoints), topics, app=group, token=token, **kwargs, **extra
+        first_endpoint(endpoints),
+        topics,
+        app=group,
+        token=token,
+        namespace=namespace,
+        request_timeout=request_timeout,
+        **extra,
     )
 
 

@@ -251,7 +251,7 @@ class JmqConsumer(LazyClient):
         ack_timeout: float | timedelta = 30.0,
         long_poll: float | timedelta = 5.0,
         session_timeout: float | timedelta = 60.0,
-        request_timeout: float | timedelta = 10.0,
+        request_timeout: float | timedelta | None = 10.0,
         metadata_refresh: float | timedelta = 30.0,
         client_ip: str | None = None,
         endpoint: str | None = None,

@@ -6,10 +6,10 @@
 //! `close`, the context managers, `endpoints`) are stated once there.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ferrymq_core::Error;
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 use tokio::sync::OnceCell;
 
@@ -31,7 +31,10 @@ pub(crate) trait Connect: Clone + Send + Sync + 'static {
 pub(crate) struct Lazy<C: Connect> {
     pub(crate) options: C::Options,
     client: OnceCell<C>,
-    closed: AtomicBool,
+    /// Whether `close()` was called. Locked by `close()` while it looks for a client to shut,
+    /// and by `get()` after its connect finished, so one of the two always sees the other:
+    /// a connection that completes after `close()` is shut by `get()`, never left open.
+    closed: Mutex<bool>,
 }
 
 impl<C: Connect> Lazy<C> {
@@ -40,10 +43,18 @@ impl<C: Connect> Lazy<C> {
         if self.is_closed() {
             return Err(Error::closed(C::CLOSED));
         }
-        self.client
+        let client = self
+            .client
             .get_or_try_init(|| C::open(self.options.clone()))
-            .await
-            .cloned()
+            .await?
+            .clone();
+        if *self.closed.lock() {
+            // `close()` ran while this connected and found no client: shut the new one. The
+            // caller gets the closed error either way (it asked after `close()` began).
+            let _ = client.shut().await;
+            return Err(Error::closed(C::CLOSED));
+        }
+        Ok(client)
     }
 
     /// The client if it is connected.
@@ -52,13 +63,19 @@ impl<C: Connect> Lazy<C> {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        *self.closed.lock()
     }
 
     /// Refuse further calls and close the client if one was connected. Idempotent.
     pub(crate) async fn close(&self) -> Result<(), Error> {
-        self.closed.store(true, Ordering::Release);
-        match self.client.get() {
+        let client = {
+            let mut closed = self.closed.lock();
+            if std::mem::replace(&mut *closed, true) {
+                return Ok(()); // closed before
+            }
+            self.client.get().cloned()
+        };
+        match client {
             Some(c) => c.shut().await,
             None => Ok(()),
         }
@@ -79,7 +96,7 @@ impl<C: Connect> Handle<C> {
             state: Arc::new(Lazy {
                 options,
                 client: OnceCell::new(),
-                closed: AtomicBool::new(false),
+                closed: Mutex::new(false),
             }),
             rt,
             endpoint,
