@@ -337,12 +337,6 @@ impl JmqStore {
         Ok(())
     }
 
-    /// Whether the topic exists.
-    pub fn has_topic(&self, name: &str) -> bool {
-        self.sync_topic(name);
-        self.state.lock().topics.contains_key(name)
-    }
-
     /// Names of all topics.
     pub fn topics(&self) -> Vec<String> {
         let mut v: Vec<String> = self.state.lock().topics.keys().cloned().collect();
@@ -373,12 +367,6 @@ impl JmqStore {
             .topics
             .get(topic)
             .map_or(0, |t| t.partitions.values().map(|p| p.next as u64).sum())
-    }
-
-    /// The subscription of `app` to `topic` (admin: both).
-    pub fn subscription_of(&self, topic: &str, app: &str) -> Subscription {
-        let st = self.state.lock();
-        self.sub_locked(&st, topic, app)
     }
 
     /// FETCH_CLUSTER metadata of `topic` for `app` (§5.1), and the leader ids it references.
@@ -490,22 +478,6 @@ impl JmqStore {
             .map(|t| t.partitions.keys().copied().collect())
             .unwrap_or_default();
         v.sort_unstable();
-        v
-    }
-
-    /// Topic names an app may see (every topic for the admin app).
-    pub fn visible_topics(&self, app: &str) -> Vec<String> {
-        let st = self.state.lock();
-        let mut v: Vec<String> = st
-            .topics
-            .keys()
-            .filter(|t| {
-                let s = self.sub_locked(&st, t, app);
-                s.produce || s.consume
-            })
-            .cloned()
-            .collect();
-        v.sort();
         v
     }
 }
