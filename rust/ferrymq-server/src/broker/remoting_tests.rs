@@ -491,36 +491,27 @@ async fn remoting_min_max_and_search_offsets() {
 #[tokio::test]
 async fn remoting_pull_result_codes() {
     let (_broker, mut r) = one_endpoint().await;
+    // A pull of queue 0 of `t` from `offset` with `filter`: (code, nextBeginOffset, remark).
+    async fn pulled(r: &mut Remote, offset: u64, filter: &str) -> (i32, i64, Option<String>) {
+        let reply = r.call(pull_cmd("t", 0, offset, 4, filter)).await;
+        let next = ext_i64(&reply, "nextBeginOffset");
+        (reply.code, next, reply.remark)
+    }
     // Empty queue: 19 at 0, 21 (next 0) elsewhere.
-    let reply = r.call(pull_cmd("t", 0, 0, 4, "*")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_NOT_FOUND, 0)
-    );
-    let reply = r.call(pull_cmd("t", 0, 5, 4, "*")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_OFFSET_MOVED, 0)
-    );
+    let (code, next, _) = pulled(&mut r, 0, "*").await;
+    assert_eq!((code, next), (rs::PULL_NOT_FOUND, 0));
+    let (code, next, _) = pulled(&mut r, 5, "*").await;
+    assert_eq!((code, next), (rs::PULL_OFFSET_MOVED, 0));
     send_batch(&mut r, 4).await;
     // At max: 19; above max: 21 with next = max.
-    let reply = r.call(pull_cmd("t", 0, 4, 4, "*")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_NOT_FOUND, 4)
-    );
-    let reply = r.call(pull_cmd("t", 0, 9, 4, "*")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_OFFSET_MOVED, 4)
-    );
-    assert_eq!(reply.remark.as_deref(), Some("OFFSET_OVERFLOW_BADLY"));
+    let (code, next, _) = pulled(&mut r, 4, "*").await;
+    assert_eq!((code, next), (rs::PULL_NOT_FOUND, 4));
+    let above = pulled(&mut r, 9, "*").await;
+    let badly = Some("OFFSET_OVERFLOW_BADLY".to_string());
+    assert_eq!(above, (rs::PULL_OFFSET_MOVED, 4, badly));
     // Everything filtered out: 20, next past the scanned range.
-    let reply = r.call(pull_cmd("t", 0, 0, 4, "other")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_RETRY_IMMEDIATELY, 4)
-    );
+    let (code, next, _) = pulled(&mut r, 0, "other").await;
+    assert_eq!((code, next), (rs::PULL_RETRY_IMMEDIATELY, 4));
     // Tag filter: only matches, next past the scanned range.
     let reply = r.call(pull_cmd("t", 0, 0, 4, "tag-1 || zzz")).await;
     assert_eq!(reply.code, rs::SUCCESS);
