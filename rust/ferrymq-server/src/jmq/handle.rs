@@ -106,6 +106,20 @@ fn add_client<const T: i8>(
     typed(&ClientIdsResponse::<T> { ids }, v)
 }
 
+/// REMOVE_PRODUCER (`produce`) / REMOVE_CONSUMER: forget the topics on the connection.
+fn remove_client(ctx: &Ctx, topics: &[String], produce: bool) -> Reply {
+    let mut st = ctx.state.lock();
+    let noted = if produce {
+        &mut st.producers
+    } else {
+        &mut st.consumers
+    };
+    for t in topics {
+        noted.remove(t);
+    }
+    Reply::Ack(codes::SUCCESS, None)
+}
+
 /// Answer each partition of each topic of a request: (topic, answers) in request order.
 fn per_partition<P, A>(
     topics: &[(String, Vec<P>)],
@@ -214,20 +228,8 @@ pub(super) async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
         AnyRequest::AddConsumer(r) => {
             add_client::<{ -ct::ADD_CONSUMER }>(ctx, store, &app, &r.topics, false, v)
         }
-        AnyRequest::RemoveProducer(r) => {
-            let mut st = ctx.state.lock();
-            for t in &r.topics {
-                st.producers.remove(t);
-            }
-            Reply::Ack(codes::SUCCESS, None)
-        }
-        AnyRequest::RemoveConsumer(r) => {
-            let mut st = ctx.state.lock();
-            for t in &r.topics {
-                st.consumers.remove(t);
-            }
-            Reply::Ack(codes::SUCCESS, None)
-        }
+        AnyRequest::RemoveProducer(r) => remove_client(ctx, &r.topics, true),
+        AnyRequest::RemoveConsumer(r) => remove_client(ctx, &r.topics, false),
         AnyRequest::FetchCluster(r) => {
             let mut topics = Vec::with_capacity(r.topics.len());
             let mut leaders = Vec::new();
@@ -329,13 +331,10 @@ pub(super) async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
                         code: f.code,
                     });
                 }
-                let Some(deadline) = deadline else {
+                let now = Instant::now();
+                let Some(deadline) = deadline.filter(|d| !any && now < *d) else {
                     return typed(&FetchTopicMessageResponse { data }, v);
                 };
-                let now = Instant::now();
-                if any || now >= deadline {
-                    return typed(&FetchTopicMessageResponse { data }, v);
-                }
                 // Wake on new messages or released partitions; re-check now and then for
                 // occupations that time out.
                 let wait = (deadline - now).min(Duration::from_millis(200));
@@ -418,16 +417,11 @@ pub(super) async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
             } else {
                 Duration::from_secs(600)
             };
-            match store.prepare(&r.topic, &app, r.transaction_id, timeout) {
-                Ok(tx_id) => typed(
-                    &PrepareResponse {
-                        tx_id: Some(tx_id),
-                        code: codes::SUCCESS,
-                    },
-                    v,
-                ),
-                Err(code) => typed(&PrepareResponse { tx_id: None, code }, v),
-            }
+            let (tx_id, code) = match store.prepare(&r.topic, &app, r.transaction_id, timeout) {
+                Ok(tx_id) => (Some(tx_id), codes::SUCCESS),
+                Err(code) => (None, code),
+            };
+            typed(&PrepareResponse { tx_id, code }, v)
         }
         AnyRequest::Commit(r) => typed(
             &CommitResponse {
