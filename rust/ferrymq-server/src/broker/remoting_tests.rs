@@ -177,26 +177,26 @@ async fn send_batch(r: &mut Remote, n: usize) -> RemotingCommand {
             )
         })
         .collect();
-    let c = cmd(
-        rq::SEND_BATCH_MESSAGE,
-        &[
-            ("a", "pg"),
-            ("b", "t"),
-            ("c", "TBW102"),
-            ("d", "4"),
-            ("e", "0"),
-            ("f", "0"),
-            ("g", "1700000000000"),
-            ("h", "0"),
-            ("i", ""),
-            ("j", "0"),
-            ("k", "false"),
-            ("m", "true"),
-            ("n", "broker-0"),
-        ],
-    )
-    .with_body(batch_body(&msgs));
-    r.call(c).await
+    let extra = [("i", ""), ("j", "0"), ("k", "false"), ("n", "broker-0")];
+    r.call(batch_cmd("1700000000000", &extra, &msgs)).await
+}
+
+/// A SEND_BATCH_MESSAGE of `msgs` to queue 0 of `t` from group `pg`, born at `born` (ms), with
+/// the `extra` header fields.
+fn batch_cmd(born: &str, extra: &[(&str, &str)], msgs: &[(&[u8], String)]) -> RemotingCommand {
+    let mut fields = vec![
+        ("a", "pg"),
+        ("b", "t"),
+        ("c", "TBW102"),
+        ("d", "4"),
+        ("e", "0"),
+        ("f", "0"),
+        ("g", born),
+        ("h", "0"),
+        ("m", "true"),
+    ];
+    fields.extend_from_slice(extra);
+    cmd(rq::SEND_BATCH_MESSAGE, &fields).with_body(batch_body(msgs))
 }
 
 #[tokio::test]
@@ -693,22 +693,7 @@ async fn remoting_pull_body_reads_with_the_client_decoder_and_client_signatures_
         (b"a", props(&[("TAGS", "x"), ("UNIQ_KEY", "U1")])),
         (b"b", props(&[("KEYS", "k"), ("UNIQ_KEY", "U2")])),
     ];
-    let send = cmd(
-        rq::SEND_BATCH_MESSAGE,
-        &[
-            ("a", "pg"),
-            ("b", "t"),
-            ("c", "TBW102"),
-            ("d", "4"),
-            ("e", "0"),
-            ("f", "0"),
-            ("g", "1"),
-            ("h", "0"),
-            ("m", "true"),
-        ],
-    )
-    .with_body(batch_body(&msgs));
-    let reply = r.call(sign(send)).await;
+    let reply = r.call(sign(batch_cmd("1", &[], &msgs))).await;
     assert_eq!(reply.code, rs::SUCCESS, "{:?}", reply.remark);
     let ids: Vec<String> = reply
         .ext("msgId")
