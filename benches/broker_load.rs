@@ -207,6 +207,26 @@ async fn settings(client: &mut MessagingServiceClient<Channel>, group: &str) {
     std::mem::forget((tx, s));
 }
 
+/// Drive SendMessage with `requests`, one in-flight loop each; a call counts its messages.
+async fn send_phase(
+    secs: f64,
+    clients: &Arc<Vec<MessagingServiceClient<Channel>>>,
+    requests: Vec<proto::SendMessageRequest>,
+) -> Rate {
+    let per_call = requests[0].messages.len() as u64;
+    let (c, requests) = (clients.clone(), Arc::new(requests));
+    drive(secs, requests.len(), move |i| {
+        let mut client = c[i % c.len()].clone();
+        let r = requests[i].clone();
+        async move {
+            let resp = client.send_message(req(r)).await.unwrap().into_inner();
+            assert_eq!(resp.status.unwrap().code, 20000);
+            per_call
+        }
+    })
+    .await
+}
+
 async fn run(secs: f64, broker: &Broker) {
     broker.create_topic("batch", "NORMAL", 8).unwrap();
     broker.create_topic("unary", "NORMAL", 8).unwrap();
@@ -216,8 +236,10 @@ async fn run(secs: f64, broker: &Broker) {
     let clients = Arc::new(channels(addr).await);
     let body = bytes::Bytes::from(vec![b'x'; BODY]);
 
-    // Batched SendMessage.
-    let batches: Arc<Vec<proto::SendMessageRequest>> = Arc::new(
+    // Batched SendMessage, then unary SendMessage.
+    let batched = send_phase(
+        secs,
+        &clients,
         (0..BATCH_INFLIGHT)
             .map(|i| proto::SendMessageRequest {
                 messages: (0..BATCH)
@@ -225,18 +247,7 @@ async fn run(secs: f64, broker: &Broker) {
                     .collect(),
             })
             .collect(),
-    );
-    let c = clients.clone();
-    let b = batches.clone();
-    let batched = drive(secs, BATCH_INFLIGHT, move |i| {
-        let mut client = c[i % c.len()].clone();
-        let r = b[i].clone();
-        async move {
-            let resp = client.send_message(req(r)).await.unwrap().into_inner();
-            assert_eq!(resp.status.unwrap().code, 20000);
-            BATCH as u64
-        }
-    })
+    )
     .await;
     report(
         "send_batched",
@@ -244,28 +255,15 @@ async fn run(secs: f64, broker: &Broker) {
         &batched,
         &format!("batches of {BATCH} x {BODY} B, {BATCH_INFLIGHT} in flight"),
     );
-
-    // Unary SendMessage.
-    let unary_msgs: Arc<Vec<proto::Message>> = Arc::new(
+    let unary = send_phase(
+        secs,
+        &clients,
         (0..UNARY_INFLIGHT)
-            .map(|i| message("unary", &body, (i % 8) as i32))
+            .map(|i| proto::SendMessageRequest {
+                messages: vec![message("unary", &body, (i % 8) as i32)],
+            })
             .collect(),
-    );
-    let c = clients.clone();
-    let u = unary_msgs.clone();
-    let unary = drive(secs, UNARY_INFLIGHT, move |i| {
-        let mut client = c[i % c.len()].clone();
-        let m = u[i].clone();
-        async move {
-            let resp = client
-                .send_message(req(proto::SendMessageRequest { messages: vec![m] }))
-                .await
-                .unwrap()
-                .into_inner();
-            assert_eq!(resp.status.unwrap().code, 20000);
-            1
-        }
-    })
+    )
     .await;
     report(
         "send_unary",

@@ -73,15 +73,27 @@ async fn drain(c: &JmqConsumer, n: usize, ack: bool) -> Vec<ReceivedMessage> {
     out
 }
 
+/// A server of `nodes` nodes with `topic` of `partitions` partitions, and a producer.
+async fn with_topic(nodes: usize, topic: &str, partitions: u16) -> (JmqServer, JmqProducer) {
+    let s = server(nodes).await;
+    s.create_topic(topic, partitions).unwrap();
+    let p = producer(&s, ProducerOptions::default()).await;
+    (s, p)
+}
+
+/// Whether a receive of up to `n` messages waiting `ms` gets nothing.
+async fn idle(c: &JmqConsumer, n: usize, ms: u64) -> bool {
+    let got = c.receive(n, Duration::from_millis(ms)).await.unwrap();
+    got.is_empty()
+}
+
 fn msg(topic: &str, body: impl Into<Bytes>) -> Message {
     Message::builder(topic, body).build().unwrap()
 }
 
 #[tokio::test]
 async fn produce_consume_ack_with_attributes_and_compression() {
-    let s = server(1).await;
-    s.create_topic("orders", 4).unwrap();
-    let p = producer(&s, ProducerOptions::default()).await;
+    let (s, p) = with_topic(1, "orders", 4).await;
     let big = Bytes::from(vec![b'z'; 5000]);
     let m = Message::builder("orders", big.clone())
         .keys(["order-1"])
@@ -117,11 +129,7 @@ async fn produce_consume_ack_with_attributes_and_compression() {
         acked += e.index;
     }
     assert_eq!(acked, 10);
-    assert!(c
-        .receive(10, Duration::from_millis(100))
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(idle(&c, 10, 100).await);
     p.close().await;
     c.close().await;
     assert!(p.send(&msg("orders", "late")).await.unwrap_err().kind() == ErrorKind::Closed);
@@ -254,9 +262,7 @@ async fn transactions_commit_rollback_and_feedback() {
 
 #[tokio::test]
 async fn coordinator_mode_assigns_and_falls_back() {
-    let s = server(3).await;
-    s.create_topic("co", 6).unwrap();
-    let p = producer(&s, ProducerOptions::default()).await;
+    let (s, p) = with_topic(3, "co", 6).await;
     for i in 0..12 {
         p.send(&msg("co", format!("m{i}"))).await.unwrap();
     }
@@ -284,9 +290,7 @@ async fn coordinator_mode_assigns_and_falls_back() {
 
 #[tokio::test]
 async fn broadcast_consumers_each_read_everything() {
-    let s = server(2).await;
-    s.create_topic("bc", 3).unwrap();
-    let p = producer(&s, ProducerOptions::default()).await;
+    let (s, p) = with_topic(2, "bc", 3).await;
     p.send_batch(
         &(0..4)
             .map(|i| msg("bc", format!("x{i}")))
@@ -301,27 +305,17 @@ async fn broadcast_consumers_each_read_everything() {
     let c2 = consumer(&s, &["bc"], ConsumeMode::Broadcast).await;
     assert_eq!(drain(&c1, 7, true).await.len(), 7);
     assert_eq!(drain(&c2, 7, true).await.len(), 7);
-    assert!(c1
-        .receive(10, Duration::from_millis(100))
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(idle(&c1, 10, 100).await);
     // Rewinding a partition replays it.
     let positions = c1.positions();
     let ((t, part), _) = positions.iter().find(|(_, i)| **i > 0).unwrap();
     c1.seek(t, *part, 0);
-    assert!(!c1
-        .receive(10, Duration::from_millis(300))
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(!idle(&c1, 10, 300).await);
 }
 
 #[tokio::test]
 async fn nack_goes_through_the_retry_queue() {
-    let s = server(1).await;
-    s.create_topic("rq", 1).unwrap();
-    let p = producer(&s, ProducerOptions::default()).await;
+    let (s, p) = with_topic(1, "rq", 1).await;
     p.send(&msg("rq", "fail-once")).await.unwrap();
     let c = consumer(&s, &["rq"], ConsumeMode::Clustering).await;
     let got = drain(&c, 1, false).await;
@@ -330,18 +324,12 @@ async fn nack_goes_through_the_retry_queue() {
     assert_eq!(again[0].body.as_ref(), b"fail-once");
     assert!(again[0].is_retry());
     c.ack(&again).await.unwrap();
-    assert!(c
-        .receive(1, Duration::from_millis(100))
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(idle(&c, 1, 100).await);
 }
 
 #[tokio::test]
 async fn settle_acks_and_nacks_one_fetch_in_one_request() {
-    let s = server(1).await;
-    s.create_topic("st", 1).unwrap();
-    let p = producer(&s, ProducerOptions::default()).await;
+    let (s, p) = with_topic(1, "st", 1).await;
     for b in ["a", "b", "c"] {
         p.send(&msg("st", b)).await.unwrap();
     }
@@ -355,11 +343,7 @@ async fn settle_acks_and_nacks_one_fetch_in_one_request() {
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].body, nacked[0].body);
     assert!(again[0].is_retry());
-    assert!(c
-        .receive(8, Duration::from_millis(100))
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(idle(&c, 8, 100).await);
     assert_eq!(
         c.settle(&[], nacked, RetryType::None)
             .await
@@ -371,9 +355,7 @@ async fn settle_acks_and_nacks_one_fetch_in_one_request() {
 
 #[tokio::test]
 async fn a_fetch_ack_timeout_overrides_the_consumers() {
-    let s = server(1).await;
-    s.create_topic("at", 1).unwrap();
-    let p = producer(&s, ProducerOptions::default()).await;
+    let (s, p) = with_topic(1, "at", 1).await;
     p.send(&msg("at", "x")).await.unwrap();
     let c = consumer(&s, &["at"], ConsumeMode::Clustering).await;
     let first = c
@@ -394,9 +376,7 @@ async fn a_fetch_ack_timeout_overrides_the_consumers() {
 
 #[tokio::test]
 async fn retriable_codes_retry_on_another_leader() {
-    let s = server(2).await;
-    s.create_topic("rt", 4).unwrap();
-    let p = producer(&s, ProducerOptions::default()).await;
+    let (s, p) = with_topic(2, "rt", 4).await;
     p.send(&msg("rt", "warm")).await.unwrap();
     s.fail_next(
         Some(ct::PRODUCE_MESSAGE),
@@ -421,9 +401,7 @@ async fn retriable_codes_retry_on_another_leader() {
 
 #[tokio::test]
 async fn restart_latency_and_health() {
-    let s = server(1).await;
-    s.create_topic("hl", 1).unwrap();
-    let p = producer(&s, ProducerOptions::default()).await;
+    let (s, p) = with_topic(1, "hl", 1).await;
     p.send(&msg("hl", "1")).await.unwrap();
     s.restart();
     p.send(&msg("hl", "2")).await.unwrap();
@@ -661,9 +639,7 @@ async fn server_reproduces_protocol_quirks() {
 #[tokio::test]
 async fn commit_ack_count_bug_is_tolerated() {
     use ferrymq_core::jmq::command::*;
-    let s = server(1).await;
-    s.create_topic("cb", 3).unwrap();
-    let p = producer(&s, ProducerOptions::default()).await;
+    let (s, p) = with_topic(1, "cb", 3).await;
     for i in 0..9 {
         p.send(&msg("cb", format!("{i}"))).await.unwrap();
     }

@@ -5,7 +5,7 @@
 //! ([`decode_frame`] returns `Ok(None)`), anything inconsistent is [`Error::protocol`], after
 //! which the connection must be closed (the peer's framing can no longer be trusted).
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::{Error, Result};
 
@@ -572,15 +572,6 @@ pub fn put_bytes(dst: &mut BytesMut, field: &str, b: &[u8]) -> Result<()> {
 /// Write a BOOLEAN.
 pub fn put_bool(dst: &mut BytesMut, b: bool) {
     dst.put_u8(u8::from(b));
-}
-
-/// Bytes to advance past a frame in a buffer, for tests and tools.
-pub fn peek_len(src: &[u8]) -> Option<usize> {
-    let mut b = src;
-    if b.len() < 4 {
-        return None;
-    }
-    usize::try_from(b.get_i32()).ok()
 }
 
 #[cfg(test)]

@@ -786,6 +786,15 @@ wire! {
     }
 }
 
+impl ProduceItem {
+    /// The item of a message that was not stored (partition, index and start time all -1).
+    pub const FAILED: ProduceItem = ProduceItem {
+        partition: -1,
+        index: -1,
+        start_time: -1,
+    };
+}
+
 wire! {
     /// The result of one topic entry.
     #[derive(Debug, Clone, PartialEq, Eq, Default)]

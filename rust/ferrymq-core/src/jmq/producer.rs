@@ -752,33 +752,16 @@ impl JmqProducer {
                     break;
                 }
                 for f in resp.data {
-                    let tx_id = f.tx_id.clone();
-                    let t = f.topic.clone();
-                    match checker(f).await {
-                        TxResolution::Commit => {
-                            let r = conn
-                                .call(&Commit {
-                                    topic: t,
-                                    app: cluster.app().to_string(),
-                                    tx_id,
-                                })
-                                .await?;
-                            codes::check(r.code, || "commit from feedback".to_string())?;
-                            resolved += 1;
-                        }
-                        TxResolution::Rollback => {
-                            let r = conn
-                                .call(&Rollback {
-                                    topic: t,
-                                    app: cluster.app().to_string(),
-                                    tx_id,
-                                })
-                                .await?;
-                            codes::check(r.code, || "rollback from feedback".to_string())?;
-                            resolved += 1;
-                        }
-                        TxResolution::Unknown => {}
-                    }
+                    let (tx_id, t) = (f.tx_id.clone(), f.topic.clone());
+                    let commit = match checker(f).await {
+                        TxResolution::Commit => true,
+                        TxResolution::Rollback => false,
+                        TxResolution::Unknown => continue,
+                    };
+                    let code = end_transaction(&conn, cluster.app(), &t, &tx_id, commit).await?;
+                    let what = if commit { "commit" } else { "rollback" };
+                    codes::check(code, || format!("{what} from feedback"))?;
+                    resolved += 1;
                 }
             }
         }
@@ -919,33 +902,25 @@ impl JmqTransaction {
 
     /// Commit: the messages become visible.
     pub async fn commit(&self) -> Result<()> {
-        self.check()?;
-        let r = self
-            .conn
-            .call(&Commit {
-                topic: self.topic.clone(),
-                app: self.producer.inner.cluster.app().to_string(),
-                tx_id: self.tx_id.clone(),
-            })
-            .await?;
-        codes::check(r.code, || format!("commit transaction {}", self.tx_id))?;
-        *self.state.lock() = TxState::Committed;
-        Ok(())
+        self.finish(true).await
     }
 
     /// Roll back: the messages are discarded.
     pub async fn rollback(&self) -> Result<()> {
+        self.finish(false).await
+    }
+
+    async fn finish(&self, commit: bool) -> Result<()> {
         self.check()?;
-        let r = self
-            .conn
-            .call(&Rollback {
-                topic: self.topic.clone(),
-                app: self.producer.inner.cluster.app().to_string(),
-                tx_id: self.tx_id.clone(),
-            })
-            .await?;
-        codes::check(r.code, || format!("roll back transaction {}", self.tx_id))?;
-        *self.state.lock() = TxState::RolledBack;
+        let app = self.producer.inner.cluster.app();
+        let code = end_transaction(&self.conn, app, &self.topic, &self.tx_id, commit).await?;
+        let (what, state) = if commit {
+            ("commit", TxState::Committed)
+        } else {
+            ("roll back", TxState::RolledBack)
+        };
+        codes::check(code, || format!("{what} transaction {}", self.tx_id))?;
+        *self.state.lock() = state;
         Ok(())
     }
 
@@ -953,6 +928,22 @@ impl JmqTransaction {
     pub fn is_finished(&self) -> bool {
         *self.state.lock() != TxState::Open
     }
+}
+
+/// PRODUCE_MESSAGE_COMMIT (`commit`) or PRODUCE_MESSAGE_ROLLBACK of `tx_id`: the answer's code.
+async fn end_transaction(
+    conn: &Connection,
+    app: &str,
+    topic: &str,
+    tx_id: &str,
+    commit: bool,
+) -> Result<i32> {
+    let (topic, app, tx_id) = (topic.to_string(), app.to_string(), tx_id.to_string());
+    Ok(if commit {
+        conn.call(&Commit { topic, app, tx_id }).await?.code
+    } else {
+        conn.call(&Rollback { topic, app, tx_id }).await?.code
+    })
 }
 
 /// The 16-byte client IP field for a connection (exposed for tools).

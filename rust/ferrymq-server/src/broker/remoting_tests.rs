@@ -1,11 +1,10 @@
 //! End-to-end tests of the broker's remoting side: a small client built on the codec speaks
 //! the protocol over real loopback sockets.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -14,6 +13,7 @@ use super::*;
 use crate::proto;
 use crate::remoting::codec::{decode_frame, RemotingCommand, DEFAULT_MAX_FRAME};
 use crate::remoting::codes::{request as rq, response as rs};
+use crate::remoting::stored::StoredMessage;
 
 /// A remoting connection to one listener.
 struct Remote {
@@ -127,65 +127,10 @@ fn props(pairs: &[(&str, &str)]) -> String {
         .collect()
 }
 
-/// A decoded stored record (test-side reading of the §7 format).
-#[derive(Debug)]
-struct Record {
-    queue_id: i32,
-    offset: i64,
-    sys_flag: i32,
-    born_ms: i64,
-    store_ms: i64,
-    store_port: i32,
-    body: Bytes,
-    topic: String,
-    props: HashMap<String, String>,
-}
-
-fn decode_records(mut body: Bytes) -> Vec<Record> {
-    let mut out = Vec::new();
-    while body.has_remaining() {
-        let total = i32::from_be_bytes(body[..4].try_into().unwrap()) as usize;
-        let mut r = body.split_to(total);
-        r.advance(4);
-        assert_eq!(r.get_u32(), 0xDAA3_20A7);
-        let crc = r.get_i32();
-        let queue_id = r.get_i32();
-        let _flag = r.get_i32();
-        let offset = r.get_i64();
-        let _phys = r.get_i64();
-        let sys_flag = r.get_i32();
-        let born_ms = r.get_i64();
-        r.advance(8);
-        let store_ms = r.get_i64();
-        r.advance(4);
-        let store_port = r.get_i32();
-        r.advance(12);
-        let n = r.get_i32() as usize;
-        let body = r.split_to(n);
-        assert_eq!(crc, (crc32fast::hash(&body) & 0x7FFF_FFFF) as i32);
-        let n = usize::from(r.get_u8());
-        let topic = String::from_utf8(r.split_to(n).to_vec()).unwrap();
-        let n = r.get_i16() as usize;
-        let p = String::from_utf8(r.split_to(n).to_vec()).unwrap();
-        assert!(r.is_empty());
-        let props = p
-            .split('\u{2}')
-            .filter_map(|e| e.split_once('\u{1}'))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        out.push(Record {
-            queue_id,
-            offset,
-            sys_flag,
-            born_ms,
-            store_ms,
-            store_port,
-            body,
-            topic,
-            props,
-        });
-    }
-    out
+/// The records of a pull body, read by the ferrymq remoting client's decoder (magic, CRC and
+/// lengths checked).
+fn decode_records(body: Bytes) -> Vec<StoredMessage> {
+    crate::remoting::stored::decode_stored(&body).unwrap()
 }
 
 /// A broker started with `config`, topic `t` with `queues` queues, and a connection to its
@@ -232,26 +177,26 @@ async fn send_batch(r: &mut Remote, n: usize) -> RemotingCommand {
             )
         })
         .collect();
-    let c = cmd(
-        rq::SEND_BATCH_MESSAGE,
-        &[
-            ("a", "pg"),
-            ("b", "t"),
-            ("c", "TBW102"),
-            ("d", "4"),
-            ("e", "0"),
-            ("f", "0"),
-            ("g", "1700000000000"),
-            ("h", "0"),
-            ("i", ""),
-            ("j", "0"),
-            ("k", "false"),
-            ("m", "true"),
-            ("n", "broker-0"),
-        ],
-    )
-    .with_body(batch_body(&msgs));
-    r.call(c).await
+    let extra = [("i", ""), ("j", "0"), ("k", "false"), ("n", "broker-0")];
+    r.call(batch_cmd("1700000000000", &extra, &msgs)).await
+}
+
+/// A SEND_BATCH_MESSAGE of `msgs` to queue 0 of `t` from group `pg`, born at `born` (ms), with
+/// the `extra` header fields.
+fn batch_cmd(born: &str, extra: &[(&str, &str)], msgs: &[(&[u8], String)]) -> RemotingCommand {
+    let mut fields = vec![
+        ("a", "pg"),
+        ("b", "t"),
+        ("c", "TBW102"),
+        ("d", "4"),
+        ("e", "0"),
+        ("f", "0"),
+        ("g", born),
+        ("h", "0"),
+        ("m", "true"),
+    ];
+    fields.extend_from_slice(extra);
+    cmd(rq::SEND_BATCH_MESSAGE, &fields).with_body(batch_body(msgs))
 }
 
 #[tokio::test]
@@ -379,25 +324,25 @@ async fn remoting_batch_send_then_pull_intact_and_grpc_sees_it() {
     assert_eq!(ext_i64(&reply, "suggestWhichBrokerId"), 0);
     let recs = decode_records(reply.body.clone());
     assert_eq!(recs.len(), 4);
-    let port = i32::from(broker.remoting_addresses()[0].port());
+    let store_host = format!("127.0.0.1:{}", broker.remoting_addresses()[0].port());
     for (i, rec) in recs.iter().take(3).enumerate() {
-        assert_eq!(rec.offset, i as i64);
+        assert_eq!(rec.queue_offset, i as i64);
         assert_eq!(rec.queue_id, 0);
         assert_eq!(rec.topic, "t");
         assert_eq!(rec.sys_flag, 0);
-        assert_eq!(rec.born_ms, 1_700_000_000_000);
-        assert!(rec.store_ms > rec.born_ms);
-        assert_eq!(rec.store_port, port);
+        assert_eq!(rec.born_timestamp_ms, 1_700_000_000_000);
+        assert!(rec.store_timestamp_ms > rec.born_timestamp_ms);
+        assert_eq!(rec.store_host, store_host);
         assert_eq!(&rec.body[..], format!("body-{i}").as_bytes());
-        assert_eq!(rec.props["KEYS"], format!("k{i} x{i}"));
-        assert_eq!(rec.props["TAGS"], format!("tag-{}", i % 2));
-        assert_eq!(rec.props["UNIQ_KEY"], format!("ID{i:04}"));
-        assert_eq!(rec.props["color"], format!("c{i}"));
-        assert_eq!(rec.props["CLUSTER"], "DefaultCluster");
+        assert_eq!(rec.property("KEYS").unwrap(), format!("k{i} x{i}"));
+        assert_eq!(rec.property("TAGS").unwrap(), format!("tag-{}", i % 2));
+        assert_eq!(rec.property("UNIQ_KEY").unwrap(), format!("ID{i:04}"));
+        assert_eq!(rec.property("color").unwrap(), format!("c{i}"));
+        assert_eq!(rec.property("CLUSTER").unwrap(), "DefaultCluster");
     }
-    assert_eq!(recs[3].props["UNIQ_KEY"], solo_id);
-    assert_eq!(recs[3].props["__SHARDINGKEY"], "grp");
-    assert_eq!(recs[3].props["TAGS"], "solo");
+    assert_eq!(recs[3].property("UNIQ_KEY").unwrap(), solo_id);
+    assert_eq!(recs[3].property("__SHARDINGKEY").unwrap(), "grp");
+    assert_eq!(recs[3].property("TAGS").unwrap(), "solo");
 
     // A gRPC consumer reads the same messages, mapped onto its fields.
     let mut c = Client::connect(broker.addresses()[0], "grpc-1").await;
@@ -450,8 +395,8 @@ async fn remoting_batch_send_then_pull_intact_and_grpc_sees_it() {
     let recs = decode_records(reply.body);
     assert_eq!(recs.len(), 1);
     assert_eq!(&recs[0].body[..], b"from-grpc");
-    assert_eq!(recs[0].props["UNIQ_KEY"], id);
-    assert_eq!(recs[0].props["p"], "v");
+    assert_eq!(recs[0].property("UNIQ_KEY").unwrap(), id);
+    assert_eq!(recs[0].property("p").unwrap(), "v");
 }
 
 #[tokio::test]
@@ -491,41 +436,32 @@ async fn remoting_min_max_and_search_offsets() {
 #[tokio::test]
 async fn remoting_pull_result_codes() {
     let (_broker, mut r) = one_endpoint().await;
+    // A pull of queue 0 of `t` from `offset` with `filter`: (code, nextBeginOffset, remark).
+    async fn pulled(r: &mut Remote, offset: u64, filter: &str) -> (i32, i64, Option<String>) {
+        let reply = r.call(pull_cmd("t", 0, offset, 4, filter)).await;
+        let next = ext_i64(&reply, "nextBeginOffset");
+        (reply.code, next, reply.remark)
+    }
     // Empty queue: 19 at 0, 21 (next 0) elsewhere.
-    let reply = r.call(pull_cmd("t", 0, 0, 4, "*")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_NOT_FOUND, 0)
-    );
-    let reply = r.call(pull_cmd("t", 0, 5, 4, "*")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_OFFSET_MOVED, 0)
-    );
+    let (code, next, _) = pulled(&mut r, 0, "*").await;
+    assert_eq!((code, next), (rs::PULL_NOT_FOUND, 0));
+    let (code, next, _) = pulled(&mut r, 5, "*").await;
+    assert_eq!((code, next), (rs::PULL_OFFSET_MOVED, 0));
     send_batch(&mut r, 4).await;
     // At max: 19; above max: 21 with next = max.
-    let reply = r.call(pull_cmd("t", 0, 4, 4, "*")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_NOT_FOUND, 4)
-    );
-    let reply = r.call(pull_cmd("t", 0, 9, 4, "*")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_OFFSET_MOVED, 4)
-    );
-    assert_eq!(reply.remark.as_deref(), Some("OFFSET_OVERFLOW_BADLY"));
+    let (code, next, _) = pulled(&mut r, 4, "*").await;
+    assert_eq!((code, next), (rs::PULL_NOT_FOUND, 4));
+    let above = pulled(&mut r, 9, "*").await;
+    let badly = Some("OFFSET_OVERFLOW_BADLY".to_string());
+    assert_eq!(above, (rs::PULL_OFFSET_MOVED, 4, badly));
     // Everything filtered out: 20, next past the scanned range.
-    let reply = r.call(pull_cmd("t", 0, 0, 4, "other")).await;
-    assert_eq!(
-        (reply.code, ext_i64(&reply, "nextBeginOffset")),
-        (rs::PULL_RETRY_IMMEDIATELY, 4)
-    );
+    let (code, next, _) = pulled(&mut r, 0, "other").await;
+    assert_eq!((code, next), (rs::PULL_RETRY_IMMEDIATELY, 4));
     // Tag filter: only matches, next past the scanned range.
     let reply = r.call(pull_cmd("t", 0, 0, 4, "tag-1 || zzz")).await;
     assert_eq!(reply.code, rs::SUCCESS);
     let recs = decode_records(reply.body.clone());
-    let offsets: Vec<i64> = recs.iter().map(|r| r.offset).collect();
+    let offsets: Vec<i64> = recs.iter().map(|r| r.queue_offset).collect();
     assert_eq!(offsets, vec![1, 3]);
     assert_eq!(ext_i64(&reply, "nextBeginOffset"), 4);
     // 32 at most per pull.
@@ -706,7 +642,7 @@ async fn remoting_pull_below_retention_moves_to_the_new_min() {
     assert_eq!(ext_i64(&reply, "minOffset"), min);
     let reply = r.call(pull_cmd("t", 0, min as u64, 4, "*")).await;
     assert_eq!(reply.code, rs::SUCCESS);
-    assert_eq!(decode_records(reply.body)[0].offset, min);
+    assert_eq!(decode_records(reply.body)[0].queue_offset, min);
 }
 
 #[tokio::test]
@@ -757,22 +693,7 @@ async fn remoting_pull_body_reads_with_the_client_decoder_and_client_signatures_
         (b"a", props(&[("TAGS", "x"), ("UNIQ_KEY", "U1")])),
         (b"b", props(&[("KEYS", "k"), ("UNIQ_KEY", "U2")])),
     ];
-    let send = cmd(
-        rq::SEND_BATCH_MESSAGE,
-        &[
-            ("a", "pg"),
-            ("b", "t"),
-            ("c", "TBW102"),
-            ("d", "4"),
-            ("e", "0"),
-            ("f", "0"),
-            ("g", "1"),
-            ("h", "0"),
-            ("m", "true"),
-        ],
-    )
-    .with_body(batch_body(&msgs));
-    let reply = r.call(sign(send)).await;
+    let reply = r.call(sign(batch_cmd("1", &[], &msgs))).await;
     assert_eq!(reply.code, rs::SUCCESS, "{:?}", reply.remark);
     let ids: Vec<String> = reply
         .ext("msgId")

@@ -5,7 +5,9 @@
 //! | --- | --- |
 //! | [`store`] | the embedded server's topic store (partitions, acks, occupation, transactions) |
 //! | [`server`] | the embedded JMQ4 TCP server with fault injection |
+//! | `handle` | the server's answer to each request, per connection |
 
+mod handle;
 pub mod server;
 pub mod store;
 

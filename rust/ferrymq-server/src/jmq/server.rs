@@ -11,11 +11,11 @@
 //! * Fault injection: unavailable, an error code for the next N calls, latency, per-node health,
 //!   coordinator loss, leader moves and restart (all connections dropped, data kept).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -25,18 +25,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::codec::{
-    command_type as ct, decode_frame, encode_frame_with, sniff, Frame, Header, QosLevel,
-    BOOLEAN_ACK, DEFAULT_MAX_FRAME,
+    decode_frame, encode_frame_with, sniff, Frame, Header, QosLevel, BOOLEAN_ACK, DEFAULT_MAX_FRAME,
 };
-use super::codes;
-use super::command::{
-    AddConnectionResponse, AnyRequest, BrokerMeta, ClientIdsResponse, CommitAckResponse,
-    CommitResponse, CoordinatorEntry, FetchAssignedPartitionResponse, FetchClusterResponse,
-    FetchHealthResponse, FetchIndexResponse, FetchPartitionMessageResponse,
-    FetchProduceFeedbackResponse, FetchTopicMessageResponse, FindCoordinatorResponse,
-    PartitionMessages, Payload, PrepareResponse, ProduceItem, ProduceMessageResponse,
-    ProduceResult, RollbackResponse, TopicMessages,
-};
+use super::command::AnyRequest;
+use super::handle::{handle, Ctx, Reply};
 use super::store::{JmqStore, StoreConfig};
 use crate::error::{Error, Result};
 
@@ -101,16 +93,17 @@ struct FailRule {
 }
 
 #[derive(Debug, Default)]
-struct Faults {
-    unavailable: bool,
-    latency: Duration,
+/// Injected faults; the request handler reads them.
+pub(super) struct Faults {
+    pub(super) unavailable: bool,
+    pub(super) latency: Duration,
     rules: Vec<FailRule>,
-    health: HashMap<i32, f64>,
-    no_coordinator: bool,
+    pub(super) health: HashMap<i32, f64>,
+    pub(super) no_coordinator: bool,
 }
 
 impl Faults {
-    fn take(&mut self, command: i8) -> Option<i32> {
+    pub(super) fn take(&mut self, command: i8) -> Option<i32> {
         let rule = self
             .rules
             .iter_mut()
@@ -122,16 +115,16 @@ impl Faults {
     }
 }
 
-struct Inner {
-    store: Arc<JmqStore>,
-    nodes: Vec<NodeInfo>,
-    advertised_host: String,
-    faults: Mutex<Faults>,
-    conns: Mutex<HashMap<u64, CancellationToken>>,
-    next_conn: AtomicU64,
-    shutdown: CancellationToken,
-    max_frame: usize,
-    requests: AtomicU64,
+pub(super) struct Inner {
+    pub(super) store: Arc<JmqStore>,
+    pub(super) nodes: Vec<NodeInfo>,
+    pub(super) advertised_host: String,
+    pub(super) faults: Mutex<Faults>,
+    pub(super) conns: Mutex<HashMap<u64, CancellationToken>>,
+    pub(super) next_conn: AtomicU64,
+    pub(super) shutdown: CancellationToken,
+    pub(super) max_frame: usize,
+    pub(super) requests: AtomicU64,
 }
 
 /// A running embedded JMQ4 server. Dropping it shuts it down.
@@ -314,7 +307,7 @@ impl Drop for JmqServer {
     }
 }
 
-fn coordinator_of<'a>(inner: &'a Inner, app: &str) -> &'a NodeInfo {
+pub(super) fn coordinator_of<'a>(inner: &'a Inner, app: &str) -> &'a NodeInfo {
     let h = super::message::java_string_hash(app).unsigned_abs() as usize;
     &inner.nodes[h % inner.nodes.len()]
 }
@@ -338,50 +331,11 @@ async fn accept_loop(inner: Arc<Inner>, node: usize, listener: TcpListener) {
     }
 }
 
-#[derive(Debug, Default)]
-struct ConnState {
-    app: Option<String>,
-    region: Option<String>,
-    ip: String,
-    producers: HashSet<String>,
-    consumers: HashSet<String>,
-}
-
-struct Ctx {
-    inner: Arc<Inner>,
-    node: usize,
-    conn: u64,
-    peer: SocketAddr,
-    state: Mutex<ConnState>,
-}
-
-enum Reply {
-    Typed(i8, BytesMut),
-    Ack(i32, Option<String>),
-}
-
-fn typed<P: Payload>(p: &P, version: u8) -> Reply {
-    let mut b = BytesMut::new();
-    match p.encode(version, &mut b) {
-        Ok(()) => Reply::Typed(P::TYPE, b),
-        Err(e) => Reply::Ack(codes::CN_UNKNOWN_ERROR, Some(e.to_string())),
-    }
-}
-
 async fn serve(inner: Arc<Inner>, node: usize, stream: TcpStream, peer: SocketAddr) {
     let conn = inner.next_conn.fetch_add(1, Ordering::Relaxed);
     let cancel = inner.shutdown.child_token();
     inner.conns.lock().insert(conn, cancel.clone());
-    let ctx = Arc::new(Ctx {
-        inner: inner.clone(),
-        node,
-        conn,
-        peer,
-        state: Mutex::new(ConnState {
-            ip: peer.ip().to_string(),
-            ..ConnState::default()
-        }),
-    });
+    let ctx = Arc::new(Ctx::new(inner.clone(), node, conn, peer));
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Bytes>(256);
     let writer_cancel = cancel.clone();
@@ -494,396 +448,6 @@ async fn send(tx: &mpsc::Sender<Bytes>, req: &Header, reply: Reply) {
     .is_ok()
     {
         let _ = tx.send(out.freeze()).await;
-    }
-}
-
-/// ADD_PRODUCER (`produce`) / ADD_CONSUMER: check that `app` may produce to (consume) each
-/// topic, note the topics on the connection, and answer an id per topic.
-fn add_client<const T: i8>(
-    ctx: &Ctx,
-    store: &JmqStore,
-    app: &str,
-    topics: &[String],
-    produce: bool,
-    v: u8,
-) -> Reply {
-    for t in topics {
-        if store.check_subscription(t, app, produce) != codes::SUCCESS {
-            let may = if produce { "produce to" } else { "consume" };
-            return Reply::Ack(
-                codes::CN_NO_PERMISSION,
-                Some(format!("app {app:?} may not {may} topic {t:?}")),
-            );
-        }
-    }
-    let mut st = ctx.state.lock();
-    let noted = if produce {
-        &mut st.producers
-    } else {
-        &mut st.consumers
-    };
-    noted.extend(topics.iter().cloned());
-    drop(st);
-    let kind = if produce { 'p' } else { 'c' };
-    let ids = topics
-        .iter()
-        .map(|t| (t.clone(), format!("{kind}{}-{t}", ctx.conn)))
-        .collect();
-    typed(&ClientIdsResponse::<T> { ids }, v)
-}
-
-/// Answer each partition of each topic of a request: (topic, answers) in request order.
-fn per_partition<P, A>(
-    topics: &[(String, Vec<P>)],
-    mut answer: impl FnMut(&str, &P) -> A,
-) -> Vec<(String, Vec<A>)> {
-    topics
-        .iter()
-        .map(|(t, parts)| (t.clone(), parts.iter().map(|p| answer(t, p)).collect()))
-        .collect()
-}
-
-fn strip_group(app: &str) -> &str {
-    app.split('.').next().unwrap_or(app)
-}
-
-fn broker_meta(ctx: &Ctx, node: &NodeInfo) -> BrokerMeta {
-    let region = ctx.state.lock().region.clone();
-    BrokerMeta {
-        id: node.id,
-        host: ctx.inner.advertised_host.clone(),
-        port: i32::from(node.addr.port()),
-        data_center: node.region.clone(),
-        nearby: region.as_deref().is_none_or(|r| r == node.region),
-        weight: 100,
-        sys_code: 0,
-        permission: 3,
-    }
-}
-
-#[allow(clippy::too_many_lines)]
-async fn handle(ctx: &Ctx, h: &Header, req: AnyRequest) -> Reply {
-    let inner = &ctx.inner;
-    let v = h.version;
-    let node_id = inner.nodes[ctx.node].id;
-    let latency = inner.faults.lock().latency;
-    if !latency.is_zero() {
-        tokio::time::sleep(latency).await;
-    }
-    let injected = inner.faults.lock().take(h.command_type);
-    if let Some(code) = injected {
-        if !matches!(
-            req,
-            AnyRequest::ProduceMessage(_) | AnyRequest::FetchTopicMessage(_)
-        ) {
-            return Reply::Ack(code, Some("injected fault".into()));
-        }
-    }
-    if let AnyRequest::AddConnection(r) = &req {
-        let app = strip_group(&r.app).to_string();
-        if !inner.store.authenticate(&app, &r.token) {
-            return Reply::Ack(
-                codes::CN_AUTHENTICATION_ERROR,
-                Some(format!("authentication failed for app {app:?}")),
-            );
-        }
-        let mut st = ctx.state.lock();
-        st.app = Some(app);
-        st.region = r.region.clone();
-        if !r.ip.is_empty() {
-            st.ip = r.ip.clone();
-        }
-        drop(st);
-        return typed(
-            &AddConnectionResponse {
-                connection_id: Some(format!("c{}-{}", node_id, ctx.conn)),
-                notification: None,
-            },
-            v,
-        );
-    }
-    let Some(app) = ctx.state.lock().app.clone() else {
-        return Reply::Ack(
-            codes::FW_CONNECTION_NOT_EXISTS,
-            Some("ADD_CONNECTION must be the first command".into()),
-        );
-    };
-    if let Some(req_app) = req.app() {
-        if strip_group(req_app) != app {
-            return Reply::Ack(
-                codes::FW_CONNECTION_NOT_EXISTS,
-                Some(format!("app {req_app:?} does not match the connection")),
-            );
-        }
-    }
-    let store = &inner.store;
-    match req {
-        AnyRequest::AddConnection(_) => unreachable!("handled above"),
-        AnyRequest::RemoveConnection => {
-            ctx.state.lock().app = None;
-            Reply::Ack(codes::SUCCESS, None)
-        }
-        AnyRequest::Heartbeat => Reply::Ack(codes::SUCCESS, None),
-        AnyRequest::FetchHealth => {
-            let point = inner
-                .faults
-                .lock()
-                .health
-                .get(&node_id)
-                .copied()
-                .unwrap_or(0.0);
-            typed(&FetchHealthResponse { point }, v)
-        }
-        AnyRequest::AddProducer(r) => {
-            add_client::<{ -ct::ADD_PRODUCER }>(ctx, store, &app, &r.topics, true, v)
-        }
-        AnyRequest::AddConsumer(r) => {
-            add_client::<{ -ct::ADD_CONSUMER }>(ctx, store, &app, &r.topics, false, v)
-        }
-        AnyRequest::RemoveProducer(r) => {
-            let mut st = ctx.state.lock();
-            for t in &r.topics {
-                st.producers.remove(t);
-            }
-            Reply::Ack(codes::SUCCESS, None)
-        }
-        AnyRequest::RemoveConsumer(r) => {
-            let mut st = ctx.state.lock();
-            for t in &r.topics {
-                st.consumers.remove(t);
-            }
-            Reply::Ack(codes::SUCCESS, None)
-        }
-        AnyRequest::FetchCluster(r) => {
-            let mut topics = Vec::with_capacity(r.topics.len());
-            let mut leaders = Vec::new();
-            for t in &r.topics {
-                let (meta, l) = store.topic_meta(t, &app);
-                topics.push(meta);
-                leaders.extend(l);
-            }
-            leaders.sort_unstable();
-            leaders.dedup();
-            let brokers = inner
-                .nodes
-                .iter()
-                .filter(|n| leaders.contains(&n.id))
-                .map(|n| broker_meta(ctx, n))
-                .collect();
-            typed(&FetchClusterResponse { topics, brokers }, v)
-        }
-        AnyRequest::FindCoordinator(r) => {
-            let none = inner.faults.lock().no_coordinator;
-            let coord = coordinator_of(inner, &app);
-            let coordinators = r
-                .topics
-                .iter()
-                .map(|t| CoordinatorEntry {
-                    topic: t.clone(),
-                    broker: (!none).then(|| broker_meta(ctx, coord)),
-                    code: if none {
-                        codes::FW_COORDINATOR_NOT_AVAILABLE
-                    } else {
-                        codes::SUCCESS
-                    },
-                })
-                .collect();
-            typed(&FindCoordinatorResponse { coordinators }, v)
-        }
-        AnyRequest::FetchAssignedPartition(r) => {
-            let none = inner.faults.lock().no_coordinator;
-            if none || coordinator_of(inner, &app).id != node_id {
-                return Reply::Ack(
-                    codes::FW_COORDINATOR_NOT_AVAILABLE,
-                    Some("this broker is not the coordinator".into()),
-                );
-            }
-            let member = ctx.state.lock().ip.clone();
-            let data = r
-                .topics
-                .iter()
-                .map(|(t, timeout, _)| {
-                    let session = Duration::from_millis(u64::try_from(*timeout).unwrap_or(0))
-                        .max(Duration::from_secs(1));
-                    match store.assign(t, &app, &member, session) {
-                        Ok(p) => (t.clone(), p, codes::SUCCESS),
-                        Err(code) => (t.clone(), Vec::new(), code),
-                    }
-                })
-                .collect();
-            typed(&FetchAssignedPartitionResponse { data }, v)
-        }
-        AnyRequest::FetchTopicMessage(r) => {
-            let ack_timeout = Duration::from_millis(if r.ack_timeout > 0 {
-                r.ack_timeout as u64
-            } else {
-                30_000
-            });
-            let long_poll = (r.topics.len() == 1 && r.long_poll_timeout > 0)
-                .then(|| Duration::from_millis(r.long_poll_timeout as u64));
-            let deadline = long_poll.map(|d| crate::duration::deadline(Instant::now(), d));
-            loop {
-                let changed = store.changed().notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                let mut data = Vec::with_capacity(r.topics.len());
-                let mut any = false;
-                for (t, count) in &r.topics {
-                    let code = if let Some(code) = injected {
-                        code
-                    } else if !ctx.state.lock().consumers.contains(t) {
-                        codes::FW_CONSUMER_NOT_EXISTS
-                    } else {
-                        codes::SUCCESS
-                    };
-                    let f = if code == codes::SUCCESS {
-                        store.fetch_topic(
-                            node_id,
-                            ctx.conn,
-                            t,
-                            &app,
-                            usize::try_from(*count).unwrap_or(1),
-                            ack_timeout,
-                        )
-                    } else {
-                        super::store::Fetched::failed(code)
-                    };
-                    any |= !f.messages.is_empty() || f.code != codes::SUCCESS;
-                    data.push(TopicMessages {
-                        topic: t.clone(),
-                        messages: f.messages,
-                        code: f.code,
-                    });
-                }
-                let Some(deadline) = deadline else {
-                    return typed(&FetchTopicMessageResponse { data }, v);
-                };
-                let now = Instant::now();
-                if any || now >= deadline {
-                    return typed(&FetchTopicMessageResponse { data }, v);
-                }
-                // Wake on new messages or released partitions; re-check now and then for
-                // occupations that time out.
-                let wait = (deadline - now).min(Duration::from_millis(200));
-                tokio::select! {
-                    () = &mut changed => {}
-                    () = tokio::time::sleep(wait) => {}
-                }
-            }
-        }
-        AnyRequest::FetchPartitionMessage(r) => {
-            let data = per_partition(&r.topics, |t, p| {
-                let (messages, code) = store.fetch_partition(
-                    node_id,
-                    t,
-                    &app,
-                    p.partition,
-                    p.index,
-                    usize::try_from(p.count).unwrap_or(1),
-                );
-                PartitionMessages {
-                    partition: p.partition,
-                    messages,
-                    code,
-                }
-            });
-            typed(&FetchPartitionMessageResponse { data }, v)
-        }
-        AnyRequest::CommitAck(r) => {
-            let data = per_partition(&r.topics, |t, (p, items)| {
-                (*p, store.commit_ack(t, &app, *p, items))
-            });
-            typed(&CommitAckResponse::<{ -ct::COMMIT_ACK }> { data }, v)
-        }
-        AnyRequest::CommitAckIndex(r) => {
-            let data = per_partition(&r.topics, |t, (p, i)| {
-                (*p, store.commit_index(t, &app, *p, *i))
-            });
-            typed(&CommitAckResponse::<{ -ct::COMMIT_ACK_INDEX }> { data }, v)
-        }
-        AnyRequest::FetchIndex(r) => {
-            let data = per_partition(&r.topics, |t, p| store.fetch_index(t, &app, *p));
-            typed(&FetchIndexResponse { data }, v)
-        }
-        AnyRequest::ProduceMessage(r) => {
-            let data = r
-                .topics
-                .into_iter()
-                .map(|t| {
-                    let n = t.messages.len();
-                    let (code, items) = if let Some(code) = injected {
-                        (
-                            code,
-                            vec![
-                                ProduceItem {
-                                    partition: -1,
-                                    index: -1,
-                                    start_time: -1
-                                };
-                                n
-                            ],
-                        )
-                    } else {
-                        store.produce(
-                            node_id,
-                            &t.topic,
-                            &app,
-                            t.tx_id.as_deref(),
-                            t.messages,
-                            Some(ctx.peer),
-                        )
-                    };
-                    ProduceResult {
-                        topic: t.topic,
-                        code,
-                        items,
-                    }
-                })
-                .collect();
-            typed(&ProduceMessageResponse { data }, v)
-        }
-        AnyRequest::Prepare(r) => {
-            if !ctx.state.lock().producers.contains(&r.topic) {
-                return Reply::Ack(
-                    codes::FW_PRODUCER_NOT_EXISTS,
-                    Some(format!("no ADD_PRODUCER for topic {:?}", r.topic)),
-                );
-            }
-            let timeout = if r.timeout > 0 {
-                Duration::from_millis(r.timeout as u64)
-            } else {
-                Duration::from_secs(600)
-            };
-            match store.prepare(&r.topic, &app, r.transaction_id, timeout) {
-                Ok(tx_id) => typed(
-                    &PrepareResponse {
-                        tx_id: Some(tx_id),
-                        code: codes::SUCCESS,
-                    },
-                    v,
-                ),
-                Err(code) => typed(&PrepareResponse { tx_id: None, code }, v),
-            }
-        }
-        AnyRequest::Commit(r) => typed(
-            &CommitResponse {
-                code: store.commit(&r.topic, &app, &r.tx_id),
-            },
-            v,
-        ),
-        AnyRequest::Rollback(r) => typed(
-            &RollbackResponse {
-                code: store.rollback(&r.topic, &app, &r.tx_id),
-            },
-            v,
-        ),
-        AnyRequest::FetchProduceFeedback(r) => typed(
-            &FetchProduceFeedbackResponse {
-                data: store.feedback(&r.topic, &app),
-                code: codes::SUCCESS,
-            },
-            v,
-        ),
     }
 }
 
