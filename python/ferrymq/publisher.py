@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Union
 
 from . import _exit, _native
+from ._lifecycle import Lifecycle
 from ._native import EventBatch, FlightCore, PublishAck
 from .exceptions import FerryTimeoutError, InvalidArgumentError
 from .producer import Producer
@@ -275,7 +276,7 @@ class _Batch:
             return events
 
 
-class AsyncPublisher:
+class AsyncPublisher(Lifecycle):
     """A managed async publisher over a ferrymq producer: ``ferrymq.JetStream`` (NATS) or
     ``ferrymq.Producer`` (RocketMQ 5 or ``jmq://``; started before use) or ``ferrymq.JmqProducer``.
 
@@ -461,9 +462,7 @@ class AsyncPublisher:
             await drain
             return False
 
-    async def __aenter__(self) -> AsyncPublisher:
-        return self.start()
-
+    # Entering starts it (Lifecycle); leaving drains it, or stops it when cancelled.
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
@@ -478,9 +477,6 @@ class AsyncPublisher:
         except BaseException:
             self.stop()
             raise
-
-    def __enter__(self) -> AsyncPublisher:
-        return self.start()
 
     def __exit__(
         self,
