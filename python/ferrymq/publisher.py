@@ -22,7 +22,6 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from operator import attrgetter
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Union
 
 from . import _exit, _native
@@ -464,10 +463,7 @@ class AsyncPublisher(Lifecycle):
 
     # Entering starts it (Lifecycle); leaving drains it, or stops it when cancelled.
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: object, tb: object
     ) -> None:
         if exc_type is not None and not issubclass(exc_type, Exception):
             self.stop()  # cancelled or interrupted: do not wait for acks
@@ -478,12 +474,7 @@ class AsyncPublisher(Lifecycle):
             self.stop()
             raise
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: object) -> None:
         if exc_type is not None and not issubclass(exc_type, Exception):
             self.stop()
             return
