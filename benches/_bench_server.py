@@ -11,7 +11,7 @@ broker (the real one has no cheap ack counter).
 
 :func:`broker_process`: the embedded broker in a process of its own (``python -m ferrymq
 broker``), whose CPU time is measured apart from the client's. :func:`nats_server`: a
-``nats-server`` with JetStream on a free loopback port.
+``nats-server`` with JetStream on a free loopback port (the tests' one).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ferrymq.testing import EmbeddedBroker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _nats_server import run_nats_server
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rocketmq-server"
 
@@ -148,38 +149,9 @@ def broker_process(config: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[st
         proc.wait(10)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def nats_server() -> Iterator[tuple[str, str]]:
-    """A ``nats-server -js`` on a free loopback port with a temporary store: yields its URL and
-    version; exits the benchmark when nats-server is not installed or does not start."""
-    exe = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    if not shutil.which(exe):
-        sys.exit("nats-server is not installed: apt-get install -y nats-server")
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="ferrymq-bench-") as store:
-        port = free_port()
-        proc = subprocess.Popen(
-            [exe, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", store],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), 0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        sys.exit("nats-server did not start")
-                    time.sleep(0.05)
-            yield f"nats://127.0.0.1:{port}", version
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    """A ``nats-server -js`` on a free loopback port with a temporary store (the tests'
+    launcher): yields its URL and version."""
+    with run_nats_server() as server:
+        yield server.url, server.version

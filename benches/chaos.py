@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -43,50 +44,22 @@ REAL_ENV = {
 
 
 def embedded(seconds: float, seed: int, pipelining: bool) -> list[Result]:
-    out = [
-        run_embedded(Scenario("mixed faults", seconds=seconds, seed=seed)),
-        run_embedded(
-            Scenario(
-                "connection faults",
-                seconds=seconds,
-                seed=seed + 3,
-                faults=("refuse", "hang", "latency", "restart"),
-            )
-        ),
-        run_embedded(
-            Scenario(
-                "FIFO, failing acks",
-                seconds=seconds,
-                seed=seed + 1,
-                faults=("fail_ack", "hang", "latency"),
-                fault_gap=(0.1, 0.3),
-            )
-        ),
-        run_embedded(
-            Scenario(
-                "FIFO accelerator, failing acks",
-                seconds=seconds,
-                seed=seed + 2,
-                faults=("fail_ack", "hang", "restart"),
-                fault_gap=(0.1, 0.3),
-                fifo_accelerator=True,
-            )
-        ),
+    # (name, seed offset, what differs from the default scenario); FIFO ones fail acks.
+    fifo: dict[str, Any] = {"fault_gap": (0.1, 0.3), "faults": ("fail_ack", "hang", "latency")}
+    accelerated = {**fifo, "faults": ("fail_ack", "hang", "restart"), "fifo_accelerator": True}
+    table: list[tuple[str, int, dict[str, Any]]] = [
+        ("mixed faults", 0, {}),
+        ("connection faults", 3, {"faults": ("refuse", "hang", "latency", "restart")}),
+        ("FIFO, failing acks", 1, fifo),
+        ("FIFO accelerator, failing acks", 2, accelerated),
     ]
     if pipelining:
-        out.append(
-            run_embedded(
-                Scenario(
-                    "FIFO pipelined (opt-in), failing acks",
-                    seconds=seconds,
-                    seed=seed + 1,
-                    faults=("fail_ack", "hang", "latency"),
-                    fault_gap=(0.1, 0.3),
-                    fifo_pipelining=True,
-                )
-            )
+        table.append(
+            ("FIFO pipelined (opt-in), failing acks", 1, {**fifo, "fifo_pipelining": True})
         )
-    return out
+    return [
+        run_embedded(Scenario(name, seconds=seconds, seed=seed + n, **kw)) for name, n, kw in table
+    ]
 
 
 def real(kills: int, gap: float, seed: int) -> Result:

@@ -9,6 +9,8 @@ Servers are started once per session. The embedded broker fixtures:
 * ``make_broker(**kwargs)`` — a private broker for one test (faults, several endpoints,
   credentials), closed at the end of the test. Same test timers unless overridden.
 * ``unique(prefix)`` — a fresh, valid topic/group name.
+* ``fresh_topic(kind="NORMAL", queues=8, prefix="t", **kwargs)`` — ``(broker, topic)``: a
+  private broker (``make_broker(**kwargs)``) with a fresh topic.
 
 The official Java client (``tests/java``, built by ``scripts/java-peer``):
 
@@ -58,7 +60,14 @@ import ferrymq
 from _nats_server import HoldingProxy, NatsServer, run_nats_server
 from ferrymq.testing import EmbeddedBroker
 from java_peer import JavaPeer, JavaPeerError
-from servers import EmbeddedServer, RealServer, RealServerError, SecureServer, Server
+from servers import (
+    EmbeddedServer,
+    FreshTopic,
+    RealServer,
+    RealServerError,
+    SecureServer,
+    Server,
+)
 from spark_helpers import local_session
 
 #: Broker options used by the fixtures: the proxy's rules with short timers.
@@ -117,6 +126,21 @@ def make_broker() -> Iterator[Callable[..., EmbeddedBroker]]:
     yield make
     for b in created:
         b.close()
+
+
+@pytest.fixture
+def fresh_topic(
+    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
+) -> FreshTopic:
+    def make(
+        kind: str = "NORMAL", *, queues: int = 8, prefix: str = "t", **broker: Any
+    ) -> tuple[EmbeddedBroker, str]:
+        b = make_broker(**broker)
+        topic = unique(prefix)
+        b.create_topic(topic, kind, queues)
+        return b, topic
+
+    return make
 
 
 class _Unique(str):

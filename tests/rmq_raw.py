@@ -149,8 +149,9 @@ class Raw:
 
     # -- unary RPCs --------------------------------------------------------------------
 
-    def route(self, topic: str) -> Any:
-        return self.stub.QueryRoute(s.QueryRouteRequest(topic=res(topic)), metadata=self.md())
+    def route(self, topic: str, timeout: float | None = None) -> Any:
+        req = s.QueryRouteRequest(topic=res(topic))
+        return self.stub.QueryRoute(req, metadata=self.md(), timeout=timeout)
 
     def heartbeat(self, group: str | None = None, client_type: int = d.SIMPLE_CONSUMER) -> Any:
         req = s.HeartbeatRequest(client_type=client_type)

@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -26,6 +26,8 @@ from ferrymq.testing import EmbeddedBroker
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "rocketmq-server"
 C = TypeVar("C")
+#: The ``fresh_topic`` fixture: ``(kind, queues=, prefix=, **broker_options) -> (broker, topic)``.
+FreshTopic = Callable[..., tuple[EmbeddedBroker, str]]
 
 
 def real_endpoints() -> str:

@@ -10,21 +10,19 @@ The oracle: the call succeeds, or raises ``ferrymq.FerryError``, ``TypeError`` o
 ``ValueError``; an ``InvalidArgumentError``, ``TypeError``, plain ``ValueError`` or
 ``OverflowError`` must name the parameter. A ``PanicException``, ``AttributeError``,
 ``KeyError``, ``IndexError``, ``SystemError``, ``ferrymq.InternalError`` or a call slower
-than ``CALL_LIMIT`` fails the test. Example counts are fixed and derandomized so the module
-runs in bounded time; the total number of calls is reported at the end of the module.
+than ``CALL_LIMIT`` fails the test (the values and the oracle are in ``api_oracle.py``).
+Example counts are fixed and derandomized so the module runs in bounded time; the total number
+of calls is reported at the end of the module.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import copy
 import operator
 import os
-import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -33,201 +31,15 @@ from hypothesis import strategies as st
 
 import ferrymq
 from _nats_server import NatsServer
+from api_oracle import EVERYTHING, KINDS, MIB, OUTCOMES, TRIED, VIOLATIONS, check, closing, kinds
 from ferrymq.testing import EmbeddedBroker
 
 APP, TOKEN = "test_app", "test_token"
 #: Examples per case are multiplied by this (FERRYMQ_PROPS_SCALE; 1 keeps the module around
 #: half a minute on two cores, raise it for a longer local run).
 SCALE = float(os.environ.get("FERRYMQ_PROPS_SCALE", "2"))
-#: A call taking longer than this (seconds) counts as a hang.
-CALL_LIMIT = 15.0
-MIB = 1 << 20
 
 pytestmark = pytest.mark.timeout(300)
-
-# -- adversarial values -------------------------------------------------------------------------
-
-INTS = [
-    -(2**63) - 1,
-    -(2**63),
-    -(2**31) - 1,
-    -1,
-    0,
-    1,
-    2**15,
-    2**16,
-    2**31,
-    2**32,
-    2**63 - 1,
-    2**63,
-    2**64,
-    10**30,
-]
-FLOATS = [math.nan, math.inf, -math.inf, 1e308, -1e308, -0.0, 0.5, 5e-324]
-STRINGS = [
-    "",
-    " ",
-    "x" * MIB,
-    "a\x00b",
-    "\x00",
-    "\ud800",
-    "a\udfffb",
-    "\x01\x02\x7f\n\t",
-    "é漢字🙂",
-    "a;b",
-    "*",
-    ">",
-    "a.b",
-    "%s%n",
-]
-BYTES: list[Any] = [b"", b"\x00" * 16, b"x" * MIB, bytearray(b"ab"), memoryview(b"cd")]
-WRONG: list[Any] = [None, {}, [], (), {"a": 1}, ["a", 1], object(), True, b"bytes", 1j]
-DURATIONS: list[Any] = [
-    timedelta.max,
-    timedelta.min,
-    timedelta(0),
-    timedelta(microseconds=1),
-    timedelta(days=-1),
-]
-#: Durations for calls that block that long when the value is valid: only invalid or short.
-SHORT_WAITS: list[Any] = [
-    math.nan,
-    math.inf,
-    -math.inf,
-    -1,
-    -0.0,
-    0,
-    0.05,
-    2**64,
-    10**30,
-    -(2**63) - 1,
-    timedelta.max,
-    timedelta.min,
-    timedelta(milliseconds=50),
-    "1",
-    None,
-    True,
-    object(),
-]
-
-_edges = INTS + FLOATS + STRINGS + BYTES + WRONG + DURATIONS
-EVERYTHING = st.one_of(
-    st.sampled_from(_edges),
-    st.integers(),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=40),
-)
-KINDS: dict[str, st.SearchStrategy[Any]] = {
-    "int": st.one_of(st.sampled_from(INTS), st.integers(), EVERYTHING),
-    "float": st.one_of(st.sampled_from(FLOATS + INTS), st.floats(), EVERYTHING),
-    "duration": st.one_of(st.sampled_from(DURATIONS + FLOATS + INTS), EVERYTHING),
-    "wait": st.sampled_from(SHORT_WAITS),
-    # a receive's wait: None is its 20 s default long poll (longer than CALL_LIMIT on an empty
-    # source; the defaults are checked in test_receive_defaults.py)
-    "receive_wait": st.sampled_from([w for w in SHORT_WAITS if w is not None]),
-    "str": st.one_of(st.sampled_from(STRINGS), st.text(max_size=40), EVERYTHING),
-    # endpoint strings: no random host names (they would be resolved over DNS)
-    "endpoint": st.sampled_from(
-        [*STRINGS, *WRONG, "127.0.0.1:1", "[::1]:99999", "host:-1", "a:b:c", "://", "x" * 300]
-    ),
-    "bytes": st.one_of(st.sampled_from(BYTES), st.binary(max_size=40), EVERYTHING),
-    "bool": st.one_of(st.sampled_from([True, False, 0, 1, 2, -1, 2**64, None, "yes"]), EVERYTHING),
-    "any": EVERYTHING,
-}
-
-
-def str_list(kind: str = "str") -> st.SearchStrategy[Any]:
-    return st.one_of(KINDS[kind], st.lists(KINDS[kind], max_size=3))
-
-
-KINDS["strs"] = str_list()
-KINDS["mapping"] = st.one_of(
-    st.dictionaries(
-        st.one_of(st.sampled_from(STRINGS), st.text(max_size=40)), KINDS["str"], max_size=3
-    ),
-    st.dictionaries(EVERYTHING.filter(lambda v: v.__hash__ is not None), EVERYTHING, max_size=2),
-    EVERYTHING,
-)
-KINDS["durations"] = st.one_of(st.lists(KINDS["duration"], max_size=3), EVERYTHING)
-KINDS["list"] = st.one_of(st.lists(EVERYTHING, max_size=2), EVERYTHING)
-
-
-# -- the oracle ---------------------------------------------------------------------------------
-
-FORBIDDEN = (AttributeError, KeyError, IndexError, SystemError, ferrymq.InternalError)
-TRIED: Counter[str] = Counter()
-OUTCOMES: Counter[str] = Counter()
-
-
-def _short(v: Any) -> str:
-    r = repr(v)
-    return r if len(r) <= 80 else r[:60] + f"...<{len(r)} chars>"
-
-
-#: Set FERRYMQ_PROPS_SURVEY=1 to list every violation at the end instead of failing at the first.
-SURVEY = os.environ.get("FERRYMQ_PROPS_SURVEY") == "1"
-VIOLATIONS: dict[tuple[str, str], str] = {}
-
-
-def violation(case: str, param: str, text: str) -> None:
-    if not SURVEY:
-        pytest.fail(text)
-    VIOLATIONS.setdefault((case, param), text)
-
-
-def names(e: BaseException, param: str, aliases: tuple[str, ...]) -> bool:
-    """Whether the error names the parameter: in its message (``param``, the element of a
-    plural parameter such as ``topic`` for ``topics``, or a listed alias), or, for a wrong type
-    or a string PyO3 could not encode (a lone surrogate) refused while PyO3 read the
-    arguments, in the note PyO3 attaches to it ("while processing 'param'")."""
-    text = str(e)
-    if any(n in text for n in (param, param.removesuffix("s"), *aliases)):
-        return True
-    notes = getattr(e, "__notes__", [])
-    return isinstance(e, (UnicodeEncodeError, TypeError)) and f"'{param}'" in " ".join(notes)
-
-
-def check(
-    case: str, param: str, value: Any, call: Callable[[], Any], aliases: tuple[str, ...] = ()
-) -> Any:
-    """Run ``call`` and fail unless it succeeds or raises an allowed exception naming ``param``."""
-    TRIED[case] += 1
-    what = f"{case}({param}={_short(value)})"
-    started = time.monotonic()
-    try:
-        result = call()
-    except BaseException as e:  # the oracle looks at everything, even KeyboardInterrupt-likes
-        elapsed = time.monotonic() - started
-        if elapsed >= CALL_LIMIT:
-            violation(case, param, f"{what} took {elapsed:.1f} s before raising {e!r}")
-        kind = type(e).__name__
-        OUTCOMES[kind] += 1
-        text = str(e)
-        if kind == "PanicException" or isinstance(e, FORBIDDEN):
-            violation(case, param, f"{what} raised {kind}: {text[:300]}")
-        elif not isinstance(e, (ferrymq.FerryError, TypeError, ValueError, OverflowError)):
-            violation(case, param, f"{what} raised {kind} (not allowed): {text[:300]}")
-        else:
-            must_name = isinstance(e, (ferrymq.InvalidArgumentError, OverflowError, TypeError)) or (
-                isinstance(e, ValueError) and not isinstance(e, ferrymq.FerryError)
-            )
-            if must_name and not names(e, param, aliases):
-                violation(case, param, f"{what} raised {kind} not naming it: {text[:300]}")
-        return None
-    elapsed = time.monotonic() - started
-    if elapsed >= CALL_LIMIT:
-        violation(case, param, f"{what} took {elapsed:.1f} s")
-    OUTCOMES["ok"] += 1
-    return result
-
-
-def closing(obj: Any) -> None:
-    close = getattr(obj, "close", None)
-    if callable(close):
-        # closing a half-made client may fail; that is not under test
-        with contextlib.suppress(Exception):
-            close()
-
 
 # -- the live environment -----------------------------------------------------------------------
 
@@ -385,8 +197,8 @@ class Case:
     name: str
     #: call(live, kwargs) -> result; kwargs hold every parameter below
     call: Callable[[Live, dict[str, Any]], Any]
-    #: valid values of the parameters (given the live environment)
-    defaults: Callable[[Live], dict[str, Any]]
+    #: valid values of the parameters: fixed, or given the live environment
+    defaults: dict[str, Any] | Callable[[Live], dict[str, Any]]
     #: parameter -> kind (a key of KINDS, or a function of the live environment)
     kinds: dict[str, Any]
     examples: int = 40
@@ -394,6 +206,11 @@ class Case:
     close_result: bool = False
     #: parameter -> other names its errors may carry (a nested field, a dependent parameter)
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def args(self, live: Live) -> dict[str, Any]:
+        """A fresh copy of the valid values."""
+        d = self.defaults
+        return d(live) if callable(d) else copy.deepcopy(d)
 
 
 #: The live object a ``"Class.method"`` case calls (a dotted attribute path of `Live`).
@@ -411,7 +228,10 @@ RECEIVERS = {
 
 
 def method(
-    name: str, defaults: Callable[[Live], dict[str, Any]], kinds: dict[str, Any], **kw: Any
+    name: str,
+    defaults: dict[str, Any] | Callable[[Live], dict[str, Any]],
+    kinds: dict[str, Any],
+    **kw: Any,
 ) -> Case:
     """A case calling the method ``name`` ("Class.method") of the live object of that class
     (`RECEIVERS`) with every parameter as a keyword argument."""
@@ -489,10 +309,6 @@ def _stream(live: Live, a: dict[str, Any]) -> Any:
     live.js.delete_stream(info.name)
 
 
-def _none(_: Live) -> dict[str, Any]:
-    return {}
-
-
 def _tx_send(producer: Callable[[Live], ferrymq.Producer]) -> Callable[[Live, dict[str, Any]], Any]:
     """Send the message in a transaction of ``producer`` (rolled back after)."""
 
@@ -532,43 +348,42 @@ D_PUSH = {
     "max_concurrent_receives": 1,
     "request_timeout": 2.0,
 }
+#: The parameters of a JetStream publish (``JetStream.publish`` and ``AsyncPublisher.submit``).
+PUBLISH_KINDS = kinds(
+    str="message_id expected_stream expected_last_msg_id",
+    int="expected_last_sequence expected_last_subject_sequence",
+    bytes="body",
+    mapping="headers",
+)
 
 CASES = [
     Case(
         "Message",
         _message,
         lambda lv: {"topic": lv.topic, "body": b"x"},
-        {
-            "topic": "str",
-            "body": "bytes",
-            "keys": "strs",
-            "tag": "str",
-            "properties": "mapping",
-            "message_group": "str",
-            "delivery_time": "duration",
-            "priority": "int",
-        },
+        kinds(
+            str="topic tag message_group",
+            bytes="body",
+            strs="keys",
+            mapping="properties",
+            duration="delivery_time",
+            int="priority",
+        ),
         examples=150,
     ),
     Case(
         "Producer",
         lambda lv, a: ferrymq.Producer(a.pop("endpoints"), **a),
         lambda lv: {"endpoints": lv.broker.endpoints},
-        {
-            "endpoints": "endpoint",
-            "topics": "strs",
-            "credentials": "any",
-            "namespace": "str",
-            "tls": "any",
-            "request_timeout": "duration",
-            "max_attempts": "int",
-            "max_pending": "int",
-            "heartbeat_interval": "duration",
-            "route_refresh_interval": "duration",
-            "app": "str",
-            "token": "str",
-            "jmq_options": "mapping",
-        },
+        kinds(
+            endpoint="endpoints",
+            strs="topics",
+            any="credentials tls",
+            str="namespace app token",
+            duration="request_timeout heartbeat_interval route_refresh_interval",
+            int="max_attempts max_pending",
+            mapping="jmq_options",
+        ),
         examples=80,
         close_result=True,
     ),
@@ -590,8 +405,8 @@ CASES = [
         lambda lv: {"message": ferrymq.Message(lv.topic, b"x"), "on_delivery": None},
         {"message": messages_of, "on_delivery": "any"},
     ),
-    method("Producer.poll", _none, {"timeout": "wait"}),
-    method("Producer.flush", _none, {"timeout": "wait"}),
+    method("Producer.poll", {}, {"timeout": "wait"}),
+    method("Producer.flush", {}, {"timeout": "wait"}),
     method(
         "Producer.recall",
         lambda lv: {"topic": lv.topic, "recall_handle": "h"},
@@ -601,30 +416,22 @@ CASES = [
         "SimpleConsumer",
         lambda lv, a: ferrymq.SimpleConsumer(a.pop("endpoints"), a.pop("group"), **a),
         lambda lv: {"endpoints": lv.broker.endpoints, "group": lv.group},
-        {
-            "endpoints": "endpoint",
-            "group": "str",
-            "subscriptions": "mapping",
-            "await_duration": "duration",
-            "credentials": "any",
-            "namespace": "str",
-            "tls": "any",
-            "request_timeout": "duration",
-        },
+        kinds(
+            endpoint="endpoints",
+            str="group namespace",
+            mapping="subscriptions",
+            duration="await_duration request_timeout",
+            any="credentials tls",
+        ),
         close_result=True,
         aliases={"subscriptions": ("filter",)},
     ),
     method(
         "SimpleConsumer.receive",
-        lambda lv: {"max_messages": 1, "invisible_duration": 600},
+        {"max_messages": 1, "invisible_duration": 600},
         {"max_messages": "int", "invisible_duration": "duration"},
     ),
-    method(
-        "SimpleConsumer.ack",
-        lambda lv: {"message": lv.view},
-        {"message": "any"},
-        examples=25,
-    ),
+    method("SimpleConsumer.ack", lambda lv: {"message": lv.view}, {"message": "any"}, examples=25),
     method(
         "SimpleConsumer.change_invisible_duration",
         lambda lv: {"message": lv.view, "duration": 600},
@@ -639,43 +446,31 @@ CASES = [
     Case(
         "PushConsumer",
         _push,
-        lambda lv: dict(D_PUSH),
-        {
-            "group": "str",
-            "subscriptions": "mapping",
-            "listener": "any",
-            "consumption_threads": "int",
-            "max_cache_messages": "int",
-            "max_cache_bytes": "int",
-            "fifo_accelerator": "bool",
-            "fifo_pipelining": "bool",
-            "receive_batch_size": "int",
-            "max_concurrent_receives": "int",
-            "shutdown_timeout": "duration",
-            "request_timeout": "duration",
-        },
+        D_PUSH,
+        kinds(
+            str="group",
+            mapping="subscriptions",
+            any="listener",
+            int="consumption_threads max_cache_messages max_cache_bytes receive_batch_size "
+            "max_concurrent_receives",
+            bool="fifo_accelerator fifo_pipelining",
+            duration="shutdown_timeout request_timeout",
+        ),
         examples=60,
     ),
     Case(
         "PullConsumer",
         lambda lv, a: ferrymq.PullConsumer(a.pop("endpoints"), a.pop("group"), **a),
         lambda lv: {"endpoints": lv.broker.remoting_endpoint, "group": "props-pull2"},
-        {
-            "endpoints": "endpoint",
-            "group": "str",
-            "tag_filter": "str",
-            "auto_offset_reset": "str",
-            "credentials": "any",
-            "namespace": "str",
-            "request_timeout": "duration",
-        },
+        kinds(
+            endpoint="endpoints",
+            str="group tag_filter auto_offset_reset namespace",
+            any="credentials",
+            duration="request_timeout",
+        ),
         close_result=True,
     ),
-    method(
-        "PullConsumer.assign",
-        lambda lv: {"queues": [lv.queue]},
-        {"queues": "list"},
-    ),
+    method("PullConsumer.assign", lambda lv: {"queues": [lv.queue]}, {"queues": "list"}),
     Case(
         "PullConsumer.seek",
         _seek,
@@ -684,7 +479,7 @@ CASES = [
     ),
     method(
         "PullConsumer.poll",
-        lambda lv: {"max_messages": 2, "timeout": 0.1},
+        {"max_messages": 2, "timeout": 0.1},
         {"max_messages": "int", "timeout": "receive_wait"},
     ),
     method(
@@ -709,32 +504,19 @@ CASES = [
     Case(
         "AsyncPublisher",
         _publisher,
-        _none,
-        {
-            "id_prefix": "str",
-            "max_in_flight": "int",
-            "refill_allowed_at": "int",
-            "retry": "any",
-            "poll_time": "duration",
-            "hold_pause_time": "duration",
-            "wait_timeout": "duration",
-            "listener": "any",
-        },
+        {},
+        kinds(
+            str="id_prefix",
+            int="max_in_flight refill_allowed_at",
+            any="retry listener",
+            duration="poll_time hold_pause_time wait_timeout",
+        ),
     ),
     Case(
         "AsyncPublisher.submit",
         _submit,
         lambda lv: {"subject": ferrymq.Message(lv.topic, b"x")},
-        {
-            "subject": messages_of,
-            "body": "bytes",
-            "headers": "mapping",
-            "message_id": "str",
-            "expected_stream": "str",
-            "expected_last_sequence": "int",
-            "expected_last_subject_sequence": "int",
-            "expected_last_msg_id": "str",
-        },
+        {"subject": messages_of, **PUBLISH_KINDS},
         examples=30,
         # a str subject (a NATS subject) needs a body; a RocketMQ producer wants a Message
         aliases={"subject": ("body",)},
@@ -743,32 +525,20 @@ CASES = [
         "JetStream",
         lambda lv, a: ferrymq.JetStream(a.pop("endpoints"), **a),
         lambda lv: {"endpoints": lv.nats_url, "connect_timeout": 2.0, "request_timeout": 2.0},
-        {
-            "endpoints": "endpoint",
-            "name": "str",
-            "user": "str",
-            "password": "str",
-            "token": "str",
-            "connect_timeout": "wait",
-            "request_timeout": "duration",
-        },
+        kinds(
+            endpoint="endpoints",
+            str="name user password token",
+            wait="connect_timeout",
+            duration="request_timeout",
+        ),
         examples=30,
         close_result=True,
     ),
     Case(
         "JetStream.publish",
         lambda lv, a: lv.js.publish(a.pop("subject"), **a),
-        lambda lv: {"subject": "props.b", "body": b"x"},
-        {
-            "subject": "str",
-            "body": "bytes",
-            "headers": "mapping",
-            "message_id": "str",
-            "expected_stream": "str",
-            "expected_last_sequence": "int",
-            "expected_last_subject_sequence": "int",
-            "expected_last_msg_id": "str",
-        },
+        {"subject": "props.b", "body": b"x"},
+        {"subject": "str", **PUBLISH_KINDS},
         examples=60,
         # the server's payload limit counts the headers (message id, expectations) with the body
         aliases={
@@ -779,64 +549,44 @@ CASES = [
     Case(
         "JetStream.create_stream",
         _stream,
-        lambda lv: {"name": "PROPS2", "subjects": ["props2.>"], "storage": "memory"},
-        {
-            "name": "str",
-            "subjects": "strs",
-            "storage": "str",
-            "retention": "str",
-            "duplicate_window": "duration",
-            "max_messages": "int",
-            "max_bytes": "int",
-            "max_age": "duration",
-            "replicas": "int",
-        },
+        {"name": "PROPS2", "subjects": ["props2.>"], "storage": "memory"},
+        kinds(
+            str="name storage retention",
+            strs="subjects",
+            duration="duplicate_window max_age",
+            int="max_messages max_bytes replicas",
+        ),
         examples=60,
     ),
     Case(
         "JetStream.pull_consumer",
         lambda lv, a: lv.js.pull_consumer(a.pop("stream"), **a),
         lambda lv: {"stream": lv.stream},
-        {
-            "stream": "str",
-            "durable": "str",
-            "filter_subject": "str",
-            "deliver": "any",
-            "ack_wait": "duration",
-            "max_deliver": "int",
-            "max_ack_pending": "int",
-            "inactive_threshold": "duration",
-        },
+        kinds(
+            str="stream durable filter_subject",
+            any="deliver",
+            duration="ack_wait inactive_threshold",
+            int="max_deliver max_ack_pending",
+        ),
         examples=60,
     ),
     method(
         "JsPullConsumer.fetch",
-        lambda lv: {"max_messages": 1, "timeout": 0.1},
+        {"max_messages": 1, "timeout": 0.1},
         {"max_messages": "int", "timeout": "receive_wait"},
     ),
     Case(
         "JmqProducer",
         lambda lv, a: ferrymq.JmqProducer(a.pop("endpoint"), **a),
         lambda lv: {"endpoint": lv.broker.jmq_endpoint, "app": APP, "token": TOKEN},
-        {
-            "endpoint": "endpoint",
-            "app": "str",
-            "token": "str",
-            "region": "str",
-            "namespace": "str",
-            "qos": "str",
-            "compression": "str",
-            "compress_threshold": "int",
-            "max_attempts": "int",
-            "send_timeout": "duration",
-            "request_timeout": "duration",
-            "max_body": "int",
-            "transaction_timeout": "duration",
-            "transaction_topics": "strs",
-            "feedback_interval": "duration",
-            "metadata_refresh": "duration",
-            "client_ip": "str",
-        },
+        kinds(
+            endpoint="endpoint",
+            str="app token region namespace qos compression client_ip",
+            int="compress_threshold max_attempts max_body",
+            duration="send_timeout request_timeout transaction_timeout feedback_interval "
+            "metadata_refresh",
+            strs="transaction_topics",
+        ),
         examples=80,
         close_result=True,
     ),
@@ -864,86 +614,60 @@ CASES = [
             "app": APP,
             "token": TOKEN,
         },
-        {
-            "endpoint": "endpoint",
-            "topics": "strs",
-            "app": "str",
-            "token": "str",
-            "mode": "str",
-            "region": "str",
-            "namespace": "str",
-            "ack_timeout": "duration",
-            "long_poll": "duration",
-            "session_timeout": "duration",
-            "request_timeout": "duration",
-            "metadata_refresh": "duration",
-            "client_ip": "str",
-        },
+        kinds(
+            endpoint="endpoint",
+            strs="topics",
+            str="app token mode region namespace client_ip",
+            duration="ack_timeout long_poll session_timeout request_timeout metadata_refresh",
+        ),
         close_result=True,
     ),
     method(
         "JmqConsumer.receive",
-        lambda lv: {"max_messages": 1, "wait": 0.05},
+        {"max_messages": 1, "wait": 0.05},
         {"max_messages": "int", "wait": "receive_wait", "ack_timeout": "duration"},
     ),
     method(
         "JmqConsumer.nack",
-        lambda lv: {"messages": [], "retry_type": "exception"},
+        {"messages": [], "retry_type": "exception"},
         {"messages": "any", "retry_type": "str"},
         examples=25,
     ),
     method(
         "JmqConsumer.fetch_index",
-        lambda lv: {"topic": "props-jmq", "partition": 0},
+        {"topic": "props-jmq", "partition": 0},
         {"topic": "str", "partition": "int"},
     ),
     method(
         "JmqConsumer.commit_index",
-        lambda lv: {"topic": "props-jmq", "partition": 0, "index": 0},
+        {"topic": "props-jmq", "partition": 0, "index": 0},
         {"topic": "str", "partition": "int", "index": "int"},
     ),
     Case(
         "EmbeddedBroker",
         lambda lv, a: EmbeddedBroker(**a),
-        lambda lv: {"jmq": False},
-        {
-            "endpoints": "int",
-            "auto_create": "bool",
-            "host": "endpoint",
-            "ports": "any",
-            "max_body_size": "int",
-            "max_topic_bytes": "int",
-            "when_full": "str",
-            "long_polling_min": "duration",
-            "long_polling_max": "duration",
-            "min_invisible": "duration",
-            "max_invisible": "duration",
-            "auto_renew_invisible": "duration",
-            "transaction_check_delay": "duration",
-            "transaction_check_interval": "duration",
-            "transaction_check_max": "int",
-            "max_delay": "duration",
-            "access_key": "str",
-            "secret_key": "str",
-            "auto_create_queues": "int",
-        },
+        {"jmq": False},
+        kinds(
+            int="endpoints max_body_size max_topic_bytes transaction_check_max auto_create_queues",
+            bool="auto_create",
+            endpoint="host",
+            any="ports",
+            str="when_full access_key secret_key",
+            duration="long_polling_min long_polling_max min_invisible max_invisible "
+            "auto_renew_invisible transaction_check_delay transaction_check_interval max_delay",
+        ),
         examples=60,
         close_result=True,
     ),
     method(
         "EmbeddedBroker.create_topic",
-        lambda lv: {"name": "admin-t2", "message_type": "NORMAL", "queues": 2},
+        {"name": "admin-t2", "message_type": "NORMAL", "queues": 2},
         {"name": "str", "message_type": "str", "queues": "int"},
     ),
     method(
         "EmbeddedBroker.create_group",
-        lambda lv: {"name": "admin-g"},
-        {
-            "name": "str",
-            "fifo": "bool",
-            "max_delivery_attempts": "int",
-            "retry_backoff": "durations",
-        },
+        {"name": "admin-g"},
+        kinds(str="name", bool="fifo", int="max_delivery_attempts", durations="retry_backoff"),
     ),
     Case(
         "EmbeddedBroker.update_settings",
@@ -951,69 +675,47 @@ CASES = [
             lv.admin.update_settings(**a),
             lv.admin.update_settings(max_body_size=4 * MIB, producer_max_attempts=3),
         ),
-        lambda lv: {"max_body_size": None, "producer_max_attempts": None},
+        {"max_body_size": None, "producer_max_attempts": None},
         {"max_body_size": "int", "producer_max_attempts": "int"},
     ),
     method(
         "EmbeddedBroker.set_queue_permission",
-        lambda lv: {"topic": "admin-t", "endpoint": 0, "queue": 0, "permission": "rw"},
+        {"topic": "admin-t", "endpoint": 0, "queue": 0, "permission": "rw"},
         {"topic": "str", "endpoint": "int", "queue": "int", "permission": "str"},
     ),
     Case(
         "EmbeddedBroker.set_unavailable",
         lambda lv, a: (lv.admin.set_unavailable(**a), lv.admin.clear_faults()),
-        lambda lv: {"endpoint": 1, "mode": None},
+        {"endpoint": 1, "mode": None},
         {"endpoint": "int", "mode": "str"},
     ),
     Case(
         "EmbeddedBroker.inject_status",
         lambda lv, a: (lv.admin.inject_status(**a), lv.admin.clear_faults()),
-        lambda lv: {"endpoint": 1, "code": 50001},
-        {
-            "endpoint": "int",
-            "code": "int",
-            "rpc": "str",
-            "count": "int",
-            "fraction": "float",
-            "message": "str",
-        },
+        {"endpoint": 1, "code": 50001},
+        kinds(int="endpoint code count", str="rpc message", float="fraction"),
     ),
     Case(
         "EmbeddedBroker.set_latency",
         lambda lv, a: (lv.admin.set_latency(**a), lv.admin.clear_faults()),
-        lambda lv: {"endpoint": 1, "seconds": 0.1},
+        {"endpoint": 1, "seconds": 0.1},
         {"endpoint": "int", "seconds": "duration", "rpc": "str"},
     ),
-    method(
-        "EmbeddedBroker.clear_faults",
-        _none,
-        {"endpoint": "int"},
-        examples=20,
-    ),
+    method("EmbeddedBroker.clear_faults", {}, {"endpoint": "int"}, examples=20),
     method(
         "EmbeddedBroker.calls",
-        lambda lv: {"endpoint": 0, "rpc": "SendMessage"},
+        {"endpoint": 0, "rpc": "SendMessage"},
         {"endpoint": "int", "rpc": "str"},
         examples=20,
     ),
     method(
         "EmbeddedBroker.messages",
-        lambda lv: {"topic": "admin-t", "limit": 10},
+        {"topic": "admin-t", "limit": 10},
         {"topic": "str", "limit": "int"},
         examples=20,
     ),
-    method(
-        "EmbeddedBroker.clients",
-        _none,
-        {"endpoint": "int"},
-        examples=20,
-    ),
-    method(
-        "EmbeddedBroker.drop_telemetry",
-        lambda lv: {"endpoint": 0},
-        {"endpoint": "int"},
-        examples=20,
-    ),
+    method("EmbeddedBroker.clients", {}, {"endpoint": "int"}, examples=20),
+    method("EmbeddedBroker.drop_telemetry", {"endpoint": 0}, {"endpoint": "int"}, examples=20),
     *send_cases("Producer(jmq://)", lambda lv: lv.jmq_facade, examples=25),
     Case(
         "Producer(jmq://).transaction.send",
@@ -1026,25 +728,25 @@ CASES = [
     Case(
         "Credentials",
         lambda lv, a: ferrymq.Credentials(**a),
-        lambda lv: {"access_key": "ak", "secret_key": "sk", "security_token": None},
+        {"access_key": "ak", "secret_key": "sk", "security_token": None},
         {"access_key": "str", "secret_key": "str", "security_token": "str"},
     ),
     Case(
         "TlsConfig",
         lambda lv, a: ferrymq.TlsConfig(**a),
-        _none,
+        {},
         {"ca_file": "str", "insecure": "bool", "server_name": "str"},
     ),
     Case(
         "FilterExpression.tag",
         lambda lv, a: ferrymq.FilterExpression.tag(**a),
-        lambda lv: {"expression": "a||b"},
+        {"expression": "a||b"},
         {"expression": "str"},
     ),
     Case(
         "FilterExpression.sql",
         lambda lv, a: ferrymq.FilterExpression.sql(**a),
-        lambda lv: {"expression": "a > 1"},
+        {"expression": "a > 1"},
         {"expression": "str"},
     ),
     Case(
@@ -1054,20 +756,12 @@ CASES = [
         {"message": messages_of},
         examples=25,
     ),
-    Case("AsyncPublisher.close", _close_publisher, _none, {"timeout": "wait"}, examples=20),
-    Case("PushConsumer.close", _close_push, _none, {"timeout": "wait"}, examples=15),
+    Case("AsyncPublisher.close", _close_publisher, {}, {"timeout": "wait"}, examples=20),
+    Case("PushConsumer.close", _close_push, {}, {"timeout": "wait"}, examples=15),
     method(
-        "SimpleConsumer.unsubscribe",
-        lambda lv: {"topic": "not-subscribed"},
-        {"topic": "str"},
-        examples=25,
+        "SimpleConsumer.unsubscribe", {"topic": "not-subscribed"}, {"topic": "str"}, examples=25
     ),
-    method(
-        "PullConsumer.position",
-        lambda lv: {"queue": lv.queue},
-        {"queue": "any"},
-        examples=25,
-    ),
+    method("PullConsumer.position", lambda lv: {"queue": lv.queue}, {"queue": "any"}, examples=25),
     method(
         "PullConsumer.end_offsets",
         lambda lv: {"queues": [lv.queue]},
@@ -1075,77 +769,60 @@ CASES = [
         examples=25,
     ),
     method(
-        "PullConsumer.committed",
-        lambda lv: {"queues": [lv.queue]},
-        {"queues": "list"},
-        examples=25,
+        "PullConsumer.committed", lambda lv: {"queues": [lv.queue]}, {"queues": "list"}, examples=25
     ),
-    method(
-        "JetStream.stream_info",
-        lambda lv: {"name": lv.stream},
-        {"name": "str"},
-    ),
+    method("JetStream.stream_info", lambda lv: {"name": lv.stream}, {"name": "str"}),
     method(
         "JetStream.delete_consumer",
         lambda lv: {"stream": lv.stream, "name": "nobody"},
         {"stream": "str", "name": "str"},
     ),
-    method(
-        "JsMessage.nak",
-        _none,
-        {"delay": "duration"},
-        examples=25,
-    ),
+    method("JsMessage.nak", {}, {"delay": "duration"}, examples=25),
     method(
         "JmqConsumer.settle",
-        lambda lv: {"acks": [], "nacks": [], "retry_type": "exception"},
+        {"acks": [], "nacks": [], "retry_type": "exception"},
         {"acks": "any", "nacks": "any", "retry_type": "str"},
         examples=30,
     ),
     method(
         "JmqServer.create_topic",
-        lambda lv: {"name": "jt", "partitions": 2},
+        {"name": "jt", "partitions": 2},
         {"name": "str", "partitions": "int", "broadcast": "bool"},
     ),
     method(
         "JmqServer.fail_next",
-        lambda lv: {"code": 1, "times": 1},
+        {"code": 1, "times": 1},
         {"code": "int", "command": "any", "times": "int"},
     ),
     method(
         "JmqServer.set_latency",
-        lambda lv: {"seconds_": 0},
+        {"seconds_": 0},
         {"seconds_": "duration"},
         examples=25,
         aliases={"seconds_": ("seconds",)},
     ),
     method(
         "JmqServer.set_health",
-        lambda lv: {"node": 0, "point": 1.0},
+        {"node": 0, "point": 1.0},
         {"node": "int", "point": "float"},
         examples=25,
     ),
     method(
         "JmqServer.set_leader",
-        lambda lv: {"topic": "jt", "group": 0, "node": 0},
+        {"topic": "jt", "group": 0, "node": 0},
         {"topic": "str", "group": "int", "node": "int"},
         examples=25,
     ),
     method(
         "JmqServer.add_app",
-        lambda lv: {"app": "a2", "token": "t2"},
+        {"app": "a2", "token": "t2"},
         {"app": "str", "token": "str"},
         examples=25,
     ),
-    method(
-        "EmbeddedBroker.delete_topic",
-        lambda lv: {"name": "no-such-topic"},
-        {"name": "str"},
-        examples=25,
-    ),
+    method("EmbeddedBroker.delete_topic", {"name": "no-such-topic"}, {"name": "str"}, examples=25),
     method(
         "EmbeddedBroker.verify_message",
-        lambda lv: {"client_id": "c", "topic": "admin-t", "message_id": "m"},
+        {"client_id": "c", "topic": "admin-t", "message_id": "m"},
         {"client_id": "str", "topic": "str", "message_id": "str"},
         examples=25,
         # the default message id is not stored: refused naming it whatever the other values
@@ -1153,23 +830,13 @@ CASES = [
     ),
     method(
         "EmbeddedBroker.recover_orphaned_transaction",
-        lambda lv: {"transaction_id": "x", "client_id": None},
+        {"transaction_id": "x", "client_id": None},
         {"transaction_id": "str", "client_id": "str"},
         examples=25,
         aliases={"client_id": ("transaction_id",)},  # the default transaction does not exist
     ),
-    method(
-        "EmbeddedBroker.dead_letters",
-        lambda lv: {"group": "g"},
-        {"group": "str"},
-        examples=20,
-    ),
-    method(
-        "EmbeddedBroker.restart",
-        lambda lv: {"endpoint": 1},
-        {"endpoint": "int"},
-        examples=15,
-    ),
+    method("EmbeddedBroker.dead_letters", {"group": "g"}, {"group": "str"}, examples=20),
+    method("EmbeddedBroker.restart", {"endpoint": 1}, {"endpoint": "int"}, examples=15),
 ]
 
 
@@ -1193,7 +860,7 @@ def test_adversarial_arguments(live: Live, case: Case) -> None:
     def run(data: st.DataObject) -> None:
         param = data.draw(st.sampled_from(params), label="param")
         value = data.draw(_strategy(live, case.kinds[param]), label=param)
-        args = case.defaults(live)
+        args = case.args(live)
         args[param] = value
         result = check(
             case.name, param, value, lambda: case.call(live, args), case.aliases.get(param, ())

@@ -74,11 +74,7 @@ def test_latency(make_broker: MakeBroker) -> None:
     b.set_latency(0, 5.0, rpc="QueryRoute")
     with Raw(b.addresses[0]) as r:
         with pytest.raises(grpc.RpcError) as e:
-            r.stub.QueryRoute(
-                __import__("rmq_raw").s.QueryRouteRequest(topic=__import__("rmq_raw").res("t")),
-                metadata=r.md(),
-                timeout=0.3,
-            )
+            r.route("t", timeout=0.3)
         # the client's deadline, or the server's enforcement of grpc-timeout (CANCELLED)
         assert e.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
         assert r.send(message("t")).status.code == OK, "only QueryRoute is slowed"
@@ -93,11 +89,7 @@ def test_unavailable_refuse_then_back(make_broker: MakeBroker) -> None:
         assert r.route("t").status.code == OK
         b.set_unavailable(0, "refuse")
         with pytest.raises(grpc.RpcError) as e:
-            r.stub.QueryRoute(
-                __import__("rmq_raw").s.QueryRouteRequest(topic=__import__("rmq_raw").res("t")),
-                metadata=r.md(),
-                timeout=2,
-            )
+            r.route("t", timeout=2)
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE
         assert b.stats()["endpoints"][0]["unavailable"] == "refuse"
     b.set_unavailable(0, None)
@@ -108,23 +100,18 @@ def test_unavailable_refuse_then_back(make_broker: MakeBroker) -> None:
 
 def test_unavailable_hang_then_back(make_broker: MakeBroker) -> None:
     b = _broker(make_broker)
-    rr = __import__("rmq_raw")
     with Raw(b.addresses[0]) as r:
         assert r.route("t").status.code == OK
         b.set_unavailable(0, "hang")
         with pytest.raises(grpc.RpcError) as e:
-            r.stub.QueryRoute(
-                rr.s.QueryRouteRequest(topic=rr.res("t")), metadata=r.md(), timeout=0.5
-            )
+            r.route("t", timeout=0.5)
         assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         b.set_unavailable(0, None)
         assert r.route("t").status.code == OK
     with Raw(b.addresses[0]) as r2:
         b.set_unavailable(0, "hang")
         with pytest.raises(grpc.RpcError) as e:
-            r2.stub.QueryRoute(
-                rr.s.QueryRouteRequest(topic=rr.res("t")), metadata=r2.md(), timeout=0.5
-            )
+            r2.route("t", timeout=0.5)
         assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         b.clear_faults(0)
 

@@ -16,6 +16,7 @@ pytest.importorskip("rocketmq")
 from rocketmq.grpc_protocol import definition_pb2 as d
 
 from rmq_raw import OK, Raw, message
+from waiting import first_batch
 
 
 @pytest.fixture
@@ -476,12 +477,8 @@ def test_delay_and_recall(raw: Raw, broker: EmbeddedBroker, unique: Callable[[st
     assert raw.recall(topic, drop.recall_handle).status.code == C["NOT_FOUND"]
     assert raw.recall(topic, "junk").status.code == C["BAD_REQUEST"]
     assert raw.recall("missing", keep.recall_handle).status.code == C["TOPIC_NOT_FOUND"]
-    got: list[bytes] = []
-    for _ in range(5):
-        got += [m.body for m in raw.receive(group, topic, polling=2)[1]]
-        if got:
-            break
-    assert got == [b"keep"]
+    got = first_batch(lambda: raw.receive(group, topic, polling=2)[1], tries=5)
+    assert [m.body for m in got] == [b"keep"]
     assert raw.recall(topic, keep.recall_handle).status.code == C["NOT_FOUND"]
     past = raw.send(message(topic, b"past", delivery=time.time() - 10))
     assert past.status.code == OK

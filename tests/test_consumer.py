@@ -22,6 +22,7 @@ import pytest
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
+from servers import FreshTopic
 from waiting import async_wait_for, wait_for
 
 Send = Callable[..., list[str]]
@@ -81,7 +82,7 @@ Private = tuple[EmbeddedBroker, str, str, Send]
 
 @pytest.fixture
 def private(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
+    fresh_topic: FreshTopic, unique: Callable[[str], str]
 ) -> Iterator[Callable[..., Private]]:
     """``private(queues, kind, prefix, group, **broker_options)``: a broker of its own (for
     faults) with a fresh topic, a fresh group (``group``: its options) and a sender (closed at
@@ -91,9 +92,7 @@ def private(
     def make(
         queues: int, kind: str = "NORMAL", prefix: str = "topic", group: Any = None, **options: Any
     ) -> Private:
-        b = make_broker(**options)
-        topic = unique(prefix)
-        b.create_topic(topic, kind, queues)
+        b, topic = fresh_topic(kind, queues=queues, prefix=prefix, **options)
         send, close = make_sender(b.endpoints)
         closers.append(close)
         return b, topic, new_group(b, unique, **(group or {})), send

@@ -11,6 +11,7 @@ import pytest
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
+from waiting import first_batch
 
 APP = "test_app"
 TOKEN = "test_token"
@@ -378,11 +379,7 @@ def test_facade_receipts_and_views_share_one_interface(
     with ferrymq.SimpleConsumer(
         jmq_broker.jmq_endpoint, APP, subscriptions=topic, token=TOKEN, await_duration=1.0
     ) as c:
-        got: list[ferrymq.ReceivedMessage] = []
-        for _ in range(20):
-            got = c.receive(16)
-            if got:
-                break
+        got = first_batch(lambda: c.receive(16))
         assert [m.body for m in got] == [b"typed"]
         m = got[0]
         assert isinstance(m, ferrymq.ReceivedMessage)

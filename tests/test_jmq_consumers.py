@@ -14,7 +14,7 @@ import pytest
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
-from waiting import wait_for
+from waiting import first_batch, wait_for
 
 APP = "test_app"
 TOKEN = "test_token"
@@ -90,11 +90,7 @@ def test_simple_consumer_nack_redelivers(jmq_broker: EmbeddedBroker, topic: str)
         with pytest.raises(ferrymq.InvalidArgumentError, match="change_invisible_duration"):
             c.change_invisible_duration(first[0], 5)
         c.nack(first)
-        again: list[ferrymq.MessageView] = []
-        for _ in range(20):
-            again = c.receive(16)
-            if again:
-                break
+        again = first_batch(lambda: c.receive(16))
         assert [m.body for m in again] == [first[0].body]
         assert again[0].delivery_attempt == 2
         c.ack(again[0])
@@ -107,11 +103,7 @@ def test_invisible_duration_is_the_ack_timeout(jmq_broker: EmbeddedBroker, topic
         first = c.receive(16, invisible_duration=0.2)
         assert len(first) == 1
         time.sleep(0.4)  # not acked: visible again once the fetch's ack timeout passed
-        again: list[ferrymq.MessageView] = []
-        for _ in range(20):
-            again = c.receive(16)
-            if again:
-                break
+        again = first_batch(lambda: c.receive(16))
         assert [m.offset for m in again] == [first[0].offset]
         c.ack(again)
 

@@ -24,6 +24,7 @@ from ferrymq import (
     TransactionResolution,
 )
 from ferrymq.testing import EmbeddedBroker
+from servers import FreshTopic
 from waiting import wait_for
 
 FAST = {"heartbeat_interval": 0.2, "route_refresh_interval": 0.5}
@@ -77,12 +78,8 @@ def test_start_fails_on_unreachable_endpoint() -> None:
         p.start()
 
 
-def test_credentials_accepted_and_refused(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker(access_key="ak", secret_key="sk")
-    t = unique("t")
-    b.create_topic(t)
+def test_credentials_accepted_and_refused(fresh_topic: FreshTopic) -> None:
+    b, t = fresh_topic(access_key="ak", secret_key="sk")
     with Producer(b.endpoints, topics=[t], credentials=("ak", "sk")) as p:
         assert p.send(Message(t, b"signed")).topic == t
         assert "sk" not in repr(p)
@@ -130,12 +127,8 @@ def test_type_mismatch_fails_without_sending(
     assert broker.calls(0, "SendMessage") == before
 
 
-def test_bad_input(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker(max_body_size=1024)
-    t = unique("t")
-    b.create_topic(t)
+def test_bad_input(fresh_topic: FreshTopic, unique: Callable[[str], str]) -> None:
+    b, t = fresh_topic(max_body_size=1024)
     with Producer(b.endpoints, topics=[t]) as p:
         assert p.settings["max_body_size"] == 1024
         with pytest.raises(InvalidArgumentError, match="body"):
@@ -168,12 +161,8 @@ def test_unstarted_producer_refuses_to_send(broker: EmbeddedBroker, topic: str) 
 # -- retries, isolation, rotation, flow control ----------------------------------------------
 
 
-def test_failed_endpoint_is_isolated_rotated_away_from_and_rejoins(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker(endpoints=2)
-    t = unique("t")
-    b.create_topic(t, queues=4)
+def test_failed_endpoint_is_isolated_rotated_away_from_and_rejoins(fresh_topic: FreshTopic) -> None:
+    b, t = fresh_topic(queues=4, endpoints=2)
     bad, good = b.addresses[0], b.addresses[1]
     b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="SendMessage")
     # Heartbeats fail too, so endpoint 0 cannot rejoin before the faults are cleared.
@@ -190,12 +179,8 @@ def test_failed_endpoint_is_isolated_rotated_away_from_and_rejoins(
         assert {r.endpoint for r in receipts} == {bad, good}
 
 
-def test_retries_stop_after_max_attempts(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker()
-    t = unique("t")
-    b.create_topic(t)
+def test_retries_stop_after_max_attempts(fresh_topic: FreshTopic) -> None:
+    b, t = fresh_topic()
     b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="SendMessage")
     with Producer(b.endpoints, topics=[t], max_attempts=4) as p:
         with pytest.raises(BrokerError) as e:
@@ -205,12 +190,8 @@ def test_retries_stop_after_max_attempts(
         assert b.calls(0, "SendMessage") == 4
 
 
-def test_caller_errors_are_not_retried(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker()
-    t = unique("t")
-    b.create_topic(t)
+def test_caller_errors_are_not_retried(fresh_topic: FreshTopic) -> None:
+    b, t = fresh_topic()
     b.inject_status(0, "ILLEGAL_MESSAGE_KEY", rpc="SendMessage", count=1)
     with Producer(b.endpoints, topics=[t]) as p:
         with pytest.raises(BrokerError) as e:
@@ -220,12 +201,8 @@ def test_caller_errors_are_not_retried(
         assert p.isolated_endpoints == []
 
 
-def test_flow_control_waits_the_server_backoff(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker()
-    t = unique("t")
-    b.create_topic(t)
+def test_flow_control_waits_the_server_backoff(fresh_topic: FreshTopic) -> None:
+    b, t = fresh_topic()
     with Producer(b.endpoints, topics=[t], max_attempts=3) as p:
         backoff = p.settings["backoff"]
         b.inject_status(0, "TOO_MANY_REQUESTS", rpc="SendMessage", count=2)
@@ -245,12 +222,8 @@ def test_flow_control_waits_the_server_backoff(
 # -- message kinds ---------------------------------------------------------------------------
 
 
-def test_fifo_messages_keep_their_group_queue_and_order(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker(endpoints=2)
-    t = unique("fifo")
-    b.create_topic(t, "FIFO", queues=4)
+def test_fifo_messages_keep_their_group_queue_and_order(fresh_topic: FreshTopic) -> None:
+    b, t = fresh_topic("FIFO", queues=4, prefix="fifo", endpoints=2)
     with Producer(b.endpoints, topics=[t], **FAST) as p:
         per_group: dict[str, list[ferrymq.SendReceipt]] = {}
         for i in range(30):
@@ -383,12 +356,8 @@ def test_transaction_commit_and_rollback(
         assert r3.message_id in {m["message_id"] for m in broker.messages(t)}
 
 
-def test_transactional_messages_are_never_retried(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker()
-    t = unique("tx")
-    b.create_topic(t, "TRANSACTION")
+def test_transactional_messages_are_never_retried(fresh_topic: FreshTopic) -> None:
+    b, t = fresh_topic("TRANSACTION", prefix="tx")
     b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="SendMessage", count=1)
     with Producer(b.endpoints, topics=[t]) as p:
         with pytest.raises(BrokerError):
@@ -435,12 +404,8 @@ def test_telemetry_commands_are_answered(broker: EmbeddedBroker, producer: Produ
     assert "Thread" in reply["detail"]
 
 
-def test_recovers_after_broker_restart(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker()
-    t = unique("t")
-    b.create_topic(t)
+def test_recovers_after_broker_restart(fresh_topic: FreshTopic) -> None:
+    b, t = fresh_topic()
     with Producer(b.endpoints, topics=[t], **FAST) as p:
         p.send(Message(t, b"before"))
         b.restart(0)
@@ -480,12 +445,8 @@ def test_produce_is_bounded(broker: EmbeddedBroker, topic: str) -> None:
     assert len(delivered) == 200
 
 
-def test_produce_reports_failures_and_callback_errors(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
-) -> None:
-    b = make_broker()
-    t = unique("t")
-    b.create_topic(t)
+def test_produce_reports_failures_and_callback_errors(fresh_topic: FreshTopic) -> None:
+    b, t = fresh_topic()
     errors: list[FerryError | None] = []
     with Producer(b.endpoints, topics=[t], max_attempts=1) as p:
         b.inject_status(0, "FORBIDDEN", rpc="SendMessage", count=1)

@@ -25,7 +25,7 @@ import pytest
 import ferrymq
 from ferrymq import ConsumeResult, Message, MessageView, Producer
 from ferrymq.testing import EmbeddedBroker
-from servers import EmbeddedServer, RealServer, Server, started
+from servers import EmbeddedServer, FreshTopic, RealServer, Server, started
 from waiting import wait_for
 
 #: Short periods for the background tasks, so a test sees a change within a second.
@@ -185,11 +185,9 @@ def _broker_addr() -> str:
 
 
 def test_a_body_size_limit_lowered_mid_run_is_applied_by_the_running_producer(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str], closing: list[Any]
+    fresh_topic: FreshTopic, closing: list[Any]
 ) -> None:
-    b = make_broker()
-    topic = unique("t")
-    b.create_topic(topic)
+    b, topic = fresh_topic()
     producer = started(closing, Producer(b.endpoints, topics=[topic], **FAST))
     producer.send(Message(topic, b"x" * 2000))
     assert producer.settings["max_body_size"] == 4 * 1024 * 1024
@@ -208,11 +206,9 @@ def test_a_body_size_limit_lowered_mid_run_is_applied_by_the_running_producer(
 
 
 def test_producer_attempts_changed_mid_run_are_applied_by_the_running_producer(
-    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str], closing: list[Any]
+    fresh_topic: FreshTopic, closing: list[Any]
 ) -> None:
-    b = make_broker()
-    topic = unique("t")
-    b.create_topic(topic)
+    b, topic = fresh_topic()
     producer = started(closing, Producer(b.endpoints, topics=[topic], **FAST))
     assert producer.settings["max_attempts"] == 3
     b.update_settings(producer_max_attempts=5)

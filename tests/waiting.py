@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def wait_for(what: str, cond: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -24,3 +27,13 @@ async def async_wait_for(what: str, cond: Callable[[], bool], timeout: float = 6
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+def first_batch(receive: Callable[[], Sequence[T]], tries: int = 20) -> list[T]:
+    """The first non-empty answer of ``receive`` (each call waits by itself), in at most
+    ``tries`` calls; empty if every call was."""
+    for _ in range(tries):
+        got = receive()
+        if got:
+            return list(got)
+    return []

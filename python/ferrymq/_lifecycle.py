@@ -3,7 +3,6 @@ and returns it, leaving closes it (whatever the exception)."""
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # typing.Self is 3.11+; the package supports 3.10
@@ -26,21 +25,13 @@ class Lifecycle:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: object) -> None:
         self.close()
 
     async def __aenter__(self) -> Self:
         return await self.start_async()
 
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: object, tb: object
     ) -> None:
         await self.close_async()

@@ -22,10 +22,10 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from operator import attrgetter
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Union
 
 from . import _exit, _native
+from ._lifecycle import Lifecycle
 from ._native import EventBatch, FlightCore, PublishAck
 from .exceptions import FerryTimeoutError, InvalidArgumentError
 from .producer import Producer
@@ -275,7 +275,7 @@ class _Batch:
             return events
 
 
-class AsyncPublisher:
+class AsyncPublisher(Lifecycle):
     """A managed async publisher over a ferrymq producer: ``ferrymq.JetStream`` (NATS) or
     ``ferrymq.Producer`` (RocketMQ 5 or ``jmq://``; started before use) or ``ferrymq.JmqProducer``.
 
@@ -461,14 +461,9 @@ class AsyncPublisher:
             await drain
             return False
 
-    async def __aenter__(self) -> AsyncPublisher:
-        return self.start()
-
+    # Entering starts it (Lifecycle); leaving drains it, or stops it when cancelled.
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: object, tb: object
     ) -> None:
         if exc_type is not None and not issubclass(exc_type, Exception):
             self.stop()  # cancelled or interrupted: do not wait for acks
@@ -479,15 +474,7 @@ class AsyncPublisher:
             self.stop()
             raise
 
-    def __enter__(self) -> AsyncPublisher:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: object) -> None:
         if exc_type is not None and not issubclass(exc_type, Exception):
             self.stop()
             return

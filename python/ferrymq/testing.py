@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from types import TracebackType
 from typing import Any, Literal
 
 from . import _native
@@ -222,12 +221,7 @@ class EmbeddedBroker:
     def __enter__(self) -> EmbeddedBroker:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
