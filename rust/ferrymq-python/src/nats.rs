@@ -14,11 +14,11 @@ use pyo3::types::PyString;
 
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
-use crate::lazy::{Connect, Handle, Lazy, LazyClient};
+use crate::lazy::{Connect, Handle, LazyClient};
 use crate::message::PyMessage;
 use crate::nats_consumer::PyPullConsumer;
 use crate::produce::Produce;
-use crate::publish_args::{extract_outgoing, OptionArgs, PyPublishAck};
+use crate::publish_args::{extract_outgoing, PyPublishAck};
 use crate::runtime::RuntimeRef;
 
 fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -96,22 +96,6 @@ impl Connect for JetStream {
     }
 }
 
-/// The produce path's backend: the connection, made by whoever needs it first.
-#[derive(Clone)]
-struct Backend(Arc<Lazy<JetStream>>);
-
-impl ferrymq_core::produce::ProduceBackend for Backend {
-    type Receipt = ferrymq_core::publisher::PublishAck;
-    fn send_chunk(
-        &self,
-        messages: Vec<ferrymq_core::Message>,
-    ) -> futures::future::BoxFuture<'static, Result<Vec<Result<Self::Receipt, Error>>, Error>> {
-        use futures::FutureExt;
-        let conn = Arc::clone(&self.0);
-        async move { conn.get().await?.send_chunk(messages).await }.boxed()
-    }
-}
-
 fn ack_to_py(py: Python<'_>, inner: ferrymq_core::publisher::PublishAck) -> PyResult<Py<PyAny>> {
     Ok(Py::new(py, PyPublishAck { inner })?.into_any())
 }
@@ -123,7 +107,7 @@ pub struct PyJetStream {
     /// Connected by `start()` (or the first call that needs it), never by the constructor;
     /// its endpoint is the endpoints with credentials removed.
     h: Handle<JetStream>,
-    produce: Arc<Produce<Backend>>,
+    produce: Arc<Produce<Handle<JetStream>>>,
 }
 
 impl PyJetStream {
@@ -144,8 +128,7 @@ impl PyJetStream {
             .collect::<Vec<_>>()
             .join(",");
         let h = Handle::new(endpoints, opts, rt);
-        let backend = Backend(Arc::clone(&h.state));
-        let produce = Arc::new(Produce::new(backend, max_pending, rt, ack_to_py)?);
+        let produce = Arc::new(Produce::new(h.clone(), max_pending, rt, ack_to_py)?);
         let base = LazyClient::producer(&h, &produce);
         Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
     }
@@ -327,13 +310,11 @@ impl PyJetStream {
             subject,
             body,
             headers,
-            OptionArgs {
-                message_id,
-                expected_stream,
-                expected_last_sequence,
-                expected_last_subject_sequence,
-                expected_last_msg_id,
-            },
+            message_id,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
         )?;
         self.h.block(py, move |js| async move {
             let inner = js.publish(None, &out).await?;
@@ -363,13 +344,11 @@ impl PyJetStream {
             subject,
             body,
             headers,
-            OptionArgs {
-                message_id,
-                expected_stream,
-                expected_last_sequence,
-                expected_last_subject_sequence,
-                expected_last_msg_id,
-            },
+            message_id,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
         )?;
         self.h.spawn(py, move |js| async move {
             let inner = js.publish(None, &out).await?;
