@@ -15,7 +15,7 @@ use pyo3::types::PyString;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Connect, Handle, LazyClient};
-use crate::message::PyMessage;
+use crate::message::extract_message;
 use crate::nats_consumer::PyPullConsumer;
 use crate::produce::Produce;
 use crate::publish_args::{extract_outgoing, PyPublishAck};
@@ -116,60 +116,10 @@ impl PyJetStream {
         self.h.state.options.clone()
     }
 
-    fn with(
-        opts: NatsOptions,
-        rt: RuntimeRef,
-        max_pending: usize,
-    ) -> PyResult<PyClassInitializer<Self>> {
-        let endpoints = opts
-            .endpoints
-            .iter()
-            .map(|e| nats::redact(e))
-            .collect::<Vec<_>>()
-            .join(",");
-        let h = Handle::new(endpoints, opts, rt);
-        let produce = Arc::new(Produce::new(h.clone(), max_pending, rt, ack_to_py)?);
-        let base = LazyClient::producer(&h, &produce);
-        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
-    }
-
     /// The connected client (connecting now if needed), for the managed publisher.
     pub fn connected(&self, py: Python<'_>) -> PyResult<JetStream> {
         self.h.connect(py)
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn options(
-    endpoints: &Bound<'_, PyAny>,
-    name: Option<String>,
-    user: Option<String>,
-    password: Option<String>,
-    token: Option<String>,
-    connect_timeout: Option<&Bound<'_, PyAny>>,
-    request_timeout: Option<&Bound<'_, PyAny>>,
-) -> PyResult<NatsOptions> {
-    let connect_timeout = durations::or(
-        "connect_timeout",
-        connect_timeout,
-        Lower::Positive,
-        Duration::from_secs(5),
-    )?;
-    let request_timeout = durations::or(
-        "request_timeout",
-        request_timeout,
-        Lower::Positive,
-        Duration::from_secs(5),
-    )?;
-    Ok(NatsOptions {
-        endpoints: extract_endpoints(endpoints)?,
-        name,
-        user,
-        password,
-        token,
-        connect_timeout,
-        request_timeout,
-    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -229,7 +179,6 @@ impl PyJetStream {
     #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0, max_pending=65536)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        py: Python<'_>,
         endpoints: &Bound<'_, PyAny>,
         name: Option<String>,
         user: Option<String>,
@@ -240,17 +189,35 @@ impl PyJetStream {
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
     ) -> PyResult<PyClassInitializer<Self>> {
         let rt = RuntimeRef::current()?;
-        let opts = options(
-            endpoints,
+        let opts = NatsOptions {
+            connect_timeout: durations::or(
+                "connect_timeout",
+                connect_timeout,
+                Lower::Positive,
+                Duration::from_secs(5),
+            )?,
+            request_timeout: durations::or(
+                "request_timeout",
+                request_timeout,
+                Lower::Positive,
+                Duration::from_secs(5),
+            )?,
+            endpoints: extract_endpoints(endpoints)?,
             name,
             user,
             password,
             token,
-            connect_timeout,
-            request_timeout,
-        )?;
-        let _ = py;
-        Self::with(opts, rt, max_pending)
+        };
+        let endpoints = opts
+            .endpoints
+            .iter()
+            .map(|e| nats::redact(e))
+            .collect::<Vec<_>>()
+            .join(",");
+        let h = Handle::new(endpoints, opts, rt);
+        let produce = Arc::new(Produce::new(h.clone(), max_pending, rt, ack_to_py)?);
+        let base = LazyClient::producer(&h, &produce);
+        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
     }
 
     /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
@@ -268,8 +235,7 @@ impl PyJetStream {
         request_timeout: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let rt = RuntimeRef::current()?;
-        let opts = options(
+        let js = Self::new(
             endpoints,
             name,
             user,
@@ -277,8 +243,9 @@ impl PyJetStream {
             token,
             connect_timeout,
             request_timeout,
+            max_pending,
         )?;
-        let js = Py::new(py, Self::with(opts, rt, max_pending)?)?;
+        let js = Py::new(py, js)?;
         js.get().h.start_async(py, js.clone_ref(py))
     }
 
@@ -520,13 +487,8 @@ impl PyJetStream {
         message: &Bound<'_, PyAny>,
         on_delivery: Option<Py<PyAny>>,
     ) -> PyResult<()> {
-        let m = message
-            .cast::<PyMessage>()
-            .map_err(|_| invalid("message", "must be a ferrymq.Message"))?
-            .get()
-            .inner
-            .clone();
-        self.produce.produce(py, m, on_delivery)
+        self.produce
+            .produce(py, extract_message(message)?, on_delivery)
     }
 
     /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);

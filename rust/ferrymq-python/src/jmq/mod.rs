@@ -27,7 +27,7 @@ use pyo3::types::PyString;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, text, to_pyerr};
 use crate::lazy::Connect;
-use crate::message::PyMessage;
+use crate::message::{extract_message, PyMessage};
 
 /// Both JMQ4 clients connect (lazily) from the cluster options and their own.
 macro_rules! connect_jmq {
@@ -49,13 +49,6 @@ macro_rules! connect_jmq {
 connect_jmq! {
     CoreProducer => ProducerOptions, "the JmqProducer is closed";
     CoreConsumer => ConsumerOptions, "the JmqConsumer is closed";
-}
-
-/// Extract one `ferrymq.Message`.
-fn extract_message(m: &Bound<'_, PyAny>) -> PyResult<Message> {
-    m.cast::<PyMessage>()
-        .map(|m| m.get().inner.clone())
-        .map_err(|_| invalid("message", "must be a ferrymq.Message"))
 }
 
 /// Extract a `Message` or an iterable of them.

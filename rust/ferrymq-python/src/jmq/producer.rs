@@ -20,7 +20,8 @@ use crate::lazy::{Handle, LazyClient};
 use crate::produce::Produce;
 use crate::runtime::RuntimeRef;
 
-use super::{cluster_options, endpoints_arg, extract_message, extract_messages};
+use super::{cluster_options, endpoints_arg, extract_messages};
+use crate::message::extract_message;
 
 /// Where a message was stored.
 #[pyclass(
@@ -122,12 +123,12 @@ impl ferrymq_core::publisher::PublishBackend for Handle<CoreProducer> {
         let flight = Arc::clone(flight);
         async move {
             let producer = state.get().await?;
-            ferrymq_core::publisher::jmq::send_with(producer, &flight).await
+            ferrymq_core::publisher::messages::send_jmq(producer, &flight).await
         }
         .boxed()
     }
     fn validate(&self, out: &ferrymq_core::publisher::Outgoing) -> Result<(), Error> {
-        ferrymq_core::publisher::jmq::validate_for_jmq(out)
+        ferrymq_core::publisher::messages::validate(out)
     }
     fn describe(&self) -> String {
         "JMQ4 producer".to_string()
