@@ -190,16 +190,14 @@ impl PyJetStream {
     ) -> PyResult<PyClassInitializer<Self>> {
         let rt = RuntimeRef::current()?;
         let opts = NatsOptions {
-            connect_timeout: durations::or(
+            connect_timeout: durations::timeout_or(
                 "connect_timeout",
                 connect_timeout,
-                Lower::Positive,
                 Duration::from_secs(5),
             )?,
-            request_timeout: durations::or(
+            request_timeout: durations::timeout_or(
                 "request_timeout",
                 request_timeout,
-                Lower::Positive,
                 Duration::from_secs(5),
             )?,
             endpoints: extract_endpoints(endpoints)?,
@@ -398,18 +396,12 @@ impl PyJetStream {
             durable,
             filter_subject,
             deliver: deliver.map(deliver_policy).transpose()?.unwrap_or_default(),
-            ack_wait: durations::or(
-                "ack_wait",
-                ack_wait,
-                Lower::Positive,
-                Duration::from_secs(30),
-            )?,
+            ack_wait: durations::timeout_or("ack_wait", ack_wait, Duration::from_secs(30))?,
             max_deliver,
             max_ack_pending,
-            inactive_threshold: durations::or(
+            inactive_threshold: durations::timeout_or(
                 "inactive_threshold",
                 inactive_threshold,
-                Lower::Positive,
                 Duration::from_secs(300),
             )?,
         };
@@ -436,12 +428,7 @@ impl PyJetStream {
         stream: Option<String>,
         ack_wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyPullConsumer> {
-        let ack_wait = durations::or(
-            "ack_wait",
-            ack_wait,
-            Lower::Positive,
-            Duration::from_secs(30),
-        )?;
+        let ack_wait = durations::timeout_or("ack_wait", ack_wait, Duration::from_secs(30))?;
         let rt = self.h.rt;
         self.h.block(py, move |js| async move {
             let inner = ferrymq_core::nats::consumer_rpc::bind_group(

@@ -368,22 +368,15 @@ impl PublisherCore {
             max_in_flight,
             refill_allowed_at,
             retry,
-            poll_time: durations::or(
-                "poll_time",
-                poll_time,
-                Lower::Positive,
-                Duration::from_millis(100),
-            )?,
-            hold_pause_time: durations::or(
+            poll_time: durations::timeout_or("poll_time", poll_time, Duration::from_millis(100))?,
+            hold_pause_time: durations::timeout_or(
                 "hold_pause_time",
                 hold_pause_time,
-                Lower::Positive,
                 Duration::from_millis(100),
             )?,
-            wait_timeout: durations::or(
+            wait_timeout: durations::timeout_or(
                 "wait_timeout",
                 wait_timeout,
-                Lower::Positive,
                 Duration::from_secs(5),
             )?,
             events: if listener {

@@ -24,7 +24,7 @@ use ferrymq_core::{Error, Message};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::durations::{self, Lower};
+use crate::durations;
 use crate::errors::{invalid, text, to_pyerr};
 use crate::lazy::Connect;
 use crate::message::{extract_message, PyMessage};
@@ -86,20 +86,18 @@ pub(crate) fn cluster_options(
         region,
         namespace,
         client_ip,
-        request_timeout: durations::or(
+        request_timeout: durations::timeout_or(
             "request_timeout",
             request_timeout,
-            Lower::Positive,
             Duration::from_secs(10),
         )?,
         ..ConnectOptions::default()
     };
     connect.validate().map_err(to_pyerr)?;
     let mut o = ClusterOptions::new(addr, connect);
-    o.metadata_refresh = durations::or(
+    o.metadata_refresh = durations::timeout_or(
         "metadata_refresh",
         metadata_refresh,
-        Lower::Positive,
         Duration::from_secs(30),
     )?
     .max(Duration::from_millis(100));

@@ -14,7 +14,7 @@ use ferrymq_core::Error;
 use pyo3::prelude::*;
 
 use crate::aio::future_into_py;
-use crate::durations::{self, Lower};
+use crate::durations;
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Handle, LazyClient};
 use crate::produce::Produce;
@@ -203,23 +203,20 @@ impl JmqProducer {
             compression: Compression::parse(compression).map_err(to_pyerr)?,
             compress_threshold,
             max_attempts,
-            send_timeout: durations::or(
+            send_timeout: durations::timeout_or(
                 "send_timeout",
                 send_timeout,
-                Lower::Positive,
                 Duration::from_secs(5),
             )?,
             max_body,
-            transaction_timeout: durations::or(
+            transaction_timeout: durations::timeout_or(
                 "transaction_timeout",
                 transaction_timeout,
-                Lower::Positive,
                 Duration::from_secs(600),
             )?,
-            feedback_interval: durations::or(
+            feedback_interval: durations::timeout_or(
                 "feedback_interval",
                 feedback_interval,
-                Lower::Positive,
                 Duration::from_secs(5),
             )?,
             checker: transaction_checker.map(python_checker),
