@@ -360,8 +360,7 @@ impl Drop for Publisher {
     }
 }
 
-pub mod jmq;
-mod rocketmq;
+pub mod messages;
 
 #[cfg(test)]
 mod tests;

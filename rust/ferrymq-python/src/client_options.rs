@@ -148,6 +148,20 @@ fn extract_tls(v: &Bound<'_, PyAny>) -> PyResult<Option<TlsOptions>> {
     ))
 }
 
+/// An `endpoints` argument: a str `"<form>"`, or a list of them (joined by `;`).
+pub fn extract_endpoints(endpoints: &Bound<'_, PyAny>, form: &str) -> PyResult<String> {
+    if let Ok(s) = endpoints.extract::<String>() {
+        return Ok(s);
+    }
+    let list: Vec<String> = endpoints.extract().map_err(|_| {
+        invalid(
+            "endpoints",
+            format!("must be a str \"{form}\" or a list of them"),
+        )
+    })?;
+    Ok(list.join(";"))
+}
+
 /// Keyword arguments of every RocketMQ client.
 #[allow(clippy::too_many_arguments)]
 pub fn client_options(
@@ -161,17 +175,7 @@ pub fn client_options(
     route_refresh_interval: Option<&Bound<'_, PyAny>>,
     settings_sync_interval: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<ClientOptions> {
-    let endpoints: String = if let Ok(s) = endpoints.extract::<String>() {
-        s
-    } else if let Ok(list) = endpoints.extract::<Vec<String>>() {
-        list.join(";")
-    } else {
-        return Err(invalid(
-            "endpoints",
-            "must be a str \"host:port[;host:port]\" or a list of them",
-        ));
-    };
-    let mut o = ClientOptions::new(endpoints);
+    let mut o = ClientOptions::new(extract_endpoints(endpoints, "host:port[;host:port]")?);
     if let Some(c) = credentials.filter(|c| !c.is_none()) {
         o.credentials = Some(extract_credentials(c)?);
     }

@@ -137,6 +137,16 @@ pub fn or(
     Ok(optional(field, v, bound)?.unwrap_or(default))
 }
 
+/// A timeout or interval with a default (the most common argument): [`or`] with
+/// [`Lower::Positive`].
+pub fn timeout_or(
+    field: &str,
+    v: Option<&Bound<'_, PyAny>>,
+    default: Duration,
+) -> PyResult<Duration> {
+    or(field, v, Lower::Positive, default)
+}
+
 /// Check a duration argument the Python facades use themselves; returns it as float seconds.
 /// `zero` allows 0 (a wait); otherwise it must be positive (a timeout).
 #[pyfunction]

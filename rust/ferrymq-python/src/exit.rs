@@ -18,6 +18,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use pyo3::prelude::*;
+
 static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// The interpreter is exiting (the last `atexit` callback).
@@ -35,5 +37,27 @@ pub fn is_exiting() -> bool {
 pub fn park_if_exiting() {
     while is_exiting() {
         std::thread::park();
+    }
+}
+
+/// Ask a user's transaction checker: `ask` runs with the GIL on a blocking-pool thread, never
+/// on a runtime worker. `unknown` is the answer while the interpreter is exiting (the broker
+/// will check again) and when the checker raised or failed (logged).
+pub async fn ask_checker<T: Send + 'static>(
+    unknown: T,
+    ask: impl FnOnce(Python<'_>) -> PyResult<T> + Send + 'static,
+) -> T {
+    let asked = tokio::task::spawn_blocking(move || (!is_exiting()).then(|| Python::attach(ask)));
+    match asked.await {
+        Ok(Some(Ok(answer))) => answer,
+        Ok(None) => unknown,
+        Ok(Some(Err(e))) => {
+            tracing::warn!(target: "ferrymq::producer", error = %e, "transaction_checker raised; answering UNKNOWN");
+            unknown
+        }
+        Err(e) => {
+            tracing::warn!(target: "ferrymq::producer", error = %e, "transaction_checker failed; answering UNKNOWN");
+            unknown
+        }
     }
 }

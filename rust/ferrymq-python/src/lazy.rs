@@ -8,7 +8,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use ferrymq_core::Error;
+use ferrymq_core::produce::ProduceBackend;
+use ferrymq_core::{Error, Message};
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use tokio::sync::OnceCell;
@@ -167,6 +170,19 @@ impl<C: Connect> Handle<C> {
     }
 }
 
+/// A producer's produce path sends through its lazily connected client: the first chunk
+/// connects (one connection, shared with the other calls).
+impl<C: Connect + ProduceBackend> ProduceBackend for Handle<C> {
+    type Receipt = C::Receipt;
+    fn send_chunk(
+        &self,
+        messages: Vec<Message>,
+    ) -> BoxFuture<'static, Result<Vec<Result<C::Receipt, Error>>, Error>> {
+        let state = Arc::clone(&self.state);
+        async move { state.get().await?.send_chunk(messages).await }.boxed()
+    }
+}
+
 /// The lifecycle of a lazily connecting class, whatever its client (and produce path).
 trait Lifecycle: Send + Sync {
     fn endpoint(&self) -> &str;
@@ -196,9 +212,7 @@ impl<C: Connect> Lifecycle for Handle<C> {
 }
 
 /// A producer: closing flushes what was produced first.
-impl<C: Connect, B: ferrymq_core::produce::ProduceBackend> Lifecycle
-    for (Handle<C>, Arc<Produce<B>>)
-{
+impl<C: Connect, B: ProduceBackend> Lifecycle for (Handle<C>, Arc<Produce<B>>) {
     fn endpoint(&self) -> &str {
         &self.0.endpoint
     }
@@ -238,7 +252,7 @@ impl LazyClient {
     }
 
     /// The base of a producer.
-    pub(crate) fn producer<C: Connect, B: ferrymq_core::produce::ProduceBackend>(
+    pub(crate) fn producer<C: Connect, B: ProduceBackend>(
         h: &Handle<C>,
         produce: &Arc<Produce<B>>,
     ) -> Self {

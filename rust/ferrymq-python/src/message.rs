@@ -44,6 +44,13 @@ pub fn extract_body(body: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     ))
 }
 
+/// Read a `ferrymq.Message` argument.
+pub(crate) fn extract_message(m: &Bound<'_, PyAny>) -> PyResult<Message> {
+    m.cast::<PyMessage>()
+        .map(|m| m.get().inner.clone())
+        .map_err(|_| invalid("message", "must be a ferrymq.Message"))
+}
+
 #[pymethods]
 impl PyMessage {
     #[new]

@@ -14,11 +14,11 @@ use pyo3::types::PyString;
 
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
-use crate::lazy::{Connect, Handle, Lazy, LazyClient};
-use crate::message::PyMessage;
+use crate::lazy::{Connect, Handle, LazyClient};
+use crate::message::extract_message;
 use crate::nats_consumer::PyPullConsumer;
 use crate::produce::Produce;
-use crate::publish_args::{extract_outgoing, OptionArgs, PyPublishAck};
+use crate::publish_args::{extract_outgoing, PyPublishAck};
 use crate::runtime::RuntimeRef;
 
 fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -96,22 +96,6 @@ impl Connect for JetStream {
     }
 }
 
-/// The produce path's backend: the connection, made by whoever needs it first.
-#[derive(Clone)]
-struct Backend(Arc<Lazy<JetStream>>);
-
-impl ferrymq_core::produce::ProduceBackend for Backend {
-    type Receipt = ferrymq_core::publisher::PublishAck;
-    fn send_chunk(
-        &self,
-        messages: Vec<ferrymq_core::Message>,
-    ) -> futures::future::BoxFuture<'static, Result<Vec<Result<Self::Receipt, Error>>, Error>> {
-        use futures::FutureExt;
-        let conn = Arc::clone(&self.0);
-        async move { conn.get().await?.send_chunk(messages).await }.boxed()
-    }
-}
-
 fn ack_to_py(py: Python<'_>, inner: ferrymq_core::publisher::PublishAck) -> PyResult<Py<PyAny>> {
     Ok(Py::new(py, PyPublishAck { inner })?.into_any())
 }
@@ -123,7 +107,7 @@ pub struct PyJetStream {
     /// Connected by `start()` (or the first call that needs it), never by the constructor;
     /// its endpoint is the endpoints with credentials removed.
     h: Handle<JetStream>,
-    produce: Arc<Produce<Backend>>,
+    produce: Arc<Produce<Handle<JetStream>>>,
 }
 
 impl PyJetStream {
@@ -132,61 +116,10 @@ impl PyJetStream {
         self.h.state.options.clone()
     }
 
-    fn with(
-        opts: NatsOptions,
-        rt: RuntimeRef,
-        max_pending: usize,
-    ) -> PyResult<PyClassInitializer<Self>> {
-        let endpoints = opts
-            .endpoints
-            .iter()
-            .map(|e| nats::redact(e))
-            .collect::<Vec<_>>()
-            .join(",");
-        let h = Handle::new(endpoints, opts, rt);
-        let backend = Backend(Arc::clone(&h.state));
-        let produce = Arc::new(Produce::new(backend, max_pending, rt, ack_to_py)?);
-        let base = LazyClient::producer(&h, &produce);
-        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
-    }
-
     /// The connected client (connecting now if needed), for the managed publisher.
     pub fn connected(&self, py: Python<'_>) -> PyResult<JetStream> {
         self.h.connect(py)
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn options(
-    endpoints: &Bound<'_, PyAny>,
-    name: Option<String>,
-    user: Option<String>,
-    password: Option<String>,
-    token: Option<String>,
-    connect_timeout: Option<&Bound<'_, PyAny>>,
-    request_timeout: Option<&Bound<'_, PyAny>>,
-) -> PyResult<NatsOptions> {
-    let connect_timeout = durations::or(
-        "connect_timeout",
-        connect_timeout,
-        Lower::Positive,
-        Duration::from_secs(5),
-    )?;
-    let request_timeout = durations::or(
-        "request_timeout",
-        request_timeout,
-        Lower::Positive,
-        Duration::from_secs(5),
-    )?;
-    Ok(NatsOptions {
-        endpoints: extract_endpoints(endpoints)?,
-        name,
-        user,
-        password,
-        token,
-        connect_timeout,
-        request_timeout,
-    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -246,7 +179,6 @@ impl PyJetStream {
     #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0, max_pending=65536)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        py: Python<'_>,
         endpoints: &Bound<'_, PyAny>,
         name: Option<String>,
         user: Option<String>,
@@ -257,17 +189,33 @@ impl PyJetStream {
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
     ) -> PyResult<PyClassInitializer<Self>> {
         let rt = RuntimeRef::current()?;
-        let opts = options(
-            endpoints,
+        let opts = NatsOptions {
+            connect_timeout: durations::timeout_or(
+                "connect_timeout",
+                connect_timeout,
+                Duration::from_secs(5),
+            )?,
+            request_timeout: durations::timeout_or(
+                "request_timeout",
+                request_timeout,
+                Duration::from_secs(5),
+            )?,
+            endpoints: extract_endpoints(endpoints)?,
             name,
             user,
             password,
             token,
-            connect_timeout,
-            request_timeout,
-        )?;
-        let _ = py;
-        Self::with(opts, rt, max_pending)
+        };
+        let endpoints = opts
+            .endpoints
+            .iter()
+            .map(|e| nats::redact(e))
+            .collect::<Vec<_>>()
+            .join(",");
+        let h = Handle::new(endpoints, opts, rt);
+        let produce = Arc::new(Produce::new(h.clone(), max_pending, rt, ack_to_py)?);
+        let base = LazyClient::producer(&h, &produce);
+        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
     }
 
     /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
@@ -285,8 +233,7 @@ impl PyJetStream {
         request_timeout: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let rt = RuntimeRef::current()?;
-        let opts = options(
+        let js = Self::new(
             endpoints,
             name,
             user,
@@ -294,8 +241,9 @@ impl PyJetStream {
             token,
             connect_timeout,
             request_timeout,
+            max_pending,
         )?;
-        let js = Py::new(py, Self::with(opts, rt, max_pending)?)?;
+        let js = Py::new(py, js)?;
         js.get().h.start_async(py, js.clone_ref(py))
     }
 
@@ -327,13 +275,11 @@ impl PyJetStream {
             subject,
             body,
             headers,
-            OptionArgs {
-                message_id,
-                expected_stream,
-                expected_last_sequence,
-                expected_last_subject_sequence,
-                expected_last_msg_id,
-            },
+            message_id,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
         )?;
         self.h.block(py, move |js| async move {
             let inner = js.publish(None, &out).await?;
@@ -363,13 +309,11 @@ impl PyJetStream {
             subject,
             body,
             headers,
-            OptionArgs {
-                message_id,
-                expected_stream,
-                expected_last_sequence,
-                expected_last_subject_sequence,
-                expected_last_msg_id,
-            },
+            message_id,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
         )?;
         self.h.spawn(py, move |js| async move {
             let inner = js.publish(None, &out).await?;
@@ -452,18 +396,12 @@ impl PyJetStream {
             durable,
             filter_subject,
             deliver: deliver.map(deliver_policy).transpose()?.unwrap_or_default(),
-            ack_wait: durations::or(
-                "ack_wait",
-                ack_wait,
-                Lower::Positive,
-                Duration::from_secs(30),
-            )?,
+            ack_wait: durations::timeout_or("ack_wait", ack_wait, Duration::from_secs(30))?,
             max_deliver,
             max_ack_pending,
-            inactive_threshold: durations::or(
+            inactive_threshold: durations::timeout_or(
                 "inactive_threshold",
                 inactive_threshold,
-                Lower::Positive,
                 Duration::from_secs(300),
             )?,
         };
@@ -490,12 +428,7 @@ impl PyJetStream {
         stream: Option<String>,
         ack_wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyPullConsumer> {
-        let ack_wait = durations::or(
-            "ack_wait",
-            ack_wait,
-            Lower::Positive,
-            Duration::from_secs(30),
-        )?;
+        let ack_wait = durations::timeout_or("ack_wait", ack_wait, Duration::from_secs(30))?;
         let rt = self.h.rt;
         self.h.block(py, move |js| async move {
             let inner = ferrymq_core::nats::consumer_rpc::bind_group(
@@ -541,13 +474,8 @@ impl PyJetStream {
         message: &Bound<'_, PyAny>,
         on_delivery: Option<Py<PyAny>>,
     ) -> PyResult<()> {
-        let m = message
-            .cast::<PyMessage>()
-            .map_err(|_| invalid("message", "must be a ferrymq.Message"))?
-            .get()
-            .inner
-            .clone();
-        self.produce.produce(py, m, on_delivery)
+        self.produce
+            .produce(py, extract_message(message)?, on_delivery)
     }
 
     /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);

@@ -136,37 +136,20 @@ impl TransactionChecker for PyChecker {
         transaction_id: String,
     ) -> BoxFuture<'static, TransactionResolution> {
         let callable = Arc::clone(&self.callable);
-        Box::pin(async move {
-            let r = tokio::task::spawn_blocking(move || {
-                if crate::exit::is_exiting() {
-                    // No interpreter to ask any more; the broker will check again.
-                    return Ok(TransactionResolution::Unknown);
-                }
-                Python::attach(|py| -> PyResult<TransactionResolution> {
-                    let view = Py::new(
-                        py,
-                        PyMessageView {
-                            inner: Arc::new(message),
-                            transaction_id: Some(transaction_id),
-                        },
-                    )?;
-                    let out = callable.call1(py, (view,))?;
-                    resolution_of(out.bind(py))
-                })
-            })
-            .await;
-            match r {
-                Ok(Ok(res)) => res,
-                Ok(Err(e)) => {
-                    tracing::warn!(target: "ferrymq::producer", error = %e, "transaction_checker raised; answering UNKNOWN");
-                    TransactionResolution::Unknown
-                }
-                Err(e) => {
-                    tracing::warn!(target: "ferrymq::producer", error = %e, "transaction_checker failed; answering UNKNOWN");
-                    TransactionResolution::Unknown
-                }
-            }
-        })
+        Box::pin(crate::exit::ask_checker(
+            TransactionResolution::Unknown,
+            move |py| {
+                let view = Py::new(
+                    py,
+                    PyMessageView {
+                        inner: Arc::new(message),
+                        transaction_id: Some(transaction_id),
+                    },
+                )?;
+                let out = callable.call1(py, (view,))?;
+                resolution_of(out.bind(py))
+            },
+        ))
     }
 }
 

@@ -94,35 +94,26 @@ pub fn extract_headers(headers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(Stri
     Ok(out)
 }
 
-/// Publish options given as keyword arguments.
-#[derive(Default)]
-pub struct OptionArgs {
-    pub message_id: Option<String>,
-    pub expected_stream: Option<String>,
-    pub expected_last_sequence: Option<u64>,
-    pub expected_last_subject_sequence: Option<u64>,
-    pub expected_last_msg_id: Option<String>,
-}
-
-impl OptionArgs {
-    fn into_options(self) -> PublishOptions {
-        PublishOptions {
-            message_id: self.message_id,
-            expected_stream: self.expected_stream,
-            expected_last_sequence: self.expected_last_sequence,
-            expected_last_subject_sequence: self.expected_last_subject_sequence,
-            expected_last_msg_id: self.expected_last_msg_id,
-        }
-    }
-}
-
-/// Build an [`Outgoing`] from `subject` (a str, or a `ferrymq.Message`), `body` and options.
+/// Build an [`Outgoing`] from `subject` (a str, or a `ferrymq.Message`), `body`, `headers` and
+/// the publish options given as keyword arguments.
+#[allow(clippy::too_many_arguments)]
 pub fn extract_outgoing(
     subject: &Bound<'_, PyAny>,
     body: Option<&Bound<'_, PyAny>>,
     headers: Option<&Bound<'_, PyAny>>,
-    options: OptionArgs,
+    message_id: Option<String>,
+    expected_stream: Option<String>,
+    expected_last_sequence: Option<u64>,
+    expected_last_subject_sequence: Option<u64>,
+    expected_last_msg_id: Option<String>,
 ) -> PyResult<Outgoing> {
+    let options = PublishOptions {
+        message_id,
+        expected_stream,
+        expected_last_sequence,
+        expected_last_subject_sequence,
+        expected_last_msg_id,
+    };
     let body = body.filter(|b| !b.is_none());
     if let Ok(m) = subject.cast::<PyMessage>() {
         if body.is_some() {
@@ -142,7 +133,7 @@ pub fn extract_outgoing(
             subject: msg.topic().to_string(),
             headers: hs,
             body: msg.body().clone(),
-            options: options.into_options(),
+            options,
             message: Some(msg),
         });
     }
@@ -159,7 +150,7 @@ pub fn extract_outgoing(
         subject,
         headers: extract_headers(headers)?,
         body: extract_body(body)?,
-        options: options.into_options(),
+        options,
         message: None,
     })
 }

@@ -20,7 +20,7 @@ use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr, to_pyerr_ref};
 use crate::message::PyMessage;
-use crate::publish_args::{extract_outgoing, OptionArgs, PyPublishAck};
+use crate::publish_args::{extract_outgoing, PyPublishAck};
 use crate::runtime::RuntimeRef;
 
 /// The native flight behind `ferrymq.Flight`.
@@ -40,6 +40,20 @@ fn unix_seconds(t: std::time::SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64()
+}
+
+/// Whether `fut` finished within `limit` (`None`: wait for it).
+async fn done_within(
+    limit: Option<Duration>,
+    fut: impl std::future::Future<Output = ()>,
+) -> ferrymq_core::Result<bool> {
+    match limit {
+        Some(t) => Ok(tokio::time::timeout(t, fut).await.is_ok()),
+        None => {
+            fut.await;
+            Ok(true)
+        }
+    }
 }
 
 #[pymethods]
@@ -156,15 +170,12 @@ impl PyFlight {
     fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let limit = durations::optional("timeout", timeout, Lower::NonNegative)?;
         let flight = Arc::clone(&self.inner);
-        self.rt.block_on(py, async move {
-            match limit {
-                Some(t) => Ok(tokio::time::timeout(t, flight.wait()).await.is_ok()),
-                None => {
-                    flight.wait().await;
-                    Ok(true)
-                }
-            }
-        })
+        self.rt.block_on(
+            py,
+            done_within(limit, async move {
+                flight.wait().await;
+            }),
+        )
     }
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
         other
@@ -357,22 +368,15 @@ impl PublisherCore {
             max_in_flight,
             refill_allowed_at,
             retry,
-            poll_time: durations::or(
-                "poll_time",
-                poll_time,
-                Lower::Positive,
-                Duration::from_millis(100),
-            )?,
-            hold_pause_time: durations::or(
+            poll_time: durations::timeout_or("poll_time", poll_time, Duration::from_millis(100))?,
+            hold_pause_time: durations::timeout_or(
                 "hold_pause_time",
                 hold_pause_time,
-                Lower::Positive,
                 Duration::from_millis(100),
             )?,
-            wait_timeout: durations::or(
+            wait_timeout: durations::timeout_or(
                 "wait_timeout",
                 wait_timeout,
-                Lower::Positive,
                 Duration::from_secs(5),
             )?,
             events: if listener {
@@ -413,13 +417,11 @@ impl PublisherCore {
             subject,
             body,
             headers,
-            OptionArgs {
-                message_id,
-                expected_stream,
-                expected_last_sequence,
-                expected_last_subject_sequence,
-                expected_last_msg_id,
-            },
+            message_id,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
         )?;
         let flight = self.inner.prepare(out).map_err(to_pyerr)?;
         Ok(PyFlight::new(flight, self.rt))
@@ -517,16 +519,7 @@ impl PublisherCore {
     #[pyo3(signature = (timeout=None))]
     fn drain(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let limit = durations::optional("timeout", timeout, Lower::NonNegative)?;
-        let fut = self.inner.drain();
-        self.rt.block_on(py, async move {
-            match limit {
-                Some(t) => Ok(tokio::time::timeout(t, fut).await.is_ok()),
-                None => {
-                    fut.await;
-                    Ok(true)
-                }
-            }
-        })
+        self.rt.block_on(py, done_within(limit, self.inner.drain()))
     }
 
     /// Up to `max` events as an `EventBatch`, waiting up to `timeout` seconds for the first

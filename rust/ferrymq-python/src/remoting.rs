@@ -12,8 +12,8 @@ use ferrymq_core::Message;
 use pyo3::prelude::*;
 
 use crate::aio::future_into_py;
-use crate::client_options::{extract_credentials, extract_duration};
-use crate::errors::{invalid, to_pyerr};
+use crate::client_options::{extract_credentials, extract_duration, extract_endpoints};
+use crate::errors::to_pyerr;
 use crate::message::PyMessage;
 use crate::producer::{extract_messages, PySendReceipt};
 use crate::runtime::RuntimeRef;
@@ -27,18 +27,8 @@ pub(crate) fn options(
     namespace: Option<String>,
     request_timeout: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<RemotingOptions> {
-    let endpoints: String = if let Ok(s) = endpoints.extract::<String>() {
-        s
-    } else if let Ok(list) = endpoints.extract::<Vec<String>>() {
-        list.join(";")
-    } else {
-        return Err(invalid(
-            "endpoints",
-            "must be a str \"remoting://host:port[;host:port]\" or a list of them",
-        ));
-    };
     Ok(RemotingOptions {
-        endpoints,
+        endpoints: extract_endpoints(endpoints, "remoting://host:port[;host:port]")?,
         credentials: credentials
             .filter(|c| !c.is_none())
             .map(extract_credentials)

@@ -12,8 +12,10 @@
 //! No Python code runs while a Rust lock is held.
 //!
 //! One file per concern: argument parsing and the small value classes here, the listener
-//! bridges in `listener.rs`, the consumers in `simple.rs` and `push.rs`.
+//! bridges in `listener.rs`, the consumers in `simple.rs` and `push.rs`, their shared life
+//! (created, started once, running, closed) in `life.rs`.
 
+mod life;
 mod listener;
 mod push;
 mod simple;

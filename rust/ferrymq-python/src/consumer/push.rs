@@ -22,6 +22,7 @@ use crate::jmq::JmqConsumer;
 use crate::nats::PyJetStream;
 use crate::runtime::RuntimeRef;
 
+use super::life::Life;
 use super::listener::{PyAsyncListener, PySyncListener};
 use super::{extract_filter, extract_subscriptions, stats_dict, subscriptions_dict};
 
@@ -33,16 +34,6 @@ const MAX_CONSUMPTION_THREADS: usize = 1024;
 
 /// The event loop thread started for an async listener run from blocking code, if any.
 type PrivateLoop = Option<Py<PyAny>>;
-
-enum PushState {
-    Created,
-    Starting,
-    Running {
-        consumer: Arc<PushConsumer<ConsumerBackend>>,
-        private_loop: Option<Py<PyAny>>,
-    },
-    Closed,
-}
 
 type Consumer = Arc<PushConsumer<ConsumerBackend>>;
 
@@ -57,34 +48,14 @@ pub struct PyPushConsumer {
     is_async: bool,
     consumption_threads: usize,
     shutdown_timeout: Duration,
-    state: Mutex<PushState>,
+    /// The running consumer and the private loop of its listener, if any.
+    life: Life<(Consumer, PrivateLoop)>,
     last_stats: Mutex<Option<StatsSnapshot>>,
 }
 
 impl PyPushConsumer {
     fn running(&self) -> PyResult<Consumer> {
-        match &*self.state.lock() {
-            PushState::Running { consumer, .. } => Ok(consumer.clone()),
-            PushState::Closed => Err(to_pyerr(Error::closed("the consumer is closed"))),
-            _ => Err(to_pyerr(Error::closed(
-                "the consumer is not started; call start() (or use it as a context manager)",
-            ))),
-        }
-    }
-
-    fn begin_start(&self) -> PyResult<bool> {
-        let mut st = self.state.lock();
-        match &*st {
-            PushState::Created => {
-                *st = PushState::Starting;
-                Ok(true)
-            }
-            PushState::Running { .. } => Ok(false),
-            PushState::Starting => Err(to_pyerr(Error::closed(
-                "the consumer is being started by another call",
-            ))),
-            PushState::Closed => Err(to_pyerr(Error::closed("the consumer is closed"))),
-        }
+        self.life.running(|(c, _)| Arc::clone(c))
     }
 
     /// Build the listener side. `event_loop` is the loop of an async listener (None: start a
@@ -130,14 +101,11 @@ impl PyPushConsumer {
         private_loop: Option<Py<PyAny>>,
     ) {
         match r {
-            Ok(consumer) => {
-                *self.state.lock() = PushState::Running {
-                    consumer: consumer.clone(),
-                    private_loop,
-                };
-            }
+            Ok(consumer) => self
+                .life
+                .finish_start(Some((consumer.clone(), private_loop))),
             Err(_) => {
-                *self.state.lock() = PushState::Created;
+                self.life.finish_start(None);
                 if let Some(l) = private_loop {
                     stop_private_loop(py, &l);
                 }
@@ -155,17 +123,6 @@ impl PyPushConsumer {
             PushConsumer::connect(target, config, listener)
                 .await
                 .map(Arc::new)
-        }
-    }
-
-    fn take_for_close(&self) -> Option<(Consumer, PrivateLoop)> {
-        let mut st = self.state.lock();
-        match std::mem::replace(&mut *st, PushState::Closed) {
-            PushState::Running {
-                consumer,
-                private_loop,
-            } => Some((consumer, private_loop)),
-            _ => None,
         }
     }
 }
@@ -321,7 +278,7 @@ impl PyPushConsumer {
                 Some(t) => extract_duration("shutdown_timeout", t)?,
                 None => DEFAULT_SHUTDOWN_TIMEOUT,
             },
-            state: Mutex::new(PushState::Created),
+            life: Life::new(),
             last_stats: Mutex::new(None),
         })
     }
@@ -329,13 +286,13 @@ impl PyPushConsumer {
     /// Connect and start consuming. An `async def` listener started this way runs on a private
     /// event loop thread; use `start_async` (or `async with`) to run it on your own loop.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
-        if !self.begin_start()? {
+        if !self.life.begin_start()? {
             return Ok(());
         }
         let (listener, private) = match self.make_listener(py, None) {
             Ok(l) => l,
             Err(e) => {
-                *self.state.lock() = PushState::Created;
+                self.life.finish_start(None);
                 return Err(e);
             }
         };
@@ -348,7 +305,7 @@ impl PyPushConsumer {
             }
             Err(e) => {
                 // Interrupted (Ctrl-C): back to created.
-                *self.state.lock() = PushState::Created;
+                self.life.finish_start(None);
                 if let Some(l) = private {
                     stop_private_loop(py, &l);
                 }
@@ -360,7 +317,7 @@ impl PyPushConsumer {
     /// Async form of `start`; an `async def` listener runs on the calling event loop.
     fn start_async<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let me = slf.get();
-        if !me.begin_start()? {
+        if !me.life.begin_start()? {
             return future_into_py(py, me.rt, async { Ok(()) });
         }
         let event_loop = if me.is_async {
@@ -371,7 +328,7 @@ impl PyPushConsumer {
         let (listener, private) = match me.make_listener(py, event_loop) {
             Ok(l) => l,
             Err(e) => {
-                *me.state.lock() = PushState::Created;
+                me.life.finish_start(None);
                 return Err(e);
             }
         };
@@ -388,10 +345,7 @@ impl PyPushConsumer {
     /// `consumed_ok`, `consumed_failed`, `acked`, `nacked`, `dead_lettered`, receive failures
     /// and throttling, listener queue and running callbacks.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = match &*self.state.lock() {
-            PushState::Running { consumer, .. } => Some(consumer.stats()),
-            _ => None,
-        };
+        let s = self.life.map_running(|(c, _)| c.stats());
         let s = match s {
             Some(s) => s,
             None => self.last_stats.lock().clone().unwrap_or_default(),
@@ -402,10 +356,7 @@ impl PyPushConsumer {
     /// Whether the broker configured the group for FIFO consumption (known once started).
     #[getter]
     fn fifo(&self) -> Option<bool> {
-        match &*self.state.lock() {
-            PushState::Running { consumer, .. } => Some(consumer.is_fifo()),
-            _ => None,
-        }
+        self.life.map_running(|(c, _)| c.is_fifo())
     }
 
     /// The consumer group.
@@ -440,20 +391,17 @@ impl PyPushConsumer {
     /// `{topic: FilterExpression}` of the current subscriptions.
     #[getter]
     fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let subs = match &*self.state.lock() {
-            PushState::Running { consumer, .. } => consumer.subscriptions(),
-            _ => self.config.subscriptions.clone(),
-        };
+        let subs = self
+            .life
+            .map_running(|(c, _)| c.subscriptions())
+            .unwrap_or_else(|| self.config.subscriptions.clone());
         subscriptions_dict(py, subs)
     }
 
     /// The client id sent to brokers (`x-mq-client-id`), once started.
     #[getter]
     fn client_id(&self) -> Option<String> {
-        match &*self.state.lock() {
-            PushState::Running { consumer, .. } => Some(consumer.rpc().client_id()),
-            _ => None,
-        }
+        self.life.map_running(|(c, _)| c.rpc().client_id())
     }
 
     /// Stop: no new receives, running callbacks finish (up to `timeout`, default the
@@ -465,7 +413,7 @@ impl PyPushConsumer {
             Some(t) => extract_duration("timeout", t)?,
             None => self.shutdown_timeout,
         };
-        let Some((c, private)) = self.take_for_close() else {
+        let Some((c, private)) = self.life.close() else {
             return Ok(());
         };
         let c2 = c.clone();
@@ -492,7 +440,7 @@ impl PyPushConsumer {
             Some(t) => extract_duration("timeout", t)?,
             None => me.shutdown_timeout,
         };
-        let taken = me.take_for_close();
+        let taken = me.life.close();
         let this = slf.clone().unbind();
         future_into_py(py, me.rt, async move {
             if let Some((c, private)) = taken {
@@ -538,12 +486,7 @@ impl PyPushConsumer {
     }
 
     fn __repr__(&self) -> String {
-        let state = match &*self.state.lock() {
-            PushState::Created => "created",
-            PushState::Starting => "starting",
-            PushState::Running { .. } => "running",
-            PushState::Closed => "closed",
-        };
+        let state = self.life.name();
         let endpoints = match &self.target {
             ConsumerTarget::RocketMq(o) => format!("{:?}", o.endpoints),
             ConsumerTarget::Jmq(c, _) => format!("{:?}", format!("jmq://{}", c.bootstrap)),
@@ -565,13 +508,13 @@ impl PyPushConsumer {
 
 impl Drop for PyPushConsumer {
     fn drop(&mut self) {
-        if let PushState::Running { consumer, .. } = &*self.state.lock() {
+        self.life.map_running(|(consumer, _)| {
             tracing::warn!(
                 target: "ferrymq::consumer",
                 "PushConsumer of group {} dropped without close(); unsettled messages will be \
                  redelivered after their invisibility",
                 consumer.config().group
             );
-        }
+        });
     }
 }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use ferrymq_core::rocketmq::client::ClientOptions;
 use ferrymq_core::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
 use ferrymq_core::Error;
-use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -15,19 +14,13 @@ use crate::errors::{invalid, to_pyerr};
 use crate::message_view::PyMessageView;
 use crate::runtime::RuntimeRef;
 
+use super::life::Life;
 use super::{
     extract_filter, extract_subscriptions, invisible_arg, message_arg, subscriptions_dict,
 };
 
 // ---------------------------------------------------------------------------------------------
 // SimpleConsumer
-
-enum SimpleState {
-    Created,
-    Starting,
-    Running(Arc<SimpleConsumer>),
-    Closed,
-}
 
 /// A RocketMQ simple consumer: `receive`, `ack`, `change_invisible_duration`. Thin wrappers
 /// over the RPCs; nothing is retried internally.
@@ -36,33 +29,12 @@ pub struct PySimpleConsumer {
     rt: RuntimeRef,
     options: ClientOptions,
     config: SimpleConsumerConfig,
-    state: Mutex<SimpleState>,
+    life: Life<Arc<SimpleConsumer>>,
 }
 
 impl PySimpleConsumer {
     fn running(&self) -> PyResult<Arc<SimpleConsumer>> {
-        match &*self.state.lock() {
-            SimpleState::Running(c) => Ok(c.clone()),
-            SimpleState::Closed => Err(to_pyerr(Error::closed("the consumer is closed"))),
-            _ => Err(to_pyerr(Error::closed(
-                "the consumer is not started; call start() (or use it as a context manager)",
-            ))),
-        }
-    }
-
-    fn begin_start(&self) -> PyResult<bool> {
-        let mut st = self.state.lock();
-        match &*st {
-            SimpleState::Created => {
-                *st = SimpleState::Starting;
-                Ok(true)
-            }
-            SimpleState::Running(_) => Ok(false),
-            SimpleState::Starting => Err(to_pyerr(Error::closed(
-                "the consumer is being started by another call",
-            ))),
-            SimpleState::Closed => Err(to_pyerr(Error::closed("the consumer is closed"))),
-        }
+        self.life.running(Arc::clone)
     }
 
     fn start_future(
@@ -72,22 +44,6 @@ impl PySimpleConsumer {
         let options = self.options.clone();
         let config = self.config.clone();
         async move { SimpleConsumer::connect(options, config).await.map(Arc::new) }
-    }
-
-    fn finish_start(&self, r: &Result<Arc<SimpleConsumer>, Error>) {
-        let mut st = self.state.lock();
-        *st = match r {
-            Ok(c) => SimpleState::Running(c.clone()),
-            Err(_) => SimpleState::Created,
-        };
-    }
-
-    fn take_for_close(&self) -> Option<Arc<SimpleConsumer>> {
-        let mut st = self.state.lock();
-        match std::mem::replace(&mut *st, SimpleState::Closed) {
-            SimpleState::Running(c) => Some(c),
-            _ => None,
-        }
     }
 }
 
@@ -131,32 +87,32 @@ impl PySimpleConsumer {
             rt: RuntimeRef::current()?,
             options,
             config,
-            state: Mutex::new(SimpleState::Created),
+            life: Life::new(),
         })
     }
 
     /// Connect: send the client settings, wait for the broker's, fetch the routes.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
-        if !self.begin_start()? {
+        if !self.life.begin_start()? {
             return Ok(());
         }
         let fut = self.start_future();
         let r = self.rt.block_on(py, async move { Ok(fut.await) })?;
-        self.finish_start(&r);
+        self.life.finish_start(r.as_ref().ok().cloned());
         r.map(drop).map_err(to_pyerr)
     }
 
     /// Async form of `start`.
     fn start_async<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let me = slf.get();
-        if !me.begin_start()? {
+        if !me.life.begin_start()? {
             return future_into_py(py, me.rt, async { Ok(()) });
         }
         let fut = me.start_future();
         let this = slf.clone().unbind();
         future_into_py(py, me.rt, async move {
             let r = fut.await;
-            Python::attach(|_| this.get().finish_start(&r));
+            Python::attach(|_| this.get().life.finish_start(r.as_ref().ok().cloned()));
             r.map(drop)
         })
     }
@@ -279,10 +235,10 @@ impl PySimpleConsumer {
     /// `{topic: FilterExpression}` of the current subscriptions.
     #[getter]
     fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let subs = match &*self.state.lock() {
-            SimpleState::Running(c) => c.subscriptions(),
-            _ => self.config.subscriptions.clone(),
-        };
+        let subs = self
+            .life
+            .map_running(|c| c.subscriptions())
+            .unwrap_or_else(|| self.config.subscriptions.clone());
         subscriptions_dict(py, subs)
     }
 
@@ -295,15 +251,13 @@ impl PySimpleConsumer {
     /// The client id sent to brokers (`x-mq-client-id`), once started.
     #[getter]
     fn client_id(&self) -> Option<String> {
-        match &*self.state.lock() {
-            SimpleState::Running(c) => Some(c.client().client_id().to_string()),
-            _ => None,
-        }
+        self.life
+            .map_running(|c| c.client().client_id().to_string())
     }
 
     /// Tell the brokers this consumer is gone. Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        match self.take_for_close() {
+        match self.life.close() {
             Some(c) => self.rt.block_on(py, async move {
                 c.close().await;
                 Ok(())
@@ -314,7 +268,7 @@ impl PySimpleConsumer {
 
     /// Async form of `close`.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.take_for_close();
+        let c = self.life.close();
         future_into_py(py, self.rt, async move {
             if let Some(c) = c {
                 c.close().await;
@@ -336,7 +290,7 @@ impl PySimpleConsumer {
 
     fn __aenter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let me = slf.get();
-        if !me.begin_start()? {
+        if !me.life.begin_start()? {
             let s = slf.clone().unbind();
             return future_into_py(py, me.rt, async move { Ok(s) });
         }
@@ -345,7 +299,7 @@ impl PySimpleConsumer {
         future_into_py(py, me.rt, async move {
             let r = fut.await;
             let ok = Python::attach(|py| {
-                this.get().finish_start(&r);
+                this.get().life.finish_start(r.as_ref().ok().cloned());
                 this.clone_ref(py)
             });
             r.map(|_| ok)
@@ -358,7 +312,7 @@ impl PySimpleConsumer {
         py: Python<'py>,
         _args: &Bound<'py, PyTuple>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.take_for_close();
+        let c = self.life.close();
         future_into_py(py, self.rt, async move {
             if let Some(c) = c {
                 c.close().await;
@@ -368,15 +322,11 @@ impl PySimpleConsumer {
     }
 
     fn __repr__(&self) -> String {
-        let state = match &*self.state.lock() {
-            SimpleState::Created => "created",
-            SimpleState::Starting => "starting",
-            SimpleState::Running(_) => "running",
-            SimpleState::Closed => "closed",
-        };
         format!(
-            "SimpleConsumer(endpoints={:?}, group={:?}, {state})",
-            self.options.endpoints, self.config.group
+            "SimpleConsumer(endpoints={:?}, group={:?}, {})",
+            self.options.endpoints,
+            self.config.group,
+            self.life.name()
         )
     }
 }

@@ -263,10 +263,9 @@ impl JmqConsumer {
                 Lower::NonNegative,
                 Duration::from_secs(5),
             )?,
-            session_timeout: durations::or(
+            session_timeout: durations::timeout_or(
                 "session_timeout",
                 session_timeout,
-                Lower::Positive,
                 Duration::from_secs(60),
             )?,
             ..ConsumerOptions::default()

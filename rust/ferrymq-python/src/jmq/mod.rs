@@ -24,10 +24,10 @@ use ferrymq_core::{Error, Message};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use crate::durations::{self, Lower};
+use crate::durations;
 use crate::errors::{invalid, text, to_pyerr};
 use crate::lazy::Connect;
-use crate::message::PyMessage;
+use crate::message::{extract_message, PyMessage};
 
 /// Both JMQ4 clients connect (lazily) from the cluster options and their own.
 macro_rules! connect_jmq {
@@ -49,13 +49,6 @@ macro_rules! connect_jmq {
 connect_jmq! {
     CoreProducer => ProducerOptions, "the JmqProducer is closed";
     CoreConsumer => ConsumerOptions, "the JmqConsumer is closed";
-}
-
-/// Extract one `ferrymq.Message`.
-fn extract_message(m: &Bound<'_, PyAny>) -> PyResult<Message> {
-    m.cast::<PyMessage>()
-        .map(|m| m.get().inner.clone())
-        .map_err(|_| invalid("message", "must be a ferrymq.Message"))
 }
 
 /// Extract a `Message` or an iterable of them.
@@ -93,20 +86,18 @@ pub(crate) fn cluster_options(
         region,
         namespace,
         client_ip,
-        request_timeout: durations::or(
+        request_timeout: durations::timeout_or(
             "request_timeout",
             request_timeout,
-            Lower::Positive,
             Duration::from_secs(10),
         )?,
         ..ConnectOptions::default()
     };
     connect.validate().map_err(to_pyerr)?;
     let mut o = ClusterOptions::new(addr, connect);
-    o.metadata_refresh = durations::or(
+    o.metadata_refresh = durations::timeout_or(
         "metadata_refresh",
         metadata_refresh,
-        Lower::Positive,
         Duration::from_secs(30),
     )?
     .max(Duration::from_millis(100));

@@ -14,13 +14,14 @@ use ferrymq_core::Error;
 use pyo3::prelude::*;
 
 use crate::aio::future_into_py;
-use crate::durations::{self, Lower};
+use crate::durations;
 use crate::errors::{invalid, to_pyerr};
-use crate::lazy::{Handle, Lazy, LazyClient};
+use crate::lazy::{Handle, LazyClient};
 use crate::produce::Produce;
 use crate::runtime::RuntimeRef;
 
-use super::{cluster_options, endpoints_arg, extract_message, extract_messages};
+use super::{cluster_options, endpoints_arg, extract_messages};
+use crate::message::extract_message;
 
 /// Where a message was stored.
 #[pyclass(
@@ -81,87 +82,53 @@ fn python_checker(callback: Py<PyAny>) -> TransactionChecker {
     let callback = Arc::new(callback);
     Arc::new(move |f: Feedback| {
         let cb = callback.clone();
-        Box::pin(async move {
-            // The callback runs on a blocking-pool thread, never on a tokio worker.
-            let r = tokio::task::spawn_blocking(move || {
-                if crate::exit::is_exiting() {
-                    // No interpreter to ask any more; the broker will check again.
-                    return Ok(TxResolution::Unknown);
-                }
-                Python::attach(|py| -> PyResult<TxResolution> {
-                    let out = cb.call1(
-                        py,
-                        (f.topic.clone(), f.tx_id.clone(), f.transaction_id.clone()),
-                    )?;
-                    let out = out.bind(py);
-                    if out.is_none() {
-                        return Ok(TxResolution::Unknown);
-                    }
-                    if let Ok(b) = out.extract::<bool>() {
-                        return Ok(if b {
-                            TxResolution::Commit
-                        } else {
-                            TxResolution::Rollback
-                        });
-                    }
-                    let s: String = out.extract()?;
-                    Ok(match s.to_ascii_lowercase().as_str() {
-                        "commit" => TxResolution::Commit,
-                        "rollback" => TxResolution::Rollback,
-                        _ => TxResolution::Unknown,
-                    })
-                })
-            })
-            .await;
-            match r {
-                Ok(Ok(v)) => v,
-                Ok(Err(e)) => {
-                    tracing::warn!(target: "ferrymq::jmq", "transaction_checker raised: {e}");
-                    TxResolution::Unknown
-                }
-                Err(_) => TxResolution::Unknown,
+        Box::pin(crate::exit::ask_checker(TxResolution::Unknown, move |py| {
+            let out = cb.call1(
+                py,
+                (f.topic.clone(), f.tx_id.clone(), f.transaction_id.clone()),
+            )?;
+            let out = out.bind(py);
+            if out.is_none() {
+                return Ok(TxResolution::Unknown);
             }
-        })
+            if let Ok(b) = out.extract::<bool>() {
+                return Ok(if b {
+                    TxResolution::Commit
+                } else {
+                    TxResolution::Rollback
+                });
+            }
+            let s: String = out.extract()?;
+            Ok(match s.to_ascii_lowercase().as_str() {
+                "commit" => TxResolution::Commit,
+                "rollback" => TxResolution::Rollback,
+                _ => TxResolution::Unknown,
+            })
+        }))
     })
-}
-
-/// The managed publisher's and the produce path's backend over a (lazily connected) JMQ4
-/// producer.
-#[derive(Clone)]
-pub struct PublishBackendJmq(Arc<Lazy<CoreProducer>>);
-
-impl ferrymq_core::produce::ProduceBackend for PublishBackendJmq {
-    type Receipt = SendReceipt;
-    fn send_chunk(
-        &self,
-        messages: Vec<ferrymq_core::Message>,
-    ) -> futures::future::BoxFuture<'static, Result<Vec<Result<SendReceipt, Error>>, Error>> {
-        use futures::FutureExt;
-        let state = Arc::clone(&self.0);
-        async move { state.get().await?.send_chunk(messages).await }.boxed()
-    }
 }
 
 fn receipt_to_py(py: Python<'_>, inner: SendReceipt) -> PyResult<Py<PyAny>> {
     Ok(Py::new(py, PyJmqSendReceipt { inner })?.into_any())
 }
 
-impl ferrymq_core::publisher::PublishBackend for PublishBackendJmq {
+/// The managed publisher drives a JMQ4 producer through its lazily connected client.
+impl ferrymq_core::publisher::PublishBackend for Handle<CoreProducer> {
     fn send(
         &self,
         flight: &Arc<ferrymq_core::publisher::Flight>,
     ) -> ferrymq_core::publisher::SendFuture {
         use futures::FutureExt;
-        let state = Arc::clone(&self.0);
+        let state = Arc::clone(&self.state);
         let flight = Arc::clone(flight);
         async move {
             let producer = state.get().await?;
-            ferrymq_core::publisher::jmq::send_with(producer, &flight).await
+            ferrymq_core::publisher::messages::send_jmq(producer, &flight).await
         }
         .boxed()
     }
     fn validate(&self, out: &ferrymq_core::publisher::Outgoing) -> Result<(), Error> {
-        ferrymq_core::publisher::jmq::validate_for_jmq(out)
+        ferrymq_core::publisher::messages::validate(out)
     }
     fn describe(&self) -> String {
         "JMQ4 producer".to_string()
@@ -174,13 +141,13 @@ impl ferrymq_core::publisher::PublishBackend for PublishBackendJmq {
 #[pyclass(module = "ferrymq._native", frozen, extends = LazyClient)]
 pub struct JmqProducer {
     h: Handle<CoreProducer>,
-    produce: Arc<Produce<PublishBackendJmq>>,
+    produce: Arc<Produce<Handle<CoreProducer>>>,
 }
 
 impl JmqProducer {
     /// This producer as a backend of the managed publisher.
-    pub fn publish_backend(&self) -> PublishBackendJmq {
-        PublishBackendJmq(Arc::clone(&self.h.state))
+    pub(crate) fn publish_backend(&self) -> Handle<CoreProducer> {
+        self.h.clone()
     }
 }
 
@@ -236,23 +203,20 @@ impl JmqProducer {
             compression: Compression::parse(compression).map_err(to_pyerr)?,
             compress_threshold,
             max_attempts,
-            send_timeout: durations::or(
+            send_timeout: durations::timeout_or(
                 "send_timeout",
                 send_timeout,
-                Lower::Positive,
                 Duration::from_secs(5),
             )?,
             max_body,
-            transaction_timeout: durations::or(
+            transaction_timeout: durations::timeout_or(
                 "transaction_timeout",
                 transaction_timeout,
-                Lower::Positive,
                 Duration::from_secs(600),
             )?,
-            feedback_interval: durations::or(
+            feedback_interval: durations::timeout_or(
                 "feedback_interval",
                 feedback_interval,
-                Lower::Positive,
                 Duration::from_secs(5),
             )?,
             checker: transaction_checker.map(python_checker),
@@ -263,8 +227,7 @@ impl JmqProducer {
             (cluster, options),
             RuntimeRef::current()?,
         );
-        let backend = PublishBackendJmq(Arc::clone(&h.state));
-        let produce = Arc::new(Produce::new(backend, max_pending, h.rt, receipt_to_py)?);
+        let produce = Arc::new(Produce::new(h.clone(), max_pending, h.rt, receipt_to_py)?);
         let base = LazyClient::producer(&h, &produce);
         Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
     }
