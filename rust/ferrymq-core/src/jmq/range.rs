@@ -10,12 +10,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+
 use super::cluster::{Cluster, ClusterOptions};
 use super::codes;
 use super::command::{FetchIndex, FetchPartitionMessage, PartitionFetch};
 use super::received::{unpack, ReceivedMessage};
 use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
+use crate::range::RangeSource;
 
 /// The property carrying the row's key written by the Spark sink (the `businessId` holds the
 /// deterministic write id).
@@ -263,6 +266,89 @@ impl JmqRangeReader {
     /// Close the session (REMOVE_CONNECTION).
     pub async fn close(&self) {
         self.cluster.close().await;
+    }
+}
+
+/// The partition number a partition name stands for.
+fn partition_number(topic: &str, partition: &str) -> Result<i16> {
+    partition.parse().map_err(|_| {
+        Error::invalid(
+            "offsets",
+            format!("{topic}/{partition} is not a JMQ4 partition number"),
+        )
+    })
+}
+
+impl JmqRangeReader {
+    /// The `(left, right)` index range of one partition.
+    async fn partition_bounds(&self, topic: &str, partition: &str) -> Result<(i64, i64)> {
+        let p = partition_number(topic, partition)?;
+        let b = self.bounds(topic, &[p]).await?;
+        let b = b.first().ok_or_else(|| {
+            Error::protocol(format!("FETCH_INDEX answered no entry for partition {p}"))
+        })?;
+        Ok((b.left, b.right))
+    }
+}
+
+/// Partitions are partition numbers; the bounds of every partition come in one FETCH_INDEX
+/// per leader; nothing is committed (the app's ack index would move its other consumers).
+impl RangeSource for JmqRangeReader {
+    fn protocol(&self) -> &'static str {
+        "jmq"
+    }
+
+    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async move {
+            let parts = JmqRangeReader::partitions(self, topic).await?;
+            Ok(parts.iter().map(i16::to_string).collect())
+        })
+    }
+
+    fn earliest<'a>(&'a self, topic: &'a str, partition: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(async move { Ok(self.partition_bounds(topic, partition).await?.0) })
+    }
+
+    fn latest<'a>(&'a self, topic: &'a str, partition: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(async move { Ok(self.partition_bounds(topic, partition).await?.1) })
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        topic: &'a str,
+        latest: bool,
+    ) -> BoxFuture<'a, Result<Vec<(String, i64)>>> {
+        Box::pin(async move {
+            let bounds = self.bounds(topic, &[]).await?;
+            Ok(bounds
+                .iter()
+                .map(|b| {
+                    let offset = if latest { b.right } else { b.left };
+                    (b.partition.to_string(), offset)
+                })
+                .collect())
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: &'a str,
+        start: i64,
+        end: i64,
+        max_rows: usize,
+    ) -> BoxFuture<'a, Result<RangeRead>> {
+        Box::pin(async move {
+            let p = partition_number(topic, partition)?;
+            self.read_range(topic, p, start, end, max_rows).await
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            JmqRangeReader::close(self).await;
+            Ok(())
+        })
     }
 }
 

@@ -9,12 +9,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 
 use super::consumer::{DeliverPolicy, PullConsumerConfig};
 use super::JetStream;
 use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
 use crate::publisher::PublishOptions;
+use crate::range::RangeSource;
 
 /// The header carrying the message key written by the Spark sink (NATS has no key).
 pub const KEY_HEADER: &str = "ferrymq-key";
@@ -161,6 +163,60 @@ impl JetStream {
             r?;
         }
         Ok(n)
+    }
+}
+
+/// The only partition of a stream (a stream is one total order).
+pub const STREAM_PARTITION: &str = "0";
+
+/// The [`RangeSource`] of JetStream streams: a topic is a stream, its one partition
+/// [`STREAM_PARTITION`], offsets are stream sequences, optionally narrowed to a subject
+/// (wildcards allowed). Nothing is committed: the caller's checkpoint holds the sequences.
+#[derive(Debug, Clone)]
+pub struct StreamReader {
+    js: JetStream,
+    filter_subject: Option<String>,
+}
+
+impl StreamReader {
+    /// A reader on the connection `js`, of the messages matching `filter_subject` (all when
+    /// `None`).
+    pub fn new(js: JetStream, filter_subject: Option<String>) -> Self {
+        Self { js, filter_subject }
+    }
+}
+
+impl RangeSource for StreamReader {
+    fn protocol(&self) -> &'static str {
+        "nats"
+    }
+
+    fn partitions<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async { Ok(vec![STREAM_PARTITION.to_string()]) })
+    }
+
+    fn earliest<'a>(&'a self, topic: &'a str, _partition: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(async move { Ok(self.js.stream_bounds(topic).await?.0) })
+    }
+
+    fn latest<'a>(&'a self, topic: &'a str, _partition: &'a str) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(async move { Ok(self.js.stream_bounds(topic).await?.1) })
+    }
+
+    fn read<'a>(
+        &'a self,
+        topic: &'a str,
+        _partition: &'a str,
+        start: i64,
+        end: i64,
+        max_rows: usize,
+    ) -> BoxFuture<'a, Result<RangeRead>> {
+        let filter = self.filter_subject.as_deref();
+        Box::pin(self.js.read_range(topic, filter, start, end, max_rows))
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.js.close())
     }
 }
 
