@@ -12,55 +12,56 @@
 //! [`crate::remoting::RemotingReader`], [`crate::jmq::range::JmqRangeReader`] and
 //! [`crate::nats::range::StreamReader`].
 
-use futures::future::BoxFuture;
+use std::future::Future;
 
 use crate::columnar::RangeRead;
 use crate::error::{Error, Result};
 
-/// Offset-range reads of one protocol. Object safe: callers hold an `Arc<dyn RangeSource>`.
+/// Offset-range reads of one protocol. The futures are `Send`: callers run them on the shared
+/// runtime.
 pub trait RangeSource: Send + Sync {
     /// The protocol's name (`"rocketmq"`, `"remoting"`, `"jmq"`, `"nats"`).
     fn protocol(&self) -> &'static str;
 
     /// Connect where the protocol connects lazily (fails on an unreachable server).
-    fn start(&self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async { Ok(()) })
+    fn start(&self) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
     }
 
     /// The readable partitions of `topic`, sorted.
-    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<Vec<String>>>;
+    fn partitions(&self, topic: &str) -> impl Future<Output = Result<Vec<String>>> + Send;
 
     /// The first offset still stored in `partition`.
-    fn earliest<'a>(&'a self, topic: &'a str, partition: &'a str) -> BoxFuture<'a, Result<i64>>;
+    fn earliest(&self, topic: &str, partition: &str) -> impl Future<Output = Result<i64>> + Send;
 
     /// The next offset to be written to `partition`.
-    fn latest<'a>(&'a self, topic: &'a str, partition: &'a str) -> BoxFuture<'a, Result<i64>>;
+    fn latest(&self, topic: &str, partition: &str) -> impl Future<Output = Result<i64>> + Send;
 
     /// The first offset of `partition` stored at or after `timestamp_ms` (Unix milliseconds).
     /// Fails where the protocol cannot search by time.
-    fn offset_for_time<'a>(
-        &'a self,
-        _topic: &'a str,
-        _partition: &'a str,
+    fn offset_for_time(
+        &self,
+        _topic: &str,
+        _partition: &str,
         _timestamp_ms: i64,
-    ) -> BoxFuture<'a, Result<i64>> {
+    ) -> impl Future<Output = Result<i64>> + Send {
         let protocol = self.protocol();
-        Box::pin(async move {
+        async move {
             Err(Error::invalid(
                 "option 'startingTimestamp'",
                 format!("not available for {protocol}"),
             ))
-        })
+        }
     }
 
     /// The earliest (or, with `latest`, the latest) offset of every partition of `topic`, in
     /// partition order. By default one request per partition.
-    fn snapshot<'a>(
-        &'a self,
-        topic: &'a str,
+    fn snapshot(
+        &self,
+        topic: &str,
         latest: bool,
-    ) -> BoxFuture<'a, Result<Vec<(String, i64)>>> {
-        Box::pin(async move {
+    ) -> impl Future<Output = Result<Vec<(String, i64)>>> + Send {
+        async move {
             let mut out = Vec::new();
             for p in self.partitions(topic).await? {
                 let offset = if latest {
@@ -71,32 +72,32 @@ pub trait RangeSource: Send + Sync {
                 out.push((p, offset));
             }
             Ok(out)
-        })
+        }
     }
 
     /// Every message of `partition` with `start <= offset < end`, at most `max_rows` of them
     /// (the read then stops early: continue from [`RangeRead::next_offset`]).
-    fn read<'a>(
-        &'a self,
-        topic: &'a str,
-        partition: &'a str,
+    fn read(
+        &self,
+        topic: &str,
+        partition: &str,
         start: i64,
         end: i64,
         max_rows: usize,
-    ) -> BoxFuture<'a, Result<RangeRead>>;
+    ) -> impl Future<Output = Result<RangeRead>> + Send;
 
     /// Record `offset` (the next one to read) as the reader's progress on `partition`, where
     /// the protocol keeps progress for others to see (lag tools). By default nothing: the
     /// caller's checkpoint holds the offsets.
-    fn commit<'a>(
-        &'a self,
-        _topic: &'a str,
-        _partition: &'a str,
+    fn commit(
+        &self,
+        _topic: &str,
+        _partition: &str,
         _offset: i64,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async { Ok(()) })
+    ) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
     }
 
     /// Close the client (idempotent).
-    fn close(&self) -> BoxFuture<'_, Result<()>>;
+    fn close(&self) -> impl Future<Output = Result<()>> + Send;
 }

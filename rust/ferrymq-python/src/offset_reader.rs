@@ -6,8 +6,6 @@
 //! for all; partitions are strings: a RocketMQ queue `"<broker>:<queue id>"`, a JMQ4
 //! partition number, `"0"` for a JetStream stream.
 
-use std::sync::Arc;
-
 use ferrymq_core::jmq::range::JmqRangeReader;
 use ferrymq_core::nats::range::StreamReader;
 use ferrymq_core::nats::JetStream;
@@ -23,22 +21,36 @@ use crate::jmq::cluster_options;
 use crate::nats_batch::nats_options;
 use crate::runtime::RuntimeRef;
 
+/// The reader of one protocol.
+#[derive(Clone)]
+enum Reader {
+    Grpc(PullReader),
+    Remoting(RemotingReader),
+    Jmq(JmqRangeReader),
+    Nats(StreamReader),
+}
+
+/// Call the [`RangeSource`] method `$method` of `$self`'s reader with the GIL released.
+macro_rules! call {
+    ($self:ident, $py:ident, $method:ident($($arg:expr),*)) => {{
+        let reader = $self.reader.clone();
+        $self.rt.block_on($py, async move {
+            match reader {
+                Reader::Grpc(r) => RangeSource::$method(&r, $($arg),*).await,
+                Reader::Remoting(r) => RangeSource::$method(&r, $($arg),*).await,
+                Reader::Jmq(r) => RangeSource::$method(&r, $($arg),*).await,
+                Reader::Nats(r) => RangeSource::$method(&r, $($arg),*).await,
+            }
+        })
+    }};
+}
+
 /// Offset-range reader of one protocol's topics.
 #[pyclass(name = "OffsetReader", module = "ferrymq._native", frozen)]
 pub struct PyOffsetReader {
     rt: RuntimeRef,
-    reader: Arc<dyn RangeSource>,
+    reader: Reader,
     endpoints: String,
-}
-
-impl PyOffsetReader {
-    fn new(rt: RuntimeRef, reader: impl RangeSource + 'static, endpoints: String) -> Self {
-        Self {
-            rt,
-            reader: Arc::new(reader),
-            endpoints,
-        }
-    }
 }
 
 #[pymethods]
@@ -74,7 +86,11 @@ impl PyOffsetReader {
         let reader = PullReader::new(options, group, &topics, tag_filter, pull_batch_size)
             .map_err(to_pyerr)?;
         let endpoints = reader.client().options().endpoints.to_string();
-        Ok(Self::new(rt, reader, endpoints))
+        Ok(Self {
+            rt,
+            reader: Reader::Grpc(reader),
+            endpoints,
+        })
     }
 
     /// A reader over the remoting protocol (`remoting://` name servers) for a consumer group.
@@ -95,7 +111,11 @@ impl PyOffsetReader {
         let reader =
             RemotingReader::new(options, group, tag_filter, pull_batch_size).map_err(to_pyerr)?;
         let endpoints = reader.client().options().endpoints.clone();
-        Ok(Self::new(rt, reader, endpoints))
+        Ok(Self {
+            rt,
+            reader: Reader::Remoting(reader),
+            endpoints,
+        })
     }
 
     /// A reader of JMQ4 partitions: connects to `endpoint` (`jmq://host:port`) as `app`
@@ -133,7 +153,11 @@ impl PyOffsetReader {
         let reader = rt.block_on(py, async move {
             JmqRangeReader::connect(options, max_body).await
         })?;
-        Ok(Self::new(rt, reader, endpoint.to_string()))
+        Ok(Self {
+            rt,
+            reader: Reader::Jmq(reader),
+            endpoints: endpoint.to_string(),
+        })
     }
 
     /// A reader of JetStream streams by sequence (a topic is a stream; `filter_subject`
@@ -162,36 +186,32 @@ impl PyOffsetReader {
             request_timeout,
         )?;
         let js = rt.block_on(py, async move { JetStream::connect(opts).await })?;
-        let reader = StreamReader::new(js, filter_subject);
-        Ok(Self::new(rt, reader, ferrymq_core::nats::redact(endpoints)))
+        Ok(Self {
+            rt,
+            reader: Reader::Nats(StreamReader::new(js, filter_subject)),
+            endpoints: ferrymq_core::nats::redact(endpoints),
+        })
     }
 
     /// Connect where the protocol connects lazily (gRPC: telemetry settings; remoting: check
     /// the name servers). Raises on any failure.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
-        let r = self.reader.clone();
-        self.rt.block_on(py, async move { r.start().await })
+        call!(self, py, start())
     }
 
     /// The readable partitions of `topic`, sorted.
     fn partitions(&self, py: Python<'_>, topic: String) -> PyResult<Vec<String>> {
-        let r = self.reader.clone();
-        self.rt
-            .block_on(py, async move { r.partitions(&topic).await })
+        call!(self, py, partitions(&topic))
     }
 
     /// The first offset still stored in `partition`.
     fn earliest(&self, py: Python<'_>, topic: String, partition: String) -> PyResult<i64> {
-        let r = self.reader.clone();
-        self.rt
-            .block_on(py, async move { r.earliest(&topic, &partition).await })
+        call!(self, py, earliest(&topic, &partition))
     }
 
     /// The next offset to be written to `partition`.
     fn latest(&self, py: Python<'_>, topic: String, partition: String) -> PyResult<i64> {
-        let r = self.reader.clone();
-        self.rt
-            .block_on(py, async move { r.latest(&topic, &partition).await })
+        call!(self, py, latest(&topic, &partition))
     }
 
     /// The first offset of `partition` stored at or after `timestamp_ms` (RocketMQ only).
@@ -202,10 +222,7 @@ impl PyOffsetReader {
         partition: String,
         #[pyo3(from_py_with = crate::ints::timestamp_ms)] timestamp_ms: i64,
     ) -> PyResult<i64> {
-        let r = self.reader.clone();
-        self.rt.block_on(py, async move {
-            r.offset_for_time(&topic, &partition, timestamp_ms).await
-        })
+        call!(self, py, offset_for_time(&topic, &partition, timestamp_ms))
     }
 
     /// `[(partition, offset)]`: the earliest or latest offset of every partition of `topic`.
@@ -220,9 +237,7 @@ impl PyOffsetReader {
                 ))
             }
         };
-        let r = self.reader.clone();
-        self.rt
-            .block_on(py, async move { r.snapshot(&topic, latest).await })
+        call!(self, py, snapshot(&topic, latest))
     }
 
     /// The messages with `start <= offset < end` (at most `max_rows`; continue from
@@ -240,10 +255,7 @@ impl PyOffsetReader {
         if max_rows == 0 {
             return Err(invalid("max_rows", "must be at least 1"));
         }
-        let r = self.reader.clone();
-        let read = self.rt.block_on(py, async move {
-            r.read(&topic, &partition, start, end, max_rows).await
-        })?;
+        let read = call!(self, py, read(&topic, &partition, start, end, max_rows))?;
         Ok(PyMessageColumns::new(
             read.columns,
             read.next_offset,
@@ -260,23 +272,23 @@ impl PyOffsetReader {
         partition: String,
         #[pyo3(from_py_with = crate::ints::offset)] offset: i64,
     ) -> PyResult<()> {
-        let r = self.reader.clone();
-        self.rt.block_on(
-            py,
-            async move { r.commit(&topic, &partition, offset).await },
-        )
+        call!(self, py, commit(&topic, &partition, offset))
     }
 
     /// `"rocketmq"` (gRPC), `"remoting"`, `"jmq"` or `"nats"`.
     #[getter]
     fn protocol(&self) -> &'static str {
-        self.reader.protocol()
+        match &self.reader {
+            Reader::Grpc(r) => r.protocol(),
+            Reader::Remoting(r) => r.protocol(),
+            Reader::Jmq(r) => r.protocol(),
+            Reader::Nats(r) => r.protocol(),
+        }
     }
 
     /// Close the client (idempotent).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let r = self.reader.clone();
-        self.rt.block_on(py, async move { r.close().await })
+        call!(self, py, close())
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -10,8 +10,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-
 use super::cluster::{Cluster, ClusterOptions};
 use super::codes;
 use super::command::{FetchIndex, FetchPartitionMessage, PartitionFetch};
@@ -298,57 +296,45 @@ impl RangeSource for JmqRangeReader {
         "jmq"
     }
 
-    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
-        Box::pin(async move {
-            let parts = JmqRangeReader::partitions(self, topic).await?;
-            Ok(parts.iter().map(i16::to_string).collect())
-        })
+    async fn partitions(&self, topic: &str) -> Result<Vec<String>> {
+        let parts = JmqRangeReader::partitions(self, topic).await?;
+        Ok(parts.iter().map(i16::to_string).collect())
     }
 
-    fn earliest<'a>(&'a self, topic: &'a str, partition: &'a str) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(async move { Ok(self.partition_bounds(topic, partition).await?.0) })
+    async fn earliest(&self, topic: &str, partition: &str) -> Result<i64> {
+        Ok(self.partition_bounds(topic, partition).await?.0)
     }
 
-    fn latest<'a>(&'a self, topic: &'a str, partition: &'a str) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(async move { Ok(self.partition_bounds(topic, partition).await?.1) })
+    async fn latest(&self, topic: &str, partition: &str) -> Result<i64> {
+        Ok(self.partition_bounds(topic, partition).await?.1)
     }
 
-    fn snapshot<'a>(
-        &'a self,
-        topic: &'a str,
-        latest: bool,
-    ) -> BoxFuture<'a, Result<Vec<(String, i64)>>> {
-        Box::pin(async move {
-            let bounds = self.bounds(topic, &[]).await?;
-            Ok(bounds
-                .iter()
-                .map(|b| {
-                    let offset = if latest { b.right } else { b.left };
-                    (b.partition.to_string(), offset)
-                })
-                .collect())
-        })
+    async fn snapshot(&self, topic: &str, latest: bool) -> Result<Vec<(String, i64)>> {
+        let bounds = self.bounds(topic, &[]).await?;
+        Ok(bounds
+            .iter()
+            .map(|b| {
+                let offset = if latest { b.right } else { b.left };
+                (b.partition.to_string(), offset)
+            })
+            .collect())
     }
 
-    fn read<'a>(
-        &'a self,
-        topic: &'a str,
-        partition: &'a str,
+    async fn read(
+        &self,
+        topic: &str,
+        partition: &str,
         start: i64,
         end: i64,
         max_rows: usize,
-    ) -> BoxFuture<'a, Result<RangeRead>> {
-        Box::pin(async move {
-            let p = partition_number(topic, partition)?;
-            self.read_range(topic, p, start, end, max_rows).await
-        })
+    ) -> Result<RangeRead> {
+        let p = partition_number(topic, partition)?;
+        self.read_range(topic, p, start, end, max_rows).await
     }
 
-    fn close(&self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move {
-            JmqRangeReader::close(self).await;
-            Ok(())
-        })
+    async fn close(&self) -> Result<()> {
+        JmqRangeReader::close(self).await;
+        Ok(())
     }
 }
 

@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 
 use super::consumer::{DeliverPolicy, PullConsumerConfig};
 use super::JetStream;
@@ -191,32 +190,34 @@ impl RangeSource for StreamReader {
         "nats"
     }
 
-    fn partitions<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, Result<Vec<String>>> {
-        Box::pin(async { Ok(vec![STREAM_PARTITION.to_string()]) })
+    async fn partitions(&self, _topic: &str) -> Result<Vec<String>> {
+        Ok(vec![STREAM_PARTITION.to_string()])
     }
 
-    fn earliest<'a>(&'a self, topic: &'a str, _partition: &'a str) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(async move { Ok(self.js.stream_bounds(topic).await?.0) })
+    async fn earliest(&self, topic: &str, _partition: &str) -> Result<i64> {
+        Ok(self.js.stream_bounds(topic).await?.0)
     }
 
-    fn latest<'a>(&'a self, topic: &'a str, _partition: &'a str) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(async move { Ok(self.js.stream_bounds(topic).await?.1) })
+    async fn latest(&self, topic: &str, _partition: &str) -> Result<i64> {
+        Ok(self.js.stream_bounds(topic).await?.1)
     }
 
-    fn read<'a>(
-        &'a self,
-        topic: &'a str,
-        _partition: &'a str,
+    async fn read(
+        &self,
+        topic: &str,
+        _partition: &str,
         start: i64,
         end: i64,
         max_rows: usize,
-    ) -> BoxFuture<'a, Result<RangeRead>> {
+    ) -> Result<RangeRead> {
         let filter = self.filter_subject.as_deref();
-        Box::pin(self.js.read_range(topic, filter, start, end, max_rows))
+        self.js
+            .read_range(topic, filter, start, end, max_rows)
+            .await
     }
 
-    fn close(&self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(self.js.close())
+    async fn close(&self) -> Result<()> {
+        self.js.close().await
     }
 }
 

@@ -105,86 +105,61 @@ macro_rules! queue_range_source {
                 $protocol
             }
 
-            fn start(&self) -> futures::future::BoxFuture<'_, $crate::Result<()>> {
-                Box::pin(<$reader>::start(self))
+            async fn start(&self) -> $crate::Result<()> {
+                <$reader>::start(self).await
             }
 
-            fn partitions<'a>(
-                &'a self,
-                topic: &'a str,
-            ) -> futures::future::BoxFuture<'a, $crate::Result<Vec<String>>> {
-                Box::pin(async move {
-                    let queues = self.queues(topic).await?;
-                    Ok(queues.iter().map(QueueRef::key).collect())
-                })
+            async fn partitions(&self, topic: &str) -> $crate::Result<Vec<String>> {
+                let queues = self.queues(topic).await?;
+                Ok(queues.iter().map(QueueRef::key).collect())
             }
 
-            fn earliest<'a>(
-                &'a self,
-                topic: &'a str,
-                partition: &'a str,
-            ) -> futures::future::BoxFuture<'a, $crate::Result<i64>> {
-                Box::pin(async move {
-                    let q = QueueRef::parse(partition)?;
-                    self.query_offset(topic, &q, OffsetPolicy::Beginning).await
-                })
+            async fn earliest(&self, topic: &str, partition: &str) -> $crate::Result<i64> {
+                let q = QueueRef::parse(partition)?;
+                self.query_offset(topic, &q, OffsetPolicy::Beginning).await
             }
 
-            fn latest<'a>(
-                &'a self,
-                topic: &'a str,
-                partition: &'a str,
-            ) -> futures::future::BoxFuture<'a, $crate::Result<i64>> {
-                Box::pin(async move {
-                    let q = QueueRef::parse(partition)?;
-                    self.query_offset(topic, &q, OffsetPolicy::End).await
-                })
+            async fn latest(&self, topic: &str, partition: &str) -> $crate::Result<i64> {
+                let q = QueueRef::parse(partition)?;
+                self.query_offset(topic, &q, OffsetPolicy::End).await
             }
 
-            fn offset_for_time<'a>(
-                &'a self,
-                topic: &'a str,
-                partition: &'a str,
+            async fn offset_for_time(
+                &self,
+                topic: &str,
+                partition: &str,
                 timestamp_ms: i64,
-            ) -> futures::future::BoxFuture<'a, $crate::Result<i64>> {
-                Box::pin(async move {
-                    let q = QueueRef::parse(partition)?;
-                    let policy = OffsetPolicy::Timestamp(timestamp_ms);
-                    self.query_offset(topic, &q, policy).await
-                })
+            ) -> $crate::Result<i64> {
+                let q = QueueRef::parse(partition)?;
+                let policy = OffsetPolicy::Timestamp(timestamp_ms);
+                self.query_offset(topic, &q, policy).await
             }
 
-            fn read<'a>(
-                &'a self,
-                topic: &'a str,
-                partition: &'a str,
+            async fn read(
+                &self,
+                topic: &str,
+                partition: &str,
                 start: i64,
                 end: i64,
                 max_rows: usize,
-            ) -> futures::future::BoxFuture<'a, $crate::Result<$crate::columnar::RangeRead>> {
-                Box::pin(async move {
-                    let q = QueueRef::parse(partition)?;
-                    self.read_range(topic, &q, start, end, max_rows).await
-                })
+            ) -> $crate::Result<$crate::columnar::RangeRead> {
+                let q = QueueRef::parse(partition)?;
+                self.read_range(topic, &q, start, end, max_rows).await
             }
 
-            fn commit<'a>(
-                &'a self,
-                topic: &'a str,
-                partition: &'a str,
+            async fn commit(
+                &self,
+                topic: &str,
+                partition: &str,
                 offset: i64,
-            ) -> futures::future::BoxFuture<'a, $crate::Result<()>> {
-                Box::pin(async move {
-                    let q = QueueRef::parse(partition)?;
-                    self.commit_offset(topic, &q, offset).await
-                })
+            ) -> $crate::Result<()> {
+                let q = QueueRef::parse(partition)?;
+                self.commit_offset(topic, &q, offset).await
             }
 
-            fn close(&self) -> futures::future::BoxFuture<'_, $crate::Result<()>> {
-                Box::pin(async move {
-                    self.shutdown().await;
-                    Ok(())
-                })
+            async fn close(&self) -> $crate::Result<()> {
+                self.shutdown().await;
+                Ok(())
             }
         }
     };
