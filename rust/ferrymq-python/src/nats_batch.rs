@@ -1,5 +1,5 @@
 //! `_native.NatsBatchPublisher`: pipelined JetStream batch publishes with `Nats-Msg-Id`, for
-//! the PySpark sink; and the connection options it shares with `OffsetReader.nats`.
+//! the PySpark sink; and the connection it shares with `OffsetReader.nats`.
 
 use std::time::Duration;
 
@@ -14,34 +14,29 @@ use crate::errors::invalid;
 use crate::message::extract_body;
 use crate::runtime::RuntimeRef;
 
-/// The connection options of the Spark source and sink (5 s timeouts by default).
-pub(crate) fn nats_options(
+/// Connect to `endpoints` as the Spark source and sink do (5 s timeouts by default).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn connect(
+    py: Python<'_>,
+    rt: RuntimeRef,
     endpoints: &str,
     user: Option<String>,
     password: Option<String>,
     token: Option<String>,
     connect_timeout: Option<&Bound<'_, PyAny>>,
     request_timeout: Option<&Bound<'_, PyAny>>,
-) -> PyResult<NatsOptions> {
-    Ok(NatsOptions {
+) -> PyResult<JetStream> {
+    let timeout = |name, value| durations::or(name, value, Lower::Positive, Duration::from_secs(5));
+    let opts = NatsOptions {
         endpoints: parse_endpoints(endpoints).map_err(crate::errors::to_pyerr)?,
         name: Some("ferrymq-spark".to_string()),
         user,
         password,
         token,
-        connect_timeout: durations::or(
-            "connect_timeout",
-            connect_timeout,
-            Lower::Positive,
-            Duration::from_secs(5),
-        )?,
-        request_timeout: durations::or(
-            "request_timeout",
-            request_timeout,
-            Lower::Positive,
-            Duration::from_secs(5),
-        )?,
-    })
+        connect_timeout: timeout("connect_timeout", connect_timeout)?,
+        request_timeout: timeout("request_timeout", request_timeout)?,
+    };
+    rt.block_on(py, async move { JetStream::connect(opts).await })
 }
 
 /// A JetStream connection that publishes batches.
@@ -67,7 +62,9 @@ impl PyNatsBatchPublisher {
         request_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;
-        let opts = nats_options(
+        let js = connect(
+            py,
+            rt,
             &endpoints,
             user,
             password,
@@ -75,7 +72,6 @@ impl PyNatsBatchPublisher {
             connect_timeout,
             request_timeout,
         )?;
-        let js = rt.block_on(py, async move { JetStream::connect(opts).await })?;
         Ok(Self {
             rt,
             js,

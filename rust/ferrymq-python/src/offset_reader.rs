@@ -8,7 +8,6 @@
 
 use ferrymq_core::jmq::range::JmqRangeReader;
 use ferrymq_core::nats::range::StreamReader;
-use ferrymq_core::nats::JetStream;
 use ferrymq_core::range::RangeSource;
 use ferrymq_core::remoting::RemotingReader;
 use ferrymq_core::rocketmq::pull::PullReader;
@@ -18,7 +17,6 @@ use crate::client_options::client_options;
 use crate::columns::PyMessageColumns;
 use crate::errors::{invalid, to_pyerr};
 use crate::jmq::cluster_options;
-use crate::nats_batch::nats_options;
 use crate::runtime::RuntimeRef;
 
 /// The reader of one protocol.
@@ -177,7 +175,9 @@ impl PyOffsetReader {
         filter_subject: Option<String>,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;
-        let opts = nats_options(
+        let js = crate::nats_batch::connect(
+            py,
+            rt,
             endpoints,
             user,
             password,
@@ -185,7 +185,6 @@ impl PyOffsetReader {
             connect_timeout,
             request_timeout,
         )?;
-        let js = rt.block_on(py, async move { JetStream::connect(opts).await })?;
         Ok(Self {
             rt,
             reader: Reader::Nats(StreamReader::new(js, filter_subject)),
