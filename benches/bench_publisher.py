@@ -228,8 +228,8 @@ class StoredCounter:
         self.reader.start()
 
     def __call__(self) -> int:
-        queues = self.reader.queues(self.topic)
-        return sum(self.reader.query_offset(self.topic, q, "end") for q in queues)
+        queues = self.reader.partitions(self.topic)
+        return sum(self.reader.latest(self.topic, q) for q in queues)
 
 
 def bench_rocketmq(

@@ -64,8 +64,8 @@ def raw_read(endpoints: str, topic: str, group: str) -> int:
     r = _native.OffsetReader.rocketmq(endpoints, group, topics=[topic])
     r.start()
     n = 0
-    for q in r.queues(topic):
-        at, end = 0, r.query_offset(topic, q, "end")
+    for q in r.partitions(topic):
+        at, end = 0, r.latest(topic, q)
         while at < end:
             cols = r.read_range(topic, q, at, end, 10_000)
             cols.arrow_buffers()
@@ -189,12 +189,13 @@ def bench_jmq(spark: Any, broker: EmbeddedBroker, n: int, size: int) -> None:
     p.close()
 
     def raw_read() -> None:
-        with _native.JmqRangeReader(endpoint, **JMQ_AUTH) as r:
+        with _native.OffsetReader.jmq(endpoint, **JMQ_AUTH) as r:
             got = 0
-            for part, (left, right) in r.bounds("jbench").items():
+            right = dict(r.snapshot("jbench", "latest"))
+            for part, left in r.snapshot("jbench", "earliest"):
                 at = left
-                while at < right:
-                    cols = r.read_range("jbench", part, at, right, 10_000)
+                while at < right[part]:
+                    cols = r.read_range("jbench", part, at, right[part], 10_000)
                     cols.arrow_buffers()
                     got += cols.num_rows
                     at = cols.next_offset

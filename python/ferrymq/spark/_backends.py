@@ -44,15 +44,117 @@ def _started(
     return _cache.get_or_create((kind, c.endpoints, *key, *ident), create)
 
 
-class Source(Protocol):
-    """Offset-addressed reads of one backend."""
+class Source:
+    """Offset-addressed reads of one backend through the native ``OffsetReader``, the same
+    model for every protocol: the partitions of a topic, their earliest and latest offsets (or
+    the first at a time), exact ``[start, end)`` reads as Arrow column buffers, and progress
+    recorded where the protocol keeps it for lag tools (RocketMQ ``UpdateOffset``; JetStream
+    and JMQ4 record nothing: the checkpoint holds the offsets, and committing a JMQ4 app's ack
+    index would move its other consumers)."""
 
-    def partitions(self, topic: str) -> list[str]: ...
-    def earliest(self, topic: str, partition: str) -> int: ...
-    def latest(self, topic: str, partition: str) -> int: ...
-    def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int: ...
-    def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any: ...
-    def commit(self, offsets: Offsets) -> None: ...
+    def __init__(self, cfg: SourceConfig) -> None:
+        self.cfg = cfg
+
+    def client(self) -> Any:
+        """The started native reader of this config, from the per-process cache."""
+        c = self.cfg
+        if c.backend == "rocketmq":
+            # PullMessage / QueryOffset: the embedded broker, proxies serving the pull API.
+            return _started(
+                "rocketmq-pull",
+                c,
+                (c.group, c.topics, c.tag_filter, c.pull_batch_size),
+                lambda: _native.OffsetReader.rocketmq(
+                    c.endpoints,
+                    c.group,
+                    topics=list(c.topics),
+                    tag_filter=c.tag_filter,
+                    pull_batch_size=c.pull_batch_size,
+                    credentials=c.credentials(),
+                    namespace=c.namespace,
+                    request_timeout=c.request_timeout,
+                ),
+            )
+        if c.backend == "remoting":
+            # The name server's route, then GET_MIN/MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP and
+            # PULL_MESSAGE on each queue's master broker: what a stock RocketMQ serves.
+            return _started(
+                "remoting-reader",
+                c,
+                (c.group, c.tag_filter),
+                lambda: _native.OffsetReader.remoting(
+                    c.endpoints,
+                    c.group,
+                    tag_filter=c.tag_filter,
+                    credentials=c.credentials(),
+                    namespace=c.namespace,
+                    request_timeout=c.request_timeout,
+                ),
+            )
+        if c.backend == "nats":
+            # Streams by sequence; ``filterSubject`` narrows them to a subject.
+            opts = dict(c.extra)
+            return _started(
+                "nats-reader",
+                c,
+                (*_nats_identity(opts), c.filter_subject),
+                lambda: _native.OffsetReader.nats(
+                    c.endpoints,
+                    user=opts.get("user"),
+                    password=opts.get("password"),
+                    token=opts.get("token"),
+                    request_timeout=c.request_timeout or 5.0,
+                    filter_subject=c.filter_subject,
+                ),
+            )
+        # JMQ4: FETCH_INDEX bounds, FETCH_PARTITION_MESSAGE from a client-chosen index.
+        settings = _JmqSettings(c.endpoints, c.extra, c.namespace)
+        return _started(
+            "jmq-range",
+            c,
+            settings.key(),
+            lambda: _native.OffsetReader.jmq(
+                settings.endpoint,
+                app=settings.app,
+                token=settings.token,
+                region=settings.region,
+                namespace=settings.namespace,
+                request_timeout=c.request_timeout or 10.0,
+            ),
+        )
+
+    def partitions(self, topic: str) -> list[str]:
+        return list(self.client().partitions(topic))
+
+    def snapshot(self, topic: str, which: str) -> dict[str, int]:
+        """The earliest or latest offset of every partition of ``topic`` (JMQ4: one
+        FETCH_INDEX per leader broker)."""
+        return dict(self.client().snapshot(topic, which))
+
+    def earliest(self, topic: str, partition: str) -> int:
+        return int(self.client().earliest(topic, partition))
+
+    def latest(self, topic: str, partition: str) -> int:
+        return int(self.client().latest(topic, partition))
+
+    def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int:
+        return int(self.client().offset_for_time(topic, partition, timestamp_ms))
+
+    def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any:
+        return self.client().read_range(topic, partition, start, end, max_rows)
+
+    def commit(self, offsets: Offsets) -> None:
+        """Record progress for lag dashboards (best effort: Spark's checkpoint stays
+        authoritative)."""
+        if not self.cfg.commit_offsets:
+            return
+        reader = self.client()
+        for topic, parts in offsets.items():
+            for partition, off in parts.items():
+                try:
+                    reader.commit(topic, partition, off)
+                except Exception as e:  # monitoring only
+                    log.debug("commit %s/%s=%s failed: %s", topic, partition, off, e)
 
 
 class OutMessage:
@@ -86,62 +188,8 @@ class Sink(Protocol):
 
 
 # --------------------------------------------------------------------------------------------
-# RocketMQ 5 (gRPC): PullMessage / QueryOffset
+# RocketMQ 5 (gRPC)
 # --------------------------------------------------------------------------------------------
-
-
-class RocketMQSource:
-    """Replayable reads through ``PullMessage`` / ``QueryOffset`` (the embedded broker, proxies
-    that implement the pull API)."""
-
-    def __init__(self, cfg: SourceConfig) -> None:
-        self.cfg = cfg
-
-    def client(self) -> Any:
-        c = self.cfg
-        return _started(
-            "rocketmq-pull",
-            c,
-            (c.group, c.topics, c.tag_filter, c.pull_batch_size),
-            lambda: _native.OffsetReader.rocketmq(
-                c.endpoints,
-                c.group,
-                topics=list(c.topics),
-                tag_filter=c.tag_filter,
-                pull_batch_size=c.pull_batch_size,
-                credentials=c.credentials(),
-                namespace=c.namespace,
-                request_timeout=c.request_timeout,
-            ),
-        )
-
-    def partitions(self, topic: str) -> list[str]:
-        return list(self.client().queues(topic))
-
-    def earliest(self, topic: str, partition: str) -> int:
-        return int(self.client().query_offset(topic, partition, "beginning"))
-
-    def latest(self, topic: str, partition: str) -> int:
-        return int(self.client().query_offset(topic, partition, "end"))
-
-    def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int:
-        return int(self.client().query_offset(topic, partition, "timestamp", timestamp_ms))
-
-    def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any:
-        return self.client().read_range(topic, partition, start, end, max_rows)
-
-    def commit(self, offsets: Offsets) -> None:
-        """Record progress with ``UpdateOffset`` for lag dashboards (best effort: Spark's
-        checkpoint stays authoritative)."""
-        if not self.cfg.commit_offsets:
-            return
-        reader = self.client()
-        for topic, parts in offsets.items():
-            for partition, off in parts.items():
-                try:
-                    reader.commit_offset(topic, partition, off)
-                except Exception as e:  # monitoring only
-                    log.debug("UpdateOffset %s/%s=%s failed: %s", topic, partition, off, e)
 
 
 def _rocketmq_message(m: OutMessage) -> Any:
@@ -205,31 +253,8 @@ class RocketMQSink:
 
 
 # --------------------------------------------------------------------------------------------
-# RocketMQ remoting: PULL_MESSAGE by queue offset on each broker, SEND_BATCH_MESSAGE
+# RocketMQ remoting: SEND_BATCH_MESSAGE
 # --------------------------------------------------------------------------------------------
-
-
-class RemotingSource(RocketMQSource):
-    """Replayable reads over the remoting protocol: the name server's route, then
-    ``GET_MIN/MAX_OFFSET``, ``SEARCH_OFFSET_BY_TIMESTAMP`` and ``PULL_MESSAGE`` on the master
-    broker of each queue (what a stock RocketMQ serves to every executor in parallel). The
-    same queue keys (``"<broker>:<queue id>"``) and methods as the gRPC reader."""
-
-    def client(self) -> Any:
-        c = self.cfg
-        return _started(
-            "remoting-reader",
-            c,
-            (c.group, c.tag_filter),
-            lambda: _native.OffsetReader.remoting(
-                c.endpoints,
-                c.group,
-                tag_filter=c.tag_filter,
-                credentials=c.credentials(),
-                namespace=c.namespace,
-                request_timeout=c.request_timeout,
-            ),
-        )
 
 
 class RemotingSink:
@@ -264,61 +289,14 @@ class RemotingSink:
 # NATS JetStream: stream sequences
 # --------------------------------------------------------------------------------------------
 
-#: The only partition of a stream (a stream is one total order).
-STREAM_PARTITION = "0"
 
-
-def _nats_client(endpoints: str, extra: tuple[tuple[str, str], ...], timeout: float | None) -> Any:
-    opts = dict(extra)
-    key = (
-        "nats",
-        endpoints,
+def _nats_identity(opts: dict[str, str]) -> tuple[Any, ...]:
+    """The user, and the password and token only as digests (for client cache keys)."""
+    return (
         opts.get("user"),
         _secret_digest(opts.get("password")),
         _secret_digest(opts.get("token")),
     )
-
-    def make() -> Any:
-        return _native.NatsRangeReader(
-            endpoints,
-            user=opts.get("user"),
-            password=opts.get("password"),
-            token=opts.get("token"),
-            request_timeout=timeout or 5.0,
-        )
-
-    return _cache.get_or_create(key, make)
-
-
-class NatsSource:
-    """Replayable reads of JetStream streams by sequence. The ``subscribe`` option names
-    streams; ``filterSubject`` narrows them to a subject (wildcards allowed)."""
-
-    def __init__(self, cfg: SourceConfig) -> None:
-        self.cfg = cfg
-
-    def client(self) -> Any:
-        return _nats_client(self.cfg.endpoints, self.cfg.extra, self.cfg.request_timeout)
-
-    def partitions(self, topic: str) -> list[str]:
-        return [STREAM_PARTITION]
-
-    def earliest(self, topic: str, partition: str) -> int:
-        return int(self.client().bounds(topic)[0])
-
-    def latest(self, topic: str, partition: str) -> int:
-        return int(self.client().bounds(topic)[1])
-
-    def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int:
-        raise InvalidArgumentError("option 'startingTimestamp': not available for JetStream")
-
-    def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any:
-        return self.client().read_range(
-            topic, start, end, max_rows, filter_subject=self.cfg.filter_subject
-        )
-
-    def commit(self, offsets: Offsets) -> None:
-        """Nothing to record: the checkpoint holds the sequences."""
 
 
 #: The header carrying the row's key (NATS messages have none).
@@ -332,6 +310,22 @@ class NatsSink:
     def __init__(self, cfg: SinkConfig) -> None:
         self.cfg = cfg
 
+    def _publisher(self) -> Any:
+        c = self.cfg
+        opts = dict(c.extra)
+        key = ("nats-publisher", c.endpoints, *_nats_identity(opts))
+
+        def make() -> Any:
+            return _native.NatsBatchPublisher(
+                c.endpoints,
+                user=opts.get("user"),
+                password=opts.get("password"),
+                token=opts.get("token"),
+                request_timeout=c.request_timeout or 5.0,
+            )
+
+        return _cache.get_or_create(key, make)
+
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
             return
@@ -343,9 +337,7 @@ class NatsSink:
             if m.key is not None:
                 headers.append((KEY_HEADER, m.key.decode("utf-8", "surrogateescape")))
             batch.append((m.topic, m.value, headers, m.write_id or uuid.uuid4().hex))
-        _nats_client(self.cfg.endpoints, self.cfg.extra, self.cfg.request_timeout).publish_batch(
-            batch
-        )
+        self._publisher().publish_batch(batch)
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,82 +363,9 @@ class _JmqSettings:
         self.region = opts.get("region")
         self.namespace = namespace
 
-    def key(self, kind: str) -> tuple[Any, ...]:
-        """The client cache key (the token only as a digest)."""
-        return (
-            kind,
-            self.endpoint,
-            self.app,
-            _secret_digest(self.token),
-            self.region,
-            self.namespace,
-        )
-
-
-class JmqSource:
-    """Replayable reads of JMQ4 partitions by index: FETCH_INDEX gives each partition's
-    ``[leftIndex, rightIndex)``, FETCH_PARTITION_MESSAGE reads from a client-chosen index (no
-    consumer registration; the app's ack indices on the broker are left alone)."""
-
-    def __init__(self, cfg: SourceConfig) -> None:
-        self.cfg = cfg
-
-    def client(self) -> Any:
-        settings = _JmqSettings(self.cfg.endpoints, self.cfg.extra, self.cfg.namespace)
-        timeout = self.cfg.request_timeout
-
-        def make() -> Any:
-            return _native.JmqRangeReader(
-                settings.endpoint,
-                app=settings.app,
-                token=settings.token,
-                region=settings.region,
-                namespace=settings.namespace,
-                request_timeout=timeout or 10.0,
-            )
-
-        return _cache.get_or_create(settings.key("jmq-range"), make)
-
-    def partitions(self, topic: str) -> list[str]:
-        return [str(p) for p in self.client().partitions(topic)]
-
-    def snapshot(self, topic: str, which: str) -> dict[str, int]:
-        """The earliest or latest index of every partition of ``topic`` (one FETCH_INDEX per
-        leader broker)."""
-        side = 0 if which == "earliest" else 1
-        return {str(p): int(b[side]) for p, b in self.client().bounds(topic).items()}
-
-    def _bounds(self, topic: str, partition: str) -> tuple[int, int]:
-        p = _jmq_partition(topic, partition)
-        b = self.client().bounds(topic, [p])[p]
-        return int(b[0]), int(b[1])
-
-    def earliest(self, topic: str, partition: str) -> int:
-        return self._bounds(topic, partition)[0]
-
-    def latest(self, topic: str, partition: str) -> int:
-        return self._bounds(topic, partition)[1]
-
-    def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int:
-        raise InvalidArgumentError("option 'startingTimestamp': not available for JMQ4")
-
-    def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any:
-        return self.client().read_range(
-            topic, _jmq_partition(topic, partition), start, end, max_rows
-        )
-
-    def commit(self, offsets: Offsets) -> None:
-        """Nothing to record: the checkpoint holds the indices (committing the app's ack index
-        would move other consumers of the same app)."""
-
-
-def _jmq_partition(topic: str, partition: str) -> int:
-    try:
-        return int(partition)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"offsets: {topic}/{partition} is not a JMQ4 partition number"
-        ) from None
+    def key(self) -> tuple[Any, ...]:
+        """The identity part of a client cache key (the token only as a digest)."""
+        return (self.app, _secret_digest(self.token), self.region)
 
 
 class JmqSink:
@@ -473,7 +392,9 @@ class JmqSink:
             p.start()
             return p
 
-        return _cache.get_or_create(settings.key("jmq-producer"), make)
+        return _cache.get_or_create(
+            ("jmq-producer", settings.endpoint, *settings.key(), settings.namespace), make
+        )
 
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
@@ -514,14 +435,8 @@ def _fits_business_id(key: str) -> bool:
 
 def source_for(cfg: SourceConfig) -> Source:
     """The source adapter for ``cfg``."""
-    if cfg.backend == "rocketmq":
-        return RocketMQSource(cfg)
-    if cfg.backend == "remoting":
-        return RemotingSource(cfg)
-    if cfg.backend == "nats":
-        return NatsSource(cfg)
-    if cfg.backend == "jmq":
-        return JmqSource(cfg)
+    if cfg.backend in ("rocketmq", "remoting", "nats", "jmq"):
+        return Source(cfg)
     raise InvalidArgumentError(
         f"option 'endpoints': reading from {cfg.backend} is not available in this build"
     )

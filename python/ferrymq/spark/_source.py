@@ -133,16 +133,7 @@ def _sorted(offsets: Offsets) -> Offsets:
 
 def _snapshot(src: Source, topics: Sequence[str], which: str) -> Offsets:
     """The earliest or latest offset of every partition of ``topics``."""
-    out: Offsets = {}
-    for topic in topics:
-        bulk = getattr(src, "snapshot", None)
-        if bulk is not None:
-            out[topic] = bulk(topic, which)
-            continue
-        out[topic] = {}
-        for p in src.partitions(topic):
-            out[topic][p] = src.earliest(topic, p) if which == "earliest" else src.latest(topic, p)
-    return _sorted(out)
+    return _sorted({topic: src.snapshot(topic, which) for topic in topics})
 
 
 def _resolve(src: Source, topics: Sequence[str], spec: OffsetSpec, default: str) -> Offsets:

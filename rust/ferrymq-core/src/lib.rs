@@ -15,6 +15,7 @@ pub mod nats;
 pub mod produce;
 pub mod proto;
 pub mod publisher;
+pub mod range;
 pub mod remoting;
 pub mod rocketmq;
 pub mod selector;

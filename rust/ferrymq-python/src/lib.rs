@@ -14,14 +14,13 @@ mod errors;
 mod exit;
 mod ints;
 mod jmq;
-mod jmq_range;
 mod lazy;
 mod logging;
 mod message;
 mod message_view;
 mod nats;
+mod nats_batch;
 mod nats_consumer;
-mod nats_range;
 mod offset_consumer;
 mod offset_reader;
 mod probe;
@@ -69,8 +68,6 @@ mod _native {
         JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,
     };
     #[pymodule_export]
-    use crate::jmq_range::PyJmqRangeReader;
-    #[pymodule_export]
     use crate::lazy::LazyClient;
     #[pymodule_export]
     use crate::message::PyMessage;
@@ -79,9 +76,9 @@ mod _native {
     #[pymodule_export]
     use crate::nats::{PyJetStream, PyStreamInfo};
     #[pymodule_export]
-    use crate::nats_consumer::{PyJsMessage, PyPullConsumer};
+    use crate::nats_batch::PyNatsBatchPublisher;
     #[pymodule_export]
-    use crate::nats_range::PyNatsRangeReader;
+    use crate::nats_consumer::{PyJsMessage, PyPullConsumer};
     #[pymodule_export]
     use crate::offset_consumer::PyOffsetConsumer;
     #[pymodule_export]

@@ -1,16 +1,22 @@
-//! `_native.OffsetReader`: offset-based reads of RocketMQ queues, the replayable path of the
-//! PySpark source, over either protocol: gRPC (`PullMessage` / `QueryOffset` of a proxy that
-//! serves them, `OffsetReader.rocketmq`) or classic remoting (name server + brokers,
-//! `OffsetReader.remoting`). The same methods either way; queues are named by their key
-//! `"<broker>:<queue id>"`.
+//! `_native.OffsetReader`: the one offset-range reader of every protocol, the replayable path
+//! of the PySpark source. A constructor per protocol builds a core
+//! [`RangeSource`]: `OffsetReader.rocketmq` (gRPC `PullMessage` / `QueryOffset` of a proxy
+//! that serves them), `.remoting` (name server + brokers), `.jmq` (FETCH_INDEX,
+//! FETCH_PARTITION_MESSAGE) and `.nats` (JetStream stream sequences). The methods are the same
+//! for all; partitions are strings: a RocketMQ queue `"<broker>:<queue id>"`, a JMQ4
+//! partition number, `"0"` for a JetStream stream.
 
+use ferrymq_core::jmq::range::JmqRangeReader;
+use ferrymq_core::nats::range::StreamReader;
+use ferrymq_core::range::RangeSource;
 use ferrymq_core::remoting::RemotingReader;
-use ferrymq_core::rocketmq::pull::{is_unimplemented, OffsetPolicy, PullReader, QueueRef};
+use ferrymq_core::rocketmq::pull::PullReader;
 use pyo3::prelude::*;
 
 use crate::client_options::client_options;
 use crate::columns::PyMessageColumns;
 use crate::errors::{invalid, to_pyerr};
+use crate::jmq::cluster_options;
 use crate::runtime::RuntimeRef;
 
 /// The reader of one protocol.
@@ -18,54 +24,36 @@ use crate::runtime::RuntimeRef;
 enum Reader {
     Grpc(PullReader),
     Remoting(RemotingReader),
+    Jmq(JmqRangeReader),
+    Nats(StreamReader),
 }
 
-/// Run `$body` with `$r` bound to the reader of either protocol (their methods are the same).
-macro_rules! with_reader {
-    ($reader:expr, $r:ident => $body:expr) => {
-        match $reader {
-            Reader::Grpc($r) => $body,
-            Reader::Remoting($r) => $body,
-        }
-    };
+/// Call the [`RangeSource`] method `$method` of `$self`'s reader with the GIL released.
+macro_rules! call {
+    ($self:ident, $py:ident, $method:ident($($arg:expr),*)) => {{
+        let reader = $self.reader.clone();
+        $self.rt.block_on($py, async move {
+            match reader {
+                Reader::Grpc(r) => RangeSource::$method(&r, $($arg),*).await,
+                Reader::Remoting(r) => RangeSource::$method(&r, $($arg),*).await,
+                Reader::Jmq(r) => RangeSource::$method(&r, $($arg),*).await,
+                Reader::Nats(r) => RangeSource::$method(&r, $($arg),*).await,
+            }
+        })
+    }};
 }
 
-/// Offset-based reader of RocketMQ queues (a pull consumer of one group).
+/// Offset-range reader of one protocol's topics.
 #[pyclass(name = "OffsetReader", module = "ferrymq._native", frozen)]
 pub struct PyOffsetReader {
     rt: RuntimeRef,
     reader: Reader,
-}
-
-/// The offset policy of `query_offset`.
-fn policy(policy: &str, timestamp_ms: Option<i64>) -> PyResult<OffsetPolicy> {
-    match (policy, timestamp_ms) {
-        ("beginning", None) => Ok(OffsetPolicy::Beginning),
-        ("end", None) => Ok(OffsetPolicy::End),
-        ("timestamp", Some(ms)) => Ok(OffsetPolicy::Timestamp(ms)),
-        ("timestamp", None) => Err(invalid(
-            "timestamp_ms",
-            "is required by policy \"timestamp\"",
-        )),
-        ("beginning" | "end", Some(_)) => Err(invalid(
-            "timestamp_ms",
-            "is only allowed with policy \"timestamp\"",
-        )),
-        (other, _) => Err(invalid(
-            "policy",
-            format!("{other:?} is not \"beginning\", \"end\" or \"timestamp\""),
-        )),
-    }
-}
-
-/// A queue key `"<broker>:<queue id>"`.
-fn queue(key: &str) -> PyResult<QueueRef> {
-    QueueRef::parse(key).map_err(to_pyerr)
+    endpoints: String,
 }
 
 #[pymethods]
 impl PyOffsetReader {
-    /// A reader over gRPC (a proxy serving the pull API).
+    /// A reader over gRPC (a proxy serving the pull API) for a consumer group.
     #[staticmethod]
     #[pyo3(signature = (endpoints, group, *, topics=Vec::new(), tag_filter=None, pull_batch_size=256, credentials=None, namespace=None, tls=None, request_timeout=None))]
     #[allow(clippy::too_many_arguments)]
@@ -95,13 +83,15 @@ impl PyOffsetReader {
         let _guard = rt.handle().enter();
         let reader = PullReader::new(options, group, &topics, tag_filter, pull_batch_size)
             .map_err(to_pyerr)?;
+        let endpoints = reader.client().options().endpoints.to_string();
         Ok(Self {
             rt,
             reader: Reader::Grpc(reader),
+            endpoints,
         })
     }
 
-    /// A reader over the remoting protocol (`remoting://` name servers).
+    /// A reader over the remoting protocol (`remoting://` name servers) for a consumer group.
     #[staticmethod]
     #[pyo3(signature = (endpoints, group, *, tag_filter=None, pull_batch_size=32, credentials=None, namespace=None, request_timeout=None))]
     fn remoting(
@@ -118,87 +108,145 @@ impl PyOffsetReader {
         let _guard = rt.handle().enter();
         let reader =
             RemotingReader::new(options, group, tag_filter, pull_batch_size).map_err(to_pyerr)?;
+        let endpoints = reader.client().options().endpoints.clone();
         Ok(Self {
             rt,
             reader: Reader::Remoting(reader),
+            endpoints,
         })
     }
 
-    /// Connect (gRPC: telemetry settings; remoting: check the name servers). Raises on any
-    /// failure.
-    fn start(&self, py: Python<'_>) -> PyResult<()> {
-        let reader = self.reader.clone();
-        self.rt.block_on(
+    /// A reader of JMQ4 partitions: connects to `endpoint` (`jmq://host:port`) as `app`
+    /// (failing fast on a wrong address, app or token). No consumer registration: the app's
+    /// ack indices on the broker are left alone.
+    #[staticmethod]
+    #[pyo3(signature = (endpoint, *, app, token, region=None, namespace=None, request_timeout=None, max_body=3145728, metadata_refresh=None, client_ip=None), text_signature = "(endpoint, *, app, token, region=None, namespace=None, request_timeout=10.0, max_body=3145728, metadata_refresh=30.0, client_ip=None)")]
+    #[allow(clippy::too_many_arguments)]
+    fn jmq(
+        py: Python<'_>,
+        endpoint: &str,
+        app: String,
+        token: String,
+        region: Option<String>,
+        namespace: Option<String>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = crate::ints::max_body)] max_body: usize,
+        metadata_refresh: Option<&Bound<'_, PyAny>>,
+        client_ip: Option<String>,
+    ) -> PyResult<Self> {
+        let rt = RuntimeRef::current()?;
+        if max_body == 0 {
+            return Err(invalid("max_body", "must be at least 1"));
+        }
+        let options = cluster_options(
+            endpoint,
+            app,
+            token,
+            region,
+            namespace,
+            client_ip,
+            request_timeout,
+            metadata_refresh,
+        )?;
+        let reader = rt.block_on(py, async move {
+            JmqRangeReader::connect(options, max_body).await
+        })?;
+        Ok(Self {
+            rt,
+            reader: Reader::Jmq(reader),
+            endpoints: endpoint.to_string(),
+        })
+    }
+
+    /// A reader of JetStream streams by sequence (a topic is a stream; `filter_subject`
+    /// narrows it to a subject, wildcards allowed): connects to `endpoints`
+    /// (`nats://host:port[,nats://…]`).
+    #[staticmethod]
+    #[pyo3(signature = (endpoints, *, user=None, password=None, token=None, connect_timeout=None, request_timeout=None, filter_subject=None), text_signature = "(endpoints, *, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0, filter_subject=None)")]
+    #[allow(clippy::too_many_arguments)]
+    fn nats(
+        py: Python<'_>,
+        endpoints: &str,
+        user: Option<String>,
+        password: Option<String>,
+        token: Option<String>,
+        connect_timeout: Option<&Bound<'_, PyAny>>,
+        request_timeout: Option<&Bound<'_, PyAny>>,
+        filter_subject: Option<String>,
+    ) -> PyResult<Self> {
+        let rt = RuntimeRef::current()?;
+        let js = crate::nats_batch::connect(
             py,
-            async move { with_reader!(reader, r => r.start().await) },
-        )
-    }
-
-    /// The readable queues of `topic` as `"<broker>:<queue id>"`, sorted.
-    fn queues(&self, py: Python<'_>, topic: String) -> PyResult<Vec<String>> {
-        let reader = self.reader.clone();
-        self.rt.block_on(py, async move {
-            let queues = with_reader!(reader, r => r.queues(&topic).await)?;
-            Ok(queues.iter().map(QueueRef::key).collect())
+            rt,
+            endpoints,
+            user,
+            password,
+            token,
+            connect_timeout,
+            request_timeout,
+        )?;
+        Ok(Self {
+            rt,
+            reader: Reader::Nats(StreamReader::new(js, filter_subject)),
+            endpoints: ferrymq_core::nats::redact(endpoints),
         })
     }
 
-    /// The first stored offset (`"beginning"`), the next offset to be written (`"end"`), or the
-    /// first offset stored at or after `timestamp_ms` (`"timestamp"`).
-    #[pyo3(signature = (topic, queue, policy, timestamp_ms=None))]
-    fn query_offset(
+    /// Connect where the protocol connects lazily (gRPC: telemetry settings; remoting: check
+    /// the name servers). Raises on any failure.
+    fn start(&self, py: Python<'_>) -> PyResult<()> {
+        call!(self, py, start())
+    }
+
+    /// The readable partitions of `topic`, sorted.
+    fn partitions(&self, py: Python<'_>, topic: String) -> PyResult<Vec<String>> {
+        call!(self, py, partitions(&topic))
+    }
+
+    /// The first offset still stored in `partition`.
+    fn earliest(&self, py: Python<'_>, topic: String, partition: String) -> PyResult<i64> {
+        call!(self, py, earliest(&topic, &partition))
+    }
+
+    /// The next offset to be written to `partition`.
+    fn latest(&self, py: Python<'_>, topic: String, partition: String) -> PyResult<i64> {
+        call!(self, py, latest(&topic, &partition))
+    }
+
+    /// The first offset of `partition` stored at or after `timestamp_ms` (RocketMQ only).
+    fn offset_for_time(
         &self,
         py: Python<'_>,
         topic: String,
-        queue: &str,
-        policy: &str,
-        #[pyo3(from_py_with = crate::ints::timestamp_ms)] timestamp_ms: Option<i64>,
+        partition: String,
+        #[pyo3(from_py_with = crate::ints::timestamp_ms)] timestamp_ms: i64,
     ) -> PyResult<i64> {
-        let p = self::policy(policy, timestamp_ms)?;
-        let q = self::queue(queue)?;
-        let reader = self.reader.clone();
-        self.rt.block_on(py, async move {
-            with_reader!(reader, r => r.query_offset(&topic, &q, p).await)
-        })
+        call!(self, py, offset_for_time(&topic, &partition, timestamp_ms))
     }
 
-    /// The offset this group committed on the queue, or None.
-    fn committed_offset(
-        &self,
-        py: Python<'_>,
-        topic: String,
-        queue: &str,
-    ) -> PyResult<Option<i64>> {
-        let q = self::queue(queue)?;
-        let reader = self.reader.clone();
-        self.rt.block_on(py, async move {
-            with_reader!(reader, r => r.committed_offset(&topic, &q).await)
-        })
-    }
-
-    /// Commit this group's next offset to read on the queue (lag tools see it).
-    fn commit_offset(
-        &self,
-        py: Python<'_>,
-        topic: String,
-        queue: &str,
-        #[pyo3(from_py_with = crate::ints::offset)] offset: i64,
-    ) -> PyResult<()> {
-        let q = self::queue(queue)?;
-        let reader = self.reader.clone();
-        self.rt.block_on(py, async move {
-            with_reader!(reader, r => r.commit_offset(&topic, &q, offset).await)
-        })
+    /// `[(partition, offset)]`: the earliest or latest offset of every partition of `topic`.
+    fn snapshot(&self, py: Python<'_>, topic: String, which: &str) -> PyResult<Vec<(String, i64)>> {
+        let latest = match which {
+            "earliest" => false,
+            "latest" => true,
+            other => {
+                return Err(invalid(
+                    "which",
+                    format!("{other:?} is not \"earliest\" or \"latest\""),
+                ))
+            }
+        };
+        call!(self, py, snapshot(&topic, latest))
     }
 
     /// The messages with `start <= offset < end` (at most `max_rows`; continue from
     /// `next_offset`), as Arrow buffers.
-    #[pyo3(signature = (topic, queue, start, end, max_rows=10_000))]
+    #[pyo3(signature = (topic, partition, start, end, max_rows=10_000))]
     fn read_range(
         &self,
         py: Python<'_>,
         topic: String,
-        queue: &str,
+        partition: String,
         #[pyo3(from_py_with = crate::ints::start)] start: i64,
         #[pyo3(from_py_with = crate::ints::end)] end: i64,
         #[pyo3(from_py_with = crate::ints::max_rows)] max_rows: usize,
@@ -206,11 +254,7 @@ impl PyOffsetReader {
         if max_rows == 0 {
             return Err(invalid("max_rows", "must be at least 1"));
         }
-        let q = self::queue(queue)?;
-        let reader = self.reader.clone();
-        let read = self.rt.block_on(py, async move {
-            with_reader!(reader, r => r.read_range(&topic, &q, start, end, max_rows).await)
-        })?;
+        let read = call!(self, py, read(&topic, &partition, start, end, max_rows))?;
         Ok(PyMessageColumns::new(
             read.columns,
             read.next_offset,
@@ -218,38 +262,32 @@ impl PyOffsetReader {
         ))
     }
 
-    /// Whether `error` (a ferrymq exception) is the `UNIMPLEMENTED` answer of a server without
-    /// the gRPC pull API (the stock RocketMQ proxy).
-    #[staticmethod]
-    fn is_unimplemented(error: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let code: Option<i32> = error.getattr("code").ok().and_then(|c| c.extract().ok());
-        Ok(code.is_some_and(|c| {
-            is_unimplemented(&ferrymq_core::Error::rocketmq_status(c, String::new()))
-        }))
+    /// Record `offset` (the next one to read) as this reader's progress on `partition` where
+    /// the protocol keeps one for lag tools (RocketMQ: the group's offset); elsewhere nothing.
+    fn commit(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        partition: String,
+        #[pyo3(from_py_with = crate::ints::offset)] offset: i64,
+    ) -> PyResult<()> {
+        call!(self, py, commit(&topic, &partition, offset))
     }
 
-    /// `"rocketmq"` (gRPC) or `"remoting"`.
+    /// `"rocketmq"` (gRPC), `"remoting"`, `"jmq"` or `"nats"`.
     #[getter]
     fn protocol(&self) -> &'static str {
-        match self.reader {
-            Reader::Grpc(_) => "rocketmq",
-            Reader::Remoting(_) => "remoting",
+        match &self.reader {
+            Reader::Grpc(r) => r.protocol(),
+            Reader::Remoting(r) => r.protocol(),
+            Reader::Jmq(r) => r.protocol(),
+            Reader::Nats(r) => r.protocol(),
         }
-    }
-
-    /// The consumer group.
-    #[getter]
-    fn group(&self) -> &str {
-        with_reader!(&self.reader, r => r.group())
     }
 
     /// Close the client (idempotent).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let reader = self.reader.clone();
-        self.rt.block_on(py, async move {
-            with_reader!(reader, r => r.shutdown().await);
-            Ok(())
-        })
+        call!(self, py, close())
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -269,14 +307,10 @@ impl PyOffsetReader {
     }
 
     fn __repr__(&self) -> String {
-        let endpoints = match &self.reader {
-            Reader::Grpc(r) => r.client().options().endpoints.to_string(),
-            Reader::Remoting(r) => r.client().options().endpoints.clone(),
-        };
         format!(
-            "OffsetReader(protocol={:?}, endpoints={endpoints:?}, group={:?})",
+            "OffsetReader(protocol={:?}, endpoints={:?})",
             self.protocol(),
-            self.group()
+            self.endpoints
         )
     }
 }

@@ -1,7 +1,7 @@
 //! `_native.RemotingProducer` and the remoting client options: RocketMQ over the classic
 //! remoting protocol (name server + brokers). The producer sends batches in one request, each
 //! message with its own metadata; the remoting reader is `OffsetReader.remoting`
-//! (`pull_reader.rs`).
+//! (`offset_reader.rs`).
 
 use std::time::Duration;
 

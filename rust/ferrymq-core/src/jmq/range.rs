@@ -16,6 +16,7 @@ use super::command::{FetchIndex, FetchPartitionMessage, PartitionFetch};
 use super::received::{unpack, ReceivedMessage};
 use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
+use crate::range::RangeSource;
 
 /// The property carrying the row's key written by the Spark sink (the `businessId` holds the
 /// deterministic write id).
@@ -263,6 +264,77 @@ impl JmqRangeReader {
     /// Close the session (REMOVE_CONNECTION).
     pub async fn close(&self) {
         self.cluster.close().await;
+    }
+}
+
+/// The partition number a partition name stands for.
+fn partition_number(topic: &str, partition: &str) -> Result<i16> {
+    partition.parse().map_err(|_| {
+        Error::invalid(
+            "offsets",
+            format!("{topic}/{partition} is not a JMQ4 partition number"),
+        )
+    })
+}
+
+impl JmqRangeReader {
+    /// The `(left, right)` index range of one partition.
+    async fn partition_bounds(&self, topic: &str, partition: &str) -> Result<(i64, i64)> {
+        let p = partition_number(topic, partition)?;
+        let b = self.bounds(topic, &[p]).await?;
+        let b = b.first().ok_or_else(|| {
+            Error::protocol(format!("FETCH_INDEX answered no entry for partition {p}"))
+        })?;
+        Ok((b.left, b.right))
+    }
+}
+
+/// Partitions are partition numbers; the bounds of every partition come in one FETCH_INDEX
+/// per leader; nothing is committed (the app's ack index would move its other consumers).
+impl RangeSource for JmqRangeReader {
+    fn protocol(&self) -> &'static str {
+        "jmq"
+    }
+
+    async fn partitions(&self, topic: &str) -> Result<Vec<String>> {
+        let parts = JmqRangeReader::partitions(self, topic).await?;
+        Ok(parts.iter().map(i16::to_string).collect())
+    }
+
+    async fn earliest(&self, topic: &str, partition: &str) -> Result<i64> {
+        Ok(self.partition_bounds(topic, partition).await?.0)
+    }
+
+    async fn latest(&self, topic: &str, partition: &str) -> Result<i64> {
+        Ok(self.partition_bounds(topic, partition).await?.1)
+    }
+
+    async fn snapshot(&self, topic: &str, latest: bool) -> Result<Vec<(String, i64)>> {
+        let bounds = self.bounds(topic, &[]).await?;
+        Ok(bounds
+            .iter()
+            .map(|b| {
+                let offset = if latest { b.right } else { b.left };
+                (b.partition.to_string(), offset)
+            })
+            .collect())
+    }
+
+    async fn read(
+        &self,
+        topic: &str,
+        partition: &str,
+        start: i64,
+        end: i64,
+        max_rows: usize,
+    ) -> Result<RangeRead> {
+        let p = partition_number(topic, partition)?;
+        self.read_range(topic, p, start, end, max_rows).await
+    }
+
+    async fn close(&self) -> Result<()> {
+        JmqRangeReader::close(self).await;
+        Ok(())
     }
 }
 

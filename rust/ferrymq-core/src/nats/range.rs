@@ -2,7 +2,7 @@
 //! half of the PySpark source and sink.
 //!
 //! A stream is one total order, so a Spark offset is a stream sequence (the next one to read).
-//! [`JetStream::read_range`] returns exactly the messages with `start <= sequence < end` (those
+//! [`StreamReader`] returns exactly the messages with `start <= sequence < end` (those
 //! matching the filter subject, if any) however often it is called, as Arrow columns, through a
 //! short-lived ephemeral pull consumer that starts at `start`.
 
@@ -15,6 +15,7 @@ use super::JetStream;
 use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
 use crate::publisher::PublishOptions;
+use crate::range::RangeSource;
 
 /// The header carrying the message key written by the Spark sink (NATS has no key).
 pub const KEY_HEADER: &str = "ferrymq-key";
@@ -44,9 +45,54 @@ pub struct BatchMessage {
 }
 
 impl JetStream {
+    /// Publish every message at once (pipelined) and wait for every JetStream ack. Fails with
+    /// the first error; messages are stored at least once (retries with the same message id
+    /// are de-duplicated by the stream).
+    pub async fn publish_batch(&self, messages: Vec<BatchMessage>) -> Result<usize> {
+        let options = PublishOptions::default();
+        let mut acks = Vec::with_capacity(messages.len());
+        for m in &messages {
+            acks.push(
+                self.send_raw(
+                    &m.subject,
+                    &m.message_id,
+                    &m.headers,
+                    m.body.clone(),
+                    &options,
+                )
+                .await?,
+            );
+        }
+        let n = acks.len();
+        for r in futures::future::join_all(acks).await {
+            r?;
+        }
+        Ok(n)
+    }
+}
+
+/// The only partition of a stream (a stream is one total order).
+pub const STREAM_PARTITION: &str = "0";
+
+/// The [`RangeSource`] of JetStream streams: a topic is a stream, its one partition
+/// [`STREAM_PARTITION`], offsets are stream sequences, optionally narrowed to a subject
+/// (wildcards allowed). Nothing is committed: the caller's checkpoint holds the sequences.
+#[derive(Debug, Clone)]
+pub struct StreamReader {
+    js: JetStream,
+    filter_subject: Option<String>,
+}
+
+impl StreamReader {
+    /// A reader on the connection `js`, of the messages matching `filter_subject` (all when
+    /// `None`).
+    pub fn new(js: JetStream, filter_subject: Option<String>) -> Self {
+        Self { js, filter_subject }
+    }
+
     /// `(first sequence stored, next sequence to be written)` of `stream`: the readable range.
-    pub async fn stream_bounds(&self, stream: &str) -> Result<(i64, i64)> {
-        let info = self.stream_info(stream).await?;
+    async fn bounds(&self, stream: &str) -> Result<(i64, i64)> {
+        let info = self.js.stream_info(stream).await?;
         let next = i64::try_from(info.last_sequence)
             .map_err(|_| Error::protocol("stream sequence overflows i64"))?
             + 1;
@@ -57,23 +103,43 @@ impl JetStream {
             .map_err(|_| Error::protocol("stream sequence overflows i64"))?;
         Ok((first.max(1), next))
     }
+}
 
-    /// Every message of `stream` with `start <= sequence < end` (matching `filter_subject`),
-    /// at most `max_rows` of them (continue from [`RangeRead::next_offset`]).
-    pub async fn read_range(
+impl RangeSource for StreamReader {
+    fn protocol(&self) -> &'static str {
+        "nats"
+    }
+
+    async fn partitions(&self, _topic: &str) -> Result<Vec<String>> {
+        Ok(vec![STREAM_PARTITION.to_string()])
+    }
+
+    async fn earliest(&self, topic: &str, _partition: &str) -> Result<i64> {
+        Ok(self.bounds(topic).await?.0)
+    }
+
+    async fn latest(&self, topic: &str, _partition: &str) -> Result<i64> {
+        Ok(self.bounds(topic).await?.1)
+    }
+
+    /// Every message of stream `stream` with `start <= sequence < end` (matching the filter
+    /// subject), through a short-lived ephemeral pull consumer that starts at `start`.
+    async fn read(
         &self,
         stream: &str,
-        filter_subject: Option<&str>,
+        _partition: &str,
         start: i64,
         end: i64,
         max_rows: usize,
     ) -> Result<RangeRead> {
+        let filter_subject = self.filter_subject.as_deref();
         let mut cursor = RangeCursor::new(start, end, 1, max_rows)?;
         if !cursor.wants_more() {
             return Ok(cursor.into_read());
         }
         let want_total = cursor.want(usize::MAX);
         let consumer = self
+            .js
             .pull_consumer(
                 stream,
                 &PullConsumerConfig {
@@ -132,35 +198,14 @@ impl JetStream {
             Ok(())
         }
         .await;
-        if let Err(e) = self.delete_consumer(stream, consumer.name()).await {
+        if let Err(e) = self.js.delete_consumer(stream, consumer.name()).await {
             tracing::debug!(target: "ferrymq::nats", error = %e, "could not delete the range consumer; it expires by itself");
         }
         result.map(|()| cursor.into_read())
     }
 
-    /// Publish every message at once (pipelined) and wait for every JetStream ack. Fails with
-    /// the first error; messages are stored at least once (retries with the same message id
-    /// are de-duplicated by the stream).
-    pub async fn publish_batch(&self, messages: Vec<BatchMessage>) -> Result<usize> {
-        let options = PublishOptions::default();
-        let mut acks = Vec::with_capacity(messages.len());
-        for m in &messages {
-            acks.push(
-                self.send_raw(
-                    &m.subject,
-                    &m.message_id,
-                    &m.headers,
-                    m.body.clone(),
-                    &options,
-                )
-                .await?,
-            );
-        }
-        let n = acks.len();
-        for r in futures::future::join_all(acks).await {
-            r?;
-        }
-        Ok(n)
+    async fn close(&self) -> Result<()> {
+        self.js.close().await
     }
 }
 

@@ -18,7 +18,9 @@ use std::time::Duration;
 use super::client::{PullStatus, RemotingClient, RemotingOptions, TagFilter};
 use crate::columnar::{RangeCursor, RangeRead};
 use crate::error::Result;
-use crate::rocketmq::pull::{check_reader, push_message, OffsetPolicy, QueueRef};
+use crate::rocketmq::pull::{
+    check_reader, push_message, queue_range_source, OffsetPolicy, QueueRef,
+};
 
 /// How many consecutive pulls without progress [`RemotingReader::read_range`] tolerates.
 const MAX_EMPTY_PULLS: u32 = 3;
@@ -26,6 +28,8 @@ const MAX_EMPTY_PULLS: u32 = 3;
 const SERVER_PULL_CAP: i32 = 32;
 /// How long a pull at the end of a queue may be held by the broker.
 const END_SUSPEND: Duration = Duration::from_secs(5);
+
+queue_range_source!(RemotingReader, "remoting");
 
 /// Offset-based reader of RocketMQ queues over remoting, for one consumer group.
 #[derive(Debug, Clone)]

@@ -3,7 +3,8 @@
 //!
 //! * [`client::Client`] — the cheap `Clone` handle every role shares: channels, headers and
 //!   signing, telemetry, routes, isolation, heartbeats, shutdown.
-//! * [`producer::Producer`] — the publishing workflow of the seed specification.
+//! * [`producer::Producer`] — the publishing workflow of the seed specification; its
+//!   transactions are in [`transaction`].
 //! * [`simple_consumer::SimpleConsumer`] and [`push::PushConsumer`] — the consumers
 //!   (the push consumer's process queues, consume services and settle path are in [`push`]).
 
@@ -23,6 +24,7 @@ pub mod route;
 pub mod settings;
 pub mod simple_consumer;
 pub mod telemetry;
+pub mod transaction;
 
 #[cfg(test)]
 mod runtime_tests;

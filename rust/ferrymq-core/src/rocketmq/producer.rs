@@ -22,14 +22,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use futures::future::BoxFuture;
 use futures::StreamExt as _;
-use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::client::{check_status, deadline, Client, ClientOptions, CommandHandler};
+use super::client::{check_status, deadline, Client, ClientOptions};
 use super::endpoints::Endpoints;
-use super::message_view::MessageView;
+use super::transaction::TransactionHandler;
+pub use super::transaction::{
+    end_transaction, Transaction, TransactionChecker, TransactionResolution,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Message, MessageKind};
 use crate::{message_id, proto, status};
@@ -47,34 +48,13 @@ const PACK_OVERHEAD: usize = 512;
 
 /// How [`Producer::send_messages`] sends its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(super) enum Mode {
     /// One message per request.
     Plain,
     /// A half message: never retried.
     Transactional,
     /// Many messages in one request, all under one message id.
     Packed,
-}
-
-/// How a transaction ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TransactionResolution {
-    /// Deliver the half messages.
-    Commit,
-    /// Discard them.
-    Rollback,
-    /// Not known yet: the broker asks again later.
-    Unknown,
-}
-
-/// Answers the broker's orphaned-transaction checks.
-pub trait TransactionChecker: Send + Sync + 'static {
-    /// How did transaction `transaction_id`, which sent `message`, end?
-    fn check(
-        &self,
-        message: MessageView,
-        transaction_id: String,
-    ) -> BoxFuture<'static, TransactionResolution>;
 }
 
 /// Where a message went.
@@ -98,81 +78,6 @@ pub struct SendReceipt {
     pub recall_handle: Option<String>,
 }
 
-struct Handler {
-    checker: Option<Arc<dyn TransactionChecker>>,
-}
-
-impl CommandHandler for Handler {
-    fn recover_orphaned_transaction(
-        &self,
-        client: Client,
-        endpoints: Endpoints,
-        message: MessageView,
-        transaction_id: String,
-    ) -> BoxFuture<'static, ()> {
-        let Some(checker) = self.checker.clone() else {
-            tracing::warn!(target: "ferrymq::rocketmq", message_id = %message.message_id(), "orphaned-transaction check, but the producer has no transaction_checker");
-            return Box::pin(async {});
-        };
-        Box::pin(async move {
-            let topic = message.topic().to_string();
-            let message_id = message.message_id().to_string();
-            let resolution = checker.check(message, transaction_id.clone()).await;
-            if resolution == TransactionResolution::Unknown {
-                tracing::debug!(target: "ferrymq::rocketmq", message_id = %message_id, "transaction checker answered unknown");
-                return;
-            }
-            if let Err(e) = end_transaction(
-                &client,
-                &endpoints,
-                &topic,
-                &message_id,
-                &transaction_id,
-                resolution,
-                proto::TransactionSource::SourceServerCheck,
-            )
-            .await
-            {
-                tracing::warn!(target: "ferrymq::rocketmq", message_id = %message_id, error = %e, "cannot resolve an orphaned transaction");
-            }
-        })
-    }
-}
-
-/// Send `EndTransaction` for one half message.
-pub async fn end_transaction(
-    client: &Client,
-    endpoints: &Endpoints,
-    topic: &str,
-    message_id: &str,
-    transaction_id: &str,
-    resolution: TransactionResolution,
-    source: proto::TransactionSource,
-) -> Result<()> {
-    let resolution = match resolution {
-        TransactionResolution::Commit => proto::TransactionResolution::Commit,
-        TransactionResolution::Rollback => proto::TransactionResolution::Rollback,
-        TransactionResolution::Unknown => return Ok(()),
-    };
-    let timeout = client.settings().request_timeout;
-    let req = client.request_with_timeout(
-        proto::EndTransactionRequest {
-            topic: Some(client.resource(topic)),
-            message_id: message_id.to_string(),
-            transaction_id: transaction_id.to_string(),
-            resolution: resolution as i32,
-            source: source as i32,
-            trace_context: String::new(),
-        },
-        timeout,
-    );
-    let mut stub = client.stub(endpoints)?;
-    let resp = deadline(timeout, stub.end_transaction(req))
-        .await
-        .map_err(|e| e.context("end transaction"))?;
-    check_status(resp.into_inner().status.as_ref()).map_err(|e| e.context("end transaction"))
-}
-
 /// A protobuf timestamp from Unix milliseconds.
 pub fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
     prost_types::Timestamp {
@@ -189,7 +94,7 @@ struct ProducerInner {
 }
 
 /// Counts an in-flight send so that `close()` can wait for it.
-struct InFlight<'a>(&'a ProducerInner);
+pub(super) struct InFlight<'a>(&'a ProducerInner);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
@@ -267,7 +172,7 @@ impl Producer {
             proto::ClientType::Producer,
             None,
             pub_sub,
-            Arc::new(Handler { checker }),
+            Arc::new(TransactionHandler { checker }),
         )?;
         Ok(Self {
             client,
@@ -301,7 +206,7 @@ impl Producer {
         &self.client
     }
 
-    fn enter(&self) -> Result<InFlight<'_>> {
+    pub(super) fn enter(&self) -> Result<InFlight<'_>> {
         self.inner.inflight.fetch_add(1, Ordering::AcqRel);
         let guard = InFlight(&self.inner);
         if self.inner.closing.load(Ordering::Acquire) {
@@ -496,13 +401,7 @@ impl Producer {
             return Err(Error::closed("the producer is closed"));
         }
         self.client.check_running()?;
-        Ok(Transaction {
-            producer: self.clone(),
-            state: Mutex::new(TxState {
-                receipts: Vec::new(),
-                ended: None,
-            }),
-        })
+        Ok(Transaction::new(self.clone()))
     }
 
     /// Recall a delayed message before it is delivered, by the handle of its receipt.
@@ -640,7 +539,11 @@ impl Producer {
         }
     }
 
-    async fn send_messages(&self, messages: Vec<Message>, mode: Mode) -> Result<Vec<SendReceipt>> {
+    pub(super) async fn send_messages(
+        &self,
+        messages: Vec<Message>,
+        mode: Mode,
+    ) -> Result<Vec<SendReceipt>> {
         let _guard = self.enter()?;
         let transactional = mode == Mode::Transactional;
         let kind = self.validate(&messages, transactional)?;
@@ -850,117 +753,6 @@ fn validate_packed(messages: &[Message], kind: MessageKind) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-struct TxState {
-    receipts: Vec<SendReceipt>,
-    ended: Option<TransactionResolution>,
-}
-
-/// A local transaction: half messages sent with [`Transaction::send`] become visible on
-/// [`Transaction::commit`] or are discarded on [`Transaction::rollback`].
-pub struct Transaction {
-    producer: Producer,
-    state: Mutex<TxState>,
-}
-
-impl std::fmt::Debug for Transaction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.state.lock();
-        f.debug_struct("Transaction")
-            .field("messages", &st.receipts.len())
-            .field("ended", &st.ended)
-            .finish()
-    }
-}
-
-impl Transaction {
-    fn check_open(&self) -> Result<()> {
-        match self.state.lock().ended {
-            None => Ok(()),
-            Some(r) => Err(Error::invalid(
-                "transaction",
-                format!(
-                    "already {}",
-                    if r == TransactionResolution::Commit {
-                        "committed"
-                    } else {
-                        "rolled back"
-                    }
-                ),
-            )),
-        }
-    }
-
-    /// Send a half message (never retried: a failure is returned at once).
-    pub async fn send(&self, message: Message) -> Result<SendReceipt> {
-        self.check_open()?;
-        let receipt = self
-            .producer
-            .send_messages(vec![message], Mode::Transactional)
-            .await?
-            .pop()
-            .ok_or_else(|| Error::protocol("the broker returned no send result"))?;
-        if receipt.transaction_id.is_none() {
-            return Err(Error::protocol(
-                "the broker returned no transaction id for a half message",
-            ));
-        }
-        self.state.lock().receipts.push(receipt.clone());
-        Ok(receipt)
-    }
-
-    /// How the transaction ended, if it did.
-    pub fn ended(&self) -> Option<TransactionResolution> {
-        self.state.lock().ended
-    }
-
-    /// The receipts of the half messages sent so far.
-    pub fn receipts(&self) -> Vec<SendReceipt> {
-        self.state.lock().receipts.clone()
-    }
-
-    /// Commit every half message.
-    pub async fn commit(&self) -> Result<()> {
-        self.end(TransactionResolution::Commit).await
-    }
-
-    /// Roll back every half message.
-    pub async fn rollback(&self) -> Result<()> {
-        self.end(TransactionResolution::Rollback).await
-    }
-
-    async fn end(&self, resolution: TransactionResolution) -> Result<()> {
-        let receipts = {
-            let mut st = self.state.lock();
-            if let Some(r) = st.ended {
-                if r == resolution {
-                    return Ok(());
-                }
-            }
-            drop(st);
-            self.check_open()?;
-            st = self.state.lock();
-            st.ended = Some(resolution);
-            st.receipts.clone()
-        };
-        let _guard = self.producer.enter()?;
-        let client = &self.producer.client;
-        let results = futures::future::join_all(receipts.iter().map(|r| {
-            end_transaction(
-                client,
-                &r.endpoints,
-                &r.topic,
-                &r.message_id,
-                r.transaction_id.as_deref().unwrap_or_default(),
-                resolution,
-                proto::TransactionSource::SourceClient,
-            )
-        }))
-        .await;
-        results.into_iter().collect::<Result<Vec<()>>>()?;
-        Ok(())
-    }
 }
 
 #[cfg(test)]

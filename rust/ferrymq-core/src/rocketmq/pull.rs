@@ -8,8 +8,9 @@
 //! ([`crate::columnar::MessageColumns`]).
 //!
 //! The stock Apache RocketMQ proxy answers `UNIMPLEMENTED` for these RPCs (spark reference
-//! §4.2); [`is_unimplemented`] recognises that answer so callers can suggest the receive mode.
-//! ferrymq's embedded broker and proxies that implement the pull API (rocketmq-rust) serve them.
+//! §4.2); ferrymq's embedded broker and proxies that implement the pull API (rocketmq-rust)
+//! serve them. [`queue_range_source!`] makes this reader and the remoting one
+//! [`crate::range::RangeSource`]s.
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use futures::StreamExt;
 
 use super::client::{check_status, deadline, Client, ClientOptions, NoCommands};
 use super::endpoints::Endpoints;
+use super::producer::timestamp_from_ms;
 use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
 use crate::proto;
@@ -79,12 +81,6 @@ pub struct Pulled {
     pub next_offset: i64,
 }
 
-/// Whether `err` is the gRPC `UNIMPLEMENTED` answer of a server without the pull API.
-pub fn is_unimplemented(err: &Error) -> bool {
-    err.rocketmq_code() == Some(status::GRPC_BASE + tonic::Code::Unimplemented as i32)
-        || err.rocketmq_code() == Some(status::NOT_IMPLEMENTED)
-}
-
 /// How many consecutive empty answers below `end` [`PullReader::read_range`] tolerates.
 const MAX_EMPTY_PULLS: u32 = 20;
 
@@ -98,6 +94,79 @@ pub(crate) fn check_reader(group: &str, pull_batch_size: i32) -> Result<()> {
     }
     Ok(())
 }
+
+/// [`crate::range::RangeSource`] for a RocketMQ queue reader `$reader` (with the methods of
+/// [`PullReader`]): partitions are queue keys, the bounds and the offset by time come from
+/// `query_offset`, and a commit records the group's progress.
+macro_rules! queue_range_source {
+    ($reader:ty, $protocol:literal) => {
+        impl $crate::range::RangeSource for $reader {
+            fn protocol(&self) -> &'static str {
+                $protocol
+            }
+
+            async fn start(&self) -> $crate::Result<()> {
+                <$reader>::start(self).await
+            }
+
+            async fn partitions(&self, topic: &str) -> $crate::Result<Vec<String>> {
+                let queues = self.queues(topic).await?;
+                Ok(queues.iter().map(QueueRef::key).collect())
+            }
+
+            async fn earliest(&self, topic: &str, partition: &str) -> $crate::Result<i64> {
+                let q = QueueRef::parse(partition)?;
+                self.query_offset(topic, &q, OffsetPolicy::Beginning).await
+            }
+
+            async fn latest(&self, topic: &str, partition: &str) -> $crate::Result<i64> {
+                let q = QueueRef::parse(partition)?;
+                self.query_offset(topic, &q, OffsetPolicy::End).await
+            }
+
+            async fn offset_for_time(
+                &self,
+                topic: &str,
+                partition: &str,
+                timestamp_ms: i64,
+            ) -> $crate::Result<i64> {
+                let q = QueueRef::parse(partition)?;
+                let policy = OffsetPolicy::Timestamp(timestamp_ms);
+                self.query_offset(topic, &q, policy).await
+            }
+
+            async fn read(
+                &self,
+                topic: &str,
+                partition: &str,
+                start: i64,
+                end: i64,
+                max_rows: usize,
+            ) -> $crate::Result<$crate::columnar::RangeRead> {
+                let q = QueueRef::parse(partition)?;
+                self.read_range(topic, &q, start, end, max_rows).await
+            }
+
+            async fn commit(
+                &self,
+                topic: &str,
+                partition: &str,
+                offset: i64,
+            ) -> $crate::Result<()> {
+                let q = QueueRef::parse(partition)?;
+                self.commit_offset(topic, &q, offset).await
+            }
+
+            async fn close(&self) -> $crate::Result<()> {
+                self.shutdown().await;
+                Ok(())
+            }
+        }
+    };
+}
+pub(crate) use queue_range_source;
+
+queue_range_source!(PullReader, "rocketmq");
 
 /// Offset-based reader of RocketMQ queues (a `PULL_CONSUMER` client of one group).
 #[derive(Debug, Clone)]
@@ -256,27 +325,6 @@ impl PullReader {
         Ok(resp.offset)
     }
 
-    /// `GetOffset`: the offset committed for this reader's group, if any.
-    pub async fn committed_offset(&self, topic: &str, queue: &QueueRef) -> Result<Option<i64>> {
-        self.client.check_running()?;
-        let (mq, ep) = self.locate(topic, queue).await?;
-        let timeout = self.client.settings().request_timeout;
-        let req = self.client.request_with_timeout(
-            proto::GetOffsetRequest {
-                group: Some(self.client.resource(&self.group)),
-                message_queue: Some(mq),
-            },
-            timeout,
-        );
-        let mut stub = self.client.stub(&ep)?;
-        let resp = deadline(timeout, stub.get_offset(req)).await?.into_inner();
-        match check_status(resp.status.as_ref()) {
-            Ok(()) => Ok(Some(resp.offset)),
-            Err(e) if e.rocketmq_code() == Some(status::OFFSET_NOT_FOUND) => Ok(None),
-            Err(e) => Err(e.context(format!("GetOffset of {topic}/{}", queue.key()))),
-        }
-    }
-
     /// `UpdateOffset`: record `offset` as this group's progress on the queue (for lag
     /// dashboards; the Spark checkpoint stays authoritative).
     pub async fn commit_offset(&self, topic: &str, queue: &QueueRef, offset: i64) -> Result<()> {
@@ -431,13 +479,6 @@ fn queue_offset(m: &proto::Message) -> Option<i64> {
     m.system_properties.as_ref().and_then(|p| p.queue_offset)
 }
 
-fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
-    }
-}
-
 fn micros(t: &prost_types::Timestamp) -> i64 {
     t.seconds
         .saturating_mul(1_000_000)
@@ -502,13 +543,6 @@ mod tests {
         assert!(PullReader::new(o.clone(), "g", &[], None, 0).is_err());
         let r = PullReader::new(o, "g", &["t".into()], Some("*".into()), 32).unwrap();
         assert!(r.filter.is_none());
-    }
-
-    #[test]
-    fn unimplemented_is_recognised() {
-        let e = Error::from(tonic::Status::unimplemented("no"));
-        assert!(is_unimplemented(&e));
-        assert!(!is_unimplemented(&Error::timeout("x")));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! `_native.NatsRangeReader`: sequence-range reads of a JetStream stream as Arrow buffers and
-//! pipelined batch publishes with `Nats-Msg-Id`, for the PySpark source and sink.
+//! `_native.NatsBatchPublisher`: pipelined JetStream batch publishes with `Nats-Msg-Id`, for
+//! the PySpark sink; and the connection it shares with `OffsetReader.nats`.
 
 use std::time::Duration;
 
@@ -9,22 +9,46 @@ use ferrymq_core::nats::{parse_endpoints, JetStream, NatsOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::columns::PyMessageColumns;
 use crate::durations::{self, Lower};
 use crate::errors::invalid;
 use crate::message::extract_body;
 use crate::runtime::RuntimeRef;
 
-/// A JetStream connection that reads sequence ranges and publishes batches.
-#[pyclass(name = "NatsRangeReader", module = "ferrymq._native", frozen)]
-pub struct PyNatsRangeReader {
+/// Connect to `endpoints` as the Spark source and sink do (5 s timeouts by default).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn connect(
+    py: Python<'_>,
+    rt: RuntimeRef,
+    endpoints: &str,
+    user: Option<String>,
+    password: Option<String>,
+    token: Option<String>,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+    request_timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<JetStream> {
+    let timeout = |name, value| durations::or(name, value, Lower::Positive, Duration::from_secs(5));
+    let opts = NatsOptions {
+        endpoints: parse_endpoints(endpoints).map_err(crate::errors::to_pyerr)?,
+        name: Some("ferrymq-spark".to_string()),
+        user,
+        password,
+        token,
+        connect_timeout: timeout("connect_timeout", connect_timeout)?,
+        request_timeout: timeout("request_timeout", request_timeout)?,
+    };
+    rt.block_on(py, async move { JetStream::connect(opts).await })
+}
+
+/// A JetStream connection that publishes batches.
+#[pyclass(name = "NatsBatchPublisher", module = "ferrymq._native", frozen)]
+pub struct PyNatsBatchPublisher {
     rt: RuntimeRef,
     js: JetStream,
     endpoints: String,
 }
 
 #[pymethods]
-impl PyNatsRangeReader {
+impl PyNatsBatchPublisher {
     /// Connect to `endpoints` (`nats://host:port[,nats://…]`).
     #[new]
     #[pyo3(signature = (endpoints, *, user=None, password=None, token=None, connect_timeout=None, request_timeout=None), text_signature = "(endpoints, *, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0)")]
@@ -38,65 +62,21 @@ impl PyNatsRangeReader {
         request_timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;
-        let opts = NatsOptions {
-            endpoints: parse_endpoints(&endpoints).map_err(crate::errors::to_pyerr)?,
-            name: Some("ferrymq-spark".to_string()),
+        let js = connect(
+            py,
+            rt,
+            &endpoints,
             user,
             password,
             token,
-            connect_timeout: durations::or(
-                "connect_timeout",
-                connect_timeout,
-                Lower::Positive,
-                Duration::from_secs(5),
-            )?,
-            request_timeout: durations::or(
-                "request_timeout",
-                request_timeout,
-                Lower::Positive,
-                Duration::from_secs(5),
-            )?,
-        };
-        let js = rt.block_on(py, async move { JetStream::connect(opts).await })?;
+            connect_timeout,
+            request_timeout,
+        )?;
         Ok(Self {
             rt,
             js,
             endpoints: ferrymq_core::nats::redact(&endpoints),
         })
-    }
-
-    /// `(first sequence stored, next sequence to be written)` of `stream`.
-    fn bounds(&self, py: Python<'_>, stream: String) -> PyResult<(i64, i64)> {
-        let js = self.js.clone();
-        self.rt
-            .block_on(py, async move { js.stream_bounds(&stream).await })
-    }
-
-    /// The messages of `stream` with `start <= sequence < end` (matching `filter_subject`), at
-    /// most `max_rows` of them (continue from `next_offset`), as Arrow buffers.
-    #[pyo3(signature = (stream, start, end, max_rows=10_000, filter_subject=None))]
-    fn read_range(
-        &self,
-        py: Python<'_>,
-        stream: String,
-        #[pyo3(from_py_with = crate::ints::start)] start: i64,
-        #[pyo3(from_py_with = crate::ints::end)] end: i64,
-        #[pyo3(from_py_with = crate::ints::max_rows)] max_rows: usize,
-        filter_subject: Option<String>,
-    ) -> PyResult<PyMessageColumns> {
-        if max_rows == 0 {
-            return Err(invalid("max_rows", "must be at least 1"));
-        }
-        let js = self.js.clone();
-        let r = self.rt.block_on(py, async move {
-            js.read_range(&stream, filter_subject.as_deref(), start, end, max_rows)
-                .await
-        })?;
-        Ok(PyMessageColumns::new(
-            r.columns,
-            r.next_offset,
-            r.first_offset,
-        ))
     }
 
     /// Publish `(subject, body, headers, message_id)` tuples pipelined and wait for every ack;
@@ -137,6 +117,6 @@ impl PyNatsRangeReader {
     }
 
     fn __repr__(&self) -> String {
-        format!("NatsRangeReader(endpoints={:?})", self.endpoints)
+        format!("NatsBatchPublisher(endpoints={:?})", self.endpoints)
     }
 }
