@@ -17,6 +17,7 @@ broker``), whose CPU time is measured apart from the client's. :func:`nats_serve
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -152,6 +153,11 @@ def broker_process(config: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[st
 @contextmanager
 def nats_server() -> Iterator[tuple[str, str]]:
     """A ``nats-server -js`` on a free loopback port with a temporary store (the tests'
-    launcher): yields its URL and version."""
-    with run_nats_server() as server:
+    launcher): yields its URL and version; exits the benchmark with a message when nats-server
+    is not installed."""
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(run_nats_server())
+        except RuntimeError as e:
+            sys.exit(str(e))
         yield server.url, server.version

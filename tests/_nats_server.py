@@ -14,8 +14,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import pytest
-
 INSTALL_HINT = "nats-server is not installed: run `apt-get install -y nats-server` (Debian 2.9.x)"
 
 
@@ -50,7 +48,7 @@ def run_nats_server() -> Iterator[NatsServer]:
         "/usr/sbin/nats-server" if shutil.which("/usr/sbin/nats-server") else None
     )
     if exe is None:
-        pytest.fail(INSTALL_HINT, pytrace=False)
+        raise RuntimeError(INSTALL_HINT)
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
     with tempfile.TemporaryDirectory(prefix="ferrymq-nats-") as store:
         port = free_port()

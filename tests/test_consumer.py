@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import ferrymq
+from _nats_server import HoldingProxy
 from ferrymq.testing import EmbeddedBroker
 from servers import FreshTopic
 from waiting import async_wait_for, wait_for
@@ -588,6 +589,48 @@ def test_closed_consumers_refuse_work(
     with pytest.raises(ferrymq.ClientClosedError, match="closed"):
         s.receive(1, 10)
     assert "closed" in repr(s)
+
+
+@pytest.mark.parametrize("kind", ["push", "simple"])
+def test_close_during_start_leaves_the_consumer_closed(
+    broker: EmbeddedBroker, topic: str, unique: Callable[[str], str], kind: str
+) -> None:
+    # close() while start() waits for the broker: the start must not leave a running consumer
+    # behind (before, the push consumer went on consuming after close() had returned).
+    group = new_group(broker, unique)
+    port = int(broker.endpoints.rsplit(":", 1)[1])
+    proxy = HoldingProxy(port)
+    try:
+        proxy.hold()  # the broker's answers wait: start() cannot finish
+        endpoints = f"127.0.0.1:{proxy.port}"
+        c: ferrymq.PushConsumer | ferrymq.SimpleConsumer
+        if kind == "push":
+            c = ferrymq.PushConsumer(endpoints, group, subscriptions=[topic], listener=print)
+        else:
+            c = ferrymq.SimpleConsumer(endpoints, group, subscriptions=[topic])
+        outcome: list[BaseException | None] = []
+
+        def start() -> None:
+            try:
+                c.start()
+                outcome.append(None)
+            except BaseException as e:  # handed to the test thread
+                outcome.append(e)
+
+        t = threading.Thread(target=start)
+        t.start()
+        wait_for("the consumer to connect to the proxy", lambda: proxy.accepted >= 1)
+        c.close()
+        proxy.release()
+        t.join(60)
+        assert not t.is_alive()
+        assert len(outcome) == 1
+        assert isinstance(outcome[0], ferrymq.ClientClosedError), outcome
+        assert "closed" in repr(c)
+        with pytest.raises(ferrymq.ClientClosedError):
+            c.start()
+    finally:
+        proxy.close()
 
 
 EXIT_SCRIPT = """

@@ -974,7 +974,7 @@ class OffsetReader:
         token: str,
         region: str | None = None,
         namespace: str | None = None,
-        request_timeout: float | timedelta = 10.0,
+        request_timeout: float | timedelta | None = 10.0,
         max_body: int = 3145728,
         metadata_refresh: float | timedelta = 30.0,
         client_ip: str | None = None,

@@ -34,10 +34,18 @@ pub(crate) trait Connect: Clone + Send + Sync + 'static {
 pub(crate) struct Lazy<C: Connect> {
     pub(crate) options: C::Options,
     client: OnceCell<C>,
-    /// Whether `close()` was called. Locked by `close()` while it looks for a client to shut,
-    /// and by `get()` after its connect finished, so one of the two always sees the other:
-    /// a connection that completes after `close()` is shut by `get()`, never left open.
-    closed: Mutex<bool>,
+    /// Locked by `close()` while it looks for a client to shut, and by `get()` once its connect
+    /// finished, so one of the two always sees the other: a connection that completes after
+    /// `close()` is shut by `get()`, never left open, and a client is shut once.
+    closing: Mutex<Closing>,
+}
+
+#[derive(Default)]
+struct Closing {
+    /// `close()` was called.
+    closed: bool,
+    /// The connected client was (or is being) shut.
+    shut: bool,
 }
 
 impl<C: Connect> Lazy<C> {
@@ -51,13 +59,20 @@ impl<C: Connect> Lazy<C> {
             .get_or_try_init(|| C::open(self.options.clone()))
             .await?
             .clone();
-        if *self.closed.lock() {
-            // `close()` ran while this connected and found no client: shut the new one. The
-            // caller gets the closed error either way (it asked after `close()` began).
-            let _ = client.shut().await;
-            return Err(Error::closed(C::CLOSED));
+        {
+            let mut st = self.closing.lock();
+            if !st.closed {
+                return Ok(client);
+            }
+            if st.shut {
+                return Err(Error::closed(C::CLOSED));
+            }
+            // `close()` ran while this connected and found no client: shut the new one here.
+            st.shut = true;
         }
-        Ok(client)
+        // The caller gets the closed error either way (it asked after `close()` began).
+        let _ = client.shut().await;
+        Err(Error::closed(C::CLOSED))
     }
 
     /// The client if it is connected.
@@ -66,17 +81,19 @@ impl<C: Connect> Lazy<C> {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        *self.closed.lock()
+        self.closing.lock().closed
     }
 
     /// Refuse further calls and close the client if one was connected. Idempotent.
     pub(crate) async fn close(&self) -> Result<(), Error> {
         let client = {
-            let mut closed = self.closed.lock();
-            if std::mem::replace(&mut *closed, true) {
-                return Ok(()); // closed before
+            let mut st = self.closing.lock();
+            if std::mem::replace(&mut st.closed, true) {
+                return Ok(()); // closed before (the first close shuts the client)
             }
-            self.client.get().cloned()
+            let client = self.client.get().cloned();
+            st.shut = client.is_some();
+            client
         };
         match client {
             Some(c) => c.shut().await,
@@ -99,7 +116,7 @@ impl<C: Connect> Handle<C> {
             state: Arc::new(Lazy {
                 options,
                 client: OnceCell::new(),
-                closed: Mutex::new(false),
+                closing: Mutex::new(Closing::default()),
             }),
             rt,
             endpoint,

@@ -31,6 +31,11 @@ enum Reader {
 /// Call the [`RangeSource`] method `$method` of `$self`'s reader with the GIL released.
 macro_rules! call {
     ($self:ident, $py:ident, $method:ident($($arg:expr),*)) => {{
+        if $self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(crate::errors::to_pyerr(ferrymq_core::Error::closed(
+                "the reader is closed",
+            )));
+        }
         let reader = $self.reader.clone();
         $self.rt.block_on($py, async move {
             match reader {
@@ -49,6 +54,8 @@ pub struct PyOffsetReader {
     rt: RuntimeRef,
     reader: Reader,
     endpoints: String,
+    /// `close()` was called: every later call raises `ClientClosedError`.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 #[pymethods]
@@ -88,6 +95,7 @@ impl PyOffsetReader {
             rt,
             reader: Reader::Grpc(reader),
             endpoints,
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -113,6 +121,7 @@ impl PyOffsetReader {
             rt,
             reader: Reader::Remoting(reader),
             endpoints,
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -155,6 +164,7 @@ impl PyOffsetReader {
             rt,
             reader: Reader::Jmq(reader),
             endpoints: endpoint.to_string(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -189,6 +199,7 @@ impl PyOffsetReader {
             rt,
             reader: Reader::Nats(StreamReader::new(js, filter_subject)),
             endpoints: ferrymq_core::nats::redact(endpoints),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -287,7 +298,18 @@ impl PyOffsetReader {
 
     /// Close the client (idempotent).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        call!(self, py, close())
+        let reader = self.reader.clone();
+        if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.rt.block_on(py, async move {
+            match reader {
+                Reader::Grpc(r) => RangeSource::close(&r).await,
+                Reader::Remoting(r) => RangeSource::close(&r).await,
+                Reader::Jmq(r) => RangeSource::close(&r).await,
+                Reader::Nats(r) => RangeSource::close(&r).await,
+            }
+        })
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -260,6 +260,8 @@ struct Inner {
     /// The subject published to last: publishers mostly repeat one, and a clone of a shared
     /// `Subject` is a reference count where a new one is an allocation and a copy.
     last_subject: parking_lot::Mutex<Option<async_nats::Subject>>,
+    /// `close()` was called (the connection is drained once).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -383,6 +385,7 @@ impl JetStream {
                 request_timeout: opts.request_timeout,
                 acks: OnceCell::new(),
                 last_subject: parking_lot::Mutex::new(None),
+                closed: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -512,8 +515,16 @@ impl JetStream {
             .map_err(|e| error::map("flush", e))
     }
 
-    /// Flush and close the connection. Later calls fail with a connection error.
+    /// Flush and close the connection. Later calls fail with a connection error; a second
+    /// `close` does nothing.
     pub async fn close(&self) -> Result<()> {
+        if self
+            .inner
+            .closed
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Ok(());
+        }
         let _ = self.inner.client.flush().await;
         self.inner
             .client

@@ -58,9 +58,17 @@ impl<T> Life<T> {
         }
     }
 
-    /// The end of a start: running with `t`, or (None: it failed) created again.
-    pub(super) fn finish_start(&self, t: Option<T>) {
-        *self.0.lock() = t.map_or(Phase::Created, Phase::Running);
+    /// The end of a start: running with `t`, or (None: it failed) created again. If `close()`
+    /// ran meanwhile, the consumer stays closed and `t` comes back: the caller shuts it down and
+    /// raises [`closed_during_start`].
+    #[must_use]
+    pub(super) fn finish_start(&self, t: Option<T>) -> Option<T> {
+        let mut phase = self.0.lock();
+        if matches!(*phase, Phase::Closed) {
+            return t;
+        }
+        *phase = t.map_or(Phase::Created, Phase::Running);
+        None
     }
 
     /// Close: what the running consumer held, to shut down, if it was running.
@@ -80,4 +88,9 @@ impl<T> Life<T> {
             Phase::Closed => "closed",
         }
     }
+}
+
+/// The error of a start that `close()` overtook.
+pub(super) fn closed_during_start() -> Error {
+    Error::closed("the consumer was closed while it was starting")
 }

@@ -22,7 +22,7 @@ use crate::jmq::JmqConsumer;
 use crate::nats::PyJetStream;
 use crate::runtime::RuntimeRef;
 
-use super::life::Life;
+use super::life::{closed_during_start, Life};
 use super::listener::{PyAsyncListener, PySyncListener};
 use super::{extract_filter, extract_subscriptions, stats_dict, subscriptions_dict};
 
@@ -93,22 +93,24 @@ impl PyPushConsumer {
         Ok((Arc::new(listener), private))
     }
 
-    /// Record the outcome of a start.
+    /// Record the outcome of a start. A consumer that `close()` overtook comes back, with its
+    /// private loop: the caller closes it, then stops the loop.
     fn finish_start(
         &self,
         py: Python<'_>,
         r: &Result<Consumer, Error>,
         private_loop: Option<Py<PyAny>>,
-    ) {
+    ) -> Option<(Consumer, Option<Py<PyAny>>)> {
         match r {
             Ok(consumer) => self
                 .life
                 .finish_start(Some((consumer.clone(), private_loop))),
             Err(_) => {
-                self.life.finish_start(None);
+                let _ = self.life.finish_start(None);
                 if let Some(l) = private_loop {
                     stop_private_loop(py, &l);
                 }
+                None
             }
         }
     }
@@ -292,7 +294,7 @@ impl PyPushConsumer {
         let (listener, private) = match self.make_listener(py, None) {
             Ok(l) => l,
             Err(e) => {
-                self.life.finish_start(None);
+                let _ = self.life.finish_start(None);
                 return Err(e);
             }
         };
@@ -300,12 +302,23 @@ impl PyPushConsumer {
         let r = self.rt.block_on(py, async move { Ok(fut.await) });
         match r {
             Ok(r) => {
-                self.finish_start(py, &r, private);
+                if let Some((c, private)) = self.finish_start(py, &r, private) {
+                    let t = self.shutdown_timeout;
+                    let closed = self.rt.block_on(py, async move {
+                        c.close(t).await;
+                        Ok(())
+                    });
+                    if let Some(l) = private {
+                        stop_private_loop(py, &l);
+                    }
+                    closed?;
+                    return Err(to_pyerr(closed_during_start()));
+                }
                 r.map(drop).map_err(to_pyerr)
             }
             Err(e) => {
                 // Interrupted (Ctrl-C): back to created.
-                self.life.finish_start(None);
+                let _ = self.life.finish_start(None);
                 if let Some(l) = private {
                     stop_private_loop(py, &l);
                 }
@@ -328,15 +341,23 @@ impl PyPushConsumer {
         let (listener, private) = match me.make_listener(py, event_loop) {
             Ok(l) => l,
             Err(e) => {
-                me.life.finish_start(None);
+                let _ = me.life.finish_start(None);
                 return Err(e);
             }
         };
         let fut = me.connect_future(listener);
         let this = slf.clone().unbind();
+        let t = me.shutdown_timeout;
         future_into_py(py, me.rt, async move {
             let r = fut.await;
-            Python::attach(|py| this.get().finish_start(py, &r, private));
+            let late = Python::attach(|py| this.get().finish_start(py, &r, private));
+            if let Some((c, private)) = late {
+                c.close(t).await;
+                if let Some(l) = private {
+                    Python::attach(|py| stop_private_loop(py, &l));
+                }
+                return Err(closed_during_start());
+            }
             r.map(drop)
         })
     }

@@ -14,7 +14,7 @@ use crate::errors::{invalid, to_pyerr};
 use crate::message_view::PyMessageView;
 use crate::runtime::RuntimeRef;
 
-use super::life::Life;
+use super::life::{closed_during_start, Life};
 use super::{
     extract_filter, extract_subscriptions, invisible_arg, message_arg, subscriptions_dict,
 };
@@ -97,8 +97,21 @@ impl PySimpleConsumer {
             return Ok(());
         }
         let fut = self.start_future();
-        let r = self.rt.block_on(py, async move { Ok(fut.await) })?;
-        self.life.finish_start(r.as_ref().ok().cloned());
+        let r = match self.rt.block_on(py, async move { Ok(fut.await) }) {
+            Ok(r) => r,
+            Err(e) => {
+                // Interrupted (Ctrl-C): back to created.
+                let _ = self.life.finish_start(None);
+                return Err(e);
+            }
+        };
+        if let Some(c) = self.life.finish_start(r.as_ref().ok().cloned()) {
+            self.rt.block_on(py, async move {
+                c.close().await;
+                Ok(())
+            })?;
+            return Err(to_pyerr(closed_during_start()));
+        }
         r.map(drop).map_err(to_pyerr)
     }
 
@@ -112,7 +125,11 @@ impl PySimpleConsumer {
         let this = slf.clone().unbind();
         future_into_py(py, me.rt, async move {
             let r = fut.await;
-            Python::attach(|_| this.get().life.finish_start(r.as_ref().ok().cloned()));
+            let late = Python::attach(|_| this.get().life.finish_start(r.as_ref().ok().cloned()));
+            if let Some(c) = late {
+                c.close().await;
+                return Err(closed_during_start());
+            }
             r.map(drop)
         })
     }
@@ -298,10 +315,14 @@ impl PySimpleConsumer {
         let this = slf.clone().unbind();
         future_into_py(py, me.rt, async move {
             let r = fut.await;
-            let ok = Python::attach(|py| {
-                this.get().life.finish_start(r.as_ref().ok().cloned());
-                this.clone_ref(py)
+            let (late, ok) = Python::attach(|py| {
+                let late = this.get().life.finish_start(r.as_ref().ok().cloned());
+                (late, this.clone_ref(py))
             });
+            if let Some(c) = late {
+                c.close().await;
+                return Err(closed_during_start());
+            }
             r.map(|_| ok)
         })
     }
