@@ -12,7 +12,8 @@
 //! | [`codes`] | result codes, names, retry and refresh classification |
 //! | [`client`] | one connection: a cheap handle + a connection task correlating by request id |
 //! | [`cluster`] | the session: connections per broker, the FETCH_CLUSTER cache, health, weights |
-//! | [`producer`] | PRODUCE_MESSAGE, batches, retries, transactions and feedback |
+//! | [`producer`] | PRODUCE_MESSAGE, batches, retries |
+//! | [`transaction`] | PREPARE / COMMIT / ROLLBACK, and expired transactions resolved by a checker |
 //! | [`consumer`] | server-balanced, coordinator and broadcast consumption, acks, indices |
 //! | [`consumer_rpc`] | the push engine's `ConsumerRpc` over a consumer: one queue per topic, fetches settled whole |
 //! | [`received`] | a fetched message unpacked for the user, and what its COMMIT_ACK names |
@@ -30,6 +31,7 @@ pub mod message;
 pub mod producer;
 pub mod range;
 pub mod received;
+pub mod transaction;
 pub mod wire;
 
 #[cfg(test)]

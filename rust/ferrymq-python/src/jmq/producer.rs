@@ -7,9 +7,9 @@ use ferrymq_core::jmq::codec::QosLevel;
 use ferrymq_core::jmq::command::Feedback;
 use ferrymq_core::jmq::compress::Compression;
 use ferrymq_core::jmq::producer::{
-    JmqProducer as CoreProducer, JmqTransaction as CoreTransaction, ProducerOptions, SendReceipt,
-    TransactionChecker, TxResolution,
+    JmqProducer as CoreProducer, ProducerOptions, SendReceipt, TransactionChecker, TxResolution,
 };
+use ferrymq_core::jmq::transaction::JmqTransaction as CoreTransaction;
 use ferrymq_core::Error;
 use pyo3::prelude::*;
 
