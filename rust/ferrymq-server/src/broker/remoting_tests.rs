@@ -133,6 +133,65 @@ fn decode_records(body: Bytes) -> Vec<StoredMessage> {
     crate::remoting::stored::decode_stored(&body).unwrap()
 }
 
+/// Check one stored record (§7, magic V1, both hosts IPv4) at the reference's fixed offsets:
+/// queue 0, flag 0, `offset`, sysFlag 0, the born time of the single send, `body`, topic `t`,
+/// the store host, and properties holding the broker-given `UNIQ_KEY`. Independent of the
+/// client's decoder, so a misreading shared by the broker's encoder and that decoder fails here.
+fn check_stored_v1(rec: &[u8], offset: i64, body: &[u8], store_host: &str, uniq_key: &str) {
+    let i32_at = |at: usize| i32::from_be_bytes(rec[at..at + 4].try_into().unwrap());
+    let i64_at = |at: usize| i64::from_be_bytes(rec[at..at + 8].try_into().unwrap());
+    let host_at = |at: usize| {
+        let ip = std::net::Ipv4Addr::new(rec[at], rec[at + 1], rec[at + 2], rec[at + 3]);
+        format!("{ip}:{}", i32_at(at + 4))
+    };
+    assert_eq!(usize::try_from(i32_at(0)).unwrap(), rec.len(), "TOTALSIZE");
+    assert_eq!(i32_at(4), 0xDAA3_20A7_u32 as i32, "MAGICCODE V1");
+    let crc = crc32fast::hash(body) & 0x7FFF_FFFF;
+    assert_eq!(i32_at(8), i32::try_from(crc).unwrap(), "BODYCRC");
+    assert_eq!((i32_at(12), i32_at(16)), (0, 0), "QUEUEID, FLAG");
+    assert_eq!(i64_at(20), offset, "QUEUEOFFSET");
+    assert!(i64_at(28) >= 0, "PHYSICALOFFSET");
+    assert_eq!(i32_at(36), 0, "SYSFLAG");
+    assert_eq!(i64_at(40), 1_700_000_000_001, "BORNTIMESTAMP");
+    assert!(host_at(48).starts_with("127.0.0.1:"), "BORNHOST");
+    assert!(i64_at(56) > 1_700_000_000_001, "STORETIMESTAMP");
+    assert_eq!(host_at(64), store_host, "STOREHOST");
+    assert_eq!(
+        (i32_at(72), i64_at(76)),
+        (0, 0),
+        "RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET"
+    );
+    let body_len = usize::try_from(i32_at(84)).unwrap();
+    assert_eq!(&rec[88..88 + body_len], body, "BODY");
+    let at = 88 + body_len;
+    assert_eq!(
+        &rec[at..at + 2],
+        &[1, b't'],
+        "TOPICLENGTH (one byte in V1), TOPIC"
+    );
+    let props_len = usize::from(u16::from_be_bytes([rec[at + 2], rec[at + 3]]));
+    assert_eq!(
+        at + 4 + props_len,
+        rec.len(),
+        "PROPERTIESLENGTH ends the record"
+    );
+    let props = std::str::from_utf8(&rec[at + 4..]).unwrap();
+    assert!(
+        props.ends_with('\u{2}'),
+        "each property ends with \\u0002: {props:?}"
+    );
+    for (k, v) in [
+        ("TAGS", "solo"),
+        ("__SHARDINGKEY", "grp"),
+        ("UNIQ_KEY", uniq_key),
+    ] {
+        assert!(
+            props.contains(&format!("{k}\u{1}{v}\u{2}")),
+            "{k} in {props:?}"
+        );
+    }
+}
+
 /// A broker started with `config`, topic `t` with `queues` queues, and a connection to its
 /// first remoting listener.
 async fn started(config: BrokerConfig, queues: usize) -> (Broker, Remote) {
@@ -343,6 +402,15 @@ async fn remoting_batch_send_then_pull_intact_and_grpc_sees_it() {
     assert_eq!(recs[3].property("UNIQ_KEY").unwrap(), solo_id);
     assert_eq!(recs[3].property("__SHARDINGKEY").unwrap(), "grp");
     assert_eq!(recs[3].property("TAGS").unwrap(), "solo");
+    // The same record read field by field at the offsets of the reference's stored format
+    // (§7, both hosts IPv4), independently of the client's decoder.
+    // Records follow each other by TOTALSIZE: the fourth is the single send.
+    let mut at = 0;
+    for _ in 0..3 {
+        let total = i32::from_be_bytes(reply.body[at..at + 4].try_into().unwrap());
+        at += usize::try_from(total).unwrap();
+    }
+    check_stored_v1(&reply.body[at..], 3, b"single", &store_host, &solo_id);
 
     // A gRPC consumer reads the same messages, mapped onto its fields.
     let mut c = Client::connect(broker.addresses()[0], "grpc-1").await;
