@@ -21,6 +21,7 @@ mod message_view;
 mod nats;
 mod nats_batch;
 mod nats_consumer;
+mod nats_producer;
 mod offset_consumer;
 mod offset_reader;
 mod probe;
@@ -65,7 +66,8 @@ mod _native {
     use crate::durations::seconds;
     #[pymodule_export]
     use crate::jmq::{
-        JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,
+        JmqConsumer, JmqOrphan, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage,
+        PyJmqSendReceipt,
     };
     #[pymodule_export]
     use crate::lazy::LazyClient;
@@ -79,6 +81,8 @@ mod _native {
     use crate::nats_batch::PyNatsBatchPublisher;
     #[pymodule_export]
     use crate::nats_consumer::{PyJsMessage, PyPullConsumer};
+    #[pymodule_export]
+    use crate::nats_producer::{NatsProducer, PyNatsSendReceipt};
     #[pymodule_export]
     use crate::offset_consumer::PyOffsetConsumer;
     #[pymodule_export]

@@ -1,11 +1,13 @@
-//! JMQ4 (JoyQueue) classes: `JmqProducer`, `JmqTransaction`, `JmqConsumer`, their results, and
+//! JMQ4 (JoyQueue) classes: `JmqProducer` (behind `ferrymq.Producer`), `JmqTransaction`,
+//! `JmqConsumer`, their results, and
 //! `JmqServer` (the embedded JMQ4 server used by `ferrymq.testing`).
 //!
 //! Every method comes in a blocking form (GIL released through `RuntimeRef::block_on`) and an
 //! asyncio form (`*_async`, through `future_into_py`). Clients connect lazily on first use, or
 //! eagerly with `start()` / `start_async()` (also called by the context managers).
 //!
-//! One file per concern: `producer.rs` (`JmqProducer`, `JmqTransaction`, `JmqSendReceipt`),
+//! One file per concern: `producer.rs` (`JmqProducer`, `JmqTransaction`, `JmqOrphan`,
+//! `JmqSendReceipt`),
 //! `consumer.rs` (`JmqConsumer`, `JmqMessage`), `server.rs` (`JmqServer`); the argument helpers
 //! they share are here, with how both clients connect lazily (`crate::lazy`).
 
@@ -139,5 +141,5 @@ fn endpoints_arg(
 }
 
 pub use consumer::{JmqConsumer, PyJmqMessage};
-pub use producer::{JmqProducer, JmqTransaction, PyJmqSendReceipt};
+pub use producer::{JmqOrphan, JmqProducer, JmqTransaction, PyJmqSendReceipt};
 pub use server::JmqServer;
