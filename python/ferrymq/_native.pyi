@@ -173,9 +173,9 @@ class JmqMessage(_Received):
     @property
     def store_timestamp(self) -> float: ...
 
-@type_check_only
-class _ProducerExtras:
-    # what the JMQ4, NATS and remoting producers answer for ferrymq.Producer
+@disjoint_base
+class ProducerBase(LazyClient):
+    # what the JMQ4, NATS and remoting producers answer alike for ferrymq.Producer
     def recall(self, topic: str, recall_handle: str) -> NoReturn: ...
     def recall_async(self, topic: str, recall_handle: str) -> NoReturn: ...
     @property
@@ -212,7 +212,7 @@ class JmqTransaction:
     ) -> bool: ...
 
 @final
-class JmqProducer(LazyClient, _Produces, _ProducerExtras):
+class JmqProducer(ProducerBase, _Produces):
     def __new__(
         cls,
         endpoints: str | None = None,
@@ -863,7 +863,7 @@ class NatsSendReceipt:
     def __hash__(self) -> int: ...
 
 @final
-class NatsProducer(LazyClient, _Produces, _ProducerExtras):
+class NatsProducer(ProducerBase, _Produces):
     def __new__(
         cls,
         endpoints: str | Sequence[str],
@@ -1031,7 +1031,7 @@ class OffsetReader:
     ) -> bool: ...
 
 @final
-class RemotingProducer(LazyClient, _ProducerExtras):
+class RemotingProducer(ProducerBase):
     def __new__(
         cls,
         endpoints: str | Sequence[str],

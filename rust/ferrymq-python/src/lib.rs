@@ -27,6 +27,7 @@ mod offset_reader;
 mod probe;
 mod produce;
 mod producer;
+mod producer_base;
 mod publish_args;
 mod publisher;
 mod remoting;
@@ -91,6 +92,8 @@ mod _native {
     use crate::probe::Probe;
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
+    #[pymodule_export]
+    use crate::producer_base::ProducerBase;
     #[pymodule_export]
     use crate::publish_args::PyPublishAck;
     #[pymodule_export]

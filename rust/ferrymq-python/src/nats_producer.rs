@@ -15,13 +15,13 @@ use ferrymq_core::{Error, Message};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Handle, LazyClient};
 use crate::message::extract_message;
 use crate::produce::Produce;
 use crate::producer::extract_messages;
+use crate::producer_base::ProducerBase;
 use crate::runtime::RuntimeRef;
 
 /// What JetStream answered for one message sent with `Producer("nats://…")`.
@@ -129,7 +129,7 @@ fn receipt_to_py(py: Python<'_>, r: PyNatsSendReceipt) -> PyResult<Py<PyAny>> {
 }
 
 /// A JetStream producer; `ferrymq.Producer` constructs it for `nats://` endpoints.
-#[pyclass(name = "NatsProducer", module = "ferrymq._native", frozen, extends = LazyClient)]
+#[pyclass(name = "NatsProducer", module = "ferrymq._native", frozen, extends = ProducerBase)]
 pub struct NatsProducer {
     send: NatsSend,
     produce: Arc<Produce<NatsSend>>,
@@ -193,8 +193,16 @@ impl NatsProducer {
         let h = Handle::new(shown, opts, rt);
         let send = NatsSend(h.clone());
         let produce = Arc::new(Produce::new(send.clone(), max_pending, rt, receipt_to_py)?);
-        let base = LazyClient::producer(&h, &produce);
-        Ok(PyClassInitializer::from(base).add_subclass(Self { send, produce }))
+        let facts = ProducerBase::new(
+            "nats",
+            "NATS JetStream has no delayed messages to recall",
+            String::new(),
+            String::new(),
+            vec![("endpoints", h.endpoint.clone())],
+        );
+        Ok(PyClassInitializer::from(LazyClient::producer(&h, &produce))
+            .add_subclass(facts)
+            .add_subclass(Self { send, produce }))
     }
 
     /// Publish one message and wait for its ack.
@@ -283,47 +291,5 @@ impl NatsProducer {
             "begin_transaction",
             "NATS JetStream has no transactions",
         ))
-    }
-
-    fn recall(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
-        let _ = (topic, recall_handle);
-        Err(invalid(
-            "recall",
-            "NATS JetStream has no delayed messages to recall",
-        ))
-    }
-
-    fn recall_async(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
-        self.recall(topic, recall_handle)
-    }
-
-    #[getter]
-    fn client_id(&self) -> &str {
-        ""
-    }
-
-    #[getter]
-    fn namespace(&self) -> &str {
-        ""
-    }
-
-    #[getter]
-    fn isolated_endpoints(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    #[getter]
-    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("protocol", "nats")?;
-        d.set_item("endpoints", &self.send.0.endpoint)?;
-        Ok(d)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "Producer(endpoints={:?}, protocol='nats')",
-            self.send.0.endpoint
-        )
     }
 }

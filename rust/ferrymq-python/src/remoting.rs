@@ -13,7 +13,6 @@ use ferrymq_core::Message;
 use pyo3::prelude::*;
 
 use ferrymq_core::Error;
-use pyo3::types::PyDict;
 
 use crate::client_options::{extract_credentials, extract_duration, extract_endpoints};
 use crate::durations::{self, Lower};
@@ -21,6 +20,7 @@ use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Connect, Handle, LazyClient};
 use crate::message::PyMessage;
 use crate::producer::{extract_messages, PySendReceipt};
+use crate::producer_base::ProducerBase;
 use crate::runtime::RuntimeRef;
 
 /// Default time a remoting request may take (the broker answers within milliseconds).
@@ -104,18 +104,17 @@ impl Connect for RemotingClient {
     }
 }
 
-/// Why `what` is refused over remoting.
+/// Why `produce`, transactions and recall are refused.
+const REFUSED: &str = "not available over remoting:// (send and send_batch are; use a gRPC \
+                       endpoint host:port for transactions, delayed-message recall and produce())";
+
 fn unsupported(what: &str) -> PyErr {
-    invalid(
-        what,
-        "not available over remoting:// (send and send_batch are; use a gRPC endpoint \
-         host:port for transactions, delayed-message recall and produce())",
-    )
+    invalid(what, REFUSED)
 }
 
 /// Sends over the remoting protocol: a batch travels in `SEND_BATCH_MESSAGE` requests, each
 /// message keeping its own keys, tag, properties and unique id.
-#[pyclass(name = "RemotingProducer", module = "ferrymq._native", frozen, extends = LazyClient)]
+#[pyclass(name = "RemotingProducer", module = "ferrymq._native", frozen, extends = ProducerBase)]
 pub struct PyRemotingProducer {
     h: Handle<RemotingClient>,
 }
@@ -154,9 +153,18 @@ impl PyRemotingProducer {
         let shown = options.endpoints.clone();
         let _guard = rt.handle().enter();
         let client = RemotingClient::new(options).map_err(to_pyerr)?;
-        let h = Handle::new(shown, client, rt);
-        let base = LazyClient::of(&h);
-        Ok(PyClassInitializer::from(base).add_subclass(Self { h }))
+        let namespace = client.options().namespace.clone().unwrap_or_default();
+        let h = Handle::new(shown.clone(), client, rt);
+        let facts = ProducerBase::new(
+            "remoting",
+            REFUSED,
+            String::new(),
+            namespace,
+            vec![("endpoints", shown)],
+        );
+        Ok(PyClassInitializer::from(LazyClient::of(&h))
+            .add_subclass(facts)
+            .add_subclass(Self { h }))
     }
 
     /// Send one message; returns where it was stored.
@@ -231,50 +239,5 @@ impl PyRemotingProducer {
 
     fn begin_transaction(&self) -> PyResult<()> {
         Err(unsupported("begin_transaction"))
-    }
-
-    fn recall(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
-        let _ = (topic, recall_handle);
-        Err(unsupported("recall"))
-    }
-
-    fn recall_async(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
-        self.recall(topic, recall_handle)
-    }
-
-    #[getter]
-    fn client_id(&self) -> &str {
-        ""
-    }
-
-    #[getter]
-    fn namespace(&self) -> &str {
-        self.h
-            .state
-            .options
-            .options()
-            .namespace
-            .as_deref()
-            .unwrap_or("")
-    }
-
-    #[getter]
-    fn isolated_endpoints(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    #[getter]
-    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("protocol", "remoting")?;
-        d.set_item("endpoints", &self.h.endpoint)?;
-        Ok(d)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "Producer(endpoints={:?}, protocol='remoting')",
-            self.h.endpoint
-        )
     }
 }

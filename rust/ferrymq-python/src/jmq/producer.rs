@@ -17,13 +17,13 @@ use ferrymq_core::rocketmq::producer::TransactionResolution;
 use ferrymq_core::{Error, Message};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use tokio::sync::OnceCell;
 
 use crate::durations;
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Handle, LazyClient};
 use crate::produce::Produce;
+use crate::producer_base::ProducerBase;
 use crate::runtime::RuntimeRef;
 
 use super::{cluster_options, endpoints_arg, extract_messages};
@@ -153,7 +153,7 @@ impl ferrymq_core::publisher::PublishBackend for Handle<CoreProducer> {
 /// A JMQ4 producer (`jmq://host:port`); `ferrymq.Producer` constructs it. `start()` connects (bootstrap + ADD_CONNECTION),
 /// failing fast on a wrong address, app or token; `close()` flushes produced messages (running
 /// their callbacks), then REMOVE_PRODUCER and REMOVE_CONNECTION, then the sockets.
-#[pyclass(module = "ferrymq._native", frozen, extends = LazyClient)]
+#[pyclass(module = "ferrymq._native", frozen, extends = ProducerBase)]
 pub struct JmqProducer {
     h: Handle<CoreProducer>,
     produce: Arc<Produce<Handle<CoreProducer>>>,
@@ -243,14 +243,26 @@ impl JmqProducer {
             checker: transaction_checker.map(python_checker),
             transaction_topics: transaction_topics.unwrap_or_default(),
         };
-        let h = Handle::new(
+        let h: Handle<CoreProducer> = Handle::new(
             endpoint.to_string(),
             (cluster, options),
             RuntimeRef::current()?,
         );
         let produce = Arc::new(Produce::new(h.clone(), max_pending, h.rt, receipt_to_py)?);
-        let base = LazyClient::producer(&h, &produce);
-        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
+        let connect = &h.state.options.0.connect;
+        let facts = ProducerBase::new(
+            "jmq4",
+            "JMQ4 has no delayed messages to recall",
+            format!("jmq:{}", connect.app),
+            connect.namespace.clone().unwrap_or_default(),
+            vec![
+                ("endpoint", h.endpoint.clone()),
+                ("app", connect.app.clone()),
+            ],
+        );
+        Ok(PyClassInitializer::from(LazyClient::producer(&h, &produce))
+            .add_subclass(facts)
+            .add_subclass(Self { h, produce }))
     }
 
     /// Send one message.
@@ -347,60 +359,6 @@ impl JmqProducer {
             h: self.h.clone(),
             state: Arc::default(),
         }
-    }
-
-    fn recall(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
-        let _ = (topic, recall_handle);
-        Err(invalid("recall", "JMQ4 has no delayed messages to recall"))
-    }
-
-    fn recall_async(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
-        self.recall(topic, recall_handle)
-    }
-
-    #[getter]
-    fn client_id(&self) -> String {
-        format!("jmq:{}", self.app())
-    }
-
-    #[getter]
-    fn namespace(&self) -> &str {
-        self.h
-            .state
-            .options
-            .0
-            .connect
-            .namespace
-            .as_deref()
-            .unwrap_or("")
-    }
-
-    #[getter]
-    fn isolated_endpoints(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    #[getter]
-    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("protocol", "jmq4")?;
-        d.set_item("endpoint", &self.h.endpoint)?;
-        d.set_item("app", self.app())?;
-        Ok(d)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "Producer(endpoint={:?}, protocol='jmq4', app={:?})",
-            self.h.endpoint,
-            self.app()
-        )
-    }
-}
-
-impl JmqProducer {
-    fn app(&self) -> &str {
-        &self.h.state.options.0.connect.app
     }
 }
 
