@@ -22,14 +22,13 @@ use ferrymq_core::jmq::client::ConnectOptions;
 use ferrymq_core::jmq::cluster::ClusterOptions;
 use ferrymq_core::jmq::consumer::{ConsumerOptions, JmqConsumer as CoreConsumer};
 use ferrymq_core::jmq::producer::{JmqProducer as CoreProducer, ProducerOptions};
-use ferrymq_core::{Error, Message};
+use ferrymq_core::Error;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::durations;
 use crate::errors::{invalid, text, to_pyerr};
 use crate::lazy::Connect;
-use crate::message::{extract_message, PyMessage};
 
 /// Both JMQ4 clients connect (lazily) from the cluster options and their own.
 macro_rules! connect_jmq {
@@ -51,23 +50,6 @@ macro_rules! connect_jmq {
 connect_jmq! {
     CoreProducer => ProducerOptions, "the JmqProducer is closed";
     CoreConsumer => ConsumerOptions, "the JmqConsumer is closed";
-}
-
-/// Extract a `Message` or an iterable of them.
-fn extract_messages(v: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
-    if let Ok(m) = v.cast::<PyMessage>() {
-        return Ok(vec![m.get().inner.clone()]);
-    }
-    let mut out = Vec::new();
-    for item in v.try_iter().map_err(|_| {
-        invalid(
-            "messages",
-            "must be a ferrymq.Message or an iterable of them",
-        )
-    })? {
-        out.push(extract_message(&item?)?);
-    }
-    Ok(out)
 }
 
 #[allow(clippy::too_many_arguments)]

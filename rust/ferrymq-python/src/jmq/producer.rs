@@ -26,8 +26,9 @@ use crate::produce::Produce;
 use crate::producer_base::ProducerBase;
 use crate::runtime::RuntimeRef;
 
-use super::{cluster_options, endpoints_arg, extract_messages};
+use super::{cluster_options, endpoints_arg};
 use crate::message::extract_message;
+use crate::producer::extract_messages;
 
 /// Where a message was stored.
 #[pyclass(
