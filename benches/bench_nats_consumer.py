@@ -31,16 +31,20 @@ from _bench_server import nats_server
 Sample = tuple[float, float]  # wall seconds, CPU seconds
 
 
-def preload(js: ferrymq.JetStream, stream: str, subject: str, n: int, body: bytes) -> None:
+def preload(
+    url: str, js: ferrymq.JetStream, stream: str, subject: str, n: int, body: bytes
+) -> None:
     js.create_stream(stream, [subject])
 
     async def run() -> None:
-        pub = ferrymq.AsyncPublisher(js, max_in_flight=1000)
+        producer = await ferrymq.Producer(url).start_async()
+        pub = ferrymq.AsyncPublisher(producer, max_in_flight=1000)
         pub.start()
         for _ in range(n):
             await pub.publish_async(subject, body)
         await pub.drain()
         await pub.close_async()
+        await producer.close_async()
 
     asyncio.run(run())
     stored = js.stream_info(stream).messages
@@ -92,7 +96,7 @@ def main() -> int:
     with nats_server() as (url, version):
         stream, subject = "BENCH", "bench.consume"
         with ferrymq.JetStream(url) as js:
-            preload(js, stream, subject, n, b"x" * args.body)
+            preload(url, js, stream, subject, n, b"x" * args.body)
         print(f"{version}; {n} messages of {args.body} B, fetch {args.batch} + ack, confirmed once")
         results: dict[str, list[Sample]] = {"ferrymq": [], "nats-py": []}
         for r in range(args.rounds):

@@ -92,11 +92,11 @@ async def ferrymq_round(
 async def ferrymq_nats(
     url: str, subject: str, n: int, payload: bytes, window: int, await_each: bool
 ) -> Sample:
-    js = await ferrymq.JetStream.connect_async(url)
+    producer = await ferrymq.Producer(url).start_async()
     try:
-        return await ferrymq_round(js, subject, n, payload, window, await_each)
+        return await ferrymq_round(producer, subject, n, payload, window, await_each)
     finally:
-        await js.close_async()
+        await producer.close_async()
 
 
 async def nats_py(

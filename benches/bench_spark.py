@@ -179,8 +179,7 @@ def bench_jmq(spark: Any, broker: EmbeddedBroker, n: int, size: int) -> None:
     endpoint = broker.jmq_endpoint
     broker.create_topic("jbench", queues=4)
     broker.create_topic("jsink", queues=4)
-    p = _native.JmqProducer(endpoint, **JMQ_AUTH)
-    p.start()
+    p = ferrymq.Producer(endpoint, **JMQ_AUTH).start()
     body = b"x" * size
     t0 = time.perf_counter()
     for a in range(0, n, 500):

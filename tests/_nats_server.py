@@ -12,7 +12,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import ferrymq
 
 INSTALL_HINT = "nats-server is not installed: run `apt-get install -y nats-server` (Debian 2.9.x)"
 
@@ -40,6 +43,23 @@ class NatsServer:
     port: int
     store_dir: str
     version: str
+    _producer: ferrymq.Producer | None = field(default=None, init=False, repr=False)
+    _publisher: ferrymq.AsyncPublisher | None = field(default=None, init=False, repr=False)
+
+    def publish(self, subject: str, body: bytes, **options: Any) -> ferrymq.PublishAck:
+        """Publish with the session's ``AsyncPublisher`` over ``Producer(url)`` and wait for the
+        ack: what tests use to seed a stream with chosen message ids (``message_id=``) or
+        expectations (``expected_stream=`` …)."""
+        if self._publisher is None:
+            self._producer = ferrymq.Producer(self.url).start()
+            self._publisher = ferrymq.AsyncPublisher(self._producer).start()
+        return self._publisher.submit(subject, body, **options).result(30.0)
+
+    def close_publisher(self) -> None:
+        if self._publisher is not None:
+            self._publisher.close()
+        if self._producer is not None:
+            self._producer.close()
 
 
 @contextlib.contextmanager
@@ -59,12 +79,16 @@ def run_nats_server() -> Iterator[NatsServer]:
         )
         try:
             wait_for_port(port, proc)
-            yield NatsServer(
+            server = NatsServer(
                 url=f"nats://127.0.0.1:{port}",
                 port=port,
                 store_dir=store,
                 version=version.stdout.strip(),
             )
+            try:
+                yield server
+            finally:
+                server.close_publisher()
         finally:
             proc.terminate()
             try:

@@ -107,9 +107,9 @@ def jmq_topic(jmq_broker: EmbeddedBroker, unique: Callable[[str], str]) -> str:
 
 
 @pytest.fixture
-def jmq_producer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqProducer]:
+def jmq_producer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.Producer]:
     """A JMQ4 producer of ``jmq_broker``'s default app."""
-    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="test_app", token="test_token") as p:
+    with ferrymq.Producer(jmq_broker.jmq_endpoint, app="test_app", token="test_token") as p:
         yield p
 
 

@@ -61,7 +61,6 @@ class Live:
     stream: str
     js_consumer: Any
     js_message: Any
-    jmq_producer: ferrymq.JmqProducer
     jmq_consumer: ferrymq.JmqConsumer
     jmq_facade: ferrymq.Producer
     remoting_facade: ferrymq.Producer
@@ -95,14 +94,10 @@ def live(
     js = ferrymq.JetStream(nats_server.url, request_timeout=2.0, connect_timeout=2.0)
     stream = "PROPS"
     js.create_stream(stream, ["props.>"], storage="memory")
-    js.publish("props.a", b"x")
+    nats_server.publish("props.a", b"x")
     js_consumer = js.pull_consumer(stream, durable="props-c")
     jmq_topic = "props-jmq"
     broker.create_topic(jmq_topic)
-    jmq_producer = ferrymq.JmqProducer(
-        broker.jmq_endpoint, app=APP, token=TOKEN, request_timeout=3.0, send_timeout=3.0
-    )
-    jmq_producer.start()
     jmq_consumer = ferrymq.JmqConsumer(
         broker.jmq_endpoint, jmq_topic, app=APP, token=TOKEN, request_timeout=3.0
     )
@@ -130,7 +125,6 @@ def live(
         stream=stream,
         js_consumer=js_consumer,
         js_message=js_message,
-        jmq_producer=jmq_producer,
         jmq_consumer=jmq_consumer,
         jmq_facade=jmq_facade,
         remoting_facade=remoting_facade,
@@ -140,7 +134,6 @@ def live(
     finally:
         for obj in [
             jmq_consumer,
-            jmq_producer,
             jmq_facade,
             remoting_facade,
             js,
@@ -281,12 +274,13 @@ def _push(live: Live, a: dict[str, Any]) -> Any:
         c.close(timeout=2)
 
 
-def _jmq_tx(live: Live, a: dict[str, Any]) -> Any:
-    tx = live.jmq_producer.begin_transaction(live.topic)
-    try:
-        return tx.send(a["messages"])
-    finally:
-        tx.rollback()
+_FACADE_ARGS = ("app", "token", "namespace", "max_attempts", "max_pending", "request_timeout")
+
+
+def _jmq_producer(live: Live, a: dict[str, Any]) -> Any:
+    """``Producer("jmq://")``: its own arguments, and the JMQ4 options through ``jmq_options``."""
+    own = {k: a.pop(k) for k in _FACADE_ARGS if k in a}
+    return ferrymq.Producer(live.broker.jmq_endpoint, jmq_options=a, **own)
 
 
 def _publisher(live: Live, a: dict[str, Any]) -> Any:
@@ -535,18 +529,6 @@ CASES = [
         close_result=True,
     ),
     Case(
-        "JetStream.publish",
-        lambda lv, a: lv.js.publish(a.pop("subject"), **a),
-        {"subject": "props.b", "body": b"x"},
-        {"subject": "str", **PUBLISH_KINDS},
-        examples=60,
-        # the server's payload limit counts the headers (message id, expectations) with the body
-        aliases={
-            p: ("body",)
-            for p in ("headers", "message_id", "expected_stream", "expected_last_msg_id")
-        },
-    ),
-    Case(
         "JetStream.create_stream",
         _stream,
         {"name": "PROPS2", "subjects": ["props2.>"], "storage": "memory"},
@@ -576,34 +558,18 @@ CASES = [
         {"max_messages": "int", "timeout": "receive_wait"},
     ),
     Case(
-        "JmqProducer",
-        lambda lv, a: ferrymq.JmqProducer(a.pop("endpoint"), **a),
-        lambda lv: {"endpoint": lv.broker.jmq_endpoint, "app": APP, "token": TOKEN},
+        "Producer(jmq://)",
+        _jmq_producer,
+        {"app": APP, "token": TOKEN},
         kinds(
-            endpoint="endpoint",
-            str="app token region namespace qos compression client_ip",
-            int="compress_threshold max_attempts max_body",
-            duration="send_timeout request_timeout transaction_timeout feedback_interval "
+            str="app token namespace region qos compression client_ip",
+            int="max_attempts max_pending compress_threshold max_body",
+            duration="request_timeout send_timeout transaction_timeout feedback_interval "
             "metadata_refresh",
             strs="transaction_topics",
         ),
         examples=80,
         close_result=True,
-    ),
-    *send_cases("JmqProducer", lambda lv: lv.jmq_producer),
-    Case(
-        "JmqProducer.begin_transaction",
-        lambda lv, a: lv.jmq_producer.begin_transaction(**a).rollback(),
-        lambda lv: {"topic": lv.topic, "transaction_id": None},
-        {"topic": "str", "transaction_id": "str"},
-        examples=25,
-    ),
-    Case(
-        "JmqTransaction.send",
-        _jmq_tx,
-        lambda lv: {"messages": ferrymq.Message(lv.topic, b"x")},
-        {"messages": messages_of},
-        examples=25,
     ),
     Case(
         "JmqConsumer",

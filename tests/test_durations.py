@@ -141,7 +141,8 @@ def test_rocketmq_durations_refuse_bad_values(
 
 
 def _jmq_producer(b: EmbeddedBroker, **kw: object) -> object:
-    return ferrymq.JmqProducer(b.jmq_endpoint, app=APP, token=TOKEN, **kw)
+    """``Producer("jmq://")`` with JMQ4 options (they pass through ``jmq_options``)."""
+    return ferrymq.Producer(b.jmq_endpoint, app=APP, token=TOKEN, jmq_options=kw)
 
 
 def _jmq_consumer(b: EmbeddedBroker, **kw: object) -> object:
@@ -161,11 +162,10 @@ def _jmq_facade(b: EmbeddedBroker, **kw: object) -> ferrymq.Producer:
 
 JMQ: Sweep = {
     **_each(
-        "JmqProducer",
+        "Producer(jmq).jmq_options",
         _jmq_producer,
         (
             "send_timeout",
-            "request_timeout",
             "transaction_timeout",
             "feedback_interval",
             "metadata_refresh",

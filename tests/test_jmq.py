@@ -1,4 +1,4 @@
-"""JMQ4 (JoyQueue) end to end: ferrymq.JmqProducer / JmqConsumer against the JMQ4 side of
+"""JMQ4 (JoyQueue) end to end: ferrymq.Producer("jmq://…") / JmqConsumer against the JMQ4 side of
 ferrymq.testing.EmbeddedBroker (topics made with ``create_topic`` are served over JMQ4 too)."""
 
 from __future__ import annotations
@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
-from waiting import first_batch
+from waiting import first_batch, wait_for
 
 APP = "test_app"
 TOKEN = "test_token"
@@ -24,7 +25,7 @@ def topic(jmq_topic: str) -> str:
 
 
 @pytest.fixture
-def producer(jmq_producer: ferrymq.JmqProducer) -> ferrymq.JmqProducer:
+def producer(jmq_producer: ferrymq.Producer) -> ferrymq.Producer:
     return jmq_producer
 
 
@@ -52,7 +53,7 @@ def drain(c: ferrymq.JmqConsumer, n: int, ack: bool = True) -> list[ferrymq.JmqM
 
 
 def test_produce_consume_ack(
-    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, producer: ferrymq.Producer, topic: str
 ) -> None:
     big = b"x" * 4096
     r = producer.send(
@@ -79,7 +80,7 @@ def test_produce_consume_ack(
 
 
 def test_batch_and_multi_topic(
-    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, producer: ferrymq.Producer, topic: str
 ) -> None:
     other = topic + "-b"
     jmq_broker.create_topic(other, queues=2)
@@ -96,23 +97,24 @@ def test_batch_and_multi_topic(
 @pytest.mark.parametrize("compression", ["zlib", "zip", "snappy", "none"])
 def test_compression(jmq_broker: EmbeddedBroker, topic: str, compression: str) -> None:
     body = bytes(range(256)) * 100
-    with ferrymq.JmqProducer(
-        jmq_broker.jmq_endpoint, app=APP, token=TOKEN, compression=compression
+    with ferrymq.Producer(
+        jmq_broker.jmq_endpoint, app=APP, token=TOKEN, jmq_options={"compression": compression}
     ) as p:
         p.send(ferrymq.Message(topic, body))
     with consumer(jmq_broker, topic) as c:
         assert drain(c, 1)[0].body == body
 
 
-def test_transactions(
-    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
-) -> None:
-    with producer.begin_transaction(topic) as tx:
-        tx.send([ferrymq.Message(topic, b"t1"), ferrymq.Message(topic, b"t2")])
+def test_transactions(jmq_broker: EmbeddedBroker, producer: ferrymq.Producer, topic: str) -> None:
+    with producer.begin_transaction() as tx:
+        tx.send(ferrymq.Message(topic, b"t1"))
+        tx.send(ferrymq.Message(topic, b"t2"))
         assert jmq_broker.jmq.message_count(topic) == 0
-    assert tx.finished
+    assert [r.topic for r in tx.receipts] == [topic, topic]
     assert jmq_broker.jmq.message_count(topic) == 2
-    tx2 = producer.begin_transaction(topic)
+    with pytest.raises(ferrymq.ClientClosedError):
+        tx.send(ferrymq.Message(topic, b"after commit"))
+    tx2 = producer.begin_transaction()
 
     def fail_inside() -> None:
         with tx2:
@@ -127,35 +129,28 @@ def test_transactions(
 
 
 def test_transaction_feedback_calls_the_checker(jmq_broker: EmbeddedBroker, topic: str) -> None:
-    seen: list[tuple[str, str, str]] = []
+    seen: list[Any] = []
 
-    def checker(t: str, tx_id: str, transaction_id: str) -> str:
-        seen.append((t, tx_id, transaction_id))
-        return "commit"
+    def checker(orphan: Any) -> ferrymq.TransactionResolution:
+        seen.append(orphan)
+        return ferrymq.TransactionResolution.COMMIT
 
-    with ferrymq.JmqProducer(
+    with ferrymq.Producer(
         jmq_broker.jmq_endpoint,
         app=APP,
         token=TOKEN,
         transaction_checker=checker,
-        transaction_timeout=0.05,
-        feedback_interval=3600,
+        jmq_options={"transaction_timeout": 0.05, "feedback_interval": 0.05},
     ) as p:
-        tx = p.begin_transaction(topic, transaction_id="order-77")
+        tx = p.begin_transaction()
         tx.send(ferrymq.Message(topic, b"compensated"))
-        resolved = 0
-        for _ in range(50):
-            resolved += p.resolve_feedback(topic)
-            if resolved:
-                break
-            asyncio.run(asyncio.sleep(0.02))
-        assert resolved == 1
-    assert seen == [(topic, tx.tx_id, "order-77")]
-    assert jmq_broker.jmq.message_count(topic) == 1
+        # never committed: the background feedback asks the checker, which commits
+        wait_for("the orphan committed", lambda: jmq_broker.jmq.message_count(topic) == 1)
+    assert (seen[0].topic, bool(seen[0].tx_id), bool(seen[0].transaction_id)) == (topic, True, True)
 
 
 def test_nack_redelivers_from_the_retry_queue(
-    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, producer: ferrymq.Producer, topic: str
 ) -> None:
     producer.send(ferrymq.Message(topic, b"retry-me"))
     with consumer(jmq_broker, topic) as c:
@@ -170,7 +165,7 @@ def test_nack_redelivers_from_the_retry_queue(
 
 
 def test_broadcast_and_coordinator(
-    jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer, topic: str
+    jmq_broker: EmbeddedBroker, producer: ferrymq.Producer, topic: str
 ) -> None:
     producer.send_batch([ferrymq.Message(topic, b"%d" % i) for i in range(6)])
     with (
@@ -188,7 +183,7 @@ def test_retry_on_not_leader(make_broker: Callable[..., EmbeddedBroker]) -> None
     b = make_broker(jmq_nodes=2)
     topic = "faulty"
     b.create_topic(topic, queues=4)
-    producer = ferrymq.JmqProducer(b.jmq_endpoint, app=APP, token=TOKEN)
+    producer = ferrymq.Producer(b.jmq_endpoint, app=APP, token=TOKEN)
     producer.send(ferrymq.Message(topic, b"warm"))
     b.jmq.fail_next(188, command="PRODUCE_MESSAGE", times=1)
     producer.send(ferrymq.Message(topic, b"after-188"))
@@ -207,9 +202,9 @@ def test_retry_on_not_leader(make_broker: Callable[..., EmbeddedBroker]) -> None
     producer.close()
 
 
-def test_bad_input(jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer) -> None:
+def test_bad_input(jmq_broker: EmbeddedBroker, producer: ferrymq.Producer) -> None:
     with pytest.raises(ferrymq.BrokerError) as e:
-        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token="wrong").start()
+        ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token="wrong").start()
     assert e.value.code == 2
     assert "check app and token" in str(e.value)
     with pytest.raises(ferrymq.BrokerError) as e:
@@ -220,23 +215,23 @@ def test_bad_input(jmq_broker: EmbeddedBroker, producer: ferrymq.JmqProducer) ->
         consumer(jmq_broker, "no-such-topic").start()
     with pytest.raises(ferrymq.InvalidArgumentError, match="body"):
         producer.send(ferrymq.Message("t", b"x" * (3 * 1024 * 1024 + 1)))
-    with pytest.raises(ferrymq.InvalidArgumentError, match="endpoint"):
-        ferrymq.JmqProducer("http://127.0.0.1:1", app=APP, token=TOKEN)
     with pytest.raises(ferrymq.InvalidArgumentError, match="qos"):
-        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN, qos="ack_flush")
+        ferrymq.Producer(
+            jmq_broker.jmq_endpoint, app=APP, token=TOKEN, jmq_options={"qos": "ack_flush"}
+        )
     with pytest.raises(ferrymq.InvalidArgumentError, match="token"):
-        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token="")
+        ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token="")
     with pytest.raises(ferrymq.InvalidArgumentError, match="message"):
         producer.send(b"raw bytes")  # type: ignore[arg-type]
     with pytest.raises(ferrymq.FerryConnectionError):
-        ferrymq.JmqProducer("jmq://127.0.0.1:1", app=APP, token=TOKEN).start()
+        ferrymq.Producer("jmq://127.0.0.1:1", app=APP, token=TOKEN).start()
     # A topic the app has no subscription to... is every topic for an unknown app.
     with pytest.raises(ferrymq.BrokerError):
-        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="ghost", token="x").start()
+        ferrymq.Producer(jmq_broker.jmq_endpoint, app="ghost", token="x").start()
 
 
 def test_closed_producer_raises(jmq_broker: EmbeddedBroker, topic: str) -> None:
-    p = ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN)
+    p = ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN)
     p.send(ferrymq.Message(topic, b"lazy connect"))
     p.close()
     p.close()
@@ -246,19 +241,19 @@ def test_closed_producer_raises(jmq_broker: EmbeddedBroker, topic: str) -> None:
 
 
 def test_token_is_not_in_repr(jmq_broker: EmbeddedBroker) -> None:
-    p = ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token="s3cret-token")
+    p = ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token="s3cret-token")
     assert "s3cret" not in repr(p)
     p.close()
 
 
 async def test_asyncio_forms(jmq_broker: EmbeddedBroker, topic: str) -> None:
-    async with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
+    async with ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
         r = await p.send_async(ferrymq.Message(topic, b"async"))
         assert r.index >= 0
         await p.send_batch_async([ferrymq.Message(topic, b"a1"), ferrymq.Message(topic, b"a2")])
-        tx = await p.begin_transaction_async(topic)
-        async with tx:
-            await tx.send_async(ferrymq.Message(topic, b"in-tx"))
+        tx = p.begin_transaction()
+        await tx.send_async(ferrymq.Message(topic, b"in-tx"))
+        await tx.commit_async()
     async with ferrymq.JmqConsumer(
         jmq_broker.jmq_endpoint, topic, app=APP, token=TOKEN, long_poll=0.5
     ) as c:
@@ -276,7 +271,7 @@ async def test_asyncio_forms(jmq_broker: EmbeddedBroker, topic: str) -> None:
 async def test_long_poll_wakes_on_a_new_message(jmq_broker: EmbeddedBroker, topic: str) -> None:
     async with (
         ferrymq.JmqConsumer(jmq_broker.jmq_endpoint, topic, app=APP, token=TOKEN) as c,
-        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p,
+        ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p,
     ):
         waiting = asyncio.ensure_future(c.receive_async(1, wait=20.0))
         await asyncio.sleep(0.2)
@@ -290,7 +285,7 @@ def test_broker_topics_are_served_over_jmq(jmq_broker: EmbeddedBroker) -> None:
     name = f"both-{next(_ids)}"
     jmq_broker.create_topic(name, queues=8)
     with (
-        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p,
+        ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p,
         consumer(jmq_broker, name) as c,
     ):
         r = p.send(ferrymq.Message(name, b"over jmq"))
@@ -303,10 +298,10 @@ def test_broker_topics_are_served_over_jmq(jmq_broker: EmbeddedBroker) -> None:
 
 
 def test_other_app_and_app_mismatch(jmq_broker: EmbeddedBroker, topic: str) -> None:
-    with ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="other_app", token="other_token") as p:
+    with ferrymq.Producer(jmq_broker.jmq_endpoint, app="other_app", token="other_token") as p:
         assert p.send(ferrymq.Message(topic, b"from other")).index >= 0
     with pytest.raises(ferrymq.BrokerError) as e:
-        ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app="other_app", token=TOKEN).start()
+        ferrymq.Producer(jmq_broker.jmq_endpoint, app="other_app", token=TOKEN).start()
     assert e.value.code_name == "CN_AUTHENTICATION_ERROR"
 
 
@@ -335,19 +330,12 @@ def test_endpoints_spelling_start_returns_self_and_old_spelling_warns(
     jmq_broker: EmbeddedBroker, topic: str
 ) -> None:
     ep = jmq_broker.jmq_endpoint
-    p = ferrymq.JmqProducer(endpoints=ep, app=APP, token=TOKEN)
+    p = ferrymq.Producer(ep, app=APP, token=TOKEN)
     try:
         assert p.start() is p
-        assert p.endpoints == p.endpoint == ep
+        assert p.endpoints == ep
     finally:
         p.close()
-    with pytest.warns(DeprecationWarning, match="endpoints="):
-        old = ferrymq.JmqProducer(endpoint=ep, app=APP, token=TOKEN)
-    assert old.endpoints == ep
-    with pytest.raises(ferrymq.InvalidArgumentError, match="endpoint"):
-        ferrymq.JmqProducer(ep, app=APP, token=TOKEN, endpoint=ep)
-    with pytest.raises(ferrymq.InvalidArgumentError, match="endpoints"):
-        ferrymq.JmqProducer(app=APP, token=TOKEN)
     c = ferrymq.JmqConsumer(endpoints=ep, topics=[topic], app=APP, token=TOKEN)
     try:
         assert c.start() is c
@@ -361,7 +349,7 @@ def test_endpoints_spelling_start_returns_self_and_old_spelling_warns(
 
 
 async def test_start_async_returns_the_client(jmq_broker: EmbeddedBroker, topic: str) -> None:
-    p = ferrymq.JmqProducer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN)
+    p = ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN)
     assert await p.start_async() is p
     await p.close_async()
     c = ferrymq.JmqConsumer(jmq_broker.jmq_endpoint, [topic], app=APP, token=TOKEN)

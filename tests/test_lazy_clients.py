@@ -1,5 +1,6 @@
-"""The lifecycle the lazily connecting clients share (``JmqProducer``, ``JmqConsumer`` and
-``JetStream`` extend ``_native.LazyClient``): one test per edge, run over each class."""
+"""The lifecycle the lazily connecting clients share (``Producer`` over ``jmq://`` and
+``nats://``, ``JmqConsumer`` and ``JetStream``: their native classes extend
+``_native.LazyClient``): one test per edge, run over each class."""
 
 from __future__ import annotations
 
@@ -20,12 +21,16 @@ APP, TOKEN = "test_app", "test_token"
 Factory = Callable[[str, str], Any]
 
 KINDS: dict[str, tuple[str, Factory]] = {
-    "jmq-producer": ("jmq", lambda ep, _: ferrymq.JmqProducer(ep, app=APP, token=TOKEN)),
+    "jmq-producer": (
+        "jmq",
+        lambda ep, _: ferrymq.Producer(f"jmq://{ep}", app=APP, token=TOKEN),
+    ),
     "jmq-consumer": (
         "jmq",
         lambda ep, topic: ferrymq.JmqConsumer(ep, app=APP, token=TOKEN, topics=topic),
     ),
     "jetstream": ("nats", lambda ep, _: ferrymq.JetStream(ep)),
+    "nats-producer": ("nats", lambda ep, _: ferrymq.Producer(ep)),
 }
 
 

@@ -1,4 +1,5 @@
-"""The NATS JetStream client against a real nats-server (2.9, Debian's package)."""
+"""The NATS JetStream client (stream and consumer admin) against a real nats-server (2.9,
+Debian's package); messages are published with ``AsyncPublisher`` over ``Producer("nats://")``."""
 
 from __future__ import annotations
 
@@ -79,60 +80,67 @@ async def test_async_start_and_context_manager(nats_server: NatsServer) -> None:
         assert js2.server_version.startswith("2.")
 
 
-def test_publish_returns_ack_with_stream_and_sequence(js: ferrymq.JetStream, stream: str) -> None:
+def test_publish_returns_ack_with_stream_and_sequence(
+    nats_server: NatsServer, js: ferrymq.JetStream, stream: str
+) -> None:
     subject = f"t{stream[1:]}.a"
-    a1 = js.publish(subject, b"one", headers={"X-Trace": "1"})
-    a2 = js.publish(subject, b"two", message_id="fixed-id")
+    a1 = nats_server.publish(subject, b"one", headers={"X-Trace": "1"})
+    a2 = nats_server.publish(subject, b"two", message_id="fixed-id")
     assert (a1.stream, a1.sequence, a1.duplicate) == (stream, 1, False)
     assert (a2.sequence, a2.message_id) == (2, "fixed-id")
     # The same Nats-Msg-Id inside the duplicate window is acked as a duplicate, not stored.
-    a3 = js.publish(subject, b"two again", message_id="fixed-id")
+    a3 = nats_server.publish(subject, b"two again", message_id="fixed-id")
     assert a3.duplicate
     assert a3.sequence == 2
     assert js.stream_info(stream).messages == 2
 
 
-async def test_publish_async(js: ferrymq.JetStream, stream: str) -> None:
-    ack = await js.publish_async(f"t{stream[1:]}.b", b"x")
-    assert ack.stream == stream
-    assert ack.sequence == 1
-
-
-def test_no_stream_is_503_and_retriable(js: ferrymq.JetStream, tok: str) -> None:
+def test_no_stream_is_503_and_retriable(
+    nats_server: NatsServer, js: ferrymq.JetStream, tok: str
+) -> None:
     with pytest.raises(ferrymq.BrokerError) as e:
-        js.publish(f"nostream{tok}.x", b"x")
+        nats_server.publish(f"nostream{tok}.x", b"x")
     assert e.value.code == 503
     assert e.value.code_name == "NO_RESPONDERS"
     assert e.value.protocol == "nats"
     assert e.value.retriable
 
 
-def test_expectations_fail_with_jetstream_codes(js: ferrymq.JetStream, stream: str) -> None:
+def test_expectations_fail_with_jetstream_codes(
+    nats_server: NatsServer, js: ferrymq.JetStream, stream: str
+) -> None:
     subject = f"t{stream[1:]}.c"
-    js.publish(subject, b"1")
+    nats_server.publish(subject, b"1")
     with pytest.raises(ferrymq.BrokerError) as e:
-        js.publish(subject, b"2", expected_last_sequence=7)
+        nats_server.publish(subject, b"2", expected_last_sequence=7)
     assert (e.value.code, e.value.code_name, e.value.retriable) == (
         10071,
         "STREAM_WRONG_LAST_SEQUENCE",
         False,
     )
     with pytest.raises(ferrymq.BrokerError) as e:
-        js.publish(subject, b"2", expected_stream="WRONG")
+        nats_server.publish(subject, b"2", expected_stream="WRONG")
     assert e.value.code == 10060
-    assert js.publish(subject, b"2", expected_last_sequence=1, expected_stream=stream).sequence == 2
+    assert (
+        nats_server.publish(
+            subject, b"2", expected_last_sequence=1, expected_stream=stream
+        ).sequence
+        == 2
+    )
 
 
-def test_bad_input_names_the_field(js: ferrymq.JetStream, stream: str) -> None:
+def test_bad_input_names_the_field(
+    nats_server: NatsServer, js: ferrymq.JetStream, stream: str
+) -> None:
     subject = f"t{stream[1:]}.d"
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
-        js.publish("a b", b"x")
+        nats_server.publish("a b", b"x")
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
-        js.publish("a.*", b"x")
+        nats_server.publish("a.*", b"x")
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^headers"):
-        js.publish(subject, b"x", headers={"bad:name": "v"})
+        nats_server.publish(subject, b"x", headers={"bad:name": "v"})
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^body"):
-        js.publish(subject, "text")  # type: ignore[arg-type]
+        nats_server.publish(subject, "text")  # type: ignore[arg-type]
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^name"):
         js.create_stream("bad.name", ["x.y"])
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^storage"):
@@ -156,10 +164,12 @@ def test_stream_management(js: ferrymq.JetStream, tok: str) -> None:
     assert e.value.code == 10059
 
 
-def test_pull_consumer_fetches_acks_and_redelivers(js: ferrymq.JetStream, stream: str) -> None:
+def test_pull_consumer_fetches_acks_and_redelivers(
+    nats_server: NatsServer, js: ferrymq.JetStream, stream: str
+) -> None:
     subject = f"t{stream[1:]}.e"
     for i in range(25):
-        js.publish(subject, f"m{i}".encode(), message_id=f"id-{i}")
+        nats_server.publish(subject, f"m{i}".encode(), message_id=f"id-{i}")
     c = js.pull_consumer(stream, durable="worker", ack_wait=30.0)
     got = []
     while len(got) < 25:
@@ -181,7 +191,7 @@ def test_pull_consumer_fetches_acks_and_redelivers(js: ferrymq.JetStream, stream
     assert state["num_ack_pending"] == 0
     assert state["ack_floor_stream_sequence"] == 25
     # A durable consumer resumes where it was.
-    js.publish(subject, b"late")
+    nats_server.publish(subject, b"late")
     c2 = js.pull_consumer(stream, durable="worker")
     (late,) = c2.fetch(10, timeout=2.0)
     assert late.body == b"late"
@@ -189,10 +199,12 @@ def test_pull_consumer_fetches_acks_and_redelivers(js: ferrymq.JetStream, stream
     assert js.delete_consumer(stream, "worker") is True
 
 
-async def test_ephemeral_consumer_async(js: ferrymq.JetStream, stream: str) -> None:
+async def test_ephemeral_consumer_async(
+    nats_server: NatsServer, js: ferrymq.JetStream, stream: str
+) -> None:
     subject = f"t{stream[1:]}.f"
     for i in range(3):
-        await js.publish_async(subject, bytes([i]))
+        nats_server.publish(subject, bytes([i]))
     c = js.pull_consumer(stream, filter_subject=subject, deliver="all")
     msgs = await c.fetch_async(10, timeout=2.0)
     assert [m.body for m in msgs] == [b"\x00", b"\x01", b"\x02"]

@@ -52,10 +52,10 @@ def ready(request: pytest.FixtureRequest, unique: Callable[[str], str]) -> Itera
             reader.start()
             yield reader, topic
     else:
-        js, tok = request.getfixturevalue("nats_stream")
-        for i in range(N):
-            js.publish(f"s{tok}.a", b"m%d" % i)
+        _, tok = request.getfixturevalue("nats_stream")
         server: Any = request.getfixturevalue("nats_server")
+        with ferrymq.Producer(server.url) as p:
+            p.send_batch([ferrymq.Message(f"s{tok}.a", b"m%d" % i) for i in range(N)])
         with _native.OffsetReader.nats(server.url) as reader:
             reader.start()
             yield reader, f"S{tok}"

@@ -145,13 +145,15 @@ def test_what_the_producer_sends_a_push_consumer_receives(
 async def test_async_publisher_lifecycle_start_async_and_close_async(
     nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = nats_stream
-    pub = ferrymq.AsyncPublisher(js)
+    _, tok = nats_stream
+    producer = await ferrymq.Producer(nats_server.url).start_async()
+    pub = ferrymq.AsyncPublisher(producer)
     assert await pub.start_async() is pub
     flights = [await pub.publish_async(f"s{tok}.d", b"%d" % i) for i in range(5)]
     assert await pub.close_async(timedelta(seconds=10)) is True
     assert all(f.state == "acked" for f in flights)
     assert pub.state == "finished"
-    sync = ferrymq.AsyncPublisher(js)
+    sync = ferrymq.AsyncPublisher(producer)
     assert sync.start() is sync
     sync.stop()
+    await producer.close_async()

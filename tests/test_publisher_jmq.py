@@ -15,7 +15,7 @@ _ids = itertools.count()
 
 
 async def test_publish_async_over_jmq(
-    jmq_broker: EmbeddedBroker, jmq_producer: ferrymq.JmqProducer, jmq_topic: str
+    jmq_broker: EmbeddedBroker, jmq_producer: ferrymq.Producer, jmq_topic: str
 ) -> None:
     producer, topic = jmq_producer, jmq_topic
     rec = Recorder()
@@ -32,7 +32,7 @@ async def test_publish_async_over_jmq(
     assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in range(30))
 
 
-async def test_failures_over_jmq(jmq_producer: ferrymq.JmqProducer) -> None:
+async def test_failures_over_jmq(jmq_producer: ferrymq.Producer) -> None:
     producer = jmq_producer
     rec = Recorder()
     async with ferrymq.AsyncPublisher(producer, listener=rec) as pub:

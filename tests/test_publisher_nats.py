@@ -53,9 +53,15 @@ class Recorder(ferrymq.PublisherListener):
 
 
 @pytest.fixture
-def js_via_proxy(nats_proxy: HoldingProxy) -> Iterator[ferrymq.JetStream]:
-    with ferrymq.JetStream(nats_proxy.url, request_timeout=30.0) as client:
-        yield client
+def producer(nats_server: NatsServer) -> Iterator[ferrymq.Producer]:
+    with ferrymq.Producer(nats_server.url) as p:
+        yield p
+
+
+@pytest.fixture
+def producer_via_proxy(nats_proxy: HoldingProxy) -> Iterator[ferrymq.Producer]:
+    with ferrymq.Producer(nats_proxy.url, request_timeout=30.0) as p:
+        yield p
 
 
 @pytest.fixture
@@ -103,11 +109,13 @@ def check_window(events: list[tuple[str, ferrymq.Flight]], max_in_flight: int, r
 
 
 async def test_publish_async_acks_every_message_with_stamped_ids(
-    js: ferrymq.JetStream, stream: tuple[str, str]
+    producer: ferrymq.Producer, js: ferrymq.JetStream, stream: tuple[str, str]
 ) -> None:
     name, subject = stream
     rec = Recorder()
-    async with ferrymq.AsyncPublisher(js, id_prefix="order", max_in_flight=16, listener=rec) as pub:
+    async with ferrymq.AsyncPublisher(
+        producer, id_prefix="order", max_in_flight=16, listener=rec
+    ) as pub:
         assert pub.state == "running"
         flights = [
             await pub.publish_async(subject, f"body-{i}".encode(), headers={"X-N": str(i)})
@@ -141,7 +149,7 @@ async def test_publish_async_acks_every_message_with_stamped_ids(
 @pytest.mark.parametrize(("max_in_flight", "refill"), [(8, 0), (8, 5)])
 async def test_hold_at_max_in_flight_and_refill_at_threshold(
     js: ferrymq.JetStream,
-    js_via_proxy: ferrymq.JetStream,
+    producer_via_proxy: ferrymq.Producer,
     nats_proxy: HoldingProxy,
     stream: tuple[str, str],
     max_in_flight: int,
@@ -150,7 +158,7 @@ async def test_hold_at_max_in_flight_and_refill_at_threshold(
     name, subject = stream
     rec = Recorder()
     pub = ferrymq.AsyncPublisher(
-        js_via_proxy, max_in_flight=max_in_flight, refill_allowed_at=refill, listener=rec
+        producer_via_proxy, max_in_flight=max_in_flight, refill_allowed_at=refill, listener=rec
     )
     pub.start()
     nats_proxy.hold()  # acks are held back: the window fills and stays full
@@ -173,11 +181,11 @@ async def test_hold_at_max_in_flight_and_refill_at_threshold(
 
 
 async def test_timeouts_complete_futures_and_reach_the_listener(
-    js_via_proxy: ferrymq.JetStream, nats_proxy: HoldingProxy, stream: tuple[str, str]
+    producer_via_proxy: ferrymq.Producer, nats_proxy: HoldingProxy, stream: tuple[str, str]
 ) -> None:
     _, subject = stream
     rec = Recorder()
-    async with ferrymq.AsyncPublisher(js_via_proxy, wait_timeout=0.3, listener=rec) as pub:
+    async with ferrymq.AsyncPublisher(producer_via_proxy, wait_timeout=0.3, listener=rec) as pub:
         nats_proxy.hold()
         flights = [await pub.publish_async(subject, b"x") for _ in range(5)]
         for f in flights:
@@ -195,13 +203,13 @@ async def test_timeouts_complete_futures_and_reach_the_listener(
 
 async def test_drain_waits_for_every_flight(
     js: ferrymq.JetStream,
-    js_via_proxy: ferrymq.JetStream,
+    producer_via_proxy: ferrymq.Producer,
     nats_proxy: HoldingProxy,
     stream: tuple[str, str],
 ) -> None:
     name, subject = stream
     rec = Recorder()
-    pub = ferrymq.AsyncPublisher(js_via_proxy, max_in_flight=10, listener=rec)
+    pub = ferrymq.AsyncPublisher(producer_via_proxy, max_in_flight=10, listener=rec)
     pub.start()
     nats_proxy.hold()
     flights = [await pub.publish_async(subject, str(i).encode()) for i in range(20)]
@@ -222,13 +230,13 @@ async def test_drain_waits_for_every_flight(
 
 async def test_retried_publish_is_stored_once(
     js: ferrymq.JetStream,
-    js_via_proxy: ferrymq.JetStream,
+    producer_via_proxy: ferrymq.Producer,
     nats_proxy: HoldingProxy,
     stream: tuple[str, str],
 ) -> None:
     name, subject = stream
     retry = ferrymq.RetryConfig(attempts=20, backoff=(0.02,), attempt_timeout=0.15)
-    async with ferrymq.AsyncPublisher(js_via_proxy, retry=retry, wait_timeout=20.0) as pub:
+    async with ferrymq.AsyncPublisher(producer_via_proxy, retry=retry, wait_timeout=20.0) as pub:
         nats_proxy.hold()  # the first attempt is stored, but its ack is lost
         flight = await pub.publish_async(subject, b"only once")
         await async_wait_for("a retry was sent", lambda: flight.attempts >= 3)
@@ -246,11 +254,11 @@ async def test_retried_publish_is_stored_once(
 
 
 async def test_failures_reach_both_the_listener_and_the_futures(
-    js: ferrymq.JetStream, tok: str
+    producer: ferrymq.Producer, js: ferrymq.JetStream, tok: str
 ) -> None:
     rec = Recorder()
     retry = ferrymq.RetryConfig(attempts=3, backoff=(0.01,))
-    async with ferrymq.AsyncPublisher(js, retry=retry, listener=rec) as pub:
+    async with ferrymq.AsyncPublisher(producer, retry=retry, listener=rec) as pub:
         # No stream listens on this subject: 503 no responders, retried, then failed.
         flight = await pub.publish_async(f"nostream{tok}.x", b"x")
         with pytest.raises(ferrymq.BrokerError) as e:
@@ -264,12 +272,12 @@ async def test_failures_reach_both_the_listener_and_the_futures(
 
 
 async def test_expectation_failures_are_never_retried(
-    js: ferrymq.JetStream, stream: tuple[str, str]
+    producer: ferrymq.Producer, js: ferrymq.JetStream, stream: tuple[str, str]
 ) -> None:
     name, subject = stream
     rec = Recorder()
     retry = ferrymq.RetryConfig(attempts=5, backoff=(0.01,))
-    async with ferrymq.AsyncPublisher(js, retry=retry, listener=rec) as pub:
+    async with ferrymq.AsyncPublisher(producer, retry=retry, listener=rec) as pub:
         ok = await pub.publish_async(subject, b"1", expected_stream=name)
         wrong_stream = await pub.publish_async(subject, b"2", expected_stream="ELSEWHERE")
         wrong_seq = await pub.publish_async(subject, b"3", expected_last_sequence=99)
@@ -287,11 +295,11 @@ async def test_expectation_failures_are_never_retried(
 
 
 async def test_futures_without_a_listener_get_acks_and_errors(
-    js_via_proxy: ferrymq.JetStream, nats_proxy: HoldingProxy, stream: tuple[str, str]
+    producer_via_proxy: ferrymq.Producer, nats_proxy: HoldingProxy, stream: tuple[str, str]
 ) -> None:
     """Without a listener the futures are completed by one native call per event batch."""
     name, subject = stream
-    async with ferrymq.AsyncPublisher(js_via_proxy, wait_timeout=0.5) as pub:
+    async with ferrymq.AsyncPublisher(producer_via_proxy, wait_timeout=0.5) as pub:
         ok = [(await pub.publish_async(subject, b"ok")).ack_future for _ in range(20)]
         wrong = (await pub.publish_async(subject, b"w", expected_stream="ELSEWHERE")).ack_future
         cancelled = (await pub.publish_async(subject, b"c")).ack_future
@@ -311,11 +319,11 @@ async def test_futures_without_a_listener_get_acks_and_errors(
 
 
 async def test_stop_completes_every_future(
-    js_via_proxy: ferrymq.JetStream, nats_proxy: HoldingProxy, stream: tuple[str, str]
+    producer_via_proxy: ferrymq.Producer, nats_proxy: HoldingProxy, stream: tuple[str, str]
 ) -> None:
     _, subject = stream
     rec = Recorder()
-    pub = ferrymq.AsyncPublisher(js_via_proxy, max_in_flight=4, listener=rec)
+    pub = ferrymq.AsyncPublisher(producer_via_proxy, max_in_flight=4, listener=rec)
     pub.start()
     nats_proxy.hold()
     flights = [await pub.publish_async(subject, b"x") for _ in range(8)]
@@ -334,9 +342,11 @@ async def test_stop_completes_every_future(
     nats_proxy.release()
 
 
-async def test_user_message_id_wins(js: ferrymq.JetStream, stream: tuple[str, str]) -> None:
+async def test_user_message_id_wins(
+    producer: ferrymq.Producer, js: ferrymq.JetStream, stream: tuple[str, str]
+) -> None:
     _, subject = stream
-    async with ferrymq.AsyncPublisher(js) as pub:
+    async with ferrymq.AsyncPublisher(producer) as pub:
         a = await pub.publish_async(subject, b"x", message_id="business-key-1")
         b = await pub.publish_async(subject, b"x", message_id="business-key-1")
         first, second = await a, await b
@@ -346,10 +356,12 @@ async def test_user_message_id_wins(js: ferrymq.JetStream, stream: tuple[str, st
     assert first.sequence == second.sequence
 
 
-async def test_publish_a_message_object(js: ferrymq.JetStream, stream: tuple[str, str]) -> None:
+async def test_publish_a_message_object(
+    producer: ferrymq.Producer, js: ferrymq.JetStream, stream: tuple[str, str]
+) -> None:
     name, subject = stream
     msg = ferrymq.Message(subject, b"payload", properties={"k": "v"})
-    async with ferrymq.AsyncPublisher(js) as pub:
+    async with ferrymq.AsyncPublisher(producer) as pub:
         flight = await pub.publish_async(msg)
         await flight
     assert flight.message == msg
@@ -357,10 +369,12 @@ async def test_publish_a_message_object(js: ferrymq.JetStream, stream: tuple[str
     assert got.headers["k"] == "v"
 
 
-def test_submit_without_asyncio(js: ferrymq.JetStream, stream: tuple[str, str]) -> None:
+def test_submit_without_asyncio(
+    producer: ferrymq.Producer, js: ferrymq.JetStream, stream: tuple[str, str]
+) -> None:
     name, subject = stream
     rec = Recorder()
-    with ferrymq.AsyncPublisher(js, max_in_flight=8, listener=rec) as pub:
+    with ferrymq.AsyncPublisher(producer, max_in_flight=8, listener=rec) as pub:
         futures = [pub.submit(subject, str(i).encode()) for i in range(100)]
     acks = [f.result(timeout=10) for f in futures]
     assert [a.sequence for a in acks] == list(range(1, 101))
@@ -371,16 +385,20 @@ def test_submit_without_asyncio(js: ferrymq.JetStream, stream: tuple[str, str]) 
     read_all(js, name, 100)
 
 
-def test_flight_result_blocks_until_done(js: ferrymq.JetStream, stream: tuple[str, str]) -> None:
+def test_flight_result_blocks_until_done(
+    producer: ferrymq.Producer, js: ferrymq.JetStream, stream: tuple[str, str]
+) -> None:
     _, subject = stream
-    pub = ferrymq.AsyncPublisher(js)
+    pub = ferrymq.AsyncPublisher(producer)
     pub.start()
     fut = pub.submit(subject, b"x")
     assert fut.result(timeout=10).sequence == 1
     assert pub.close(timeout=10)
 
 
-def test_invalid_arguments_name_the_field(js: ferrymq.JetStream) -> None:
+def test_invalid_arguments_name_the_field(
+    producer: ferrymq.Producer, js: ferrymq.JetStream
+) -> None:
     cases: list[tuple[dict[str, object], str]] = [
         ({"max_in_flight": 0}, "max_in_flight"),
         ({"max_in_flight": 5, "refill_allowed_at": 5}, "refill_allowed_at"),
@@ -393,10 +411,12 @@ def test_invalid_arguments_name_the_field(js: ferrymq.JetStream) -> None:
     ]
     for kwargs, field in cases:
         with pytest.raises(ferrymq.InvalidArgumentError, match=f"^{field}"):
-            ferrymq.AsyncPublisher(js, **kwargs)  # type: ignore[arg-type]
+            ferrymq.AsyncPublisher(producer, **kwargs)  # type: ignore[arg-type]
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^producer"):
         ferrymq.AsyncPublisher(object())
-    pub = ferrymq.AsyncPublisher(js)
+    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^producer"):
+        ferrymq.AsyncPublisher(js)  # the admin client does not publish: Producer("nats://") does
+    pub = ferrymq.AsyncPublisher(producer)
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
         pub.submit("bad subject", b"x")
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^headers"):
@@ -409,7 +429,10 @@ def test_invalid_arguments_name_the_field(js: ferrymq.JetStream) -> None:
 
 
 async def test_listener_exceptions_are_logged_not_fatal(
-    js: ferrymq.JetStream, stream: tuple[str, str], caplog: pytest.LogCaptureFixture
+    producer: ferrymq.Producer,
+    js: ferrymq.JetStream,
+    stream: tuple[str, str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     _, subject = stream
 
@@ -417,7 +440,7 @@ async def test_listener_exceptions_are_logged_not_fatal(
         def acked(self, flight: ferrymq.Flight) -> None:
             raise RuntimeError("listener bug")
 
-    async with ferrymq.AsyncPublisher(js, listener=Broken()) as pub:
+    async with ferrymq.AsyncPublisher(producer, listener=Broken()) as pub:
         flights = [await pub.publish_async(subject, b"x") for _ in range(3)]
     assert all(f.state == "acked" for f in flights)
     assert (
@@ -444,8 +467,8 @@ class Slow(ferrymq.PublisherListener):
 
 
 async def main():
-    js = await ferrymq.JetStream.connect_async(url)
-    pub = ferrymq.AsyncPublisher(js, id_prefix="exit", max_in_flight=64, listener=Slow())
+    producer = await ferrymq.Producer(url).start_async()
+    pub = ferrymq.AsyncPublisher(producer, id_prefix="exit", max_in_flight=64, listener=Slow())
     pub.start()
     futures = [(await pub.publish_async(subject, b"x")).ack_future for _ in range(n)]
     # Never drained, futures never awaited: asyncio.run returns and the interpreter exits.

@@ -36,8 +36,8 @@ def test_every_message_consumed_and_acked_once(
     js, tok = nats_stream
     ids = [f"id-{i}" for i in range(100)]
     for i, mid in enumerate(ids):
-        js.publish(f"s{tok}.a", b"m%d" % i, message_id=mid)
-    js.publish(f"s{tok}.other", b"not subscribed", message_id="other")
+        nats_server.publish(f"s{tok}.a", b"m%d" % i, message_id=mid)
+    nats_server.publish(f"s{tok}.other", b"not subscribed", message_id="other")
     rec = Recorder()
     with ferrymq.PushConsumer(
         nats_server.url, f"g{tok}", subscriptions=f"s{tok}.a", listener=rec
@@ -60,9 +60,9 @@ def test_every_message_consumed_and_acked_once(
 def test_failures_are_redelivered_then_terminated(
     nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
-    js, tok = nats_stream
-    js.publish(f"s{tok}.a", b"ok", message_id="ok")
-    js.publish(f"s{tok}.a", b"bad", message_id="bad")
+    _, tok = nats_stream
+    nats_server.publish(f"s{tok}.a", b"ok", message_id="ok")
+    nats_server.publish(f"s{tok}.a", b"bad", message_id="bad")
     rec = Recorder(fail={"bad"})
     with ferrymq.PushConsumer(
         nats_server.url, f"g{tok}", subscriptions={f"s{tok}.a": "*"}, listener=rec
@@ -87,7 +87,7 @@ def test_subscribe_while_running_and_bad_arguments(
         ) as pc:
             pc.subscribe(f"q{tok}.b")
             assert set(pc.subscriptions) == {f"s{tok}.a", f"q{tok}.b"}
-            js.publish(f"q{tok}.b", b"on b", message_id="on-b")
+            nats_server.publish(f"q{tok}.b", b"on b", message_id="on-b")
             wait_for("b consumed", lambda: "on-b" in rec.attempts)
             # Refused, nothing changes: a filter, a second subject of a stream already read.
             with pytest.raises(InvalidArgumentError, match="filter"):

@@ -55,7 +55,7 @@ def test_fetch_without_arguments_hands_out_the_default_batch(nats_server: NatsSe
         js.create_stream(stream, [f"d{tok}.>"])
         try:
             for i in range(40):
-                js.publish(subject, b"m%d" % i)
+                nats_server.publish(subject, b"m%d" % i)
             c = js.pull_consumer(stream)
             # 40 are stored: the call returns at once with the default batch, in order.
             assert [m.body for m in c.fetch()] == [b"m%d" % i for i in range(16)]

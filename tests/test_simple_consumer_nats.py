@@ -28,8 +28,8 @@ def test_receive_and_ack_each_message_once(
 ) -> None:
     js, tok = nats_stream
     for i in range(20):
-        js.publish(f"s{tok}.a", b"m%d" % i, message_id=f"id-{i}")
-    js.publish(f"s{tok}.other", b"not subscribed")
+        nats_server.publish(f"s{tok}.a", b"m%d" % i, message_id=f"id-{i}")
+    nats_server.publish(f"s{tok}.other", b"not subscribed")
     with _consumer(nats_server.url, tok, await_duration=0.5) as c:
         assert c.protocol == "nats"
         got: list[ferrymq.ReceivedMessage] = []
@@ -55,7 +55,7 @@ def test_change_invisible_duration_redelivers_after_the_delay(
     nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
     js, tok = nats_stream
-    js.publish(f"s{tok}.a", b"again", message_id="again")
+    nats_server.publish(f"s{tok}.a", b"again", message_id="again")
     with _consumer(nats_server.url, tok, await_duration=10) as c:
         (m,) = c.receive()
         c.change_invisible_duration(m, 0.2)
@@ -77,7 +77,7 @@ def test_receive_returns_with_the_first_message_not_after_the_wait(
         while _state(js, tok)["num_waiting"] == 0:  # the long pull is parked on the server
             assert time.monotonic() < deadline, "the receive never waited"
             time.sleep(0.01)
-        js.publish(f"s{tok}.a", b"late", message_id="late")
+        nats_server.publish(f"s{tok}.a", b"late", message_id="late")
         # Before the fix the receive returned only when its 20 s wait ended.
         receiver.join(10)
         assert not receiver.is_alive(), "receive waited for a full batch"
@@ -90,7 +90,7 @@ def test_async_receive_ack_and_nak(
 ) -> None:
     js, tok = nats_stream
     for i in range(3):
-        js.publish(f"s{tok}.a", b"%d" % i, message_id=f"a{i}")
+        nats_server.publish(f"s{tok}.a", b"%d" % i, message_id=f"a{i}")
 
     async def run() -> list[tuple[str, int]]:
         seen: list[tuple[str, int]] = []
@@ -114,7 +114,7 @@ def test_several_subjects_are_all_read(nats_server: NatsServer) -> None:
         js.create_stream(f"X{tok}", [f"x{tok}.>"])
         js.create_stream(f"Y{tok}", [f"y{tok}.>"])
         try:
-            js.publish(f"y{tok}.a", b"y")
+            nats_server.publish(f"y{tok}.a", b"y")
             c = ferrymq.SimpleConsumer(
                 nats_server.url,
                 f"g{tok}",

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from ferrymq import Message, _native
+from ferrymq import Message, Producer, _native
 from ferrymq.testing import EmbeddedBroker
 from spark_helpers import lose_commit, run_available_now, stream_batches
 
@@ -370,7 +370,7 @@ def jmq_produce(
 ) -> None:
     """Messages ``m<i>`` with businessId ``id<i>``, key ``k<i>`` (property ``ferrymq-key``),
     tag even/odd and property ``i``; each chunk is one batch message on one partition."""
-    jmq = _native.JmqProducer(broker.jmq_endpoint, **JMQ_AUTH)
+    jmq = Producer(broker.jmq_endpoint, **JMQ_AUTH)
     _send_numbered(jmq, topic, range(start, start + count), chunk, "id", **{"ferrymq-key": "k"})
 
 

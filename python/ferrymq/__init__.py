@@ -17,20 +17,18 @@ from ._native import (
     JetStream,
     JmqConsumer,
     JmqMessage,
-    JmqProducer,
     JmqSendReceipt,
-    JmqTransaction,
     JsMessage,
     JsPullConsumer,
     Message,
     MessageView,
+    NatsSendReceipt,
     PublishAck,
     SendReceipt,
     StreamInfo,
     TlsConfig,
     Transaction,
 )
-from ._nats import NatsSendReceipt
 from ._views import Receipt, ReceivedMessage
 from .consumer import PushConsumer, SimpleConsumer
 from .exceptions import (
@@ -70,9 +68,7 @@ __all__ = [
     "JsPullConsumer",
     "JmqConsumer",
     "JmqMessage",
-    "JmqProducer",
     "JmqSendReceipt",
-    "JmqTransaction",
     "Message",
     "MessageQueue",
     "MessageView",

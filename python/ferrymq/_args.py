@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from ._native import Message
 from .exceptions import InvalidArgumentError
 
-__all__ = ["as_list", "known_options", "as_message", "nonblank", "refuse"]
+__all__ = ["as_list", "known_options", "nonblank", "refuse"]
 
 _T = TypeVar("_T")
 
@@ -47,12 +46,3 @@ def nonblank(group: object, why: str) -> None:
     ``InvalidArgumentError("group: <why>")``."""
     if not isinstance(group, str) or not group.strip():
         raise InvalidArgumentError(f"group: {why}")
-
-
-def as_message(value: object) -> Message:
-    """``value`` if it is a :class:`ferrymq.Message`, else an ``InvalidArgumentError``."""
-    if not isinstance(value, Message):
-        raise InvalidArgumentError(
-            f"message: must be a ferrymq.Message, not {type(value).__name__}"
-        )
-    return value

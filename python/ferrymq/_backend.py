@@ -1,10 +1,9 @@
 """The interface :class:`ferrymq.Producer` drives, whatever the protocol behind it.
 
-``_native.RocketMQProducer`` (RocketMQ 5), :class:`ferrymq._remoting.RemotingBackend`,
-:class:`ferrymq._jmq.JmqBackend` and :class:`ferrymq._nats.NatsBackend` all satisfy
-:class:`ProducerBackend`; mypy checks it where the facade picks one, so a backend whose methods
-drift from the others fails the type check instead of being cast over. :class:`PyBackend` holds
-what the backends written in Python share.
+The native producers ``RocketMQProducer`` (RocketMQ 5), ``RemotingProducer``, ``JmqProducer``
+and ``NatsProducer`` all satisfy :class:`ProducerBackend`; mypy checks it where the facade picks
+one, so a backend whose methods drift from the others fails the type check instead of being
+cast over.
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ from typing import Any, Protocol
 
 from ._native import Message
 from ._views import Receipt
-from .exceptions import InvalidArgumentError
 
-__all__ = ["ProducerBackend", "ProducerTransaction", "PyBackend"]
+__all__ = ["ProducerBackend", "ProducerTransaction"]
 
 
 class ProducerTransaction(Protocol):
@@ -37,8 +35,8 @@ class ProducerTransaction(Protocol):
 
 
 class ProducerBackend(Protocol):
-    def start(self) -> None: ...
-    def start_async(self) -> Awaitable[None]: ...
+    def start(self) -> object: ...
+    def start_async(self) -> Awaitable[object]: ...
     def close(self) -> None: ...
     def close_async(self) -> Awaitable[None]: ...
     @property
@@ -73,41 +71,3 @@ class ProducerBackend(Protocol):
     def isolated_endpoints(self) -> list[str]: ...
     @property
     def settings(self) -> dict[str, Any]: ...
-
-
-class PyBackend:
-    """Base of the producer backends written in Python (``jmq://``, ``nats://``,
-    ``remoting://``): the lifecycle flags, and the answers of a protocol that isolates no
-    endpoint and has no delayed messages to recall."""
-
-    #: The message of the ``InvalidArgumentError`` that ``recall`` raises.
-    _no_recall = "recall: this protocol has no delayed messages to recall"
-    _namespace = ""
-    _started = False
-    _closed = False
-
-    @property
-    def started(self) -> bool:
-        return self._started
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def namespace(self) -> str:
-        return self._namespace
-
-    @property
-    def client_id(self) -> str:
-        return ""
-
-    @property
-    def isolated_endpoints(self) -> list[str]:
-        return []
-
-    def recall(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError(self._no_recall)
-
-    async def recall_async(self, topic: str, recall_handle: str) -> str:
-        raise InvalidArgumentError(self._no_recall)

@@ -1,16 +1,16 @@
 """``ferrymq.Producer``: one publishing API over every backend.
 
 The backend is chosen from the endpoint scheme by :func:`ferrymq._endpoints.protocol_of` (the
-one resolver every class and the Spark source use): plain ``host:port[;host:port]`` or
-``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
-RocketMQ 5 producer (:class:`ferrymq._native.RocketMQProducer`); ``jmq://host:port`` selects JMQ4
-(JoyQueue, :class:`ferrymq._jmq.JmqBackend`, which needs ``app`` and ``token``);
-``remoting://host:port`` selects RocketMQ's classic remoting protocol through its name servers
-(:class:`ferrymq._remoting.RemotingBackend`: ``send``/``send_batch``, a batch in one request);
-``nats://host:port`` publishes to NATS JetStream
-(:class:`ferrymq._nats.NatsBackend`). Each backend satisfies
-:class:`ferrymq._backend.ProducerBackend`; receipts are :class:`ferrymq.Receipt` (narrow with
-``isinstance`` to :class:`SendReceipt`, :class:`JmqSendReceipt` or :class:`NatsSendReceipt`).
+one resolver every class and the Spark source use), and is a native producer class:
+plain ``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects RocketMQ 5
+(``_native.RocketMQProducer``); ``jmq://host:port`` selects JMQ4 (JoyQueue,
+``_native.JmqProducer``, which needs ``app`` and ``token``; a transaction takes its topic from
+its first message); ``remoting://host:port`` selects RocketMQ's classic remoting protocol
+through its name servers (``_native.RemotingProducer``: ``send``/``send_batch``, a batch in one
+request); ``nats://host:port`` publishes to NATS JetStream (``_native.NatsProducer``). Each
+satisfies :class:`ferrymq._backend.ProducerBackend`; receipts are :class:`ferrymq.Receipt`
+(narrow with ``isinstance`` to :class:`SendReceipt`, :class:`JmqSendReceipt` or
+:class:`NatsSendReceipt`).
 """
 
 from __future__ import annotations
@@ -21,18 +21,33 @@ from datetime import timedelta
 from typing import Any
 
 from . import _native
-from ._args import as_list, refuse
+from ._args import as_list, known_options, refuse
 from ._backend import ProducerBackend, ProducerTransaction
-from ._endpoints import protocol_of
-from ._jmq import JmqBackend
+from ._endpoints import first_endpoint, protocol_of
 from ._lifecycle import Lifecycle
 from ._native import Credentials, Message, MessageView, TlsConfig
-from ._nats import NatsBackend
-from ._remoting import RemotingBackend
+from ._nats import user_password
 from ._views import Receipt
 from .exceptions import FerryError, InvalidArgumentError
 
 __all__ = ["DeliveryCallback", "Producer", "TransactionResolution"]
+
+#: The JMQ4 producer options ``Producer`` passes through ``jmq_options``.
+JMQ_OPTIONS = frozenset(
+    {
+        "region",
+        "qos",
+        "compression",
+        "compress_threshold",
+        "send_timeout",
+        "max_body",
+        "transaction_timeout",
+        "transaction_topics",
+        "feedback_interval",
+        "metadata_refresh",
+        "client_ip",
+    }
+)
 
 #: ``on_delivery(err, receipt)``: exactly one of the two is ``None``.
 DeliveryCallback = Callable[[FerryError | None, Receipt | None], object]
@@ -62,7 +77,8 @@ class Producer(Lifecycle):
         request_timeout: seconds (or timedelta) per request until the broker sends its own.
         max_attempts: send attempts per message (default: the broker's, usually 3).
         transaction_checker: ``f(MessageView) -> TransactionResolution`` for orphaned
-            transactions; runs on a ferrymq thread, never under a ferrymq lock.
+            transactions; runs on a ferrymq thread, never under a ferrymq lock. JMQ4 asks it
+            about a ``JmqOrphan`` (``topic``, ``tx_id``, ``transaction_id``) instead.
         max_pending: bound of :meth:`produce`'d messages not yet reported by :meth:`poll`.
         heartbeat_interval, route_refresh_interval, settings_sync_interval: periods of the
             background tasks: heartbeats (10 s), route refresh (30 s: new queues and changed
@@ -71,8 +87,9 @@ class Producer(Lifecycle):
             on).
         app, token: JMQ4 (``jmq://``) identity; required there, unused by RocketMQ. NATS:
             ``token`` authenticates.
-        jmq_options: further :class:`ferrymq.JmqProducer` options for ``jmq://`` (``qos``,
-            ``compression``, ``compress_threshold``, ``transaction_timeout``, ``region`` …).
+        jmq_options: further JMQ4 options for ``jmq://`` (``qos``, ``compression``,
+            ``compress_threshold``, ``transaction_timeout``, ``feedback_interval``,
+            ``region`` …).
     """
 
     def __init__(
@@ -112,29 +129,30 @@ class Producer(Lifecycle):
                     jmq_options=jmq_options,
                 ),
             )
-            self._impl = NatsBackend(
-                endpoints,
-                credentials=credentials,
+            user, password = user_password(credentials)
+            self._impl = _native.NatsProducer(
+                endpoints if isinstance(endpoints, str) else list(endpoints),
+                user=user,
+                password=password,
                 token=token,
                 request_timeout=request_timeout,
                 max_pending=max_pending,
             )
         elif protocol == "jmq":
-            # A JMQ4 transaction takes its topic from its first send.
-            self._impl = JmqBackend(
-                endpoints,
+            self._impl = _native.JmqProducer(
+                first_endpoint(endpoints),
                 app=app,
                 token=token,
                 namespace=namespace,
                 request_timeout=request_timeout,
-                max_attempts=max_attempts,
+                max_attempts=3 if max_attempts is None else max_attempts,
                 transaction_checker=transaction_checker,
                 max_pending=max_pending,
-                options=jmq_options,
+                **known_options("jmq_options", jmq_options, JMQ_OPTIONS),
             )
         elif protocol == "remoting":
-            # send/send_batch; produce and transactions refused.
-            self._impl = RemotingBackend(
+            # send/send_batch; produce, transactions and recall are refused by name.
+            self._impl = _native.RemotingProducer(
                 endpoints,
                 credentials=credentials,
                 namespace=namespace,
@@ -159,15 +177,12 @@ class Producer(Lifecycle):
 
     def _publisher_target(self) -> object:
         """The native client an :class:`ferrymq.AsyncPublisher` over this producer drives."""
-        impl = self._impl
-        if isinstance(impl, (JmqBackend, NatsBackend)):
-            return impl.native
-        if isinstance(impl, RemotingBackend):
+        if isinstance(self._impl, _native.RemotingProducer):
             raise InvalidArgumentError(
                 "producer: AsyncPublisher does not publish over remoting://; use a gRPC "
                 "endpoint (host:port), jmq:// or nats://"
             )
-        return impl
+        return self._impl
 
     # -- lifecycle ---------------------------------------------------------------------------
 

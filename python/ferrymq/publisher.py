@@ -276,8 +276,8 @@ class _Batch:
 
 
 class AsyncPublisher(Lifecycle):
-    """A managed async publisher over a ferrymq producer: ``ferrymq.JetStream`` (NATS) or
-    ``ferrymq.Producer`` (RocketMQ 5 or ``jmq://``; started before use) or ``ferrymq.JmqProducer``.
+    """A managed async publisher over a started ``ferrymq.Producer`` (RocketMQ 5, ``jmq://`` or
+    ``nats://``).
 
     Args:
         producer: the producer to publish with.
@@ -295,7 +295,7 @@ class AsyncPublisher(Lifecycle):
             is called.
         listener: an object with any of the :class:`PublisherListener` methods.
 
-    Use it as ``async with AsyncPublisher(js) as pub:`` (drains on exit) or call
+    Use it as ``async with AsyncPublisher(producer) as pub:`` (drains on exit) or call
     :meth:`start` and then :meth:`drain` / :meth:`close` / :meth:`stop`. A publisher still
     running when the interpreter exits is drained then (for up to ``wait_timeout`` seconds,
     after which what is left is stopped), and its listener hears of every message before

@@ -1,9 +1,10 @@
 //! A client connected on first use (or by `start()`), closed once, and the bridge every method
 //! of its Python class goes through: the blocking form releases the GIL
 //! (`RuntimeRef::block_on`), the asyncio form returns an awaitable (`future_into_py`); both
-//! connect first and fail with `ClientClosedError` after `close()`. Held by `JmqProducer`,
-//! `JmqConsumer` and `JetStream`, which extend `LazyClient`: their lifecycle methods (`start`,
-//! `close`, the context managers, `endpoints`) are stated once there.
+//! connect first and fail with `ClientClosedError` after `close()`. Held by the JMQ4, NATS
+//! and remoting producers, `JmqConsumer` and `JetStream`, which extend `LazyClient`: their
+//! lifecycle methods (`start`, `close`, the context managers, `endpoints`, `started`,
+//! `closed`) are stated once there.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -203,6 +204,9 @@ impl<C: Connect + ProduceBackend> ProduceBackend for Handle<C> {
 /// The lifecycle of a lazily connecting class, whatever its client (and produce path).
 trait Lifecycle: Send + Sync {
     fn endpoint(&self) -> &str;
+    /// Connected (by `start()` or a call), whether closed since or not.
+    fn started(&self) -> bool;
+    fn closed(&self) -> bool;
     fn connect(&self, py: Python<'_>) -> PyResult<()>;
     fn connect_async<'py>(&self, py: Python<'py>, me: Py<PyAny>) -> PyResult<Bound<'py, PyAny>>;
     fn close(&self, py: Python<'_>) -> PyResult<()>;
@@ -213,6 +217,12 @@ trait Lifecycle: Send + Sync {
 impl<C: Connect> Lifecycle for Handle<C> {
     fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+    fn started(&self) -> bool {
+        self.state.connected().is_some()
+    }
+    fn closed(&self) -> bool {
+        self.is_closed()
     }
     fn connect(&self, py: Python<'_>) -> PyResult<()> {
         Handle::connect(self, py).map(|_| ())
@@ -232,6 +242,12 @@ impl<C: Connect> Lifecycle for Handle<C> {
 impl<C: Connect, B: ProduceBackend> Lifecycle for (Handle<C>, Arc<Produce<B>>) {
     fn endpoint(&self) -> &str {
         &self.0.endpoint
+    }
+    fn started(&self) -> bool {
+        self.0.started()
+    }
+    fn closed(&self) -> bool {
+        self.0.is_closed()
     }
     fn connect(&self, py: Python<'_>) -> PyResult<()> {
         Lifecycle::connect(&self.0, py)
@@ -253,8 +269,8 @@ impl<C: Connect, B: ProduceBackend> Lifecycle for (Handle<C>, Arc<Produce<B>>) {
     }
 }
 
-/// The base class of `JmqProducer`, `JmqConsumer` and `JetStream`: a client that connects on
-/// `start()` (or on the first call that needs it) and is closed once.
+/// The base class of the JMQ4, NATS and remoting producers, `JmqConsumer` and `JetStream`: a
+/// client that connects on `start()` (or on the first call that needs it) and is closed once.
 #[pyclass(name = "LazyClient", module = "ferrymq._native", subclass, frozen)]
 pub struct LazyClient {
     life: Box<dyn Lifecycle>,
@@ -285,6 +301,18 @@ impl LazyClient {
     #[getter]
     fn endpoints(&self) -> &str {
         self.life.endpoint()
+    }
+
+    /// Whether it connected (by `start()` or a call that needed it).
+    #[getter]
+    fn started(&self) -> bool {
+        self.life.started()
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.life.closed()
     }
 
     /// Connect now (blocking, GIL released), failing fast on a wrong address or credentials;

@@ -21,11 +21,13 @@ mod message_view;
 mod nats;
 mod nats_batch;
 mod nats_consumer;
+mod nats_producer;
 mod offset_consumer;
 mod offset_reader;
 mod probe;
 mod produce;
 mod producer;
+mod producer_base;
 mod publish_args;
 mod publisher;
 mod remoting;
@@ -65,7 +67,8 @@ mod _native {
     use crate::durations::seconds;
     #[pymodule_export]
     use crate::jmq::{
-        JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,
+        JmqConsumer, JmqOrphan, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage,
+        PyJmqSendReceipt,
     };
     #[pymodule_export]
     use crate::lazy::LazyClient;
@@ -80,6 +83,8 @@ mod _native {
     #[pymodule_export]
     use crate::nats_consumer::{PyJsMessage, PyPullConsumer};
     #[pymodule_export]
+    use crate::nats_producer::{NatsProducer, PyNatsSendReceipt};
+    #[pymodule_export]
     use crate::offset_consumer::PyOffsetConsumer;
     #[pymodule_export]
     use crate::offset_reader::PyOffsetReader;
@@ -87,6 +92,8 @@ mod _native {
     use crate::probe::Probe;
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
+    #[pymodule_export]
+    use crate::producer_base::ProducerBase;
     #[pymodule_export]
     use crate::publish_args::PyPublishAck;
     #[pymodule_export]

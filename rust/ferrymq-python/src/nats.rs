@@ -15,10 +15,7 @@ use pyo3::types::PyString;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Connect, Handle, LazyClient};
-use crate::message::extract_message;
 use crate::nats_consumer::PyPullConsumer;
-use crate::produce::Produce;
-use crate::publish_args::{extract_outgoing, PyPublishAck};
 use crate::runtime::RuntimeRef;
 
 fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -33,6 +30,36 @@ fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         ));
     };
     nats::parse_endpoints(&joined).map_err(to_pyerr)
+}
+
+/// The connect options of `endpoints` and the endpoints as shown (credentials removed).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn options(
+    endpoints: &Bound<'_, PyAny>,
+    name: Option<String>,
+    user: Option<String>,
+    password: Option<String>,
+    token: Option<String>,
+    connect_timeout: Option<&Bound<'_, PyAny>>,
+    request_timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(NatsOptions, String)> {
+    let timeout = |field, v| durations::timeout_or(field, v, Duration::from_secs(5));
+    let opts = NatsOptions {
+        connect_timeout: timeout("connect_timeout", connect_timeout)?,
+        request_timeout: timeout("request_timeout", request_timeout)?,
+        endpoints: extract_endpoints(endpoints)?,
+        name,
+        user,
+        password,
+        token,
+    };
+    let shown = opts
+        .endpoints
+        .iter()
+        .map(|e| nats::redact(e))
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok((opts, shown))
 }
 
 /// The state of a JetStream stream.
@@ -96,18 +123,13 @@ impl Connect for JetStream {
     }
 }
 
-fn ack_to_py(py: Python<'_>, inner: ferrymq_core::publisher::PublishAck) -> PyResult<Py<PyAny>> {
-    Ok(Py::new(py, PyPublishAck { inner })?.into_any())
-}
-
-/// A client of NATS with JetStream. `close()` flushes produced messages (running their
-/// callbacks), then flushes and closes the connection.
+/// A client of NATS with JetStream: stream and consumer admin (`ferrymq.Producer("nats://…")`
+/// publishes). `close()` flushes and closes the connection.
 #[pyclass(name = "JetStream", module = "ferrymq", frozen, extends = LazyClient)]
 pub struct PyJetStream {
     /// Connected by `start()` (or the first call that needs it), never by the constructor;
     /// its endpoint is the endpoints with credentials removed.
     h: Handle<JetStream>,
-    produce: Arc<Produce<Handle<JetStream>>>,
 }
 
 impl PyJetStream {
@@ -116,7 +138,7 @@ impl PyJetStream {
         self.h.state.options.clone()
     }
 
-    /// The connected client (connecting now if needed), for the managed publisher.
+    /// The connected client (connecting now if needed).
     pub fn connected(&self, py: Python<'_>) -> PyResult<JetStream> {
         self.h.connect(py)
     }
@@ -176,8 +198,7 @@ fn deliver_policy(deliver: &Bound<'_, PyAny>) -> PyResult<DeliverPolicy> {
 impl PyJetStream {
     /// Check the arguments; `start()` (or `with`, or the first call that needs it) connects.
     #[new]
-    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0, max_pending=65536)")]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0)")]
     fn new(
         endpoints: &Bound<'_, PyAny>,
         name: Option<String>,
@@ -186,41 +207,25 @@ impl PyJetStream {
         token: Option<String>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
     ) -> PyResult<PyClassInitializer<Self>> {
         let rt = RuntimeRef::current()?;
-        let opts = NatsOptions {
-            connect_timeout: durations::timeout_or(
-                "connect_timeout",
-                connect_timeout,
-                Duration::from_secs(5),
-            )?,
-            request_timeout: durations::timeout_or(
-                "request_timeout",
-                request_timeout,
-                Duration::from_secs(5),
-            )?,
-            endpoints: extract_endpoints(endpoints)?,
+        let (opts, shown) = options(
+            endpoints,
             name,
             user,
             password,
             token,
-        };
-        let endpoints = opts
-            .endpoints
-            .iter()
-            .map(|e| nats::redact(e))
-            .collect::<Vec<_>>()
-            .join(",");
-        let h = Handle::new(endpoints, opts, rt);
-        let produce = Arc::new(Produce::new(h.clone(), max_pending, rt, ack_to_py)?);
-        let base = LazyClient::producer(&h, &produce);
-        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
+            connect_timeout,
+            request_timeout,
+        )?;
+        let h = Handle::new(shown, opts, rt);
+        let base = LazyClient::of(&h);
+        Ok(PyClassInitializer::from(base).add_subclass(Self { h }))
     }
 
     /// Connect without blocking the event loop: `js = await JetStream.connect_async(...)`.
     #[staticmethod]
-    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0, max_pending=65536)")]
+    #[pyo3(signature = (endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=None, request_timeout=None), text_signature = "(endpoints, *, name=None, user=None, password=None, token=None, connect_timeout=5.0, request_timeout=5.0)")]
     #[allow(clippy::too_many_arguments)]
     fn connect_async<'py>(
         py: Python<'py>,
@@ -231,7 +236,6 @@ impl PyJetStream {
         token: Option<String>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
         request_timeout: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let js = Self::new(
             endpoints,
@@ -241,7 +245,6 @@ impl PyJetStream {
             token,
             connect_timeout,
             request_timeout,
-            max_pending,
         )?;
         let js = Py::new(py, js)?;
         js.get().h.start_async(py, js.clone_ref(py))
@@ -251,74 +254,6 @@ impl PyJetStream {
     #[getter]
     fn server_version(&self, py: Python<'_>) -> PyResult<String> {
         Ok(self.connected(py)?.server_version())
-    }
-
-    /// Publish and wait for the JetStream ack (blocking, GIL released).
-    #[pyo3(signature = (subject, body=None, *, headers=None, message_id=None, expected_stream=None, expected_last_sequence=None, expected_last_subject_sequence=None, expected_last_msg_id=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn publish(
-        &self,
-        py: Python<'_>,
-        subject: &Bound<'_, PyAny>,
-        body: Option<&Bound<'_, PyAny>>,
-        headers: Option<&Bound<'_, PyAny>>,
-        message_id: Option<String>,
-        expected_stream: Option<String>,
-        #[pyo3(from_py_with = crate::ints::expected_last_sequence)] expected_last_sequence: Option<
-            u64,
-        >,
-        #[pyo3(from_py_with = crate::ints::expected_last_subject_sequence)]
-        expected_last_subject_sequence: Option<u64>,
-        expected_last_msg_id: Option<String>,
-    ) -> PyResult<PyPublishAck> {
-        let out = extract_outgoing(
-            subject,
-            body,
-            headers,
-            message_id,
-            expected_stream,
-            expected_last_sequence,
-            expected_last_subject_sequence,
-            expected_last_msg_id,
-        )?;
-        self.h.block(py, move |js| async move {
-            let inner = js.publish(None, &out).await?;
-            Ok(PyPublishAck { inner })
-        })
-    }
-
-    /// Publish and await the JetStream ack.
-    #[pyo3(signature = (subject, body=None, *, headers=None, message_id=None, expected_stream=None, expected_last_sequence=None, expected_last_subject_sequence=None, expected_last_msg_id=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn publish_async<'py>(
-        &self,
-        py: Python<'py>,
-        subject: &Bound<'_, PyAny>,
-        body: Option<&Bound<'_, PyAny>>,
-        headers: Option<&Bound<'_, PyAny>>,
-        message_id: Option<String>,
-        expected_stream: Option<String>,
-        #[pyo3(from_py_with = crate::ints::expected_last_sequence)] expected_last_sequence: Option<
-            u64,
-        >,
-        #[pyo3(from_py_with = crate::ints::expected_last_subject_sequence)]
-        expected_last_subject_sequence: Option<u64>,
-        expected_last_msg_id: Option<String>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let out = extract_outgoing(
-            subject,
-            body,
-            headers,
-            message_id,
-            expected_stream,
-            expected_last_sequence,
-            expected_last_subject_sequence,
-            expected_last_msg_id,
-        )?;
-        self.h.spawn(py, move |js| async move {
-            let inner = js.publish(None, &out).await?;
-            Ok(PyPublishAck { inner })
-        })
     }
 
     /// Create a stream (or return the existing one with the same settings).
@@ -451,44 +386,6 @@ impl PyJetStream {
         self.h.block(py, move |js| async move {
             js.delete_consumer(&stream, &name).await
         })
-    }
-
-    /// Wait until every produced message is reported (or `timeout` seconds pass), running the
-    /// callbacks here, then flush pending writes to the server; returns how many produced
-    /// messages are still pending.
-    #[pyo3(signature = (timeout=None))]
-    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let left = self.produce.flush(py, timeout)?;
-        self.h.block(py, |js| async move { js.flush().await })?;
-        Ok(left)
-    }
-
-    /// Queue `message` (a `ferrymq.Message`: subject = topic, properties as headers, a fresh
-    /// `Nats-Msg-Id`) for a batched publish; `on_delivery(err, ack)` runs later, on this
-    /// thread, inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are
-    /// pending.
-    #[pyo3(signature = (message, on_delivery=None))]
-    fn produce(
-        &self,
-        py: Python<'_>,
-        message: &Bound<'_, PyAny>,
-        on_delivery: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        self.produce
-            .produce(py, extract_message(message)?, on_delivery)
-    }
-
-    /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
-    /// returns how many were reported.
-    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
-    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        self.produce.poll(py, timeout)
-    }
-
-    /// Messages produced and not yet reported.
-    #[getter]
-    fn pending(&self) -> usize {
-        self.produce.pending()
     }
 
     fn __repr__(&self) -> String {

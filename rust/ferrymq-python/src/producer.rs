@@ -101,7 +101,7 @@ struct PyChecker {
     callable: Arc<Py<PyAny>>,
 }
 
-fn resolution_of(v: &Bound<'_, PyAny>) -> PyResult<TransactionResolution> {
+pub(crate) fn resolution_of(v: &Bound<'_, PyAny>) -> PyResult<TransactionResolution> {
     if v.is_none() {
         return Ok(TransactionResolution::Unknown);
     }

@@ -1,8 +1,6 @@
-//! Publish arguments and acks shared by the JetStream handle and the managed publisher.
-//!
-//! `nats.rs` (`JetStream.publish`) and `publisher.rs` (`AsyncPublisher`) both read a subject or
-//! `ferrymq.Message`, a body, headers and publish options the same way and hand back the same
-//! `PublishAck`; that code lives here so neither of the two has to import the other.
+//! The publish arguments and the acks of the managed publisher (`publisher.rs`,
+//! `AsyncPublisher`): a subject or `ferrymq.Message`, a body, headers and publish options, read
+//! into an `Outgoing`; a `PublishAck` back.
 
 use ferrymq_core::publisher::{Outgoing, PublishAck, PublishOptions};
 use pyo3::prelude::*;

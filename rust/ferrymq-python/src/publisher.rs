@@ -269,8 +269,8 @@ impl PyEventBatch {
 
 /// Which native producer classes can back a publisher.
 fn backend_of(producer: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PublishBackend>> {
-    if let Ok(js) = producer.cast::<crate::nats::PyJetStream>() {
-        return Ok(Arc::new(js.get().connected(producer.py())?));
+    if let Ok(p) = producer.cast::<crate::nats_producer::NatsProducer>() {
+        return Ok(Arc::new(p.get().connected()?));
     }
     if let Ok(p) = producer.cast::<crate::producer::PyProducer>() {
         return Ok(Arc::new(p.get().core().clone()));
@@ -281,7 +281,7 @@ fn backend_of(producer: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PublishBackend>> 
     Err(invalid(
         "producer",
         format!(
-            "expected a ferrymq.JetStream, ferrymq.Producer or ferrymq.JmqProducer, not {}",
+            "expected a ferrymq.Producer, not {}",
             producer.get_type().name()?
         ),
     ))

@@ -1,7 +1,8 @@
-//! `_native.RemotingProducer` and the remoting client options: RocketMQ over the classic
-//! remoting protocol (name server + brokers). The producer sends batches in one request, each
-//! message with its own metadata; the remoting reader is `OffsetReader.remoting`
-//! (`offset_reader.rs`).
+//! `_native.RemotingProducer` (what `ferrymq.Producer("remoting://…")` constructs) and the
+//! remoting client options: RocketMQ over the classic remoting protocol (name server +
+//! brokers). The producer sends batches in one request, each message with its own metadata;
+//! `produce`, transactions and recall are refused by name. The remoting reader is
+//! `OffsetReader.remoting` (`offset_reader.rs`).
 
 use std::time::Duration;
 
@@ -11,11 +12,15 @@ use ferrymq_core::rocketmq::producer::SendReceipt;
 use ferrymq_core::Message;
 use pyo3::prelude::*;
 
-use crate::aio::future_into_py;
+use ferrymq_core::Error;
+
 use crate::client_options::{extract_credentials, extract_duration, extract_endpoints};
-use crate::errors::to_pyerr;
+use crate::durations::{self, Lower};
+use crate::errors::{invalid, to_pyerr};
+use crate::lazy::{Connect, Handle, LazyClient};
 use crate::message::PyMessage;
 use crate::producer::{extract_messages, PySendReceipt};
+use crate::producer_base::ProducerBase;
 use crate::runtime::RuntimeRef;
 
 /// Default time a remoting request may take (the broker answers within milliseconds).
@@ -40,14 +45,6 @@ pub(crate) fn options(
             .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
         namespace: namespace.filter(|n| !n.is_empty()),
     })
-}
-
-/// Sends over the remoting protocol: a batch travels in `SEND_BATCH_MESSAGE` requests, each
-/// message keeping its own keys, tag, properties and unique id.
-#[pyclass(name = "RemotingProducer", module = "ferrymq._native", frozen)]
-pub struct PyRemotingProducer {
-    rt: RuntimeRef,
-    client: RemotingClient,
 }
 
 fn receipt(r: BatchReceipt, topic: &str) -> ferrymq_core::Result<PySendReceipt> {
@@ -93,35 +90,87 @@ async fn send_all(
         .collect()
 }
 
+/// The client is made (and its endpoints checked) by the constructor; connections are opened
+/// by the first request.
+impl Connect for RemotingClient {
+    type Options = RemotingClient;
+    const CLOSED: &'static str = "the client is closed";
+    async fn open(client: RemotingClient) -> Result<Self, Error> {
+        Ok(client)
+    }
+    async fn shut(&self) -> Result<(), Error> {
+        self.shutdown().await;
+        Ok(())
+    }
+}
+
+/// Why `produce`, transactions and recall are refused.
+const REFUSED: &str = "not available over remoting:// (send and send_batch are; use a gRPC \
+                       endpoint host:port for transactions, delayed-message recall and produce())";
+
+fn unsupported(what: &str) -> PyErr {
+    invalid(what, REFUSED)
+}
+
+/// Sends over the remoting protocol: a batch travels in `SEND_BATCH_MESSAGE` requests, each
+/// message keeping its own keys, tag, properties and unique id.
+#[pyclass(name = "RemotingProducer", module = "ferrymq._native", frozen, extends = ProducerBase)]
+pub struct PyRemotingProducer {
+    h: Handle<RemotingClient>,
+}
+
+async fn send_batch(
+    c: RemotingClient,
+    msgs: Vec<Message>,
+) -> ferrymq_core::Result<Vec<PySendReceipt>> {
+    send_all(c, msgs)
+        .await?
+        .into_iter()
+        .map(|(r, t)| receipt(r, &t))
+        .collect()
+}
+
+async fn send_one(c: RemotingClient, m: Message) -> ferrymq_core::Result<PySendReceipt> {
+    receipt(c.send(&m).await?, m.topic())
+}
+
 #[pymethods]
 impl PyRemotingProducer {
     #[new]
-    #[pyo3(signature = (endpoints, *, credentials=None, namespace=None, request_timeout=None))]
+    #[pyo3(signature = (endpoints, *, credentials=None, namespace=None, request_timeout=None, transaction_checker=None))]
     fn new(
         endpoints: &Bound<'_, PyAny>,
         credentials: Option<&Bound<'_, PyAny>>,
         namespace: Option<String>,
         request_timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
+        transaction_checker: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyClassInitializer<Self>> {
+        if transaction_checker.is_some_and(|c| !c.is_none()) {
+            return Err(unsupported("transaction_checker"));
+        }
         let rt = RuntimeRef::current()?;
         let options = options(endpoints, credentials, namespace, request_timeout)?;
+        let shown = options.endpoints.clone();
         let _guard = rt.handle().enter();
         let client = RemotingClient::new(options).map_err(to_pyerr)?;
-        Ok(Self { rt, client })
+        let namespace = client.options().namespace.clone().unwrap_or_default();
+        let h = Handle::new(shown.clone(), client, rt);
+        let facts = ProducerBase::new(
+            "remoting",
+            REFUSED,
+            String::new(),
+            namespace,
+            vec![("endpoints", shown)],
+        );
+        Ok(PyClassInitializer::from(LazyClient::of(&h))
+            .add_subclass(facts)
+            .add_subclass(Self { h }))
     }
-
-    /// Nothing to connect ahead of the first send (connections are made on demand); kept for
-    /// the common lifecycle.
-    fn start(&self) {}
 
     /// Send one message; returns where it was stored.
     fn send(&self, py: Python<'_>, message: PyRef<'_, PyMessage>) -> PyResult<PySendReceipt> {
-        let c = self.client.clone();
         let m = message.inner.clone();
-        self.rt.block_on(py, async move {
-            let t = m.topic().to_string();
-            receipt(c.send(&m).await?, &t)
-        })
+        self.h.block(py, move |c| send_one(c, m))
     }
 
     fn send_async<'py>(
@@ -129,77 +178,66 @@ impl PyRemotingProducer {
         py: Python<'py>,
         message: PyRef<'_, PyMessage>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.client.clone();
         let m = message.inner.clone();
-        future_into_py(py, self.rt, async move {
-            let t = m.topic().to_string();
-            receipt(c.send(&m).await?, &t)
-        })
+        self.h.spawn(py, move |c| send_one(c, m))
     }
 
     /// Send many messages (of one or more topics) in batch requests; one receipt per message,
-    /// in order. Messages of a message group go to the group's queue, in order.
+    /// in order. Messages of a message group go to the group's queue, in order. A remoting
+    /// batch always packs many messages per request, each keeping its metadata: `packed`
+    /// changes nothing.
+    #[pyo3(signature = (messages, *, packed=false))]
     fn send_batch(
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
+        packed: bool,
     ) -> PyResult<Vec<PySendReceipt>> {
+        let _ = packed;
         let msgs = extract_messages(messages)?;
-        let c = self.client.clone();
-        self.rt.block_on(py, async move {
-            send_all(c, msgs)
-                .await?
-                .into_iter()
-                .map(|(r, t)| receipt(r, &t))
-                .collect()
-        })
+        self.h.block(py, move |c| send_batch(c, msgs))
     }
 
+    #[pyo3(signature = (messages, *, packed=false))]
     fn send_batch_async<'py>(
         &self,
         py: Python<'py>,
         messages: &Bound<'_, PyAny>,
+        packed: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = packed;
         let msgs = extract_messages(messages)?;
-        let c = self.client.clone();
-        future_into_py(py, self.rt, async move {
-            send_all(c, msgs)
-                .await?
-                .into_iter()
-                .map(|(r, t)| receipt(r, &t))
-                .collect::<ferrymq_core::Result<Vec<_>>>()
-        })
+        self.h.spawn(py, move |c| send_batch(c, msgs))
     }
 
-    /// Close the connections (idempotent).
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let c = self.client.clone();
-        self.rt.block_on(py, async move {
-            c.shutdown().await;
-            Ok(())
-        })
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (_exc_type=None, _exc=None, _tb=None))]
-    fn __exit__(
+    #[pyo3(signature = (message, on_delivery=None))]
+    fn produce(
         &self,
-        py: Python<'_>,
-        _exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
+        message: &Bound<'_, PyAny>,
+        on_delivery: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let _ = (message, on_delivery);
+        Err(unsupported("produce"))
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "RemotingProducer(endpoints={:?})",
-            self.client.options().endpoints
-        )
+    /// Nothing is ever produced here; the argument is still checked as everywhere.
+    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
+    fn poll(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        durations::optional("timeout", timeout, Lower::NonNegative)?;
+        Ok(0)
+    }
+
+    #[pyo3(signature = (timeout=None))]
+    fn flush(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        self.poll(timeout)
+    }
+
+    #[getter]
+    fn pending(&self) -> usize {
+        0
+    }
+
+    fn begin_transaction(&self) -> PyResult<()> {
+        Err(unsupported("begin_transaction"))
     }
 }

@@ -1,11 +1,13 @@
-//! JMQ4 (JoyQueue) classes: `JmqProducer`, `JmqTransaction`, `JmqConsumer`, their results, and
+//! JMQ4 (JoyQueue) classes: `JmqProducer` (behind `ferrymq.Producer`), `JmqTransaction`,
+//! `JmqConsumer`, their results, and
 //! `JmqServer` (the embedded JMQ4 server used by `ferrymq.testing`).
 //!
 //! Every method comes in a blocking form (GIL released through `RuntimeRef::block_on`) and an
 //! asyncio form (`*_async`, through `future_into_py`). Clients connect lazily on first use, or
 //! eagerly with `start()` / `start_async()` (also called by the context managers).
 //!
-//! One file per concern: `producer.rs` (`JmqProducer`, `JmqTransaction`, `JmqSendReceipt`),
+//! One file per concern: `producer.rs` (`JmqProducer`, `JmqTransaction`, `JmqOrphan`,
+//! `JmqSendReceipt`),
 //! `consumer.rs` (`JmqConsumer`, `JmqMessage`), `server.rs` (`JmqServer`); the argument helpers
 //! they share are here, with how both clients connect lazily (`crate::lazy`).
 
@@ -20,14 +22,13 @@ use ferrymq_core::jmq::client::ConnectOptions;
 use ferrymq_core::jmq::cluster::ClusterOptions;
 use ferrymq_core::jmq::consumer::{ConsumerOptions, JmqConsumer as CoreConsumer};
 use ferrymq_core::jmq::producer::{JmqProducer as CoreProducer, ProducerOptions};
-use ferrymq_core::{Error, Message};
+use ferrymq_core::Error;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::durations;
 use crate::errors::{invalid, text, to_pyerr};
 use crate::lazy::Connect;
-use crate::message::{extract_message, PyMessage};
 
 /// Both JMQ4 clients connect (lazily) from the cluster options and their own.
 macro_rules! connect_jmq {
@@ -49,23 +50,6 @@ macro_rules! connect_jmq {
 connect_jmq! {
     CoreProducer => ProducerOptions, "the JmqProducer is closed";
     CoreConsumer => ConsumerOptions, "the JmqConsumer is closed";
-}
-
-/// Extract a `Message` or an iterable of them.
-fn extract_messages(v: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
-    if let Ok(m) = v.cast::<PyMessage>() {
-        return Ok(vec![m.get().inner.clone()]);
-    }
-    let mut out = Vec::new();
-    for item in v.try_iter().map_err(|_| {
-        invalid(
-            "messages",
-            "must be a ferrymq.Message or an iterable of them",
-        )
-    })? {
-        out.push(extract_message(&item?)?);
-    }
-    Ok(out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -139,5 +123,5 @@ fn endpoints_arg(
 }
 
 pub use consumer::{JmqConsumer, PyJmqMessage};
-pub use producer::{JmqProducer, JmqTransaction, PyJmqSendReceipt};
+pub use producer::{JmqOrphan, JmqProducer, JmqTransaction, PyJmqSendReceipt};
 pub use server::JmqServer;

@@ -1,5 +1,8 @@
-//! `ferrymq.JmqProducer`, `ferrymq.JmqTransaction` and `ferrymq.JmqSendReceipt`.
+//! `_native.JmqProducer` (what `ferrymq.Producer("jmq://…")` constructs), its transactions
+//! (`_native.JmqTransaction`, on the topic of their first message), the orphans its checker is
+//! asked about (`_native.JmqOrphan`) and `ferrymq.JmqSendReceipt`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,18 +13,22 @@ use ferrymq_core::jmq::producer::{
     JmqProducer as CoreProducer, ProducerOptions, SendReceipt, TransactionChecker, TxResolution,
 };
 use ferrymq_core::jmq::transaction::JmqTransaction as CoreTransaction;
-use ferrymq_core::Error;
+use ferrymq_core::rocketmq::producer::TransactionResolution;
+use ferrymq_core::{Error, Message};
+use parking_lot::Mutex;
 use pyo3::prelude::*;
+use tokio::sync::OnceCell;
 
-use crate::aio::future_into_py;
 use crate::durations;
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Handle, LazyClient};
 use crate::produce::Produce;
+use crate::producer_base::ProducerBase;
 use crate::runtime::RuntimeRef;
 
-use super::{cluster_options, endpoints_arg, extract_messages};
+use super::{cluster_options, endpoints_arg};
 use crate::message::extract_message;
+use crate::producer::extract_messages;
 
 /// Where a message was stored.
 #[pyclass(
@@ -78,31 +85,40 @@ fn receipts(v: Vec<SendReceipt>) -> Vec<PyJmqSendReceipt> {
         .collect()
 }
 
+/// An expired JMQ4 transaction offered to the transaction checker.
+#[pyclass(module = "ferrymq._native", frozen, get_all, skip_from_py_object)]
+pub struct JmqOrphan {
+    topic: String,
+    tx_id: String,
+    transaction_id: String,
+}
+
+#[pymethods]
+impl JmqOrphan {
+    fn __repr__(&self) -> String {
+        format!(
+            "JmqOrphan(topic={:?}, tx_id={:?}, transaction_id={:?})",
+            self.topic, self.tx_id, self.transaction_id
+        )
+    }
+}
+
+/// Asks `checker(JmqOrphan) -> TransactionResolution` (as for RocketMQ) on a blocking thread.
 fn python_checker(callback: Py<PyAny>) -> TransactionChecker {
     let callback = Arc::new(callback);
     Arc::new(move |f: Feedback| {
         let cb = callback.clone();
         Box::pin(crate::exit::ask_checker(TxResolution::Unknown, move |py| {
-            let out = cb.call1(
-                py,
-                (f.topic.clone(), f.tx_id.clone(), f.transaction_id.clone()),
-            )?;
-            let out = out.bind(py);
-            if out.is_none() {
-                return Ok(TxResolution::Unknown);
-            }
-            if let Ok(b) = out.extract::<bool>() {
-                return Ok(if b {
-                    TxResolution::Commit
-                } else {
-                    TxResolution::Rollback
-                });
-            }
-            let s: String = out.extract()?;
-            Ok(match s.to_ascii_lowercase().as_str() {
-                "commit" => TxResolution::Commit,
-                "rollback" => TxResolution::Rollback,
-                _ => TxResolution::Unknown,
+            let orphan = JmqOrphan {
+                topic: f.topic,
+                tx_id: f.tx_id,
+                transaction_id: f.transaction_id,
+            };
+            let out = cb.call1(py, (orphan,))?;
+            Ok(match crate::producer::resolution_of(out.bind(py))? {
+                TransactionResolution::Commit => TxResolution::Commit,
+                TransactionResolution::Rollback => TxResolution::Rollback,
+                TransactionResolution::Unknown => TxResolution::Unknown,
             })
         }))
     })
@@ -135,10 +151,10 @@ impl ferrymq_core::publisher::PublishBackend for Handle<CoreProducer> {
     }
 }
 
-/// A JMQ4 producer (`jmq://host:port`). `start()` connects (bootstrap + ADD_CONNECTION),
+/// A JMQ4 producer (`jmq://host:port`); `ferrymq.Producer` constructs it. `start()` connects (bootstrap + ADD_CONNECTION),
 /// failing fast on a wrong address, app or token; `close()` flushes produced messages (running
 /// their callbacks), then REMOVE_PRODUCER and REMOVE_CONNECTION, then the sockets.
-#[pyclass(module = "ferrymq._native", frozen, extends = LazyClient)]
+#[pyclass(module = "ferrymq._native", frozen, extends = ProducerBase)]
 pub struct JmqProducer {
     h: Handle<CoreProducer>,
     produce: Arc<Produce<Handle<CoreProducer>>>,
@@ -154,13 +170,13 @@ impl JmqProducer {
 #[pymethods]
 impl JmqProducer {
     #[new]
-    #[pyo3(signature = (endpoints=None, *, app, token, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=None, request_timeout=None, max_body=3145728, transaction_timeout=None, transaction_checker=None, transaction_topics=None, feedback_interval=None, metadata_refresh=None, client_ip=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING, endpoint=None), text_signature = "(endpoints=None, *, app, token, region=None, namespace=None, qos=\"replication\", compression=\"zlib\", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None, max_pending=65536, endpoint=None)")]
+    #[pyo3(signature = (endpoints=None, *, app=None, token=None, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=None, request_timeout=None, max_body=3145728, transaction_timeout=None, transaction_checker=None, transaction_topics=None, feedback_interval=None, metadata_refresh=None, client_ip=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints=None, *, app=None, token=None, region=None, namespace=None, qos=\"replication\", compression=\"zlib\", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None, max_pending=65536)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         endpoints: Option<&Bound<'_, PyAny>>,
-        app: String,
-        token: String,
+        app: Option<String>,
+        token: Option<String>,
         region: Option<String>,
         namespace: Option<String>,
         qos: &str,
@@ -177,9 +193,15 @@ impl JmqProducer {
         metadata_refresh: Option<&Bound<'_, PyAny>>,
         client_ip: Option<String>,
         #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
-        endpoint: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyClassInitializer<Self>> {
-        let endpoint = &endpoints_arg(py, endpoints, endpoint)?;
+        let endpoint = &endpoints_arg(py, endpoints, None)?;
+        let needs = "a jmq:// endpoint needs app= and token=";
+        let app = app
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| invalid("app", needs))?;
+        let token = token
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| invalid("token", needs))?;
         let cluster = cluster_options(
             endpoint,
             app,
@@ -222,14 +244,26 @@ impl JmqProducer {
             checker: transaction_checker.map(python_checker),
             transaction_topics: transaction_topics.unwrap_or_default(),
         };
-        let h = Handle::new(
+        let h: Handle<CoreProducer> = Handle::new(
             endpoint.to_string(),
             (cluster, options),
             RuntimeRef::current()?,
         );
         let produce = Arc::new(Produce::new(h.clone(), max_pending, h.rt, receipt_to_py)?);
-        let base = LazyClient::producer(&h, &produce);
-        Ok(PyClassInitializer::from(base).add_subclass(Self { h, produce }))
+        let connect = &h.state.options.0.connect;
+        let facts = ProducerBase::new(
+            "jmq4",
+            "JMQ4 has no delayed messages to recall",
+            format!("jmq:{}", connect.app),
+            connect.namespace.clone().unwrap_or_default(),
+            vec![
+                ("endpoint", h.endpoint.clone()),
+                ("app", connect.app.clone()),
+            ],
+        );
+        Ok(PyClassInitializer::from(LazyClient::producer(&h, &produce))
+            .add_subclass(facts)
+            .add_subclass(Self { h, produce }))
     }
 
     /// Send one message.
@@ -254,12 +288,16 @@ impl JmqProducer {
         })
     }
 
-    /// Send several messages at once: one batch per topic, one request per leader broker.
+    /// Send several messages at once: one batch per topic, one request per leader broker,
+    /// each message keeping its businessId (so `packed` changes nothing).
+    #[pyo3(signature = (messages, *, packed=false))]
     fn send_batch(
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
+        packed: bool,
     ) -> PyResult<Vec<PyJmqSendReceipt>> {
+        let _ = packed;
         let ms = extract_messages(messages)?;
         self.h.block(py, move |p| async move {
             Ok(receipts(p.send_batch(&ms).await?))
@@ -267,11 +305,14 @@ impl JmqProducer {
     }
 
     /// Async form of `send_batch`.
+    #[pyo3(signature = (messages, *, packed=false))]
     fn send_batch_async<'py>(
         &self,
         py: Python<'py>,
         messages: &Bound<'py, PyAny>,
+        packed: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = packed;
         let ms = extract_messages(messages)?;
         self.h.spawn(py, move |p| async move {
             Ok(receipts(p.send_batch(&ms).await?))
@@ -312,191 +353,134 @@ impl JmqProducer {
         self.produce.pending()
     }
 
-    /// Begin a transaction on `topic` (PREPARE). `transaction_id` is reported back to the
-    /// `transaction_checker` if the transaction expires unresolved.
-    #[pyo3(signature = (topic, transaction_id=None))]
-    fn begin_transaction(
-        &self,
-        py: Python<'_>,
-        topic: String,
-        transaction_id: Option<String>,
-    ) -> PyResult<JmqTransaction> {
-        let rt = self.h.rt;
-        self.h.block(py, move |p| async move {
-            let inner = p.begin_transaction(&topic, transaction_id).await?;
-            Ok(JmqTransaction { inner, rt })
-        })
-    }
-
-    /// Async form of `begin_transaction`.
-    #[pyo3(signature = (topic, transaction_id=None))]
-    fn begin_transaction_async<'py>(
-        &self,
-        py: Python<'py>,
-        topic: String,
-        transaction_id: Option<String>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let rt = self.h.rt;
-        self.h.spawn(py, move |p| async move {
-            let inner = p.begin_transaction(&topic, transaction_id).await?;
-            Ok(JmqTransaction { inner, rt })
-        })
-    }
-
-    /// One compensation pass over `topic` (FETCH_PRODUCE_FEEDBACK → checker → commit or
-    /// rollback); returns how many transactions were resolved.
-    fn resolve_feedback(&self, py: Python<'_>, topic: String) -> PyResult<usize> {
-        self.h
-            .block(py, move |p| async move { p.resolve_feedback(&topic).await })
-    }
-
-    /// Async form of `resolve_feedback`.
-    fn resolve_feedback_async<'py>(
-        &self,
-        py: Python<'py>,
-        topic: String,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.h
-            .spawn(py, move |p| async move { p.resolve_feedback(&topic).await })
-    }
-
-    #[getter]
-    fn endpoint(&self) -> &str {
-        &self.h.endpoint
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        self.h.is_closed()
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "JmqProducer(endpoint={:?}, app={:?})",
-            self.h.endpoint, self.h.state.options.0.connect.app
-        )
+    /// A transaction on the topic of its first message (PREPARE is sent with that message,
+    /// under a fresh transaction id the checker is told about if it expires unresolved).
+    fn begin_transaction(&self) -> JmqTransaction {
+        JmqTransaction {
+            h: self.h.clone(),
+            state: Arc::default(),
+        }
     }
 }
 
-/// An open JMQ4 transaction. As a context manager it commits on success and rolls back on an
-/// exception.
+/// What a transaction holds once its first message opened it.
+#[derive(Default)]
+struct TxState {
+    tx: OnceCell<CoreTransaction>,
+    receipts: Mutex<Vec<SendReceipt>>,
+    done: AtomicBool,
+}
+
+impl TxState {
+    /// Open the transaction on the topic of `m` if needed, then send `m` in it.
+    async fn send(&self, p: CoreProducer, m: Message) -> Result<PyJmqSendReceipt, Error> {
+        let tx = self
+            .tx
+            .get_or_try_init(|| {
+                let id = ferrymq_core::message_id::generate();
+                let topic = m.topic().to_string();
+                async move { p.begin_transaction(&topic, Some(id)).await }
+            })
+            .await?;
+        let inner = tx
+            .send(std::slice::from_ref(&m))
+            .await?
+            .pop()
+            .ok_or_else(|| Error::internal("a transactional message got no receipt"))?;
+        self.receipts.lock().push(inner.clone());
+        Ok(PyJmqSendReceipt { inner })
+    }
+
+    async fn end(self: Arc<Self>, commit: bool) -> Result<(), Error> {
+        if let Some(tx) = self.tx.get() {
+            if commit {
+                tx.commit().await?;
+            } else {
+                tx.rollback().await?;
+            }
+        }
+        self.done.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// A JMQ4 transaction whose topic is set by its first `send`. As a context manager it commits
+/// on success and rolls back on an exception.
 #[pyclass(module = "ferrymq._native", frozen)]
 pub struct JmqTransaction {
-    inner: CoreTransaction,
-    rt: RuntimeRef,
+    h: Handle<CoreProducer>,
+    state: Arc<TxState>,
 }
 
 #[pymethods]
 impl JmqTransaction {
-    #[getter]
-    fn tx_id(&self) -> &str {
-        self.inner.tx_id()
-    }
-    #[getter]
-    fn transaction_id(&self) -> Option<&str> {
-        self.inner.transaction_id()
-    }
-    #[getter]
-    fn topic(&self) -> &str {
-        self.inner.topic()
-    }
-    #[getter]
-    fn finished(&self) -> bool {
-        self.inner.is_finished()
+    /// Send a message inside the transaction (invisible until commit).
+    fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<PyJmqSendReceipt> {
+        let (m, st) = (extract_message(message)?, Arc::clone(&self.state));
+        self.h
+            .block(py, move |p| async move { st.send(p, m).await })
     }
 
-    /// Send messages inside the transaction (invisible until commit).
-    fn send(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<Vec<PyJmqSendReceipt>> {
-        let ms = extract_messages(messages)?;
-        let t = self.inner.clone();
-        self.rt
-            .block_on(py, async move { Ok(receipts(t.send(&ms).await?)) })
-    }
-
-    /// Async form of `send`.
     fn send_async<'py>(
         &self,
         py: Python<'py>,
-        messages: &Bound<'py, PyAny>,
+        message: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let ms = extract_messages(messages)?;
-        let t = self.inner.clone();
-        future_into_py(py, self.rt, async move { Ok(receipts(t.send(&ms).await?)) })
+        let (m, st) = (extract_message(message)?, Arc::clone(&self.state));
+        self.h
+            .spawn(py, move |p| async move { st.send(p, m).await })
     }
 
     fn commit(&self, py: Python<'_>) -> PyResult<()> {
-        let t = self.inner.clone();
-        self.rt.block_on(py, async move { t.commit().await })
+        let st = Arc::clone(&self.state);
+        self.h.rt.block_on(py, st.end(true))
     }
 
     fn commit_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.inner.clone();
-        future_into_py(py, self.rt, async move { t.commit().await })
+        let st = Arc::clone(&self.state);
+        crate::aio::future_into_py(py, self.h.rt, st.end(true))
     }
 
     fn rollback(&self, py: Python<'_>) -> PyResult<()> {
-        let t = self.inner.clone();
-        self.rt.block_on(py, async move { t.rollback().await })
+        let st = Arc::clone(&self.state);
+        self.h.rt.block_on(py, st.end(false))
     }
 
     fn rollback_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let t = self.inner.clone();
-        future_into_py(py, self.rt, async move { t.rollback().await })
+        let st = Arc::clone(&self.state);
+        crate::aio::future_into_py(py, self.h.rt, st.end(false))
+    }
+
+    /// Receipts of the messages sent so far.
+    #[getter]
+    fn receipts(&self) -> Vec<PyJmqSendReceipt> {
+        receipts(self.state.receipts.lock().clone())
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }
 
+    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
     fn __exit__(
         &self,
         py: Python<'_>,
-        t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        if self.inner.is_finished() {
-            return Ok(false);
-        }
-        if t.is_none(py) {
-            self.commit(py)?;
-        } else {
-            self.rollback(py)?;
+        if !self.state.done.load(Ordering::Acquire) {
+            if exc_type.is_some_and(|t| !t.is_none()) {
+                self.rollback(py)?;
+            } else {
+                self.commit(py)?;
+            }
         }
         Ok(false)
     }
 
-    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let me: Py<Self> = slf.clone().unbind();
-        future_into_py(slf.py(), slf.get().rt, async move { Ok(me) })
-    }
-
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        t: Py<PyAny>,
-        _v: Py<PyAny>,
-        _tb: Py<PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let failed = !t.is_none(py);
-        let tx = self.inner.clone();
-        future_into_py(py, self.rt, async move {
-            if !tx.is_finished() {
-                if failed {
-                    tx.rollback().await?;
-                } else {
-                    tx.commit().await?;
-                }
-            }
-            Ok(false)
-        })
-    }
-
     fn __repr__(&self) -> String {
-        format!(
-            "JmqTransaction(topic={:?}, tx_id={:?})",
-            self.inner.topic(),
-            self.inner.tx_id()
-        )
+        let topic = self.state.tx.get().map(|t| t.topic().to_string());
+        format!("JmqTransaction(topic={topic:?})")
     }
 }
