@@ -16,7 +16,7 @@ pytest.importorskip("rocketmq")
 from rocketmq.grpc_protocol import definition_pb2 as d
 
 from rmq_wire import OK, Wire, message
-from waiting import first_batch
+from waiting import InThread, first_batch
 
 
 @pytest.fixture
@@ -280,20 +280,13 @@ def test_tag_filter(raw: Wire, names: tuple[str, str]) -> None:
 def test_long_polling_wakes_on_send(
     raw: Wire, names: tuple[str, str], broker: EmbeddedBroker
 ) -> None:
-    import threading
-
     topic, group = names
     raw.consumer(group)
-    result: list[object] = []
-    t = threading.Thread(
-        target=lambda: result.append(raw.receive_once(group, topic, long_polling=20))
-    )
-    t.start()
+    polled = InThread(lambda: raw.receive_once(group, topic, long_polling=20))
     time.sleep(0.3)
     with Wire(broker.addresses[0], topic + "-sender") as s:
         s.send(message(topic, b"wake"))
-    t.join(timeout=15)
-    status, msgs = result[0]  # type: ignore[misc]
+    status, msgs = polled.wait(15)
     assert status.code == OK
     assert [m.body for m in msgs] == [b"wake"]
 
@@ -539,18 +532,13 @@ def test_pull_and_offsets(raw: Wire, names: tuple[str, str], broker: EmbeddedBro
 
 
 def test_pull_long_polls(raw: Wire, names: tuple[str, str], broker: EmbeddedBroker) -> None:
-    import threading
-
     topic, group = names
     mq = Wire.queue(topic, 0)
-    out: list[object] = []
-    t = threading.Thread(target=lambda: out.append(raw.pull(group, mq, 0, long_polling=10)))
-    t.start()
+    pulled = InThread(lambda: raw.pull(group, mq, 0, long_polling=10))
     time.sleep(0.3)
     with Wire(broker.addresses[0], topic + "-sender") as s:
         s.send(message(topic, b"late", queue_id=0))
-    t.join(timeout=15)
-    _status, msgs, nxt = out[0]  # type: ignore[misc]
+    _status, msgs, nxt = pulled.wait(15)
     assert [m.body for m in msgs] == [b"late"]
     assert nxt == 1
 
