@@ -82,6 +82,35 @@ def _reader(
     )
 
 
+def _write_twice(
+    spark: Any,
+    broker: EmbeddedBroker,
+    topic: str,
+    group: str,
+    tmp_path: Path,
+    columns: list[str],
+    sink: dict[str, str],
+) -> None:
+    """Stream ``topic`` from its start through ``columns`` into the ferrymq sink (``sink``
+    options) until caught up, twice: between the runs the commit of batch 0 is lost, as if the
+    driver died before the sink committed, so the second run writes batch 0 again."""
+    checkpoint = tmp_path / "ckpt"
+    for attempt in range(2):
+        if attempt:
+            lose_commit(checkpoint, 0)
+        w = (
+            _reader(spark, broker, topic, group, stream=True)
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr(*columns)
+            .writeStream.format("ferrymq")
+            .option("checkpointLocation", str(checkpoint))
+        )
+        for k, v in sink.items():
+            w = w.option(k, v)
+        run_available_now(w, 90)
+
+
 def test_batch_round_trip(spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str]) -> None:
     topic, group = _setup(broker, unique)
     produce(broker, topic, 0, 200)
@@ -257,26 +286,8 @@ def test_nats_stream_write_is_deduplicated_and_reads_back(
     with ferrymq.JetStream(nats_server.url) as js:
         js.create_stream(stream, [f"{subject}.>"], duplicate_window=120.0)
     produce(broker, topic, 0, 50)
-    checkpoint = tmp_path / "ckpt"
-
-    def run() -> None:
-        w = (
-            _reader(spark, broker, topic, group, stream=True)
-            .option("startingOffsets", "earliest")
-            .load()
-            .selectExpr(
-                f"concat('{subject}.', tag) as topic", "value", "key", "map('q', 'x') as properties"
-            )
-            .writeStream.format("ferrymq")
-            .option("endpoints", nats_server.url)
-            .option("checkpointLocation", str(checkpoint))
-        )
-        run_available_now(w, 90)
-
-    run()
-    # The sink committed batch 0; pretend it did not: the restart re-runs it with the same ids.
-    lose_commit(checkpoint, 0)
-    run()
+    columns = [f"concat('{subject}.', tag) as topic", "value", "key", "map('q', 'x') as properties"]
+    _write_twice(spark, broker, topic, group, tmp_path, columns, {"endpoints": nats_server.url})
 
     rows = (
         spark.read.format("ferrymq")
@@ -465,26 +476,8 @@ def test_jmq_stream_write_ids_are_deterministic(
     dst = unique("jmq")
     broker.create_topic(dst, queues=2)
     produce(broker, src, 0, 40)
-    checkpoint = tmp_path / "ckpt"
-
-    def run() -> None:
-        w = (
-            _reader(spark, broker, src, group, stream=True)
-            .option("startingOffsets", "earliest")
-            .load()
-            .selectExpr("value", "key", "tag")
-            .writeStream.format("ferrymq")
-            .option("endpoints", broker.jmq_endpoint)
-            .option("topic", dst)
-            .option("checkpointLocation", str(checkpoint))
-        )
-        for k, v in JMQ_AUTH.items():
-            w = w.option(k, v)
-        run_available_now(w, 90)
-
-    run()
-    lose_commit(checkpoint, 0)
-    run()  # batch 0 again
+    sink = {"endpoints": broker.jmq_endpoint, "topic": dst, **JMQ_AUTH}
+    _write_twice(spark, broker, src, group, tmp_path, ["value", "key", "tag"], sink)
 
     rows = _jmq_reader(spark, broker, dst).load().collect()
     assert len(rows) == 80  # stored twice
