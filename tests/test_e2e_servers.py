@@ -21,25 +21,7 @@ import ferrymq
 from ferrymq import ConsumeResult, Message, MessageView, Producer, TransactionResolution
 from ferrymq.testing import EmbeddedBroker
 from servers import Collector, EmbeddedServer, RealServer, Server, started
-from waiting import wait_for
-
-
-def receive_until(
-    consumer: ferrymq.SimpleConsumer,
-    want: int,
-    *,
-    ack: bool = True,
-    invisible: float = 15.0,
-    timeout: float = 60.0,
-) -> list[MessageView]:
-    got: list[MessageView] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < want and time.monotonic() < deadline:
-        for m in consumer.receive(32, invisible):
-            got.append(m)
-            if ack:
-                consumer.ack(m)
-    return got
+from waiting import receive_until, wait_for
 
 
 def simple_consumer(

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -38,6 +38,23 @@ def first_batch(receive: Callable[[], Sequence[T]], tries: int = 20) -> list[T]:
         if got:
             return list(got)
     return []
+
+
+def receive_until(
+    consumer: Any, want: int, *, ack: bool = True, invisible: float = 15, timeout: float = 60.0
+) -> list[Any]:
+    """Messages from a simple consumer (ferrymq's or the official client's: ``receive(count,
+    invisible)`` and ``ack(message)``), acked unless ``ack`` is false, until ``want`` arrived or
+    ``timeout`` seconds passed (each receive waits by itself). The official client takes
+    ``invisible`` in whole seconds only."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        for m in consumer.receive(32, invisible):
+            got.append(m)
+            if ack:
+                consumer.ack(m)
+    return got
 
 
 class InThread(Generic[T]):
