@@ -39,6 +39,21 @@ def produce(broker: EmbeddedBroker, topic: str, start: int, count: int, chunk: i
     )
 
 
+def _assert_numbered(rows: list[Any], topic: str, count: int) -> None:
+    """``rows`` read back the ``count`` messages of `produce` / `jmq_produce` from ``topic``:
+    every value once, each with its key, tag, property ``i`` and a timestamp."""
+    assert sorted(r.value for r in rows) == sorted(f"m{i}".encode() for i in range(count))
+    for r in rows:
+        i = int(r.value[1:])
+        assert (r.key, r.tag, r.properties) == (
+            f"k{i}".encode(),
+            "even" if i % 2 == 0 else "odd",
+            {"i": str(i)},
+        )
+        assert r.topic == topic
+        assert r.timestamp is not None
+
+
 def _send_numbered(p: Any, topic: str, ids: range, chunk: int, key: str, **properties: str) -> None:
     """Send a message ``m<i>`` for each of ``ids`` with ``p``, ``chunk`` per batch, then close
     ``p``: key ``<key><i>``, tag even/odd, property ``i`` and each of ``properties`` as
@@ -120,15 +135,8 @@ def test_batch_round_trip(spark: Any, broker: EmbeddedBroker, unique: Callable[[
         "tag", "messageGroup", "messageId",
     ]  # fmt: skip
     rows = df.collect()
-    assert sorted(r.value for r in rows) == sorted(f"m{i}".encode() for i in range(200))
-    for r in rows:
-        i = int(r.value[1:])
-        assert r.key == f"k{i}".encode()
-        assert r.tag == ("even" if i % 2 == 0 else "odd")
-        assert r.properties == {"i": str(i)}
-        assert r.topic == topic
-        assert r.timestamp is not None
-        assert r.messageId
+    _assert_numbered(rows, topic, 200)
+    assert all(r.messageId for r in rows)
     # Offsets are contiguous from 0 in every queue.
     by_queue: dict[int, list[int]] = {}
     for r in rows:
@@ -405,15 +413,8 @@ def test_jmq_batch_read(spark: Any, broker: EmbeddedBroker, unique: Callable[[st
         "tag", "messageId",
     ]  # fmt: skip
     rows = df.collect()
-    assert sorted(r.value for r in rows) == sorted(f"m{i}".encode() for i in range(200))
-    for r in rows:
-        i = int(r.value[1:])
-        assert r.key == f"k{i}".encode()
-        assert r.messageId == f"id{i}"
-        assert r.tag == ("even" if i % 2 == 0 else "odd")
-        assert r.properties == {"i": str(i)}
-        assert r.topic == topic
-        assert r.timestamp is not None
+    _assert_numbered(rows, topic, 200)
+    assert all(r.messageId == f"id{int(r.value[1:])}" for r in rows)
     # Offsets are the partition indices: contiguous from 0 in every partition, in send order.
     by_partition: dict[int, list[tuple[int, int]]] = {}
     for r in rows:
