@@ -16,12 +16,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import ferrymq
+from ferrymq import MessageView
 from ferrymq.testing import EmbeddedBroker
+from waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "rocketmq-server"
@@ -44,6 +48,38 @@ def started(closing: list[Any], client: C) -> C:
     closing.append(client)
     client.start()
     return client
+
+
+class Collector:
+    """A started ferrymq push consumer of ``topic`` (on the test's ``closing`` list) that
+    records what its listener saw, in order; ``options`` go to the consumer."""
+
+    def __init__(
+        self, endpoints: str, group: str, topic: str, closing: list[Any], **options: Any
+    ) -> None:
+        self.got: list[MessageView] = []
+        self._lock = threading.Lock()
+        self.consumer = started(
+            closing,
+            ferrymq.PushConsumer(
+                endpoints, group, subscriptions={topic: "*"}, listener=self._on, **options
+            ),
+        )
+
+    def _on(self, m: MessageView) -> None:
+        with self._lock:
+            self.got.append(m)
+
+    def ids(self) -> set[str]:
+        """The ids of the messages seen so far."""
+        with self._lock:
+            return {m.message_id for m in self.got}
+
+    def wait(self, want: int, timeout: float = 60.0) -> list[MessageView]:
+        """The messages seen, once there are at least ``want``."""
+        wait_for(f"{want} messages pushed", lambda: len(self.got) >= want, timeout)
+        with self._lock:
+            return list(self.got)
 
 
 class Server(Protocol):

@@ -117,10 +117,10 @@ def test_cli_broker_runs_in_foreground(tmp_path: Path) -> None:
         assert lines[1].startswith("JMQ4 jmq://127.0.0.1:")
         assert lines[2:] == ["topic orders (FIFO)", "topic t2 (DELAY)", "group billing (fifo)"]
         pytest.importorskip("rocketmq")
-        from rmq_raw import OK, Raw
+        from rmq_wire import OK, Wire
 
-        with Raw(endpoints.split(";")[1]) as r:
-            resp = r.route("orders")
+        with Wire(endpoints.split(";")[1]) as r:
+            resp = r.query_route("orders")
             assert resp.status.code == OK
             assert len(resp.message_queues) == 4
     finally:

@@ -14,7 +14,7 @@ from ferrymq.testing import EmbeddedBroker
 
 pytest.importorskip("rocketmq")
 
-from rmq_raw import OK, Raw, message
+from rmq_wire import OK, Wire, message
 
 MakeBroker = Callable[..., EmbeddedBroker]
 
@@ -29,8 +29,8 @@ def _broker(make_broker: MakeBroker, **kw: object) -> EmbeddedBroker:
 def test_status_for_n_calls_of_one_rpc(make_broker: MakeBroker) -> None:
     b = _broker(make_broker, endpoints=2)
     b.inject_status(0, "TOO_MANY_REQUESTS", rpc="SendMessage", count=2)
-    with Raw(b.addresses[0]) as r0, Raw(b.addresses[1]) as r1:
-        assert r0.route("t").status.code == OK, "other RPCs are not affected"
+    with Wire(b.addresses[0]) as r0, Wire(b.addresses[1]) as r1:
+        assert r0.query_route("t").status.code == OK, "other RPCs are not affected"
         first = r0.send(message("t"))
         assert first.status.code == C["TOO_MANY_REQUESTS"]
         assert first.status.message.startswith("injected fault")
@@ -46,109 +46,109 @@ def test_status_for_a_fraction_of_calls(make_broker: MakeBroker) -> None:
     b = _broker(make_broker)
     b.inject_status(0, 50001, fraction=0.5, message="flaky")
     codes = []
-    with Raw(b.addresses[0]) as r:
+    with Wire(b.addresses[0]) as r:
         for _ in range(200):
-            codes.append(r.route("t").status.code)
+            codes.append(r.query_route("t").status.code)
     assert set(codes) == {OK, C["INTERNAL_SERVER_ERROR"]}
     b.clear_faults()
-    with Raw(b.addresses[0]) as r:
-        assert all(r.route("t").status.code == OK for _ in range(20))
+    with Wire(b.addresses[0]) as r:
+        assert all(r.query_route("t").status.code == OK for _ in range(20))
 
 
 def test_status_on_streaming_rpcs(make_broker: MakeBroker) -> None:
     b = _broker(make_broker)
     b.inject_status(0, "PROXY_TIMEOUT", rpc="ReceiveMessage", count=1)
     b.inject_status(0, "TOO_MANY_REQUESTS", rpc="Telemetry", count=1)
-    with Raw(b.addresses[0]) as r:
+    with Wire(b.addresses[0]) as r:
         first = r.consumer("g")
         assert first.status.code == C["TOO_MANY_REQUESTS"]
-    with Raw(b.addresses[0]) as r:
+    with Wire(b.addresses[0]) as r:
         assert r.consumer("g").status.code == OK
-        status, _ = r.receive("g", "t")
+        status, _ = r.receive_once("g", "t")
         assert status.code == C["PROXY_TIMEOUT"]
-        assert r.receive("g", "t")[0].code == C["MESSAGE_NOT_FOUND"]
+        assert r.receive_once("g", "t")[0].code == C["MESSAGE_NOT_FOUND"]
 
 
 def test_latency(make_broker: MakeBroker) -> None:
     b = _broker(make_broker)
     b.set_latency(0, 5.0, rpc="QueryRoute")
-    with Raw(b.addresses[0]) as r:
+    with Wire(b.addresses[0]) as r:
         with pytest.raises(grpc.RpcError) as e:
-            r.route("t", timeout=0.3)
+            r.query_route("t", timeout=0.3)
         # the client's deadline, or the server's enforcement of grpc-timeout (CANCELLED)
         assert e.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
         assert r.send(message("t")).status.code == OK, "only QueryRoute is slowed"
         b.set_latency(0, 0, rpc="QueryRoute")
-        assert r.route("t").status.code == OK
+        assert r.query_route("t").status.code == OK
 
 
 def test_unavailable_refuse_then_back(make_broker: MakeBroker) -> None:
     b = _broker(make_broker)
     address = b.addresses[0]
-    with Raw(address) as r:
-        assert r.route("t").status.code == OK
+    with Wire(address) as r:
+        assert r.query_route("t").status.code == OK
         b.set_unavailable(0, "refuse")
         with pytest.raises(grpc.RpcError) as e:
-            r.route("t", timeout=2)
+            r.query_route("t", timeout=2)
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE
         assert b.stats()["endpoints"][0]["unavailable"] == "refuse"
     b.set_unavailable(0, None)
     assert b.addresses[0] == address, "same port after recovery"
-    with Raw(address) as r:
-        assert r.route("t").status.code == OK
+    with Wire(address) as r:
+        assert r.query_route("t").status.code == OK
 
 
 def test_unavailable_hang_then_back(make_broker: MakeBroker) -> None:
     b = _broker(make_broker)
-    with Raw(b.addresses[0]) as r:
-        assert r.route("t").status.code == OK
+    with Wire(b.addresses[0]) as r:
+        assert r.query_route("t").status.code == OK
         b.set_unavailable(0, "hang")
         with pytest.raises(grpc.RpcError) as e:
-            r.route("t", timeout=0.5)
+            r.query_route("t", timeout=0.5)
         assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         b.set_unavailable(0, None)
-        assert r.route("t").status.code == OK
-    with Raw(b.addresses[0]) as r2:
+        assert r.query_route("t").status.code == OK
+    with Wire(b.addresses[0]) as r2:
         b.set_unavailable(0, "hang")
         with pytest.raises(grpc.RpcError) as e:
-            r2.route("t", timeout=0.5)
+            r2.query_route("t", timeout=0.5)
         assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         b.clear_faults(0)
 
 
 def test_drop_telemetry_keeps_settings(make_broker: MakeBroker) -> None:
     b = _broker(make_broker)
-    with Raw(b.addresses[0]) as r:
+    with Wire(b.addresses[0]) as r:
         assert r.consumer("g").status.code == OK
         b.drop_telemetry(0)
-        err = r.telemetry_in.get(timeout=5)
-        assert isinstance(err, grpc.RpcError)
-        assert err.code() == grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(grpc.RpcError) as err:
+            r.stream.next(timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert r.heartbeat("g").status.code == OK, "settings survive a dropped stream"
         assert [c["connected"] for c in b.clients(0)] == [False]
 
 
 def test_restart_forgets_clients_and_keeps_messages(make_broker: MakeBroker) -> None:
     b = _broker(make_broker)
-    with Raw(b.addresses[0], "c1") as r:
+    with Wire(b.addresses[0], "c1") as r:
         r.consumer("g")
         r.send(message("t", b"survives"))
         assert r.heartbeat("g").status.code == OK
         b.restart(0)
-        err = r.telemetry_in.get(timeout=5)
-        assert isinstance(err, grpc.RpcError)
+        with pytest.raises(grpc.RpcError):
+            r.stream.next(timeout=5)
         assert b.clients(0) == []
-    with Raw(b.addresses[0], "c1") as r:
+    with Wire(b.addresses[0], "c1") as r:
         assert r.heartbeat("g").status.code == C["UNRECOGNIZED_CLIENT_TYPE"]
-        assert r.receive("g", "t")[0].code == C["INTERNAL_SERVER_ERROR"]  # as the proxy
+        assert r.receive_once("g", "t")[0].code == C["INTERNAL_SERVER_ERROR"]  # as the proxy
         r.consumer("g")
-        assert [m.body for m in r.receive("g", "t")[1]] == [b"survives"]
+        assert [m.body for m in r.receive_once("g", "t")[1]] == [b"survives"]
 
 
 def _accounted(make_broker: MakeBroker, body: bytes) -> int:
     """The bytes a topic's bound counts for one message like ``message("t", body)``."""
     probe = _broker(make_broker)
-    with Raw(probe.addresses[0]) as r:
+    with Wire(probe.addresses[0]) as r:
         assert r.send(message("t", body)).status.code == OK
     return int(probe.stats()["topics"]["t"]["bytes"])
 
@@ -159,7 +159,7 @@ def test_memory_bound_per_topic(make_broker: MakeBroker) -> None:
     per_message = _accounted(make_broker, b"x" * 100)
     assert 100 + 100 < per_message <= 100 + 256
     b = _broker(make_broker, max_body_size=100, max_topic_bytes=10 * per_message)
-    with Raw(b.addresses[0]) as r:
+    with Wire(b.addresses[0]) as r:
         r.consumer("g")
         for _ in range(10):
             assert r.send(message("t", b"x" * 100)).status.code == OK
@@ -168,7 +168,7 @@ def test_memory_bound_per_topic(make_broker: MakeBroker) -> None:
         assert "full" in full.status.message
         assert b.stats()["topics"]["t"]["bytes"] <= 10 * per_message
         # consuming frees room: acked messages are evicted first
-        _, msgs = r.receive("g", "t", batch=4)
+        _, msgs = r.receive_once("g", "t", batch=4)
         r.ack("g", "t", *msgs)
         for _ in range(len(msgs)):
             assert r.send(message("t", b"x" * 100)).status.code == OK
@@ -176,7 +176,7 @@ def test_memory_bound_per_topic(make_broker: MakeBroker) -> None:
     small = _accounted(make_broker, bytes([0]) * 10)
     drop = make_broker(max_body_size=100, max_topic_bytes=3 * small, when_full="drop_oldest")
     drop.create_topic("t", "NORMAL", 1)
-    with Raw(drop.addresses[0]) as r:
+    with Wire(drop.addresses[0]) as r:
         for i in range(6):
             assert r.send(message("t", bytes([i]) * 10)).status.code == OK
     stored = drop.messages("t")
@@ -202,9 +202,9 @@ def test_fault_arguments_are_checked(make_broker: MakeBroker) -> None:
 
 def test_calls_are_counted_per_rpc_and_endpoint(make_broker: MakeBroker) -> None:
     b = _broker(make_broker, endpoints=2)
-    with Raw(b.addresses[1]) as r:
+    with Wire(b.addresses[1]) as r:
         for _ in range(3):
-            r.route("t")
+            r.query_route("t")
         r.send(message("t"))
     assert b.calls(1, "QueryRoute") == 3
     assert b.calls(1, "SendMessage") == 1

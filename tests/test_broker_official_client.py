@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from ferrymq.testing import EmbeddedBroker
-from waiting import wait_for
+from waiting import receive_until, wait_for
 
 rocketmq = pytest.importorskip("rocketmq")
 
@@ -36,6 +37,16 @@ def clients() -> Iterator[list[Producer | SimpleConsumer]]:
     yield started
     for c in started:
         c.shutdown()
+
+
+def _topic_and_group(
+    broker: EmbeddedBroker, unique: Callable[[str], str], kind: str, queues: int, **group: Any
+) -> tuple[str, str]:
+    """A fresh topic of ``kind`` and a fresh consumer group (``group`` options) on ``broker``."""
+    topic, name = unique(kind.lower()), unique("g")
+    broker.create_topic(topic, kind, queues)
+    broker.create_group(name, **group)
+    return topic, name
 
 
 def _producer(
@@ -79,26 +90,10 @@ def _message(topic: str, body: bytes, **fields: object) -> Message:
     return m
 
 
-def _receive_all(
-    consumer: SimpleConsumer, want: int, *, ack: bool = True, rounds: int = 20
-) -> list[Message]:
-    got: list[Message] = []
-    for _ in range(rounds):
-        if len(got) >= want:
-            break
-        for m in consumer.receive(32, 15):
-            got.append(m)
-            if ack:
-                consumer.ack(m)
-    return got
-
-
 def test_normal_topic_send_receive_ack(
     broker: EmbeddedBroker, unique: Callable[[str], str], clients: list[object]
 ) -> None:
-    topic, group = unique("t"), unique("g")
-    broker.create_topic(topic, "NORMAL", 4)
-    broker.create_group(group)
+    topic, group = _topic_and_group(broker, unique, "NORMAL", 4)
     producer = _producer(broker, clients, topic)
     sent = []
     for i in range(5):
@@ -107,7 +102,7 @@ def test_normal_topic_send_receive_ack(
         receipt = producer.send(m)
         sent.append(receipt.message_id)
     consumer = _consumer(broker, clients, group, topic, "greeting")
-    got = _receive_all(consumer, 5)
+    got = receive_until(consumer, 5)
     assert sorted(m.message_id for m in got) == sorted(sent)
     assert {m.body for m in got} == {f"hello-{i}".encode() for i in range(5)}
     assert all(m.delivery_attempt == 1 and not m.corrupted for m in got)
@@ -126,37 +121,33 @@ def test_normal_topic_send_receive_ack(
 def test_fifo_topic_delivers_each_group_in_order(
     broker: EmbeddedBroker, unique: Callable[[str], str], clients: list[object]
 ) -> None:
-    topic, group = unique("fifo"), unique("g")
-    broker.create_topic(topic, "FIFO", 4)
-    broker.create_group(group, fifo=True)
+    topic, group = _topic_and_group(broker, unique, "FIFO", 4, fifo=True)
     producer = _producer(broker, clients, topic)
     for i in range(6):
         producer.send(_message(topic, f"{i}".encode(), message_group="A" if i % 2 == 0 else "B"))
     consumer = _consumer(broker, clients, group, topic)
     # A receive may carry a group's consecutive messages, each group in send order.
-    first = _receive_all(consumer, 6, ack=False, rounds=3)
+    first = receive_until(consumer, 6, ack=False)
     order = {g: [m.body for m in first if m.message_group == g] for g in ("A", "B")}
     assert order == {"A": [b"0", b"2", b"4"], "B": [b"1", b"3", b"5"]}
     # While they are unacked, the group's next message is held back.
     producer.send(_message(topic, b"6", message_group="A"))
-    assert _receive_all(consumer, 1, ack=False, rounds=1) == []
+    assert consumer.receive(32, 15) == []
     for m in first:
         consumer.ack(m)
-    rest = _receive_all(consumer, 1)
+    rest = receive_until(consumer, 1)
     assert [(m.message_group, m.body) for m in rest] == [("A", b"6")]
 
 
 def test_delay_topic_holds_messages_until_due(
     broker: EmbeddedBroker, unique: Callable[[str], str], clients: list[object]
 ) -> None:
-    topic, group = unique("delay"), unique("g")
-    broker.create_topic(topic, "DELAY", 2)
-    broker.create_group(group)
+    topic, group = _topic_and_group(broker, unique, "DELAY", 2)
     producer = _producer(broker, clients, topic)
     producer.send(_message(topic, b"later", delivery_timestamp=int(time.time()) + 2))
     assert broker.stats()["topics"][topic]["delayed"] == 1
     consumer = _consumer(broker, clients, group, topic)
-    got = _receive_all(consumer, 1)
+    got = receive_until(consumer, 1)
     assert [m.body for m in got] == [b"later"]
     assert broker.stats()["topics"][topic]["delayed"] == 0
 
@@ -174,9 +165,7 @@ def test_type_mismatch_is_refused(
 def test_transaction_commit_and_orphan_check(
     broker: EmbeddedBroker, unique: Callable[[str], str], clients: list[object]
 ) -> None:
-    topic, group = unique("tx"), unique("g")
-    broker.create_topic(topic, "TRANSACTION", 2)
-    broker.create_group(group)
+    topic, group = _topic_and_group(broker, unique, "TRANSACTION", 2)
 
     class Checker(TransactionChecker):
         def __init__(self) -> None:
@@ -197,7 +186,7 @@ def test_transaction_commit_and_orphan_check(
     tx2 = producer.begin_transaction()
     orphan = producer.send(_message(topic, b"orphan"), tx2)
     consumer = _consumer(broker, clients, group, topic)
-    got = _receive_all(consumer, 2)
+    got = receive_until(consumer, 2)
     assert sorted(m.body for m in got) == [b"committed", b"orphan"]
     assert orphan.message_id in checker.checked
     assert broker.stats()["transactions"]["committed"] >= 2

@@ -15,13 +15,13 @@ pytest.importorskip("rocketmq")
 
 from rocketmq.grpc_protocol import definition_pb2 as d
 
-from rmq_raw import OK, Raw, message
-from waiting import first_batch
+from rmq_wire import OK, Wire, message
+from waiting import InThread, first_batch
 
 
 @pytest.fixture
-def raw(broker: EmbeddedBroker, unique: Callable[[str], str]) -> Iterator[Raw]:
-    with Raw(broker.addresses[0], unique("client")) as r:
+def raw(broker: EmbeddedBroker, unique: Callable[[str], str]) -> Iterator[Wire]:
+    with Wire(broker.addresses[0], unique("client")) as r:
         yield r
 
 
@@ -34,10 +34,11 @@ def names(broker: EmbeddedBroker, unique: Callable[[str], str]) -> tuple[str, st
 
 
 def test_client_id_is_required(broker: EmbeddedBroker, names: tuple[str, str]) -> None:
-    with Raw(broker.addresses[0], client_id=None) as anon:
-        assert anon.route(names[0]).status.code == C["CLIENT_ID_REQUIRED"]
+    with Wire(broker.addresses[0]) as anon:
+        anon.client_id = None
+        assert anon.query_route(names[0]).status.code == C["CLIENT_ID_REQUIRED"]
         assert anon.send(message(names[0])).status.code == C["CLIENT_ID_REQUIRED"]
-        status, _ = anon.receive(names[1], names[0])
+        status, _ = anon.receive_once(names[1], names[0])
         assert status.code == C["CLIENT_ID_REQUIRED"]
 
 
@@ -45,8 +46,8 @@ def test_query_route(make_broker: Callable[..., EmbeddedBroker]) -> None:
     b = make_broker(endpoints=3)
     b.create_topic("rt", "FIFO", 8)
     b.set_queue_permission("rt", 1, 0, "READ")
-    with Raw(b.addresses[2]) as r:
-        resp = r.route("rt")
+    with Wire(b.addresses[2]) as r:
+        resp = r.query_route("rt")
         assert resp.status.code == OK
         queues = resp.message_queues
         assert len(queues) == 8
@@ -59,22 +60,22 @@ def test_query_route(make_broker: Callable[..., EmbeddedBroker]) -> None:
         # read-only queues are listed first, as the proxy does
         assert (b1[0].id, b1[0].permission) == (0, d.READ)
         assert all(q.permission == d.READ_WRITE for q in b1[1:])
-        assert r.route("missing").status.code == C["TOPIC_NOT_FOUND"]
-        assert r.route("bad topic!").status.code == C["ILLEGAL_TOPIC"]
+        assert r.query_route("missing").status.code == C["TOPIC_NOT_FOUND"]
+        assert r.query_route("bad topic!").status.code == C["ILLEGAL_TOPIC"]
 
 
 def test_auto_create(make_broker: Callable[..., EmbeddedBroker]) -> None:
     b = make_broker(auto_create=True, auto_create_queues=2)
-    with Raw(b.addresses[0]) as r:
-        assert len(r.route("fresh").message_queues) == 2
+    with Wire(b.addresses[0]) as r:
+        assert len(r.query_route("fresh").message_queues) == 2
         r.consumer("fresh-group")
         assert r.send(message("fresh", b"1")).status.code == OK
-        status, msgs = r.receive("fresh-group", "fresh")
+        status, msgs = r.receive_once("fresh-group", "fresh")
         assert status.code == OK
         assert [m.body for m in msgs] == [b"1"]
 
 
-def test_telemetry_settings_echo(raw: Raw, names: tuple[str, str], broker: EmbeddedBroker) -> None:
+def test_telemetry_settings_echo(raw: Wire, names: tuple[str, str], broker: EmbeddedBroker) -> None:
     topic, group = names
     first = raw.producer(topic)
     assert first.status.code == OK
@@ -92,8 +93,8 @@ def test_telemetry_settings_echo(raw: Raw, names: tuple[str, str], broker: Embed
 
     fifo_group = group + "-fifo"
     broker.create_group(fifo_group, fifo=True, max_delivery_attempts=5, retry_backoff=[0.5, 2])
-    with Raw(broker.addresses[0], raw.client_id + "-c") as c:
-        sub = c.consumer(fifo_group, d.PUSH_CONSUMER).settings
+    with Wire(broker.addresses[0], raw.client_id + "-c") as c:
+        sub = c.consumer(fifo_group, client_type=d.PUSH_CONSUMER).settings
         assert sub.subscription.fifo
         assert sub.subscription.receive_batch_size == 32
         assert sub.subscription.long_polling_timeout.seconds == 20
@@ -102,7 +103,7 @@ def test_telemetry_settings_echo(raw: Raw, names: tuple[str, str], broker: Embed
         assert nxt == [500, 2000]
 
 
-def test_heartbeat_needs_settings(raw: Raw, names: tuple[str, str]) -> None:
+def test_heartbeat_needs_settings(raw: Wire, names: tuple[str, str]) -> None:
     _topic, group = names
     assert raw.heartbeat(group).status.code == C["UNRECOGNIZED_CLIENT_TYPE"]
     raw.consumer(group)
@@ -112,7 +113,7 @@ def test_heartbeat_needs_settings(raw: Raw, names: tuple[str, str]) -> None:
     assert raw.heartbeat("bad group!").status.code == C["ILLEGAL_CONSUMER_GROUP"]
 
 
-def test_send_single_and_batch(raw: Raw, names: tuple[str, str], broker: EmbeddedBroker) -> None:
+def test_send_single_and_batch(raw: Wire, names: tuple[str, str], broker: EmbeddedBroker) -> None:
     topic, _ = names
     one = raw.send(message(topic, b"a", queue_id=2))
     assert one.status.code == OK
@@ -136,7 +137,7 @@ def test_send_single_and_batch(raw: Raw, names: tuple[str, str], broker: Embedde
 
 
 def test_send_errors(
-    raw: Raw, names: tuple[str, str], make_broker: Callable[..., EmbeddedBroker]
+    raw: Wire, names: tuple[str, str], make_broker: Callable[..., EmbeddedBroker]
 ) -> None:
     topic, _ = names
 
@@ -146,7 +147,7 @@ def test_send_errors(
         return int(resp.status.code)
 
     assert code(message(topic, b"")) == C["MESSAGE_BODY_EMPTY"]
-    assert code(message(topic, b"x", message_id="")) == C["ILLEGAL_MESSAGE_ID"]
+    assert code(message(topic, b"x", msg_id="")) == C["ILLEGAL_MESSAGE_ID"]
     assert code(message(topic, b"x", tag="a|b")) == C["ILLEGAL_MESSAGE_TAG"]
     assert code(message(topic, b"x", keys=[" "])) == C["ILLEGAL_MESSAGE_KEY"]
     assert code(message(topic, b"x", group="g" * 65)) == C["ILLEGAL_MESSAGE_GROUP"]
@@ -165,7 +166,7 @@ def test_send_errors(
 
     small = make_broker(max_body_size=16)
     small.create_topic("s", "NORMAL", 1)
-    with Raw(small.addresses[0]) as r:
+    with Wire(small.addresses[0]) as r:
         assert r.send(message("s", b"x" * 17)).status.code == C["MESSAGE_BODY_TOO_LARGE"]
         assert r.send(message("s", b"x" * 16)).status.code == OK
         small.create_topic("d", "DELAY", 1)
@@ -177,27 +178,27 @@ def test_query_assignment(make_broker: Callable[..., EmbeddedBroker]) -> None:
     b = make_broker(endpoints=2)
     b.create_topic("qa", "NORMAL", 4)
     b.create_group("qa-g")
-    with Raw(b.addresses[0]) as r:
-        resp = r.assignment("qa", "qa-g")
+    with Wire(b.addresses[0]) as r:
+        resp = r.query_assignment("qa", "qa-g")
         assert resp.status.code == OK
         got = sorted((a.message_queue.broker.name, a.message_queue.id) for a in resp.assignments)
         assert got == [("broker-0", -1), ("broker-1", -1)]
-        assert r.assignment("qa", "nope").status.code == OK  # groups are created on first use
-        assert r.assignment("nope", "qa-g").status.code == C["TOPIC_NOT_FOUND"]
+        assert r.query_assignment("qa", "nope").status.code == OK  # groups are created on first use
+        assert r.query_assignment("nope", "qa-g").status.code == C["TOPIC_NOT_FOUND"]
         for q in range(2):
             b.set_queue_permission("qa", 1, q, "WRITE")
-        names = [a.message_queue.broker.name for a in r.assignment("qa", "qa-g").assignments]
+        names = [a.message_queue.broker.name for a in r.query_assignment("qa", "qa-g").assignments]
         assert names == ["broker-0"]
 
 
-def test_receive_ack_and_handles(raw: Raw, names: tuple[str, str]) -> None:
+def test_receive_ack_and_handles(raw: Wire, names: tuple[str, str]) -> None:
     topic, group = names
-    status, _ = raw.receive(group, topic)
+    status, _ = raw.receive_once(group, topic)
     assert status.code == C["INTERNAL_SERVER_ERROR"]  # as the proxy (a NullPointerException)
     raw.consumer(group)
     for i in range(3):
         raw.send(message(topic, bytes([i]), queue_id=0))
-    status, msgs = raw.receive(group, topic, batch=2)
+    status, msgs = raw.receive_once(group, topic, batch=2)
     assert status.code == OK
     assert len(msgs) == 2
     for m in msgs:
@@ -207,7 +208,7 @@ def test_receive_ack_and_handles(raw: Raw, names: tuple[str, str]) -> None:
         assert not sp.HasField("invisible_duration")  # the proxy does not tell it
         assert sp.body_digest.type == d.MD5
         assert sp.body_digest.checksum == hashlib.md5(m.body).hexdigest().upper()
-        assert sp.store_host == raw.address
+        assert sp.store_host == raw.target
     ack = raw.ack(group, topic, *msgs)
     assert ack.status.code == OK
     assert [e.status.code for e in ack.entries] == [OK, OK]
@@ -217,50 +218,52 @@ def test_receive_ack_and_handles(raw: Raw, names: tuple[str, str]) -> None:
     assert again.status.code == OK
     mixed = raw.ack(group, topic, handles=["garbage"])
     assert mixed.entries[0].status.code == C["INTERNAL_SERVER_ERROR"]
-    status, rest = raw.receive(group, topic)
+    status, rest = raw.receive_once(group, topic)
     assert len(rest) == 1
     both = raw.ack(group, topic, rest[0], handles=["garbage"])
     assert both.status.code == C["MULTIPLE_RESULTS"]
     assert [e.status.code for e in both.entries] == [OK, C["INTERNAL_SERVER_ERROR"]]
-    status, none = raw.receive(group, topic, polling=1)
+    status, none = raw.receive_once(group, topic, long_polling=1)
     assert status.code == C["MESSAGE_NOT_FOUND"]
     assert none == []
 
 
 def test_receive_errors(
-    raw: Raw, names: tuple[str, str], make_broker: Callable[..., EmbeddedBroker]
+    raw: Wire, names: tuple[str, str], make_broker: Callable[..., EmbeddedBroker]
 ) -> None:
     topic, group = names
     raw.consumer(group)
-    assert raw.receive(group, topic, invisible=None)[0].code == C["ILLEGAL_INVISIBLE_TIME"]
+    assert raw.receive_once(group, topic, invisible=None)[0].code == C["ILLEGAL_INVISIBLE_TIME"]
     # As the proxy: an unknown group is created on first use; an unknown topic is an
     # INTERNAL_SERVER_ERROR (a NullPointerException there); batch 0 long-polls for nothing.
-    assert raw.receive("missing", topic, polling=1)[0].code == C["MESSAGE_NOT_FOUND"]
-    assert raw.receive(group, "missing")[0].code == C["INTERNAL_SERVER_ERROR"]
-    assert raw.receive("bad group!", topic)[0].code == C["ILLEGAL_CONSUMER_GROUP"]
-    assert raw.receive(group, topic, batch=0, polling=1)[0].code == C["MESSAGE_NOT_FOUND"]
+    assert raw.receive_once("missing", topic, long_polling=1)[0].code == C["MESSAGE_NOT_FOUND"]
+    assert raw.receive_once(group, "missing")[0].code == C["INTERNAL_SERVER_ERROR"]
+    assert raw.receive_once("bad group!", topic)[0].code == C["ILLEGAL_CONSUMER_GROUP"]
+    assert raw.receive_once(group, topic, batch=0, long_polling=1)[0].code == C["MESSAGE_NOT_FOUND"]
     sql = d.FilterExpression(type=d.SQL, expression="a > 1")
     assert (
-        raw.receive(group, topic, filter_expression=sql)[0].code == C["ILLEGAL_FILTER_EXPRESSION"]
+        raw.receive_once(group, topic, filter_expression=sql)[0].code
+        == C["ILLEGAL_FILTER_EXPRESSION"]
     )
     # A deadline shorter than the long-polling floor (1 s here): BAD_REQUEST for a client that
     # sends no x-mq-client-version (ILLEGAL_POLLING_TIME from version "5.0.3" on), as the proxy.
-    status, _ = raw.receive(group, topic, polling=5, timeout=0.5)
+    raw.client_version = None
+    status, _ = raw.receive_once(group, topic, long_polling=5, timeout=0.5)
     assert status.code == C["BAD_REQUEST"]
     # The proxy's floor of the invisible duration (10 s by default).
     b = make_broker(min_invisible=10.0)
     b.create_topic("t", "NORMAL", 1)
     b.create_group("g")
-    with Raw(b.addresses[0]) as r:
+    with Wire(b.addresses[0]) as r:
         r.consumer("g")
-        assert r.receive("g", "t", invisible=5)[0].code == C["ILLEGAL_INVISIBLE_TIME"]
+        assert r.receive_once("g", "t", invisible=5)[0].code == C["ILLEGAL_INVISIBLE_TIME"]
         assert (
-            r.receive("g", "t", invisible=None, auto_renew=True, polling=1)[0].code
+            r.receive_once("g", "t", invisible=None, auto_renew=True, long_polling=1)[0].code
             == C["MESSAGE_NOT_FOUND"]
         )
 
 
-def test_tag_filter(raw: Raw, names: tuple[str, str]) -> None:
+def test_tag_filter(raw: Wire, names: tuple[str, str]) -> None:
     topic, group = names
     raw.consumer(group)
     for body, tag in [(b"a", "A"), (b"b", "B"), (b"c", "C")]:
@@ -268,36 +271,31 @@ def test_tag_filter(raw: Raw, names: tuple[str, str]) -> None:
     expr = d.FilterExpression(type=d.TAG, expression="A || C")
     got: list[bytes] = []
     for _ in range(4):
-        _, msgs = raw.receive(group, topic, filter_expression=expr)
+        _, msgs = raw.receive_once(group, topic, filter_expression=expr)
         got += [m.body for m in msgs]
         raw.ack(group, topic, *msgs) if msgs else None
     assert sorted(got) == [b"a", b"c"]
 
 
 def test_long_polling_wakes_on_send(
-    raw: Raw, names: tuple[str, str], broker: EmbeddedBroker
+    raw: Wire, names: tuple[str, str], broker: EmbeddedBroker
 ) -> None:
-    import threading
-
     topic, group = names
     raw.consumer(group)
-    result: list[object] = []
-    t = threading.Thread(target=lambda: result.append(raw.receive(group, topic, polling=20)))
-    t.start()
+    polled = InThread(lambda: raw.receive_once(group, topic, long_polling=20))
     time.sleep(0.3)
-    with Raw(broker.addresses[0], topic + "-sender") as s:
+    with Wire(broker.addresses[0], topic + "-sender") as s:
         s.send(message(topic, b"wake"))
-    t.join(timeout=15)
-    status, msgs = result[0]  # type: ignore[misc]
+    status, msgs = polled.wait(15)
     assert status.code == OK
     assert [m.body for m in msgs] == [b"wake"]
 
 
-def test_change_invisible_duration(raw: Raw, names: tuple[str, str]) -> None:
+def test_change_invisible_duration(raw: Wire, names: tuple[str, str]) -> None:
     topic, group = names
     raw.consumer(group)
     raw.send(message(topic, b"nack"))
-    _, [m] = raw.receive(group, topic)
+    _, [m] = raw.receive_once(group, topic)
     old = m.system_properties.receipt_handle
     resp = raw.change_invisible(group, topic, old, 0.2)
     assert resp.status.code == OK
@@ -307,7 +305,7 @@ def test_change_invisible_duration(raw: Raw, names: tuple[str, str]) -> None:
     assert raw.change_invisible(group, topic, old, 1).status.code == OK
     assert raw.ack(group, topic, handles=[old]).status.code == OK
     # redelivered with attempt 2 once the new invisibility ends
-    _, [again] = raw.receive(group, topic, polling=5)
+    _, [again] = raw.receive_once(group, topic, long_polling=5)
     assert again.system_properties.delivery_attempt == 2
     assert again.system_properties.message_id == m.system_properties.message_id
     # the handle of the previous delivery is stale (OK, no effect); junk does not parse
@@ -319,37 +317,39 @@ def test_change_invisible_duration(raw: Raw, names: tuple[str, str]) -> None:
     assert raw.ack(group, topic, again).status.code == OK
 
 
-def test_max_attempts_move_to_dlq(raw: Raw, names: tuple[str, str], broker: EmbeddedBroker) -> None:
+def test_max_attempts_move_to_dlq(
+    raw: Wire, names: tuple[str, str], broker: EmbeddedBroker
+) -> None:
     topic, group = names  # max_delivery_attempts=3
     raw.consumer(group)
     sent = raw.send(message(topic, b"poison")).entries[0].message_id
     for attempt in (1, 2, 3):
-        _, [m] = raw.receive(group, topic, invisible=0.1, polling=5)
+        _, [m] = raw.receive_once(group, topic, invisible=0.1, long_polling=5)
         assert m.system_properties.delivery_attempt == attempt
-    _status, msgs = raw.receive(group, topic, invisible=0.1, polling=1)
+    _status, msgs = raw.receive_once(group, topic, invisible=0.1, long_polling=1)
     assert msgs == []
     [dead] = broker.dead_letters(group)
     assert dead["message_id"] == sent
     assert dead["topic"] == f"%DLQ%{group}"
     assert dead["dead_letter_queue"] == {"topic": topic, "message_id": sent}
     # the DLQ is a topic: a consumer can read it
-    assert raw.route(f"%DLQ%{group}").status.code == OK
+    assert raw.query_route(f"%DLQ%{group}").status.code == OK
 
 
-def test_forward_to_dlq(raw: Raw, names: tuple[str, str], broker: EmbeddedBroker) -> None:
+def test_forward_to_dlq(raw: Wire, names: tuple[str, str], broker: EmbeddedBroker) -> None:
     topic, group = names
     raw.consumer(group)
     raw.send(message(topic, b"bad"))
-    _, [m] = raw.receive(group, topic)
+    _, [m] = raw.receive_once(group, topic)
     assert raw.forward_dlq(group, topic, m).status.code == OK
     assert [x["body"] for x in broker.dead_letters(group)] == [b"bad"]
     assert raw.forward_dlq(group, topic, m).status.code == C["INVALID_RECEIPT_HANDLE"]
     assert raw.ack(group, topic, m).status.code == OK  # no effect, as on the proxy
-    assert raw.receive(group, topic)[1] == []
+    assert raw.receive_once(group, topic)[1] == []
 
 
 def test_fifo_group_blocks_until_ack(
-    raw: Raw, broker: EmbeddedBroker, unique: Callable[[str], str]
+    raw: Wire, broker: EmbeddedBroker, unique: Callable[[str], str]
 ) -> None:
     topic, group, plain = unique("fifo"), unique("g"), unique("g")
     broker.create_topic(topic, "FIFO", 1)
@@ -360,28 +360,28 @@ def test_fifo_group_blocks_until_ack(
     raw.send(message(topic, b"b0", group="B"))
     # One receive hands out a group's consecutive messages in order (as a real broker hands
     # out a batch of a FIFO queue); the group then stays blocked until all of them are settled.
-    _, first = raw.receive(group, topic)
+    _, first = raw.receive_once(group, topic)
     assert [m.body for m in first] == [b"a0", b"a1", b"a2", b"b0"]
-    assert raw.receive(group, topic, polling=1)[1] == []
+    assert raw.receive_once(group, topic, long_polling=1)[1] == []
     # a non-FIFO group on the same topic is not blocked
-    _, all_ = raw.receive(plain, topic)
+    _, all_ = raw.receive_once(plain, topic)
     assert len(all_) == 4
     raw.send(message(topic, b"a3", group="A"))
     raw.send(message(topic, b"b1", group="B"))
     raw.ack(group, topic, first[0], first[1], first[3])
-    _, second = raw.receive(group, topic)
+    _, second = raw.receive_once(group, topic)
     assert [m.body for m in second] == [b"b1"], "a2 is still in flight: a3 waits"
     raw.ack(group, topic, first[2], *second)
-    _, second = raw.receive(group, topic)
+    _, second = raw.receive_once(group, topic)
     assert [m.body for m in second] == [b"a3"]
     # a nack keeps the group blocked and redelivers the same message first
     raw.change_invisible(group, topic, second[0].system_properties.receipt_handle, 0.1)
-    _, third = raw.receive(group, topic, polling=5)
+    _, third = raw.receive_once(group, topic, long_polling=5)
     assert [m.body for m in third] == [b"a3"]
     assert third[0].system_properties.delivery_attempt == 2
 
 
-def test_transactions(raw: Raw, broker: EmbeddedBroker, unique: Callable[[str], str]) -> None:
+def test_transactions(raw: Wire, broker: EmbeddedBroker, unique: Callable[[str], str]) -> None:
     topic, group = unique("tx"), unique("g")
     broker.create_topic(topic, "TRANSACTION", 1)
     broker.create_group(group)
@@ -391,13 +391,13 @@ def test_transactions(raw: Raw, broker: EmbeddedBroker, unique: Callable[[str], 
         raw.send(message(topic, b"plain")).status.code == C["MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"]
     )
     commit, rollback, unknown = (
-        raw.send(message(topic, body, transaction=True)).entries[0]
+        raw.send(message(topic, body, kind=d.TRANSACTION)).entries[0]
         for body in (b"commit", b"rollback", b"unknown")
     )
     assert all(e.transaction_id for e in (commit, rollback, unknown))
     pending = [t for t in broker.pending_transactions() if t["topic"] == topic]
     assert len(pending) == 3
-    assert raw.receive(group, topic, polling=1)[1] == [], "half messages are hidden"
+    assert raw.receive_once(group, topic, long_polling=1)[1] == [], "half messages are hidden"
     assert (
         raw.end_transaction(topic, commit.message_id, commit.transaction_id, d.COMMIT).status.code
         == OK
@@ -416,7 +416,7 @@ def test_transactions(raw: Raw, broker: EmbeddedBroker, unique: Callable[[str], 
     assert again.status.code == C["INVALID_TRANSACTION_ID"]
     wrong = raw.end_transaction(topic, "other-id", unknown.transaction_id, d.COMMIT)
     assert wrong.status.code == C["INVALID_TRANSACTION_ID"]
-    _, msgs = raw.receive(group, topic)
+    _, msgs = raw.receive_once(group, topic)
     assert [m.body for m in msgs] == [b"commit"]
     still = [t["transaction_id"] for t in broker.pending_transactions() if t["topic"] == topic]
     assert still == [unknown.transaction_id]
@@ -431,11 +431,11 @@ def test_orphaned_transaction_check_back(
     topic, group = unique("tx"), unique("g")
     broker.create_topic(topic, "TRANSACTION", 1)
     broker.create_group(group)
-    with Raw(broker.addresses[0], topic + "-p") as p, Raw(broker.addresses[0], topic + "-c") as c:
+    with Wire(broker.addresses[0], topic + "-p") as p, Wire(broker.addresses[0], topic + "-c") as c:
         p.producer(topic)
-        entry = p.send(message(topic, b"orphan", transaction=True)).entries[0]
+        entry = p.send(message(topic, b"orphan", kind=d.TRANSACTION)).entries[0]
         # after transaction_check_delay (1 s here) the producer is asked over Telemetry
-        cmd = p.telemetry_in.get(timeout=10)
+        cmd = p.stream.next(timeout=10)
         rec = cmd.recover_orphaned_transaction_command
         assert rec.transaction_id == entry.transaction_id
         assert rec.message.system_properties.message_id == entry.message_id
@@ -445,7 +445,7 @@ def test_orphaned_transaction_check_back(
         )
         assert resp.status.code == OK
         c.consumer(group)
-        assert [m.body for m in c.receive(group, topic)[1]] == [b"orphan"]
+        assert [m.body for m in c.receive_once(group, topic)[1]] == [b"orphan"]
 
 
 def test_orphaned_transactions_are_discarded(make_broker: Callable[..., EmbeddedBroker]) -> None:
@@ -453,8 +453,8 @@ def test_orphaned_transactions_are_discarded(make_broker: Callable[..., Embedded
         transaction_check_delay=0.05, transaction_check_interval=0.05, transaction_check_max=2
     )
     b.create_topic("tx", "TRANSACTION", 1)
-    with Raw(b.addresses[0]) as p:
-        p.send(message("tx", b"x", transaction=True))
+    with Wire(b.addresses[0]) as p:
+        p.send(message("tx", b"x", kind=d.TRANSACTION))
         deadline = time.time() + 10
         while b.stats()["transactions"]["discarded"] == 0 and time.time() < deadline:
             time.sleep(0.05)
@@ -462,7 +462,7 @@ def test_orphaned_transactions_are_discarded(make_broker: Callable[..., Embedded
         assert b.pending_transactions() == []
 
 
-def test_delay_and_recall(raw: Raw, broker: EmbeddedBroker, unique: Callable[[str], str]) -> None:
+def test_delay_and_recall(raw: Wire, broker: EmbeddedBroker, unique: Callable[[str], str]) -> None:
     topic, group = unique("delay"), unique("g")
     broker.create_topic(topic, "DELAY", 1)
     broker.create_group(group)
@@ -477,7 +477,7 @@ def test_delay_and_recall(raw: Raw, broker: EmbeddedBroker, unique: Callable[[st
     assert raw.recall(topic, drop.recall_handle).status.code == C["NOT_FOUND"]
     assert raw.recall(topic, "junk").status.code == C["BAD_REQUEST"]
     assert raw.recall("missing", keep.recall_handle).status.code == C["TOPIC_NOT_FOUND"]
-    got = first_batch(lambda: raw.receive(group, topic, polling=2)[1], tries=5)
+    got = first_batch(lambda: raw.receive_once(group, topic, long_polling=2)[1], tries=5)
     assert [m.body for m in got] == [b"keep"]
     assert raw.recall(topic, keep.recall_handle).status.code == C["NOT_FOUND"]
     past = raw.send(message(topic, b"past", delivery=time.time() - 10))
@@ -485,7 +485,7 @@ def test_delay_and_recall(raw: Raw, broker: EmbeddedBroker, unique: Callable[[st
 
 
 def test_notify_client_termination(
-    raw: Raw, names: tuple[str, str], broker: EmbeddedBroker
+    raw: Wire, names: tuple[str, str], broker: EmbeddedBroker
 ) -> None:
     _topic, group = names
     assert raw.terminate(group).status.code == C["UNRECOGNIZED_CLIENT_TYPE"]
@@ -496,9 +496,9 @@ def test_notify_client_termination(
     assert raw.heartbeat(group).status.code == C["UNRECOGNIZED_CLIENT_TYPE"]
 
 
-def test_pull_and_offsets(raw: Raw, names: tuple[str, str], broker: EmbeddedBroker) -> None:
+def test_pull_and_offsets(raw: Wire, names: tuple[str, str], broker: EmbeddedBroker) -> None:
     topic, group = names
-    mq = Raw.queue(topic, 1)
+    mq = Wire.queue(topic, 1)
     for i in range(5):
         raw.send(message(topic, bytes([i]), queue_id=1, tag="even" if i % 2 == 0 else "odd"))
     begin = raw.query_offset(mq, d.BEGINNING)
@@ -516,71 +516,66 @@ def test_pull_and_offsets(raw: Raw, names: tuple[str, str], broker: EmbeddedBrok
     assert [m.body for m in raw.pull(group, mq, 0, batch=1)[1]] == [b"\x00"]
     odd = d.FilterExpression(type=d.TAG, expression="odd")
     assert [m.body for m in raw.pull(group, mq, 0, filter_expression=odd)[1]] == [b"\x01", b"\x03"]
-    status, msgs, nxt = raw.pull(group, mq, 5, polling=0.2)
+    status, msgs, nxt = raw.pull(group, mq, 5, long_polling=0.2)
     assert (status.code, msgs, nxt) == (C["MESSAGE_NOT_FOUND"], [], 5)
     status, _, nxt = raw.pull(group, mq, 99)
     assert (status.code, nxt) == (C["ILLEGAL_OFFSET"], 5)
     assert raw.pull("missing", mq, 0)[0].code == OK  # groups are created on first use
-    assert raw.pull(group, Raw.queue("missing", 0), 0)[0].code == C["TOPIC_NOT_FOUND"]
-    assert raw.pull(group, Raw.queue(topic, 77), 0)[0].code == C["BAD_REQUEST"]
+    assert raw.pull(group, Wire.queue("missing", 0), 0)[0].code == C["TOPIC_NOT_FOUND"]
+    assert raw.pull(group, Wire.queue(topic, 77), 0)[0].code == C["BAD_REQUEST"]
 
     assert raw.get_offset(group, mq).status.code == C["OFFSET_NOT_FOUND"]
     assert raw.update_offset(group, mq, 3).status.code == OK
     assert raw.get_offset(group, mq).offset == 3
     assert raw.update_offset(group, mq, 99).status.code == C["ILLEGAL_OFFSET"]
-    assert raw.update_offset(group, Raw.queue("missing", 0), 1).status.code == C["TOPIC_NOT_FOUND"]
+    assert raw.update_offset(group, Wire.queue("missing", 0), 1).status.code == C["TOPIC_NOT_FOUND"]
 
 
-def test_pull_long_polls(raw: Raw, names: tuple[str, str], broker: EmbeddedBroker) -> None:
-    import threading
-
+def test_pull_long_polls(raw: Wire, names: tuple[str, str], broker: EmbeddedBroker) -> None:
     topic, group = names
-    mq = Raw.queue(topic, 0)
-    out: list[object] = []
-    t = threading.Thread(target=lambda: out.append(raw.pull(group, mq, 0, polling=10)))
-    t.start()
+    mq = Wire.queue(topic, 0)
+    pulled = InThread(lambda: raw.pull(group, mq, 0, long_polling=10))
     time.sleep(0.3)
-    with Raw(broker.addresses[0], topic + "-sender") as s:
+    with Wire(broker.addresses[0], topic + "-sender") as s:
         s.send(message(topic, b"late", queue_id=0))
-    t.join(timeout=15)
-    _status, msgs, nxt = out[0]  # type: ignore[misc]
+    _status, msgs, nxt = pulled.wait(15)
     assert [m.body for m in msgs] == [b"late"]
     assert nxt == 1
 
 
-def test_sync_lite_subscription_is_not_implemented(raw: Raw) -> None:
+def test_sync_lite_subscription_is_not_implemented(raw: Wire) -> None:
     from rocketmq.grpc_protocol import service_pb2 as s
 
-    resp = raw.stub.SyncLiteSubscription(s.SyncLiteSubscriptionRequest(), metadata=raw.md())
+    resp = raw.stub.SyncLiteSubscription(s.SyncLiteSubscriptionRequest(), metadata=raw.metadata())
     assert resp.status.code == C["NOT_IMPLEMENTED"]
 
 
-def test_server_pushed_commands(raw: Raw, names: tuple[str, str], broker: EmbeddedBroker) -> None:
+def test_server_pushed_commands(raw: Wire, names: tuple[str, str], broker: EmbeddedBroker) -> None:
     from rocketmq.grpc_protocol import service_pb2 as s
 
     topic, _ = names
     raw.producer(topic)
     mid = raw.send(message(topic, b"verify-me")).entries[0].message_id
     nonce = broker.print_thread_stack_trace(raw.client_id)
-    cmd = raw.telemetry_in.get(timeout=5)
+    cmd = raw.stream.next(timeout=5)
     assert cmd.print_thread_stack_trace_command.nonce == nonce
-    raw.send_telemetry(
+    raw.stream.send(
         s.TelemetryCommand(
             thread_stack_trace=s.ThreadStackTrace(nonce=nonce, thread_stack_trace="main: idle")
         )
     )
     nonce2 = broker.verify_message(raw.client_id, topic, mid)
-    cmd = raw.telemetry_in.get(timeout=5)
+    cmd = raw.stream.next(timeout=5)
     assert cmd.verify_message_command.nonce == nonce2
     assert cmd.verify_message_command.message.body == b"verify-me"
-    raw.send_telemetry(
+    raw.stream.send(
         s.TelemetryCommand(
             status=d.Status(code=OK, message="consumed"),
             verify_message_result=s.VerifyMessageResult(nonce=nonce2),
         )
     )
     nonce3 = broker.reconnect_endpoints(raw.client_id)
-    assert raw.telemetry_in.get(timeout=5).reconnect_endpoints_command.nonce == nonce3
+    assert raw.stream.next(timeout=5).reconnect_endpoints_command.nonce == nonce3
     deadline = time.time() + 5
     while len([r for r in broker.telemetry_replies() if r["nonce"] in (nonce, nonce2)]) < 2:
         assert time.time() < deadline
@@ -601,14 +596,14 @@ def test_authentication(make_broker: Callable[..., EmbeddedBroker]) -> None:
     b.create_topic("auth", "NORMAL", 1)
     address = b.addresses[0]
     with (
-        Raw(address) as anon,
-        Raw(address, access_key="AK", secret_key="SK") as good,
-        Raw(address, access_key="AK", secret_key="wrong") as bad,
+        Wire(address) as anon,
+        Wire(address, access_key="AK", secret_key="SK") as good,
+        Wire(address, access_key="AK", secret_key="wrong") as bad,
     ):
         assert anon.send(message("auth")).status.code == C["UNAUTHORIZED"]
         assert bad.send(message("auth")).status.code == C["UNAUTHORIZED"]
         assert good.send(message("auth")).status.code == OK
         # QueryRoute and QueryAssignment are not checked (StatusCode.md)
-        assert anon.route("auth").status.code == OK
+        assert anon.query_route("auth").status.code == OK
         assert bad.producer("auth").status.code == C["UNAUTHORIZED"]
         assert good.producer("auth").status.code == OK

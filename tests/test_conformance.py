@@ -40,14 +40,14 @@ def wire(proxy_server: Server) -> Iterator[Callable[[], Wire]]:
 def producer(wire: Callable[[], Wire], *topics: str) -> Wire:
     """A fresh connection that has sent its producer settings for ``topics``."""
     w = wire()
-    w.settings(w.producer_settings(*topics))
+    w.producer(*topics)
     return w
 
 
 def consumer(wire: Callable[[], Wire], group: str, topic: str) -> Wire:
     """A fresh connection that has sent its consumer settings for ``group`` on ``topic``."""
     w = wire()
-    w.settings(w.consumer_settings(group, topic))
+    w.consumer(group, topic)
     return w
 
 
@@ -96,7 +96,8 @@ def test_route_shape(
     # Errors travel in the response status, not as gRPC errors.
     assert code_name(w.query_route(unique("missing")).status.code) == "TOPIC_NOT_FOUND"
     name = next(iter(topics))
-    assert code_name(w.query_route(name, client_id=False).status.code) == "CLIENT_ID_REQUIRED"
+    w.client_id = None
+    assert code_name(w.query_route(name).status.code) == "CLIENT_ID_REQUIRED"
 
 
 def test_query_assignment_shape(
@@ -126,7 +127,7 @@ def test_producer_settings_echo(
     topics = [unique("a"), unique("b")]
     proxy_server.setup(dict.fromkeys(topics, "NORMAL"))
     w = wire()
-    _, reply = w.settings(w.producer_settings(*topics))
+    reply = w.producer(*topics)
     assert reply is not None
     assert code_name(reply.status.code) == "OK"
     s = reply.settings
@@ -154,7 +155,7 @@ def test_consumer_settings_echo(
     proxy_server.setup({topic: "NORMAL"}, [group], fifo_groups=[fifo_group])
     proxy_server.setup(groups=[short], max_attempts=3)
     w = wire()
-    _, reply = w.settings(w.consumer_settings(group, topic, long_polling=10))
+    reply = w.consumer(group, topic, long_polling=10)
     assert reply is not None
     assert code_name(reply.status.code) == "OK"
     s = reply.settings
@@ -169,16 +170,16 @@ def test_consumer_settings_echo(
     assert seconds(sub.long_polling_timeout) == 20.0  # the client asked for 10 s
     assert [e.topic.name for e in sub.subscriptions] == [topic]
     w2 = wire()
-    _, reply = w2.settings(w2.consumer_settings(fifo_group, topic))
+    reply = w2.consumer(fifo_group, topic)
     assert reply is not None
     assert reply.settings.subscription.fifo is True
     w3 = wire()
-    _, reply = w3.settings(w3.consumer_settings(short, topic))
+    reply = w3.consumer(short, topic)
     assert reply is not None
     assert reply.settings.backoff_policy.max_attempts == 3
     # A group nobody created gets the defaults (created on first use).
     w4 = wire()
-    _, reply = w4.settings(w4.consumer_settings(unique("new-group"), topic))
+    reply = w4.consumer(unique("new-group"), topic)
     assert reply is not None
     assert code_name(reply.status.code) == "OK"
     assert reply.settings.backoff_policy.max_attempts == 17
@@ -201,7 +202,7 @@ def test_errors_before_settings(
     r = w.send(message(topic, b"early"))
     assert code_name(r.status.code) == "OK"
     assert len(r.entries) == 1
-    _, reply = w.settings(w.consumer_settings(group, topic))
+    reply = w.consumer(group, topic)
     assert reply is not None
     assert code_name(reply.status.code) == "OK"
     assert code_name(w.heartbeat(group, pb.SIMPLE_CONSUMER).status.code) == "OK"
@@ -216,9 +217,7 @@ def test_send_errors_carry_no_entries(
     cases = {
         "normal to fifo": message(fifo),
         "fifo to normal": message(normal, kind=pb.FIFO, group="g1"),
-        "delay to normal": message(
-            normal, kind=pb.DELAY, delivery_at_ms=int(time.time() * 1000) + 10_000
-        ),
+        "delay to normal": message(normal, kind=pb.DELAY, delivery=time.time() + 10),
         "transaction to normal": message(normal, kind=pb.TRANSACTION),
         # Not TOPIC_NOT_FOUND: the proxy's type check runs first, and an unknown topic's type
         # is UNSPECIFIED.
@@ -459,7 +458,8 @@ def test_transaction_id_and_check_back_properties(
     topic = unique("t")
     server.setup({topic: "TRANSACTION"})
     with Wire(server.address) as p:
-        telemetry, _ = p.settings(p.producer_settings(topic))
+        p.producer(topic)
+        telemetry = p.stream
         sent = p.send(message(topic, b"orphan", kind=pb.TRANSACTION, properties={"a": "1"}))
         assert code_name(sent.status.code) == "OK"
         (entry,) = sent.entries

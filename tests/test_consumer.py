@@ -24,7 +24,7 @@ import ferrymq
 from _nats_server import HoldingProxy
 from ferrymq.testing import EmbeddedBroker
 from servers import FreshTopic
-from waiting import async_wait_for, wait_for
+from waiting import InThread, async_wait_for, wait_for
 
 Send = Callable[..., list[str]]
 
@@ -608,24 +608,12 @@ def test_close_during_start_leaves_the_consumer_closed(
             c = ferrymq.PushConsumer(endpoints, group, subscriptions=[topic], listener=print)
         else:
             c = ferrymq.SimpleConsumer(endpoints, group, subscriptions=[topic])
-        outcome: list[BaseException | None] = []
-
-        def start() -> None:
-            try:
-                c.start()
-                outcome.append(None)
-            except BaseException as e:  # handed to the test thread
-                outcome.append(e)
-
-        t = threading.Thread(target=start)
-        t.start()
+        started = InThread(c.start)
         wait_for("the consumer to connect to the proxy", lambda: proxy.accepted >= 1)
         c.close()
         proxy.release()
-        t.join(60)
-        assert not t.is_alive()
-        assert len(outcome) == 1
-        assert isinstance(outcome[0], ferrymq.ClientClosedError), outcome
+        with pytest.raises(ferrymq.ClientClosedError):
+            started.wait(60)
         assert "closed" in repr(c)
         with pytest.raises(ferrymq.ClientClosedError):
             c.start()

@@ -20,26 +20,19 @@ import pytest
 import ferrymq
 from ferrymq import ConsumeResult, Message, MessageView, Producer, TransactionResolution
 from ferrymq.testing import EmbeddedBroker
-from servers import EmbeddedServer, RealServer, Server, started
-from waiting import wait_for
+from servers import Collector, EmbeddedServer, RealServer, Server, started
+from waiting import receive_until, wait_for
 
 
-def receive_until(
-    consumer: ferrymq.SimpleConsumer,
-    want: int,
-    *,
-    ack: bool = True,
-    invisible: float = 15.0,
-    timeout: float = 60.0,
-) -> list[MessageView]:
-    got: list[MessageView] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < want and time.monotonic() < deadline:
-        for m in consumer.receive(32, invisible):
-            got.append(m)
-            if ack:
-                consumer.ack(m)
-    return got
+def simple_consumer(
+    server: Server, closing: list[Any], group: str, topic: str, tag: str = "*"
+) -> ferrymq.SimpleConsumer:
+    """A started simple consumer of ``topic``'s messages with ``tag``, closed at the end of the
+    test."""
+    consumer = ferrymq.SimpleConsumer(
+        server.endpoints, group, subscriptions={topic: tag}, await_duration=5
+    )
+    return started(closing, consumer)
 
 
 def test_send_receive_keeps_keys_tag_and_properties(
@@ -67,11 +60,7 @@ def test_send_receive_keeps_keys_tag_and_properties(
         sent[r.message_id] = m
     producer.send(Message(topic, b"filtered out", tag="other"))
     assert len(sent) == 10
-    consumer = ferrymq.SimpleConsumer(
-        server.endpoints, group, subscriptions={topic: "wanted"}, await_duration=5
-    )
-    closing.append(consumer)
-    consumer.start()
+    consumer = simple_consumer(server, closing, group, topic, "wanted")
     got = receive_until(consumer, 10)
     assert sorted(m.message_id for m in got) == sorted(sent)
     for m in got:
@@ -106,11 +95,7 @@ def test_packed_batches_deliver_every_body_under_one_id(
     receipts = producer.send_batch(batch, packed=True)
     assert len(receipts) == 300
     by_body = {m.body: r for m, r in zip(batch, receipts, strict=True)}
-    consumer = ferrymq.SimpleConsumer(
-        server.endpoints, group, subscriptions={topic: "wanted"}, await_duration=5
-    )
-    closing.append(consumer)
-    consumer.start()
+    consumer = simple_consumer(server, closing, group, topic, "wanted")
     got = receive_until(consumer, 300)
     assert sorted(m.body for m in got) == sorted(by_body)
     for m in got:
@@ -172,11 +157,7 @@ def test_delayed_delivery(server: Server, unique: Callable[[str], str], closing:
     producer = started(closing, Producer(server.endpoints, topics=[topic]))
     due = time.time() + 4
     receipt = producer.send(Message(topic, b"later", delivery_time=due))
-    consumer = ferrymq.SimpleConsumer(
-        server.endpoints, group, subscriptions={topic: "*"}, await_duration=5
-    )
-    closing.append(consumer)
-    consumer.start()
+    consumer = simple_consumer(server, closing, group, topic)
     got = receive_until(consumer, 1)
     received_at = time.time()
     assert [m.message_id for m in got] == [receipt.message_id]
@@ -214,11 +195,7 @@ def test_transactions_commit_rollback_and_orphan_check(
     orphan_tx = producer.begin_transaction()
     orphan = orphan_tx.send(Message(topic, b"orphan", tag="o")).message_id
     # Neither committed nor rolled back: the server asks the producer (after ~6 s on the proxy).
-    consumer = ferrymq.SimpleConsumer(
-        server.endpoints, group, subscriptions={topic: "*"}, await_duration=5
-    )
-    closing.append(consumer)
-    consumer.start()
+    consumer = simple_consumer(server, closing, group, topic)
     # Such a late check of the committed message, answered COMMIT, delivers it a second time
     # (at-least-once): compare distinct ids.
     got: list[MessageView] = []
@@ -238,11 +215,7 @@ def test_simple_consumer_ack_and_change_invisible_duration(
     server.setup({topic: "NORMAL"}, [group])
     producer = started(closing, Producer(server.endpoints, topics=[topic]))
     keep, retry = (producer.send(Message(topic, b)).message_id for b in (b"keep", b"retry"))
-    consumer = ferrymq.SimpleConsumer(
-        server.endpoints, group, subscriptions={topic: "*"}, await_duration=5
-    )
-    closing.append(consumer)
-    consumer.start()
+    consumer = simple_consumer(server, closing, group, topic)
     first = receive_until(consumer, 2, ack=False, invisible=60)
     by_id = {m.message_id: m for m in first}
     assert set(by_id) == {keep, retry}
@@ -350,19 +323,7 @@ def test_clients_recover_from_a_server_restart_without_losing_messages(
     topic, group = unique("t"), unique("g")
     server.setup({topic: "NORMAL"}, [group])
     producer = started(closing, Producer(server.endpoints, topics=[topic], request_timeout=5))
-    received: set[str] = set()
-    lock = threading.Lock()
-
-    def listener(m: MessageView) -> ConsumeResult:
-        with lock:
-            received.add(m.message_id)
-        return ConsumeResult.SUCCESS
-
-    consumer = ferrymq.PushConsumer(
-        server.endpoints, group, subscriptions={topic: "*"}, listener=listener
-    )
-    closing.append(consumer)
-    consumer.start()
+    pushed = Collector(server.endpoints, group, topic, closing)
     acked: list[str] = []  # sends the server confirmed
     failed: list[str] = []
     stop = threading.Event()
@@ -381,7 +342,7 @@ def test_clients_recover_from_a_server_restart_without_losing_messages(
     sender = threading.Thread(target=produce)
     sender.start()
     try:
-        wait_for("traffic before", lambda: len(received) >= 20)
+        wait_for("traffic before", lambda: len(pushed.ids()) >= 20)
         t0 = time.monotonic()
         _restart(server)
         t_up = time.monotonic()
@@ -396,11 +357,11 @@ def test_clients_recover_from_a_server_restart_without_losing_messages(
         sender.join()
     wait_for(
         "every confirmed message",
-        lambda: set(acked) <= received,
+        lambda: set(acked) <= pushed.ids(),
         timeout=240,
     )
-    with lock:
-        lost = set(acked) - received
+    received = pushed.ids()
+    lost = set(acked) - received
     print(
         f"{server.kind}: restart took {t_up - t0:.1f} s; first send {t_send - t_up:.1f} s after "
         f"it was back; {len(acked)} sends confirmed, {len(failed)} failed while down, "

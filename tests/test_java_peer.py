@@ -10,42 +10,16 @@ delivery time must arrive intact. Waits poll a condition with a deadline; nothin
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-import ferrymq
 from ferrymq import Message, MessageView, Producer, TransactionResolution
 from java_peer import JavaPeer, JavaProcess, body_of
-from servers import EmbeddedServer, Server
+from servers import Collector, EmbeddedServer, Server
 
 PROPS = {"origin": "peer-test", "colour": "blue"}
-
-
-class Collector:
-    """A ferrymq push consumer that records what its listener saw, in order."""
-
-    def __init__(self, server: Server, group: str, topic: str, closing: list[Any]) -> None:
-        self.got: list[MessageView] = []
-        self._lock = threading.Lock()
-        self.consumer = ferrymq.PushConsumer(
-            server.endpoints, group, subscriptions={topic: "*"}, listener=self._on
-        )
-        closing.append(self.consumer)
-        self.consumer.start()
-
-    def _on(self, m: MessageView) -> None:
-        with self._lock:
-            self.got.append(m)
-
-    def wait(self, want: int, timeout: float = 60.0) -> list[MessageView]:
-        deadline = time.monotonic() + timeout
-        while len(self.got) < want:
-            assert time.monotonic() < deadline, f"ferrymq consumed {len(self.got)} of {want}"
-            time.sleep(0.02)
-        return list(self.got)
 
 
 def by_body(events: list[dict[str, Any]]) -> dict[bytes, dict[str, Any]]:
@@ -109,7 +83,7 @@ def test_normal_messages_both_ways(
     jc = java_peer.start(
         "push", endpoints=server.endpoints, topic=topic, group=jgroup, count=2 * n, timeout=60
     )
-    fc = Collector(server, fgroup, topic, closing)
+    fc = Collector(server.endpoints, fgroup, topic, closing)
     jc.wait_for("ready")
     jp = java_produce(java_peer, server, topic, "j", count=n, tag="TagJ", threads=4)
     with Producer(server.endpoints, topics=[topic]) as p:
@@ -165,7 +139,7 @@ def test_fifo_20_groups_in_order_nothing_discarded(
         timeout=90,
         linger=0.5,
     )
-    fc = Collector(server, fgroup, topic, closing)
+    fc = Collector(server.endpoints, fgroup, topic, closing)
     jc.wait_for("ready")
     jp = java_produce(
         java_peer,
@@ -219,7 +193,7 @@ def test_delay_messages_both_ways(
     jc = java_peer.start(
         "simple", endpoints=server.endpoints, topic=topic, group=jgroup, count=2 * n, timeout=60
     )
-    fc = Collector(server, fgroup, topic, closing)
+    fc = Collector(server.endpoints, fgroup, topic, closing)
     jc.wait_for("ready")
     t0 = time.time()
     jp = java_produce(
@@ -273,7 +247,7 @@ def test_transactions_commit_rollback_and_check_back(
         timeout=90,
         linger=1,
     )
-    fcol = Collector(server, fgroup, topic, closing)
+    fcol = Collector(server.endpoints, fgroup, topic, closing)
     jc.wait_for("ready")
     tx_options: dict[str, Any] = {"tag": "T", "check_rollback_prefix": "jr,fr"}
     # The Java orphans first, while the Java producer is the topic's only producer: the server

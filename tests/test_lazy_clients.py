@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 import ferrymq
 from _nats_server import HoldingProxy, NatsServer
 from ferrymq.testing import EmbeddedBroker
-from waiting import wait_for
+from waiting import InThread, wait_for
 
 APP, TOKEN = "test_app", "test_token"
 
@@ -91,24 +90,12 @@ def test_a_connection_that_completes_after_close_is_closed_too(
     try:
         proxy.hold()  # the server's answers wait: the connect cannot finish
         client = make(spell(proxy.port))
-        outcome: list[BaseException | None] = []
-
-        def start() -> None:
-            try:
-                client.start()
-                outcome.append(None)
-            except BaseException as e:  # handed to the test thread
-                outcome.append(e)
-
-        t = threading.Thread(target=start)
-        t.start()
+        started = InThread(client.start)
         wait_for("the client to connect to the proxy", lambda: proxy.accepted >= 1)
         client.close()
         proxy.release()
-        t.join(30)
-        assert not t.is_alive()
-        assert len(outcome) == 1
-        assert isinstance(outcome[0], ferrymq.ClientClosedError), outcome
+        with pytest.raises(ferrymq.ClientClosedError):
+            started.wait(30)
         wait_for(
             "the client to close the connection made after close()",
             lambda: proxy.client_closed >= proxy.accepted,

@@ -25,7 +25,7 @@ import pytest
 import ferrymq
 from ferrymq import ConsumeResult, Message, MessageView, Producer
 from ferrymq.testing import EmbeddedBroker
-from servers import EmbeddedServer, FreshTopic, RealServer, Server, started
+from servers import Collector, EmbeddedServer, FreshTopic, RealServer, Server, started
 from waiting import wait_for
 
 #: Short periods for the background tasks, so a test sees a change within a second.
@@ -39,6 +39,20 @@ def _endpoint(b: EmbeddedBroker, index: int = 0) -> dict[str, Any]:
 
 def _telemetry_open(b: EmbeddedBroker, client_id: str | None) -> bool:
     return any(c["client_id"] == client_id and c["connected"] for c in b.clients(0))
+
+
+def _reads(simple: ferrymq.SimpleConsumer, message_id: str) -> Callable[[], bool]:
+    """A condition for `wait_for`: ``simple`` has received ``message_id`` (each poll is one
+    receive, which acks what it brings)."""
+    received: set[str] = set()
+
+    def got_it() -> bool:
+        for m in simple.receive(32, 15):
+            received.add(m.message_id)
+            simple.ack(m)
+        return message_id in received
+
+    return got_it
 
 
 # -- ReconnectEndpoints ----------------------------------------------------------------------
@@ -96,18 +110,7 @@ def test_route_refresh_follows_a_queue_opened_while_clients_run(
         b.endpoints, simple_group, subscriptions={topic: "*"}, await_duration=1, **FAST
     ).start()
     closing.append(simple)
-    pushed: set[str] = set()
-    lock = threading.Lock()
-
-    def listener(m: MessageView) -> ConsumeResult:
-        with lock:
-            pushed.add(m.message_id)
-        return ConsumeResult.SUCCESS
-
-    push = ferrymq.PushConsumer(
-        b.endpoints, push_group, subscriptions={topic: "*"}, listener=listener, **FAST
-    ).start()
-    closing.append(push)
+    pushed = Collector(b.endpoints, push_group, topic, closing, **FAST)
     before = [producer.send(Message(topic, f"{i}".encode())) for i in range(8)]
     assert {r.endpoint for r in before} == {b.addresses[0]}
 
@@ -124,17 +127,9 @@ def test_route_refresh_follows_a_queue_opened_while_clients_run(
     wait_for("a send to the opened queue", sent_to_second)
     assert [m["message_id"] for m in b.messages(topic) if m["endpoint"] == 1] == on_second
     # The simple consumer's refreshed route lets it receive from that queue ...
-    received: set[str] = set()
-
-    def simple_got_it() -> bool:
-        for m in simple.receive(32, 15):
-            received.add(m.message_id)
-            simple.ack(m)
-        return on_second[0] in received
-
-    wait_for("the simple consumer to read the opened queue", simple_got_it)
+    wait_for("the simple consumer to read the opened queue", _reads(simple, on_second[0]))
     # ... and the push consumer's next assignment scan does too.
-    wait_for("the push consumer to read the opened queue", lambda: on_second[0] in pushed)
+    wait_for("the push consumer to read the opened queue", lambda: on_second[0] in pushed.ids())
 
 
 @pytest.mark.rocketmq
@@ -164,15 +159,7 @@ def test_route_refresh_follows_queues_added_on_the_real_server(
         return bool(new_queue)
 
     wait_for("a send to a new queue", sent_to_new_queue, timeout=120)
-    received: set[str] = set()
-
-    def simple_got_it() -> bool:
-        for m in simple.receive(32, 15):
-            received.add(m.message_id)
-            simple.ack(m)
-        return new_queue[0] in received
-
-    wait_for("the simple consumer to read a new queue", simple_got_it, timeout=120)
+    wait_for("the simple consumer to read a new queue", _reads(simple, new_queue[0]), timeout=120)
 
 
 def _broker_addr() -> str:

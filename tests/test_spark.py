@@ -39,6 +39,21 @@ def produce(broker: EmbeddedBroker, topic: str, start: int, count: int, chunk: i
     )
 
 
+def _assert_numbered(rows: list[Any], topic: str, count: int) -> None:
+    """``rows`` read back the ``count`` messages of `produce` / `jmq_produce` from ``topic``:
+    every value once, each with its key, tag, property ``i`` and a timestamp."""
+    assert sorted(r.value for r in rows) == sorted(f"m{i}".encode() for i in range(count))
+    for r in rows:
+        i = int(r.value[1:])
+        assert (r.key, r.tag, r.properties) == (
+            f"k{i}".encode(),
+            "even" if i % 2 == 0 else "odd",
+            {"i": str(i)},
+        )
+        assert r.topic == topic
+        assert r.timestamp is not None
+
+
 def _send_numbered(p: Any, topic: str, ids: range, chunk: int, key: str, **properties: str) -> None:
     """Send a message ``m<i>`` for each of ``ids`` with ``p``, ``chunk`` per batch, then close
     ``p``: key ``<key><i>``, tag even/odd, property ``i`` and each of ``properties`` as
@@ -82,6 +97,35 @@ def _reader(
     )
 
 
+def _write_twice(
+    spark: Any,
+    broker: EmbeddedBroker,
+    topic: str,
+    group: str,
+    tmp_path: Path,
+    columns: list[str],
+    sink: dict[str, str],
+) -> None:
+    """Stream ``topic`` from its start through ``columns`` into the ferrymq sink (``sink``
+    options) until caught up, twice: between the runs the commit of batch 0 is lost, as if the
+    driver died before the sink committed, so the second run writes batch 0 again."""
+    checkpoint = tmp_path / "ckpt"
+    for attempt in range(2):
+        if attempt:
+            lose_commit(checkpoint, 0)
+        w = (
+            _reader(spark, broker, topic, group, stream=True)
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr(*columns)
+            .writeStream.format("ferrymq")
+            .option("checkpointLocation", str(checkpoint))
+        )
+        for k, v in sink.items():
+            w = w.option(k, v)
+        run_available_now(w, 90)
+
+
 def test_batch_round_trip(spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str]) -> None:
     topic, group = _setup(broker, unique)
     produce(broker, topic, 0, 200)
@@ -91,15 +135,8 @@ def test_batch_round_trip(spark: Any, broker: EmbeddedBroker, unique: Callable[[
         "tag", "messageGroup", "messageId",
     ]  # fmt: skip
     rows = df.collect()
-    assert sorted(r.value for r in rows) == sorted(f"m{i}".encode() for i in range(200))
-    for r in rows:
-        i = int(r.value[1:])
-        assert r.key == f"k{i}".encode()
-        assert r.tag == ("even" if i % 2 == 0 else "odd")
-        assert r.properties == {"i": str(i)}
-        assert r.topic == topic
-        assert r.timestamp is not None
-        assert r.messageId
+    _assert_numbered(rows, topic, 200)
+    assert all(r.messageId for r in rows)
     # Offsets are contiguous from 0 in every queue.
     by_queue: dict[int, list[int]] = {}
     for r in rows:
@@ -257,26 +294,8 @@ def test_nats_stream_write_is_deduplicated_and_reads_back(
     with ferrymq.JetStream(nats_server.url) as js:
         js.create_stream(stream, [f"{subject}.>"], duplicate_window=120.0)
     produce(broker, topic, 0, 50)
-    checkpoint = tmp_path / "ckpt"
-
-    def run() -> None:
-        w = (
-            _reader(spark, broker, topic, group, stream=True)
-            .option("startingOffsets", "earliest")
-            .load()
-            .selectExpr(
-                f"concat('{subject}.', tag) as topic", "value", "key", "map('q', 'x') as properties"
-            )
-            .writeStream.format("ferrymq")
-            .option("endpoints", nats_server.url)
-            .option("checkpointLocation", str(checkpoint))
-        )
-        run_available_now(w, 90)
-
-    run()
-    # The sink committed batch 0; pretend it did not: the restart re-runs it with the same ids.
-    lose_commit(checkpoint, 0)
-    run()
+    columns = [f"concat('{subject}.', tag) as topic", "value", "key", "map('q', 'x') as properties"]
+    _write_twice(spark, broker, topic, group, tmp_path, columns, {"endpoints": nats_server.url})
 
     rows = (
         spark.read.format("ferrymq")
@@ -394,15 +413,8 @@ def test_jmq_batch_read(spark: Any, broker: EmbeddedBroker, unique: Callable[[st
         "tag", "messageId",
     ]  # fmt: skip
     rows = df.collect()
-    assert sorted(r.value for r in rows) == sorted(f"m{i}".encode() for i in range(200))
-    for r in rows:
-        i = int(r.value[1:])
-        assert r.key == f"k{i}".encode()
-        assert r.messageId == f"id{i}"
-        assert r.tag == ("even" if i % 2 == 0 else "odd")
-        assert r.properties == {"i": str(i)}
-        assert r.topic == topic
-        assert r.timestamp is not None
+    _assert_numbered(rows, topic, 200)
+    assert all(r.messageId == f"id{int(r.value[1:])}" for r in rows)
     # Offsets are the partition indices: contiguous from 0 in every partition, in send order.
     by_partition: dict[int, list[tuple[int, int]]] = {}
     for r in rows:
@@ -465,26 +477,8 @@ def test_jmq_stream_write_ids_are_deterministic(
     dst = unique("jmq")
     broker.create_topic(dst, queues=2)
     produce(broker, src, 0, 40)
-    checkpoint = tmp_path / "ckpt"
-
-    def run() -> None:
-        w = (
-            _reader(spark, broker, src, group, stream=True)
-            .option("startingOffsets", "earliest")
-            .load()
-            .selectExpr("value", "key", "tag")
-            .writeStream.format("ferrymq")
-            .option("endpoints", broker.jmq_endpoint)
-            .option("topic", dst)
-            .option("checkpointLocation", str(checkpoint))
-        )
-        for k, v in JMQ_AUTH.items():
-            w = w.option(k, v)
-        run_available_now(w, 90)
-
-    run()
-    lose_commit(checkpoint, 0)
-    run()  # batch 0 again
+    sink = {"endpoints": broker.jmq_endpoint, "topic": dst, **JMQ_AUTH}
+    _write_twice(spark, broker, src, group, tmp_path, ["value", "key", "tag"], sink)
 
     rows = _jmq_reader(spark, broker, dst).load().collect()
     assert len(rows) == 80  # stored twice

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -37,3 +38,48 @@ def first_batch(receive: Callable[[], Sequence[T]], tries: int = 20) -> list[T]:
         if got:
             return list(got)
     return []
+
+
+def receive_until(
+    consumer: Any, want: int, *, ack: bool = True, invisible: float = 15, timeout: float = 60.0
+) -> list[Any]:
+    """Messages from a simple consumer (ferrymq's or the official client's: ``receive(count,
+    invisible)`` and ``ack(message)``), acked unless ``ack`` is false, until ``want`` arrived or
+    ``timeout`` seconds passed (each receive waits by itself). The official client takes
+    ``invisible`` in whole seconds only."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        for m in consumer.receive(32, invisible):
+            got.append(m)
+            if ack:
+                consumer.ack(m)
+    return got
+
+
+class InThread(Generic[T]):
+    """``call`` run on a thread of its own from now on; :meth:`wait` hands its outcome to the
+    test thread."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        self._call = call
+        self._outcome: list[tuple[T | None, BaseException | None]] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcome.append((self._call(), None))
+        except BaseException as e:  # handed to the test thread
+            self._outcome.append((None, e))
+
+    def wait(self, timeout: float = 60.0) -> T:
+        """What the call returned, or raises what it raised; ``AssertionError`` if it is still
+        running after ``timeout`` seconds."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise AssertionError(f"{self._call!r} still running after {timeout} s")
+        [(value, error)] = self._outcome
+        if error is not None:
+            raise error
+        return value  # type: ignore[return-value]
