@@ -59,10 +59,7 @@ class Live:
     queue: Any
     js: ferrymq.JetStream
     stream: str
-    js_consumer: Any
-    js_message: Any
     jmq_producer: ferrymq.JmqProducer
-    jmq_consumer: ferrymq.JmqConsumer
     jmq_facade: ferrymq.Producer
     remoting_facade: ferrymq.Producer
     extra: list[Any] = field(default_factory=list)
@@ -96,24 +93,18 @@ def live(
     stream = "PROPS"
     js.create_stream(stream, ["props.>"], storage="memory")
     js.publish("props.a", b"x")
-    js_consumer = js.pull_consumer(stream, durable="props-c")
     jmq_topic = "props-jmq"
     broker.create_topic(jmq_topic)
     jmq_producer = ferrymq.JmqProducer(
         broker.jmq_endpoint, app=APP, token=TOKEN, request_timeout=3.0, send_timeout=3.0
     )
     jmq_producer.start()
-    jmq_consumer = ferrymq.JmqConsumer(
-        broker.jmq_endpoint, jmq_topic, app=APP, token=TOKEN, request_timeout=3.0
-    )
-    jmq_consumer.start()
     jmq_facade = ferrymq.Producer(
         broker.jmq_endpoint, app=APP, token=TOKEN, request_timeout=3.0
     ).start()
     remoting_facade = ferrymq.Producer(broker.remoting_endpoint, request_timeout=3.0).start()
     admin = EmbeddedBroker(endpoints=2)
     admin.create_topic("admin-t")
-    js_message = js_consumer.fetch(1, timeout=2.0)[0]
     env = Live(
         broker=broker,
         admin=admin,
@@ -128,10 +119,7 @@ def live(
         queue=queue,
         js=js,
         stream=stream,
-        js_consumer=js_consumer,
-        js_message=js_message,
         jmq_producer=jmq_producer,
-        jmq_consumer=jmq_consumer,
         jmq_facade=jmq_facade,
         remoting_facade=remoting_facade,
     )
@@ -139,7 +127,6 @@ def live(
         yield env
     finally:
         for obj in [
-            jmq_consumer,
             jmq_producer,
             jmq_facade,
             remoting_facade,
@@ -218,11 +205,8 @@ RECEIVERS = {
     "Producer": "producer",
     "SimpleConsumer": "consumer",
     "PullConsumer": "pull",
-    "JsPullConsumer": "js_consumer",
-    "JmqConsumer": "jmq_consumer",
     "EmbeddedBroker": "admin",
     "JetStream": "js",
-    "JsMessage": "js_message",
     "JmqServer": "admin.jmq",
 }
 
@@ -558,22 +542,11 @@ CASES = [
         ),
         examples=60,
     ),
-    Case(
-        "JetStream.pull_consumer",
-        lambda lv, a: lv.js.pull_consumer(a.pop("stream"), **a),
-        lambda lv: {"stream": lv.stream},
-        kinds(
-            str="stream durable filter_subject",
-            any="deliver",
-            duration="ack_wait inactive_threshold",
-            int="max_deliver max_ack_pending",
-        ),
-        examples=60,
-    ),
     method(
-        "JsPullConsumer.fetch",
-        {"max_messages": 1, "timeout": 0.1},
-        {"max_messages": "int", "timeout": "receive_wait"},
+        "JetStream.consumer_state",
+        {"group": "props-c", "subject": "props.a"},
+        {"group": "str", "subject": "str", "stream": "str"},
+        examples=25,
     ),
     Case(
         "JmqProducer",
@@ -606,42 +579,16 @@ CASES = [
         examples=25,
     ),
     Case(
-        "JmqConsumer",
-        lambda lv, a: ferrymq.JmqConsumer(a.pop("endpoint"), a.pop("topics"), **a),
-        lambda lv: {
-            "endpoint": lv.broker.jmq_endpoint,
-            "topics": "props-jmq",
-            "app": APP,
-            "token": TOKEN,
-        },
+        "SimpleConsumer(jmq).jmq_options",
+        lambda lv, a: ferrymq.SimpleConsumer(
+            lv.broker.jmq_endpoint, APP, subscriptions="props-jmq", token=TOKEN, jmq_options=a
+        ),
+        {},
         kinds(
-            endpoint="endpoint",
-            strs="topics",
-            str="app token mode region namespace client_ip",
-            duration="ack_timeout long_poll session_timeout request_timeout metadata_refresh",
+            str="mode region client_ip",
+            duration="ack_timeout long_poll session_timeout metadata_refresh",
         ),
         close_result=True,
-    ),
-    method(
-        "JmqConsumer.receive",
-        {"max_messages": 1, "wait": 0.05},
-        {"max_messages": "int", "wait": "receive_wait", "ack_timeout": "duration"},
-    ),
-    method(
-        "JmqConsumer.nack",
-        {"messages": [], "retry_type": "exception"},
-        {"messages": "any", "retry_type": "str"},
-        examples=25,
-    ),
-    method(
-        "JmqConsumer.fetch_index",
-        {"topic": "props-jmq", "partition": 0},
-        {"topic": "str", "partition": "int"},
-    ),
-    method(
-        "JmqConsumer.commit_index",
-        {"topic": "props-jmq", "partition": 0, "index": 0},
-        {"topic": "str", "partition": "int", "index": "int"},
     ),
     Case(
         "EmbeddedBroker",
@@ -776,13 +723,6 @@ CASES = [
         "JetStream.delete_consumer",
         lambda lv: {"stream": lv.stream, "name": "nobody"},
         {"stream": "str", "name": "str"},
-    ),
-    method("JsMessage.nak", {}, {"delay": "duration"}, examples=25),
-    method(
-        "JmqConsumer.settle",
-        {"acks": [], "nacks": [], "retry_type": "exception"},
-        {"acks": "any", "nacks": "any", "retry_type": "str"},
-        examples=30,
     ),
     method(
         "JmqServer.create_topic",

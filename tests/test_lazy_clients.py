@@ -1,5 +1,5 @@
-"""The lifecycle the lazily connecting clients share (``JmqProducer``, ``JmqConsumer`` and
-``JetStream`` extend ``_native.LazyClient``): one test per edge, run over each class."""
+"""The lifecycle the lazily connecting clients share (``JmqProducer`` and ``JetStream``
+extend ``_native.LazyClient``): one test per edge, run over each class."""
 
 from __future__ import annotations
 
@@ -21,10 +21,6 @@ Factory = Callable[[str, str], Any]
 
 KINDS: dict[str, tuple[str, Factory]] = {
     "jmq-producer": ("jmq", lambda ep, _: ferrymq.JmqProducer(ep, app=APP, token=TOKEN)),
-    "jmq-consumer": (
-        "jmq",
-        lambda ep, topic: ferrymq.JmqConsumer(ep, app=APP, token=TOKEN, topics=topic),
-    ),
     "jetstream": ("nats", lambda ep, _: ferrymq.JetStream(ep)),
 }
 

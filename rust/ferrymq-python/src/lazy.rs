@@ -1,8 +1,8 @@
 //! A client connected on first use (or by `start()`), closed once, and the bridge every method
 //! of its Python class goes through: the blocking form releases the GIL
 //! (`RuntimeRef::block_on`), the asyncio form returns an awaitable (`future_into_py`); both
-//! connect first and fail with `ClientClosedError` after `close()`. Held by `JmqProducer`,
-//! `JmqConsumer` and `JetStream`, which extend `LazyClient`: their lifecycle methods (`start`,
+//! connect first and fail with `ClientClosedError` after `close()`. Held by `JmqProducer` and
+//! `JetStream`, which extend `LazyClient`: their lifecycle methods (`start`,
 //! `close`, the context managers, `endpoints`) are stated once there.
 
 use std::future::Future;
@@ -73,11 +73,6 @@ impl<C: Connect> Lazy<C> {
         // The caller gets the closed error either way (it asked after `close()` began).
         let _ = client.shut().await;
         Err(Error::closed(C::CLOSED))
-    }
-
-    /// The client if it is connected.
-    pub(crate) fn connected(&self) -> Option<&C> {
-        self.client.get()
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -253,7 +248,7 @@ impl<C: Connect, B: ProduceBackend> Lifecycle for (Handle<C>, Arc<Produce<B>>) {
     }
 }
 
-/// The base class of `JmqProducer`, `JmqConsumer` and `JetStream`: a client that connects on
+/// The base class of `JmqProducer` and `JetStream`: a client that connects on
 /// `start()` (or on the first call that needs it) and is closed once.
 #[pyclass(name = "LazyClient", module = "ferrymq._native", subclass, frozen)]
 pub struct LazyClient {
@@ -261,13 +256,6 @@ pub struct LazyClient {
 }
 
 impl LazyClient {
-    /// The base of a client without a produce path.
-    pub(crate) fn of<C: Connect>(h: &Handle<C>) -> Self {
-        Self {
-            life: Box::new(h.clone()),
-        }
-    }
-
     /// The base of a producer.
     pub(crate) fn producer<C: Connect, B: ProduceBackend>(
         h: &Handle<C>,

@@ -20,7 +20,6 @@ mod message;
 mod message_view;
 mod nats;
 mod nats_batch;
-mod nats_consumer;
 mod offset_consumer;
 mod offset_reader;
 mod probe;
@@ -64,9 +63,7 @@ mod _native {
     #[pymodule_export]
     use crate::durations::seconds;
     #[pymodule_export]
-    use crate::jmq::{
-        JmqConsumer, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage, PyJmqSendReceipt,
-    };
+    use crate::jmq::{JmqProducer, JmqServer, JmqTransaction, PyJmqSendReceipt};
     #[pymodule_export]
     use crate::lazy::LazyClient;
     #[pymodule_export]
@@ -77,8 +74,6 @@ mod _native {
     use crate::nats::{PyJetStream, PyStreamInfo};
     #[pymodule_export]
     use crate::nats_batch::PyNatsBatchPublisher;
-    #[pymodule_export]
-    use crate::nats_consumer::{PyJsMessage, PyPullConsumer};
     #[pymodule_export]
     use crate::offset_consumer::PyOffsetConsumer;
     #[pymodule_export]
