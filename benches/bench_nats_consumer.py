@@ -2,8 +2,8 @@
 
 Both read pre-loaded messages through a durable pull consumer of their own (same stream, same
 subject), in the simple-consumer shape: fetch up to ``--batch`` messages, ack them all and wait
-for the server to confirm (ferrymq ``ack(batch)``: plain ``+ACK``s and a confirmed last one;
-nats-py: ``ack()`` each and ``ack_sync()`` the last, the same wire traffic), repeat until every
+for the server to confirm (ferrymq ``ack(batch)``: a confirmed ``+ACK`` per message, all in
+flight at once; nats-py: ``ack()`` each and ``ack_sync()`` the last), repeat until every
 message was acked. The two run one after the other, alternating which goes first per round, in
 the same process; the script prints for each:
 

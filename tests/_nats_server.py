@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,3 +199,24 @@ class HoldingProxy:
                     s.close()
         for t in self._threads:
             t.join(2)
+
+
+def read_stream(js: ferrymq.JetStream, stream: str, expected: int) -> list[ferrymq.MessageView]:
+    """Every message stored in ``stream`` (of one subject pattern), read once and acked by a
+    fresh consumer group; there must be exactly ``expected``."""
+    (subject,) = js.stream_info(stream).subjects
+    group = f"read{uuid.uuid4().hex[:10]}"
+    got: list[ferrymq.MessageView] = []
+    with ferrymq.SimpleConsumer(
+        js.endpoints,
+        group,
+        subscriptions=subject,
+        nats_options={"stream": stream},
+        await_duration=0.5,
+    ) as c:
+        while batch := c.receive(500):
+            got += batch
+            c.ack(batch)
+    js.delete_consumer(stream, group)
+    assert len(got) == expected, f"{len(got)} of {expected} stored messages read"
+    return got

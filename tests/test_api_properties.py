@@ -59,9 +59,6 @@ class Live:
     queue: Any
     js: ferrymq.JetStream
     stream: str
-    js_consumer: Any
-    js_message: Any
-    jmq_consumer: ferrymq.JmqConsumer
     jmq_facade: ferrymq.Producer
     remoting_facade: ferrymq.Producer
     extra: list[Any] = field(default_factory=list)
@@ -95,20 +92,14 @@ def live(
     stream = "PROPS"
     js.create_stream(stream, ["props.>"], storage="memory")
     nats_server.publish("props.a", b"x")
-    js_consumer = js.pull_consumer(stream, durable="props-c")
     jmq_topic = "props-jmq"
     broker.create_topic(jmq_topic)
-    jmq_consumer = ferrymq.JmqConsumer(
-        broker.jmq_endpoint, jmq_topic, app=APP, token=TOKEN, request_timeout=3.0
-    )
-    jmq_consumer.start()
     jmq_facade = ferrymq.Producer(
         broker.jmq_endpoint, app=APP, token=TOKEN, request_timeout=3.0
     ).start()
     remoting_facade = ferrymq.Producer(broker.remoting_endpoint, request_timeout=3.0).start()
     admin = EmbeddedBroker(endpoints=2)
     admin.create_topic("admin-t")
-    js_message = js_consumer.fetch(1, timeout=2.0)[0]
     env = Live(
         broker=broker,
         admin=admin,
@@ -123,9 +114,6 @@ def live(
         queue=queue,
         js=js,
         stream=stream,
-        js_consumer=js_consumer,
-        js_message=js_message,
-        jmq_consumer=jmq_consumer,
         jmq_facade=jmq_facade,
         remoting_facade=remoting_facade,
     )
@@ -133,7 +121,6 @@ def live(
         yield env
     finally:
         for obj in [
-            jmq_consumer,
             jmq_facade,
             remoting_facade,
             js,
@@ -211,11 +198,8 @@ RECEIVERS = {
     "Producer": "producer",
     "SimpleConsumer": "consumer",
     "PullConsumer": "pull",
-    "JsPullConsumer": "js_consumer",
-    "JmqConsumer": "jmq_consumer",
     "EmbeddedBroker": "admin",
     "JetStream": "js",
-    "JsMessage": "js_message",
     "JmqServer": "admin.jmq",
 }
 
@@ -540,22 +524,11 @@ CASES = [
         ),
         examples=60,
     ),
-    Case(
-        "JetStream.pull_consumer",
-        lambda lv, a: lv.js.pull_consumer(a.pop("stream"), **a),
-        lambda lv: {"stream": lv.stream},
-        kinds(
-            str="stream durable filter_subject",
-            any="deliver",
-            duration="ack_wait inactive_threshold",
-            int="max_deliver max_ack_pending",
-        ),
-        examples=60,
-    ),
     method(
-        "JsPullConsumer.fetch",
-        {"max_messages": 1, "timeout": 0.1},
-        {"max_messages": "int", "timeout": "receive_wait"},
+        "JetStream.consumer_state",
+        {"group": "props-c", "subject": "props.a"},
+        {"group": "str", "subject": "str", "stream": "str"},
+        examples=25,
     ),
     Case(
         "Producer(jmq://)",
@@ -572,42 +545,16 @@ CASES = [
         close_result=True,
     ),
     Case(
-        "JmqConsumer",
-        lambda lv, a: ferrymq.JmqConsumer(a.pop("endpoint"), a.pop("topics"), **a),
-        lambda lv: {
-            "endpoint": lv.broker.jmq_endpoint,
-            "topics": "props-jmq",
-            "app": APP,
-            "token": TOKEN,
-        },
+        "SimpleConsumer(jmq).jmq_options",
+        lambda lv, a: ferrymq.SimpleConsumer(
+            lv.broker.jmq_endpoint, APP, subscriptions="props-jmq", token=TOKEN, jmq_options=a
+        ),
+        {},
         kinds(
-            endpoint="endpoint",
-            strs="topics",
-            str="app token mode region namespace client_ip",
-            duration="ack_timeout long_poll session_timeout request_timeout metadata_refresh",
+            str="mode region client_ip",
+            duration="ack_timeout long_poll session_timeout metadata_refresh",
         ),
         close_result=True,
-    ),
-    method(
-        "JmqConsumer.receive",
-        {"max_messages": 1, "wait": 0.05},
-        {"max_messages": "int", "wait": "receive_wait", "ack_timeout": "duration"},
-    ),
-    method(
-        "JmqConsumer.nack",
-        {"messages": [], "retry_type": "exception"},
-        {"messages": "any", "retry_type": "str"},
-        examples=25,
-    ),
-    method(
-        "JmqConsumer.fetch_index",
-        {"topic": "props-jmq", "partition": 0},
-        {"topic": "str", "partition": "int"},
-    ),
-    method(
-        "JmqConsumer.commit_index",
-        {"topic": "props-jmq", "partition": 0, "index": 0},
-        {"topic": "str", "partition": "int", "index": "int"},
     ),
     Case(
         "EmbeddedBroker",
@@ -742,13 +689,6 @@ CASES = [
         "JetStream.delete_consumer",
         lambda lv: {"stream": lv.stream, "name": "nobody"},
         {"stream": "str", "name": "str"},
-    ),
-    method("JsMessage.nak", {}, {"delay": "duration"}, examples=25),
-    method(
-        "JmqConsumer.settle",
-        {"acks": [], "nacks": [], "retry_type": "exception"},
-        {"acks": "any", "nacks": "any", "retry_type": "str"},
-        examples=30,
     ),
     method(
         "JmqServer.create_topic",

@@ -59,10 +59,9 @@ def producer(broker: EmbeddedBroker) -> Iterator[ferrymq.Producer]:
 
 
 @pytest.fixture(scope="module")
-def jmq_consumer(jmq_broker: EmbeddedBroker) -> Iterator[ferrymq.JmqConsumer]:
+def jmq_dur_topic(jmq_broker: EmbeddedBroker) -> str:
     jmq_broker.create_topic("dur-jmq")
-    with ferrymq.JmqConsumer(jmq_broker.jmq_endpoint, "dur-jmq", app=APP, token=TOKEN) as c:
-        yield c
+    return "dur-jmq"
 
 
 # -- the sweep: case -> (parameter name, call with the broker, the module's client and the value)
@@ -146,7 +145,9 @@ def _jmq_producer(b: EmbeddedBroker, **kw: object) -> object:
 
 
 def _jmq_consumer(b: EmbeddedBroker, **kw: object) -> object:
-    return ferrymq.JmqConsumer(b.jmq_endpoint, "dur-jmq", app=APP, token=TOKEN, **kw)
+    return ferrymq.SimpleConsumer(
+        b.jmq_endpoint, APP, subscriptions=JMQ_SUB, token=TOKEN, jmq_options=kw
+    )
 
 
 def _simple_receive(b: EmbeddedBroker, c: object, v: object) -> object:
@@ -172,14 +173,9 @@ JMQ: Sweep = {
         ),
     ),
     **_each(
-        "JmqConsumer",
+        "SimpleConsumer(jmq).jmq_options",
         _jmq_consumer,
-        ("ack_timeout", "long_poll", "session_timeout", "request_timeout"),
-    ),
-    "JmqConsumer.receive.wait": ("wait", lambda b, c, v: c.receive(1, v)),
-    "JmqConsumer.receive.ack_timeout": (
-        "ack_timeout",
-        lambda b, c, v: c.receive(1, 0.1, ack_timeout=v),
+        ("ack_timeout", "long_poll", "session_timeout", "metadata_refresh"),
     ),
     "SimpleConsumer(jmq).receive.invisible_duration": ("invisible_duration", _simple_receive),
     **_each(
@@ -187,7 +183,7 @@ JMQ: Sweep = {
         lambda b, **kw: ferrymq.SimpleConsumer(
             b.jmq_endpoint, APP, subscriptions=JMQ_SUB, token=TOKEN, **kw
         ),
-        ("await_duration",),
+        ("await_duration", "request_timeout"),
     ),
     **_each(
         "PushConsumer(jmq)",
@@ -206,10 +202,10 @@ JMQ: Sweep = {
 @pytest.mark.parametrize("value", BAD, ids=BAD_IDS)
 @pytest.mark.parametrize("case", JMQ)
 def test_jmq_durations_refuse_bad_values(
-    jmq_broker: EmbeddedBroker, jmq_consumer: ferrymq.JmqConsumer, case: str, value: object
+    jmq_broker: EmbeddedBroker, jmq_dur_topic: str, case: str, value: object
 ) -> None:
     field, call = JMQ[case]
-    refused(lambda: call(jmq_broker, jmq_consumer, value), field)
+    refused(lambda: call(jmq_broker, jmq_dur_topic, value), field)
 
 
 @pytest.mark.parametrize("value", BAD, ids=BAD_IDS)

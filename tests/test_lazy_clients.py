@@ -1,6 +1,6 @@
 """The lifecycle the lazily connecting clients share (``Producer`` over ``jmq://`` and
-``nats://``, ``JmqConsumer`` and ``JetStream``: their native classes extend
-``_native.LazyClient``): one test per edge, run over each class."""
+``nats://``, and ``JetStream``: their native classes extend ``_native.LazyClient``): one test
+per edge, run over each class."""
 
 from __future__ import annotations
 
@@ -23,10 +23,6 @@ KINDS: dict[str, tuple[str, Factory]] = {
     "jmq-producer": (
         "jmq",
         lambda ep, _: ferrymq.Producer(f"jmq://{ep}", app=APP, token=TOKEN),
-    ),
-    "jmq-consumer": (
-        "jmq",
-        lambda ep, topic: ferrymq.JmqConsumer(ep, app=APP, token=TOKEN, topics=topic),
     ),
     "jetstream": ("nats", lambda ep, _: ferrymq.JetStream(ep)),
     "nats-producer": ("nats", lambda ep, _: ferrymq.Producer(ep)),

@@ -9,22 +9,11 @@ from datetime import timedelta
 import pytest
 
 import ferrymq
-from _nats_server import NatsServer, free_port
+from _nats_server import NatsServer, free_port, read_stream
 from ferrymq import InvalidArgumentError, Message, NatsSendReceipt, Receipt
 from waiting import wait_for
 
 pytestmark = pytest.mark.nats
-
-
-def _stored(js: ferrymq.JetStream, tok: str, n: int) -> list[ferrymq.JsMessage]:
-    consumer = js.pull_consumer(f"S{tok}", deliver="all")
-    got: list[ferrymq.JsMessage] = []
-    while len(got) < n:
-        batch = consumer.fetch(n - len(got), timeout=5.0)
-        assert batch, f"only {len(got)} of {n} stored messages fetched"
-        got.extend(batch)
-    consumer.ack_all(got)
-    return got
 
 
 def test_send_publishes_to_jetstream_with_a_typed_receipt(
@@ -48,9 +37,9 @@ def test_send_publishes_to_jetstream_with_a_typed_receipt(
         produced = delivered[0][1]
         assert isinstance(produced, NatsSendReceipt)
         assert produced.sequence == 7
-    got = _stored(js, tok, 7)
+    got = read_stream(js, f"S{tok}", 7)
     assert [m.body for m in got] == [b"one", *(b"%d" % i for i in range(5)), b"produced"]
-    assert got[0].headers.get("h") == "v"
+    assert got[0].properties.get("h") == "v"
     # the receipt's id is the Nats-Msg-Id JetStream de-duplicates by
     assert got[0].message_id == r.message_id
     ids = {m.message_id for m in got}
@@ -69,7 +58,7 @@ async def test_async_lifecycle_and_batch(
     assert one.sequence == 1
     assert sorted(r.sequence for r in many if isinstance(r, NatsSendReceipt)) == list(range(2, 22))
     assert p.closed
-    assert len(_stored(js, tok, 21)) == 21
+    assert len(read_stream(js, f"S{tok}", 21)) == 21
 
 
 def test_constructor_does_not_connect_and_start_does() -> None:
@@ -124,7 +113,7 @@ def test_async_publisher_over_a_nats_producer(
 
     acks = asyncio.run(run())
     assert sorted(a.sequence for a in acks) == list(range(1, 11))
-    assert len(_stored(js, tok, 10)) == 10
+    assert len(read_stream(js, f"S{tok}", 10)) == 10
 
 
 def test_what_the_producer_sends_a_push_consumer_receives(

@@ -28,7 +28,8 @@ async def test_publish_async_over_jmq(
     assert all(a.stream == topic for a in acks)
     assert len({a.message_id for a in acks}) == 30
     check_window(rec.events, 6, 2)
-    got = drain(consumer(jmq_broker, topic), 30)
+    with consumer(jmq_broker, topic) as c:
+        got = drain(c, 30)
     assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in range(30))
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import ferrymq
-from _nats_server import HoldingProxy, NatsServer
+from _nats_server import HoldingProxy, NatsServer, read_stream
 from waiting import async_wait_for
 
 pytestmark = pytest.mark.nats
@@ -73,19 +73,6 @@ def stream(js: ferrymq.JetStream, tok: str) -> Iterator[tuple[str, str]]:
     js.delete_stream(name)
 
 
-def read_all(js: ferrymq.JetStream, stream: str, expected: int) -> list[ferrymq.JsMessage]:
-    c = js.pull_consumer(stream)
-    got: list[ferrymq.JsMessage] = []
-    while True:
-        batch = c.fetch(500, timeout=0.5)
-        if not batch:
-            break
-        got += batch
-        c.ack_all(batch)
-    assert len(got) == expected
-    return got
-
-
 def check_window(events: list[tuple[str, ferrymq.Flight]], max_in_flight: int, refill: int) -> int:
     """Replay listener events: the in-flight count never exceeds the window, and once it reaches
     the window nothing is published until it is back at `refill`. Returns how often it held."""
@@ -140,10 +127,10 @@ async def test_publish_async_acks_every_message_with_stamped_ids(
     assert rec.threads == {threading.current_thread().name}
     check_window(rec.events, 16, 0)
     # The server stored each once, with the flight id as Nats-Msg-Id.
-    msgs = read_all(js, name, 200)
+    msgs = read_stream(js, name, 200)
     assert [m.message_id for m in msgs] == [f.id for f in flights]
     assert [m.body for m in msgs] == [f.body for f in flights]
-    assert msgs[3].headers["X-N"] == "3"
+    assert msgs[3].properties["X-N"] == "3"
 
 
 @pytest.mark.parametrize(("max_in_flight", "refill"), [(8, 0), (8, 5)])
@@ -177,7 +164,7 @@ async def test_hold_at_max_in_flight_and_refill_at_threshold(
     assert all(f.state == "acked" for f in flights)
     holds = check_window(rec.events, max_in_flight, refill)
     assert holds >= 2
-    read_all(js, name, len(flights))
+    read_stream(js, name, len(flights))
 
 
 async def test_timeouts_complete_futures_and_reach_the_listener(
@@ -225,7 +212,7 @@ async def test_drain_waits_for_every_flight(
     # drain returns only after the listener has seen every event.
     assert len(rec.kinds("acked")) == 20
     assert pub.state == "finished"
-    read_all(js, name, 20)
+    read_stream(js, name, 20)
 
 
 async def test_retried_publish_is_stored_once(
@@ -247,7 +234,7 @@ async def test_retried_publish_is_stored_once(
     assert ack.duplicate
     assert ack.message_id == flight.id
     assert flight.attempts >= 3
-    (msg,) = read_all(js, name, 1)
+    (msg,) = read_stream(js, name, 1)
     assert msg.message_id == flight.id
     assert msg.body == b"only once"
     assert js.stream_info(name).messages == 1
@@ -365,8 +352,8 @@ async def test_publish_a_message_object(
         flight = await pub.publish_async(msg)
         await flight
     assert flight.message == msg
-    (got,) = read_all(js, name, 1)
-    assert got.headers["k"] == "v"
+    (got,) = read_stream(js, name, 1)
+    assert got.properties["k"] == "v"
 
 
 def test_submit_without_asyncio(
@@ -382,7 +369,7 @@ def test_submit_without_asyncio(
     # Without an event loop, listener methods run on ferrymq's helper thread.
     assert rec.threads == {"ferrymq-publisher-events"}
     assert pub.close() is True
-    read_all(js, name, 100)
+    read_stream(js, name, 100)
 
 
 def test_flight_result_blocks_until_done(

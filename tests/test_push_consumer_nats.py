@@ -53,7 +53,7 @@ def test_every_message_consumed_and_acked_once(
     assert set(rec.attempts.values()) == {1}
     assert all(isinstance(m, ferrymq.MessageView) for m in rec.seen)
     assert {m.topic for m in rec.seen} == {f"s{tok}.a"}
-    state = js.group_consumer(f"g{tok}", f"s{tok}.a").state()
+    state = js.consumer_state(f"g{tok}", f"s{tok}.a")
     assert (state["num_ack_pending"], state["num_pending"]) == (0, 0)
 
 

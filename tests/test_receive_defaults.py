@@ -27,10 +27,8 @@ def _defaults(method: Callable[..., Any], wait: str | None) -> tuple[Any, Any]:
 @pytest.mark.parametrize(
     ("method", "wait"),
     [
-        (ferrymq.JmqConsumer.receive, "wait"),
-        (ferrymq.JmqConsumer.receive_async, "wait"),
-        (ferrymq.JsPullConsumer.fetch, "timeout"),
-        (ferrymq.JsPullConsumer.fetch_async, "timeout"),
+        (ferrymq._native.SimpleConsumer.receive, None),
+        (ferrymq._native.SimpleConsumer.receive_async, None),
         (ferrymq.PullConsumer.poll, "timeout"),
         (ferrymq.PullConsumer.poll_async, "timeout"),
         (ferrymq._native.OffsetConsumer.poll, None),
@@ -48,7 +46,7 @@ def test_receive_defaults_are_the_simple_consumers(
         assert wait_default == SIMPLE_CONSUMER_WAIT
 
 
-def test_fetch_without_arguments_hands_out_the_default_batch(nats_server: NatsServer) -> None:
+def test_receive_without_arguments_hands_out_the_default_batch(nats_server: NatsServer) -> None:
     tok = uuid.uuid4().hex[:10].upper()
     stream, subject = f"D{tok}", f"d{tok}.x"
     with ferrymq.JetStream(nats_server.url) as js:
@@ -56,9 +54,9 @@ def test_fetch_without_arguments_hands_out_the_default_batch(nats_server: NatsSe
         try:
             for i in range(40):
                 nats_server.publish(subject, b"m%d" % i)
-            c = js.pull_consumer(stream)
-            # 40 are stored: the call returns at once with the default batch, in order.
-            assert [m.body for m in c.fetch()] == [b"m%d" % i for i in range(16)]
-            assert [m.body for m in c.fetch()] == [b"m%d" % i for i in range(16, 32)]
+            with ferrymq.SimpleConsumer(nats_server.url, f"g{tok}", subscriptions=subject) as c:
+                # 40 are stored: the call returns at once with the default batch, in order.
+                assert [m.body for m in c.receive()] == [b"m%d" % i for i in range(16)]
+                assert [m.body for m in c.receive()] == [b"m%d" % i for i in range(16, 32)]
         finally:
             js.delete_stream(stream)

@@ -1,31 +1,28 @@
 """The typed interface every backend's receipts and received messages share.
 
-``Producer.send`` returns a :class:`Receipt` and the consumers hand out
-:class:`ReceivedMessage` views whatever the protocol; the concrete classes add what their
-protocol has:
+``Producer.send`` returns a :class:`Receipt` whatever the protocol, and the consumers hand
+out :class:`ferrymq.MessageView` on every protocol (:class:`ReceivedMessage` is the interface
+it implements); the concrete receipt classes add what their protocol has:
 
 ==========================  ===================================  ==============================
 protocol                    receipt                              received message
 ==========================  ===================================  ==============================
 RocketMQ 5, remoting        :class:`ferrymq.SendReceipt`         :class:`ferrymq.MessageView`
                             (queue, offset, recall handle …)     (queue, offset, receipt …)
-JMQ4                        :class:`ferrymq.JmqSendReceipt`      :class:`ferrymq.JmqMessage`
-                            (partition, index, broker)           (partition, index, app …)
-NATS JetStream              :class:`ferrymq.NatsSendReceipt`     :class:`ferrymq.JsMessage`
-                            (stream, sequence, duplicate)        (stream, sequence, headers …)
+JMQ4                        :class:`ferrymq.JmqSendReceipt`      :class:`ferrymq.MessageView`
+                            (partition, index, broker)           (queue_id = partition …)
+NATS JetStream              :class:`ferrymq.NatsSendReceipt`     :class:`ferrymq.MessageView`
+                            (stream, sequence, duplicate)        (offset = stream sequence)
 ==========================  ===================================  ==============================
 
-Narrow with ``isinstance`` to reach a protocol's own fields.
+Narrow a receipt with ``isinstance`` to reach a protocol's own fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from .exceptions import InvalidArgumentError
-
-__all__ = ["ReceivedMessage", "Receipt", "only"]
+__all__ = ["ReceivedMessage", "Receipt"]
 
 
 @runtime_checkable
@@ -77,26 +74,3 @@ class ReceivedMessage(Protocol):
         ...
 
     def __len__(self) -> int: ...
-
-
-T = TypeVar("T")
-
-
-def only(kind: type[T], message: object, field: str, owner: str) -> list[T]:
-    """``message`` (one ``kind`` or an iterable of them) as a list; anything else raises
-    ``InvalidArgumentError`` naming ``field`` and what ``owner`` takes instead."""
-    if isinstance(message, kind):
-        return [message]
-    if isinstance(message, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(
-        message, Iterable
-    ):
-        items: list[object] = [message]
-    else:
-        items = list(message)
-    for m in items:
-        if not isinstance(m, kind):
-            raise InvalidArgumentError(
-                f"{field}: {owner} takes ferrymq.{kind.__name__} (or an iterable of them), "
-                f"not {type(m).__name__}"
-            )
-    return [m for m in items if isinstance(m, kind)]

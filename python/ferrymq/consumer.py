@@ -1,37 +1,44 @@
 """``ferrymq.SimpleConsumer`` and ``ferrymq.PushConsumer``: one consuming API over RocketMQ 5,
-JMQ4 and (``SimpleConsumer``) NATS JetStream.
+JMQ4 and NATS JetStream.
 
 The backend is chosen from the endpoint scheme (as for :class:`ferrymq.Producer`): plain
-``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects the native
-RocketMQ 5 consumers (:class:`ferrymq._native.SimpleConsumer`,
-:class:`ferrymq._native.PushConsumer`); ``jmq://host:port`` selects JMQ4, where ``group`` is the
-JMQ4 app and ``token=`` is required: the same native push consumer over JMQ4, and a simple
-consumer built on :class:`ferrymq.JmqConsumer` (:mod:`ferrymq._jmq_simple`, which also lists the
-differences by protocol). ``nats://`` selects JetStream durable pull consumers
-(:mod:`ferrymq._nats_consumer`, where the mapping is listed).
+``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects RocketMQ 5;
+``jmq://host:port`` selects JMQ4, where ``group`` is the JMQ4 app and ``token=`` is required;
+``nats://`` selects JetStream durable pull consumers (group = durable name, topic = subject).
+Both classes are the native consumers (:class:`ferrymq._native.SimpleConsumer`,
+:class:`ferrymq._native.PushConsumer`) over every protocol, and every message is a
+:class:`MessageView`. The mapping of each protocol is stated once, in the core
+(``jmq/consumer_rpc.rs``, ``nats/consumer_rpc.rs``); in short:
+
+* JMQ4: subscriptions are topics fixed at construction (no tag or SQL filters; ``subscribe``
+  may drop and take again one of them); ``invisible_duration`` is the fetch's ack timeout and
+  the results of one receive's messages are sent together once each has one;
+  ``change_invisible_duration`` puts a message in the broker's retry queue (delivered again
+  after the broker's own delay, as attempt 2);
+* JetStream: the invisible duration is the durable consumer's ``ack_wait``
+  (``nats_options={"ack_wait": …}``, default 30 s; a receive asking for another is refused);
+  ``change_invisible_duration`` is ``-NAK`` with that delay; a receive with several subjects
+  polls each in turn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from . import _exit, _native
-from ._args import refuse
-from ._endpoints import protocol_of
-from ._jmq_simple import JmqSimpleBackend, _topics, jmq_consumer
+from ._args import known_options, nonblank, refuse
+from ._endpoints import first_endpoint, protocol_of
 from ._lifecycle import Lifecycle
 from ._native import (
     ConsumeResult,
     Credentials,
     FilterExpression,
-    JmqMessage,
     MessageView,
     TlsConfig,
 )
-from ._nats_consumer import NatsSimpleBackend, jetstream_args
-from ._views import ReceivedMessage, only
+from ._nats import user_password
 from .exceptions import InvalidArgumentError
 
 __all__ = ["Listener", "PushConsumer", "SimpleConsumer"]
@@ -41,34 +48,29 @@ _Filter = str | FilterExpression | None
 _Subscriptions = Mapping[str, _Filter] | str | Iterable[str]
 _CredentialsArg = Credentials | tuple[str, str] | tuple[str, str, str] | None
 _TlsArg = bool | str | TlsConfig | None
+_Messages = MessageView | Iterable[MessageView]
 
 _Outcome = ConsumeResult | Awaitable[ConsumeResult | None] | None
 
 #: A push consumer listener: ``f(message)`` returning ``ConsumeResult`` or ``None`` (success),
 #: a plain callable or an ``async def``; raising counts as ``FAILURE``. The message is a
-#: :class:`MessageView` whatever the protocol (a listener typed for :class:`ReceivedMessage`
-#: fits too).
+#: :class:`MessageView` whatever the protocol.
 Listener = Callable[[MessageView], _Outcome]
 
-
-class _SimpleBackend(Protocol):
-    # What SimpleConsumer drives on either protocol (acks differ by message type: see ack()).
-    def start(self) -> None: ...
-    def start_async(self) -> Awaitable[None]: ...
-    def close(self) -> None: ...
-    def close_async(self) -> Awaitable[None]: ...
-    def receive(
-        self, max_messages: int = 16, invisible_duration: _Seconds | None = None
-    ) -> Sequence[ReceivedMessage]: ...
-    def receive_async(
-        self, max_messages: int = 16, invisible_duration: _Seconds | None = None
-    ) -> Awaitable[Sequence[ReceivedMessage]]: ...
-    @property
-    def group(self) -> str: ...
-    @property
-    def subscriptions(self) -> dict[str, FilterExpression]: ...
-    @property
-    def client_id(self) -> str | None: ...
+#: The ``jmq_options`` names (JMQ4 consumer settings).
+_JMQ_OPTIONS = frozenset(
+    {
+        "mode",
+        "region",
+        "ack_timeout",
+        "long_poll",
+        "session_timeout",
+        "metadata_refresh",
+        "client_ip",
+    }
+)
+#: The ``nats_options`` names.
+_NATS_OPTIONS = frozenset({"stream", "ack_wait", "name"})
 
 
 def _consumer_protocol(endpoints: str | Iterable[str]) -> str:
@@ -84,34 +86,159 @@ def _consumer_protocol(endpoints: str | Iterable[str]) -> str:
     return protocol
 
 
+def _is_all(f: object) -> bool:
+    if f is None or f == "*" or f == "":
+        return True
+    return isinstance(f, FilterExpression) and f.type == "TAG" and f.expression == "*"
+
+
+def _topics(protocol: str, subscriptions: object) -> list[str]:
+    """The topics (subjects) of a jmq:// or nats:// consumer, which has no tag or SQL filters."""
+    if subscriptions is None:
+        raise InvalidArgumentError(
+            f"subscriptions: a {protocol}:// consumer needs its topics at construction"
+        )
+    if isinstance(subscriptions, str):
+        return [subscriptions]
+    if isinstance(subscriptions, Mapping):
+        for topic, f in subscriptions.items():
+            if not _is_all(f):
+                raise InvalidArgumentError(
+                    f"subscriptions: {protocol}:// has no tag or SQL filters (topic {topic!r} "
+                    f"has {f!r}); subscribe with None or '*'"
+                )
+    try:
+        topics = list(subscriptions)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidArgumentError(
+            "subscriptions: must be a topic, a list of topics or a {topic: filter} mapping"
+        ) from None
+    names = [t for t in topics if isinstance(t, str)]
+    if not names or len(names) != len(topics):
+        raise InvalidArgumentError("subscriptions: name at least one topic (str)")
+    return names
+
+
+def _connect_args(
+    endpoints: str | Iterable[str],
+    group: str,
+    subscriptions: _Subscriptions | None,
+    *,
+    credentials: _CredentialsArg,
+    namespace: str | None,
+    tls: _TlsArg,
+    request_timeout: _Seconds | None,
+    route_refresh_interval: _Seconds | None,
+    settings_sync_interval: _Seconds | None,
+    app: str | None,
+    token: str | None,
+    jmq_options: Mapping[str, Any] | None,
+    nats_options: Mapping[str, Any] | None,
+) -> tuple[str, dict[str, Any]]:
+    """The protocol of ``endpoints`` and the native consumer's arguments saying where it
+    connects; options that mean nothing to the protocol are refused, naming the parameter."""
+    protocol = _consumer_protocol(endpoints)
+    if protocol != "nats":
+        refuse("only for nats:// endpoints", {"nats_options": nats_options})
+    if protocol != "jmq":
+        refuse("only for jmq:// endpoints", {"jmq_options": jmq_options})
+    args: dict[str, Any] = {"endpoints": endpoints, "subscriptions": subscriptions}
+    if protocol == "rocketmq":
+        # app and token are ignored by RocketMQ (as by ferrymq.Producer), so that one
+        # configuration serves every protocol.
+        args.update(
+            credentials=credentials,
+            namespace=namespace,
+            tls=tls,
+            request_timeout=request_timeout,
+            route_refresh_interval=route_refresh_interval,
+            settings_sync_interval=settings_sync_interval,
+        )
+        return "rocketmq", args
+    if protocol == "jmq":
+        refuse(
+            "only for RocketMQ endpoints",
+            {
+                "route_refresh_interval": route_refresh_interval,
+                "settings_sync_interval": settings_sync_interval,
+            },
+        )
+        nonblank(group, "must not be blank (for jmq:// it is the JMQ4 app)")
+        if app is not None and app != group:
+            raise InvalidArgumentError(
+                f"app: a JMQ4 consumer is identified by its app, which is the group "
+                f"({group!r}); app={app!r} differs"
+            )
+        if not token:
+            raise InvalidArgumentError("token: a jmq:// endpoint needs token= (the app's token)")
+        if credentials is not None:
+            raise InvalidArgumentError("credentials: a jmq:// endpoint authenticates with token=")
+        if tls:
+            raise InvalidArgumentError("tls: ferrymq's JMQ4 client has no TLS")
+        extra = known_options("jmq_options", jmq_options, _JMQ_OPTIONS)
+        args.update(
+            endpoints=first_endpoint(endpoints),
+            subscriptions=_topics("jmq", subscriptions),
+            namespace=namespace,
+            request_timeout=request_timeout,
+            jmq={"app": group, "token": token, **extra},
+        )
+        return "jmq4", args
+    refuse(
+        "not for nats:// endpoints",
+        {
+            "namespace": namespace,
+            "tls": tls,
+            "route_refresh_interval": route_refresh_interval,
+            "settings_sync_interval": settings_sync_interval,
+            "app": app,
+        },
+        (None, False),
+    )
+    nonblank(group, "must not be blank (the durable consumer's name)")
+    extra = known_options("nats_options", nats_options, _NATS_OPTIONS)
+    user, password = user_password(credentials)
+    args.update(
+        subscriptions=_topics("nats", subscriptions),
+        nats=_native.JetStream(
+            endpoints if isinstance(endpoints, str) else list(endpoints),
+            name=extra.get("name"),
+            user=user,
+            password=password,
+            token=token,
+            request_timeout=5.0 if request_timeout is None else request_timeout,
+        ),
+        nats_stream=extra.get("stream"),
+        nats_ack_wait=extra.get("ack_wait"),
+    )
+    return "nats", args
+
+
 class SimpleConsumer(Lifecycle):
     """Receives messages on demand; the caller acks each (``with``/``async with``, or
     :meth:`start` and :meth:`close`).
 
     Args:
-        endpoints: ``"host:port[;host:port]"`` (RocketMQ 5, optionally ``rocketmq://``) or
-            ``"jmq://host:port"`` (JMQ4).
-        group: the consumer group; for JMQ4 the app.
+        endpoints: ``"host:port[;host:port]"`` (RocketMQ 5, optionally ``rocketmq://``),
+            ``"jmq://host:port"`` (JMQ4) or ``"nats://host:port"`` (JetStream).
+        group: the consumer group; for JMQ4 the app, for JetStream the durable consumer's name.
         subscriptions: ``{topic: filter}`` (``None``/``"*"``, a tag expression, or a
-            :class:`FilterExpression`), a topic, or a list of topics. JMQ4: topics only.
+            :class:`FilterExpression`), a topic, or a list of topics. JMQ4 and JetStream:
+            topics (subjects) only.
         await_duration: long-polling time of :meth:`receive` (default 20 s).
         credentials, namespace, tls, request_timeout, route_refresh_interval,
-            settings_sync_interval: as for :class:`ferrymq.Producer` (the last two RocketMQ only).
-        app, token: JMQ4 identity (``app`` may repeat ``group``); ``token`` is required there;
-            both are ignored by RocketMQ.
-        jmq_options: further :class:`ferrymq.JmqConsumer` options for ``jmq://`` (``mode``,
-            ``ack_timeout``, ``long_poll``, ``session_timeout``, ``region``, ``client_ip``,
+            settings_sync_interval: as for :class:`ferrymq.Producer` (the last two RocketMQ
+            only; ``nats://`` takes ``credentials=(user, password)``).
+        app, token: JMQ4 identity (``app`` may repeat ``group``); ``token`` is required there
+            (and accepted by ``nats://``); both are ignored by RocketMQ.
+        jmq_options: further JMQ4 consumer settings for ``jmq://`` (``mode``, ``ack_timeout``,
+            ``long_poll``, ``session_timeout``, ``region``, ``client_ip``,
             ``metadata_refresh``); an unknown name raises :class:`InvalidArgumentError`.
         nats_options: for ``nats://``: ``stream`` (else found by subject), ``ack_wait`` (the
             invisible duration, default 30 s), ``name`` (the connection name).
 
-    Messages are :class:`ferrymq.ReceivedMessage` views: :class:`MessageView` for RocketMQ,
-    :class:`ferrymq.JmqMessage` for ``jmq://``, :class:`ferrymq.JsMessage` for ``nats://``
-    (JetStream durable pull consumers: group = durable name, topic = subject; see
-    :mod:`ferrymq._nats_consumer`). For ``jmq://`` ``invisible_duration`` is the
-    fetch's ack timeout,
-    ack the messages of one :meth:`receive` together, ``change_invisible_duration`` raises and
-    :meth:`nack` sends messages to the retry queue.
+    Messages are :class:`MessageView` on every protocol (see the module documentation for
+    what each protocol's invisible duration and ``change_invisible_duration`` are).
     """
 
     def __init__(
@@ -132,70 +259,28 @@ class SimpleConsumer(Lifecycle):
         jmq_options: Mapping[str, Any] | None = None,
         nats_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._jmq: JmqSimpleBackend | None = None
-        self._nats: NatsSimpleBackend | None = None
-        self._rmq: _native.SimpleConsumer | None = None
-        self._impl: _SimpleBackend
-        protocol = _consumer_protocol(endpoints)
-        if protocol == "nats":
-            _rocketmq_only(jmq_options=jmq_options)
-            _nats_refuses(
-                namespace=namespace,
-                tls=tls,
-                route_refresh_interval=route_refresh_interval,
-                settings_sync_interval=settings_sync_interval,
-                app=app,
-            )
-            self._impl = self._nats = NatsSimpleBackend(
-                endpoints,
-                group,
-                subscriptions=subscriptions,
-                await_duration=await_duration,
-                credentials=credentials,
-                token=token,
-                request_timeout=request_timeout,
-                options=nats_options,
-            )
-            return
-        refuse("only for nats:// endpoints", {"nats_options": nats_options})
-        if protocol == "jmq":
-            _jmq_refuses(
-                route_refresh_interval=route_refresh_interval,
-                settings_sync_interval=settings_sync_interval,
-            )
-            consumer = jmq_consumer(
-                endpoints,
-                group,
-                subscriptions=subscriptions,
-                app=app,
-                token=token,
-                namespace=namespace,
-                request_timeout=request_timeout,
-                credentials=credentials,
-                tls=tls,
-                options=jmq_options,
-            )
-            self._jmq = JmqSimpleBackend(consumer, group, await_duration)
-            self._impl = self._jmq
-            return
-        _rocketmq_only(jmq_options=jmq_options)
-        self._impl = self._rmq = _native.SimpleConsumer(
+        self._protocol, args = _connect_args(
             endpoints,
             group,
-            subscriptions=subscriptions,
-            await_duration=await_duration,
+            subscriptions,
             credentials=credentials,
             namespace=namespace,
             tls=tls,
             request_timeout=request_timeout,
             route_refresh_interval=route_refresh_interval,
             settings_sync_interval=settings_sync_interval,
+            app=app,
+            token=token,
+            jmq_options=jmq_options,
+            nats_options=nats_options,
         )
+        self._impl = _native.SimpleConsumer(group=group, await_duration=await_duration, **args)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> SimpleConsumer:
-        """Connect (RocketMQ: settings and routes; JMQ4: connection, topic metadata)."""
+        """Connect (RocketMQ: settings and routes; JMQ4: connection, topic metadata;
+        JetStream: the group's durable consumers)."""
         self._impl.start()
         return self
 
@@ -214,110 +299,42 @@ class SimpleConsumer(Lifecycle):
 
     def receive(
         self, max_messages: int = 16, invisible_duration: _Seconds | None = None
-    ) -> list[ReceivedMessage]:
+    ) -> list[MessageView]:
         """Up to ``max_messages`` messages, waiting up to ``await_duration`` (GIL released);
-        each stays invisible to other consumers for ``invisible_duration`` (default 30 s)
-        unless acked."""
-        return list(self._impl.receive(max_messages, invisible_duration))
+        each stays invisible to other consumers for ``invisible_duration`` (default 30 s;
+        JMQ4: the consumer's ack timeout; JetStream: ``ack_wait``) unless acked."""
+        return self._impl.receive(max_messages, invisible_duration)
 
     async def receive_async(
         self, max_messages: int = 16, invisible_duration: _Seconds | None = None
-    ) -> list[ReceivedMessage]:
-        return list(await self._impl.receive_async(max_messages, invisible_duration))
+    ) -> list[MessageView]:
+        return await self._impl.receive_async(max_messages, invisible_duration)
 
-    def ack(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
-        """Acknowledge a message, or a list of them (JMQ4: in one request)."""
-        if self._nats is not None:
-            self._nats.ack(message)
-        elif self._jmq is not None:
-            self._jmq.ack(self._jmq_messages(message))
-        else:
-            for m in self._views(message):
-                self._rocketmq().ack(m)
+    def ack(self, message: _Messages) -> None:
+        """Acknowledge a message, or a list of them (one request per broker)."""
+        self._impl.ack(message)
 
-    async def ack_async(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
-        if self._nats is not None:
-            await self._nats.ack_async(message)
-        elif self._jmq is not None:
-            await self._jmq.ack_async(self._jmq_messages(message))
-        else:
-            for m in self._views(message):
-                await self._rocketmq().ack_async(m)
+    async def ack_async(self, message: _Messages) -> None:
+        await self._impl.ack_async(message)
 
-    def nack(
-        self, message: ReceivedMessage | Iterable[ReceivedMessage], retry_type: str = "exception"
-    ) -> None:
-        """JMQ4 only: send messages to the broker's retry queue (``retry_type`` ``"exception"``,
-        ``"timeout"`` or ``"other"``), from which they are delivered again. RocketMQ redelivers
-        by :meth:`change_invisible_duration`."""
-        self._jmq_only("nack").nack(self._jmq_messages(message), retry_type)
-
-    async def nack_async(
-        self, message: ReceivedMessage | Iterable[ReceivedMessage], retry_type: str = "exception"
-    ) -> None:
-        await self._jmq_only("nack").nack_async(self._jmq_messages(message), retry_type)
-
-    def change_invisible_duration(self, message: ReceivedMessage, duration: _Seconds) -> None:
-        """Make ``message`` visible again after ``duration`` (from now). NATS: ``-NAK`` with
-        that delay. JMQ4 has none (raises)."""
-        if self._nats is not None:
-            return self._nats.change_invisible_duration(message, duration)
-        if self._jmq is not None:
-            self._jmq.change_invisible_duration(message, duration)
-        self._rocketmq().change_invisible_duration(self._view(message), duration)
+    def change_invisible_duration(self, message: MessageView, duration: _Seconds) -> None:
+        """Make ``message`` visible again after ``duration`` (from now). JetStream: ``-NAK``
+        with that delay; JMQ4: to the broker's retry queue, after the broker's own delay."""
+        self._impl.change_invisible_duration(message, duration)
 
     async def change_invisible_duration_async(
-        self, message: ReceivedMessage, duration: _Seconds
+        self, message: MessageView, duration: _Seconds
     ) -> None:
-        if self._nats is not None:
-            return await self._nats.change_invisible_duration_async(message, duration)
-        if self._jmq is not None:
-            await self._jmq.change_invisible_duration_async(message, duration)
-        await self._rocketmq().change_invisible_duration_async(self._view(message), duration)
+        await self._impl.change_invisible_duration_async(message, duration)
 
     def subscribe(self, topic: str, filter: _Filter = None) -> None:
-        """RocketMQ only: add (or change) a subscription."""
-        if self._nats is not None:
-            self._nats.subscribe(topic, filter)
-        if self._jmq is not None:
-            self._jmq.subscribe(topic, filter)
-        self._rocketmq().subscribe(topic, filter)
+        """Add (or change) a subscription while running (JMQ4: only a topic named at
+        construction; JMQ4 and JetStream: no tag or SQL filters)."""
+        self._impl.subscribe(topic, filter)
 
     def unsubscribe(self, topic: str) -> None:
-        """RocketMQ only: remove a subscription."""
-        if self._nats is not None:
-            self._nats.unsubscribe(topic)
-        if self._jmq is not None:
-            self._jmq.unsubscribe(topic)
-        self._rocketmq().unsubscribe(topic)
-
-    def _rocketmq(self) -> _native.SimpleConsumer:
-        assert self._rmq is not None  # the JMQ4 branches above raised
-        return self._rmq
-
-    @staticmethod
-    def _views(message: object) -> list[MessageView]:
-        return only(MessageView, message, "message", "a RocketMQ consumer")
-
-    @staticmethod
-    def _view(message: object) -> MessageView:
-        if isinstance(message, MessageView):
-            return message
-        raise InvalidArgumentError(
-            "message: a RocketMQ consumer takes one ferrymq.MessageView, "
-            f"not {type(message).__name__}"
-        )
-
-    @staticmethod
-    def _jmq_messages(message: object) -> list[JmqMessage]:
-        return only(JmqMessage, message, "message", "a jmq:// consumer")
-
-    def _jmq_only(self, what: str) -> _native.JmqConsumer:
-        if self._jmq is None:
-            raise InvalidArgumentError(
-                f"{what}: only JMQ4 has {what}; use change_invisible_duration()"
-            )
-        return self._jmq.native
+        """Remove a subscription."""
+        self._impl.unsubscribe(topic)
 
     # -- introspection -----------------------------------------------------------------------
 
@@ -336,9 +353,7 @@ class SimpleConsumer(Lifecycle):
     @property
     def protocol(self) -> str:
         """``"rocketmq"``, ``"jmq4"`` or ``"nats"``."""
-        if self._nats is not None:
-            return "nats"
-        return "rocketmq" if self._jmq is None else "jmq4"
+        return self._protocol
 
     def __repr__(self) -> str:
         return repr(self._impl)
@@ -407,62 +422,23 @@ class PushConsumer(Lifecycle):
         jmq_options: Mapping[str, Any] | None = None,
         nats_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._protocol = "rocketmq"
-        jmq: _native.JmqConsumer | None = None
-        nats: _native.JetStream | None = None
-        nats_stream: str | None = None
-        nats_ack_wait: float | None = None
-        protocol = _consumer_protocol(endpoints)
-        if protocol != "nats":
-            refuse("only for nats:// endpoints", {"nats_options": nats_options})
-        if protocol == "nats":
-            _nats_refuses(
-                route_refresh_interval=route_refresh_interval,
-                settings_sync_interval=settings_sync_interval,
-                namespace=namespace,
-                tls=tls,
-                app=app,
-            )
-            _rocketmq_only(jmq_options=jmq_options)
-            # The native push consumer reads durable pull consumers of the group.
-            subscriptions = _topics(subscriptions)
-            nats, nats_stream, nats_ack_wait = jetstream_args(
-                endpoints,
-                group,
-                credentials=credentials,
-                token=token,
-                request_timeout=request_timeout,
-                options=nats_options,
-            )
-            self._protocol = "nats"
-            credentials = request_timeout = None
-        elif protocol == "jmq":
-            _jmq_refuses(
-                route_refresh_interval=route_refresh_interval,
-                settings_sync_interval=settings_sync_interval,
-            )
-            # The native push consumer runs over JMQ4 with the options this client carries.
-            jmq = jmq_consumer(
-                endpoints,
-                group,
-                subscriptions=subscriptions,
-                app=app,
-                token=token,
-                namespace=namespace,
-                request_timeout=request_timeout,
-                credentials=credentials,
-                tls=tls,
-                options=jmq_options,
-            )
-            self._protocol = "jmq4"
-            endpoints, subscriptions = jmq.endpoint, jmq.topics
-            credentials = namespace = tls = request_timeout = None
-        else:
-            _rocketmq_only(jmq_options=jmq_options)
-        self._impl = _native.PushConsumer(
+        self._protocol, args = _connect_args(
             endpoints,
             group,
-            subscriptions=subscriptions,
+            subscriptions,
+            credentials=credentials,
+            namespace=namespace,
+            tls=tls,
+            request_timeout=request_timeout,
+            route_refresh_interval=route_refresh_interval,
+            settings_sync_interval=settings_sync_interval,
+            app=app,
+            token=token,
+            jmq_options=jmq_options,
+            nats_options=nats_options,
+        )
+        self._impl = _native.PushConsumer(
+            group=group,
             listener=listener,
             consumption_threads=consumption_threads,
             max_cache_messages=max_cache_messages,
@@ -472,16 +448,7 @@ class PushConsumer(Lifecycle):
             receive_batch_size=receive_batch_size,
             max_concurrent_receives=max_concurrent_receives,
             shutdown_timeout=shutdown_timeout,
-            credentials=credentials,
-            namespace=namespace,
-            tls=tls,
-            request_timeout=request_timeout,
-            route_refresh_interval=route_refresh_interval,
-            settings_sync_interval=settings_sync_interval,
-            jmq=jmq,
-            nats=nats,
-            nats_stream=nats_stream,
-            nats_ack_wait=nats_ack_wait,
+            **args,
         )
 
     def start(self) -> PushConsumer:
@@ -549,19 +516,3 @@ class PushConsumer(Lifecycle):
 
     def __repr__(self) -> str:
         return repr(self._impl)
-
-
-def _jmq_refuses(**options: object) -> None:
-    # RocketMQ client options that mean nothing to JMQ4: refused rather than ignored.
-    refuse("only for RocketMQ endpoints", options)
-
-
-def _nats_refuses(**options: object) -> None:
-    # RocketMQ and JMQ4 client options that mean nothing to JetStream (False: a flag left off).
-    refuse("not for nats:// endpoints", options, (None, False))
-
-
-def _rocketmq_only(*, jmq_options: object) -> None:
-    # app and token are ignored by RocketMQ (as by ferrymq.Producer), so that one configuration
-    # serves both; JMQ4 options are refused.
-    refuse("only for jmq:// endpoints", {"jmq_options": jmq_options})

@@ -1,10 +1,12 @@
-//! [`ConsumerBackend`]: the protocols the one push engine ([`crate::rocketmq::push`]) consumes
-//! from, behind its [`ConsumerRpc`] seam, so that a single `PushConsumer<ConsumerBackend>` type
-//! serves every protocol.
+//! [`ConsumerBackend`]: the protocols the consumers consume from, behind their [`ConsumerRpc`]
+//! seam, so that a single `PushConsumer<ConsumerBackend>` type (the push engine,
+//! [`crate::rocketmq::push`]) and a single
+//! [`SimpleConsumer`](crate::rocketmq::simple_consumer::SimpleConsumer) serve every protocol.
 //!
 //! Each variant is one protocol's [`ConsumerRpc`]; this file only dispatches, connects
 //! ([`PushConsumer::connect`]) and closes.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,12 +37,12 @@ pub enum ConsumerBackend {
     Nats(JsConsumerRpc),
 }
 
-/// Where a push consumer connects, by protocol.
+/// Where a consumer connects, by protocol.
 #[derive(Debug, Clone)]
 pub enum ConsumerTarget {
     /// A RocketMQ 5 proxy.
     RocketMq(ClientOptions),
-    /// A JMQ4 cluster; the consumer's topics are the push consumer's subscriptions.
+    /// A JMQ4 cluster; the consumer's topics are the consumer's subscriptions.
     Jmq(ClusterOptions, ConsumerOptions),
     /// A NATS server with JetStream; the group is [`JsConsumerOptions::group`].
     Nats(NatsOptions, JsConsumerOptions),
@@ -64,17 +66,31 @@ impl ConsumerBackend {
         config: &PushConsumerConfig,
         listener: &Arc<dyn Listener>,
     ) -> Result<Self> {
+        config.validate()?;
+        Self::connect_with(target, &config.subscriptions, |options| {
+            connect_rpc(options, config, listener)
+        })
+        .await
+    }
+
+    /// Connect to `target` for `subscriptions`; a RocketMQ target connects through `rocketmq`,
+    /// which knows the client type and how it answers the broker's commands.
+    pub async fn connect_with<F, Fut>(
+        target: ConsumerTarget,
+        subscriptions: &[(String, FilterExpression)],
+        rocketmq: F,
+    ) -> Result<Self>
+    where
+        F: FnOnce(ClientOptions) -> Fut,
+        Fut: Future<Output = Result<ClientRpc>>,
+    {
         match target {
-            ConsumerTarget::RocketMq(options) => Ok(Self::RocketMq(
-                connect_rpc(options, config, listener).await?,
-            )),
+            ConsumerTarget::RocketMq(options) => Ok(Self::RocketMq(rocketmq(options).await?)),
             ConsumerTarget::Jmq(cluster, mut options) => {
-                config.validate()?;
-                options.topics = JmqRpc::topics(&config.subscriptions)?;
+                options.topics = JmqRpc::topics(subscriptions)?;
                 Ok(Self::Jmq(JmqRpc::connect(cluster, options).await?))
             }
             ConsumerTarget::Nats(nats, options) => {
-                config.validate()?;
                 let js = JetStream::connect(nats).await?;
                 let rpc = match JsConsumerRpc::new(js.clone(), options) {
                     Ok(rpc) => rpc,
@@ -85,7 +101,7 @@ impl ConsumerBackend {
                 };
                 // Bind every subscription's durable consumer now: a bad subject or stream
                 // fails the start, not the first receive.
-                if let Err(e) = rpc.update_subscriptions(&config.subscriptions).await {
+                if let Err(e) = rpc.update_subscriptions(subscriptions).await {
                     let _ = js.close().await;
                     return Err(e);
                 }
@@ -131,6 +147,14 @@ impl ConsumerRpc for ConsumerBackend {
 
     async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
         dispatch!(self, r => r.receive(request).await)
+    }
+
+    async fn receive_queues(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
+        dispatch!(self, r => r.receive_queues(topic).await)
+    }
+
+    fn receive_slice(&self) -> Option<Duration> {
+        dispatch!(self, r => r.receive_slice())
     }
 
     async fn ack(

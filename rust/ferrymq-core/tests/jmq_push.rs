@@ -1,6 +1,7 @@
-//! The push engine over JMQ4: `PushConsumer<ConsumerBackend>` against the embedded JMQ4 server
-//! over loopback (delivery and acks, failures through the retry queue, results of partly
-//! consumed fetches sent at close).
+//! The consumers over JMQ4: the push engine (`PushConsumer<ConsumerBackend>`) and the simple
+//! consumer against the embedded JMQ4 server over loopback (delivery and acks, failures through
+//! the retry queue, results of partly consumed fetches sent at close, the invisible duration as
+//! the fetch's ack timeout).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use ferrymq_core::rocketmq::filter::FilterExpression;
 use ferrymq_core::rocketmq::listener::{BatchListener, ConsumeResult, WorkerPool};
 use ferrymq_core::rocketmq::message_view::MessageView;
 use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig};
+use ferrymq_core::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
 use ferrymq_core::Message;
 use ferrymq_server::jmq::server::{JmqServer, JmqServerConfig, DEFAULT_APP, DEFAULT_TOKEN};
 use parking_lot::Mutex;
@@ -253,4 +255,51 @@ async fn close_sends_what_partly_consumed_fetches_settled() {
         consumed.union(&rest_set).cloned().collect::<BTreeSet<_>>(),
         sent
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_consumer_receives_acks_and_nacks_through_the_retry_queue() {
+    let s = JmqServer::start(JmqServerConfig::default()).await.unwrap();
+    let sent = topic_with(&s, "simple", 20, true).await;
+    let mut config = SimpleConsumerConfig::new(DEFAULT_APP);
+    config.subscriptions = vec![("simple".into(), FilterExpression::all())];
+    config.await_duration = Duration::from_millis(300);
+    let target = ConsumerTarget::Jmq(cluster_opts(&s), consumer_opts());
+    let c = SimpleConsumer::connect(target, config).await.unwrap();
+    assert_eq!(c.client_id(), format!("jmq:{DEFAULT_APP}"));
+    // Not acked within its invisible duration (the fetch's ack timeout): delivered again.
+    let first = c
+        .receive(64, Some(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    assert!(!first.is_empty());
+    let mut got: Vec<Arc<MessageView>> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut nacked = None;
+    while got.len() < sent.len() {
+        assert!(Instant::now() < deadline, "only {} received", got.len());
+        for m in c.receive(64, None).await.unwrap() {
+            assert_eq!(m.topic(), "simple");
+            if nacked.is_none() {
+                // To the retry queue, whatever the delay asked; delivered as attempt 2.
+                c.change_invisible_duration(&m, Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                nacked = Some(m.body().clone());
+                continue;
+            }
+            c.ack(&[&m]).await.unwrap();
+            got.push(m);
+        }
+    }
+    let bodies: BTreeSet<Bytes> = got.iter().map(|m| m.body().clone()).collect();
+    assert_eq!(bodies, sent, "each message once");
+    assert_eq!(bodies.len(), got.len());
+    let retried: Vec<&Arc<MessageView>> =
+        got.iter().filter(|m| m.delivery_attempt() == 2).collect();
+    assert_eq!(retried.len(), 1);
+    assert_eq!(Some(retried[0].body()), nacked.as_ref());
+    c.close().await;
+    assert!(c.receive(1, None).await.is_err(), "closed");
+    assert!(rest(&s, "simple").await.is_empty(), "everything was acked");
 }

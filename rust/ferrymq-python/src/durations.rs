@@ -20,8 +20,8 @@ static TIMEDELTA: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static DATETIME: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// How long a receive waits by default on every protocol (`SimpleConsumer`'s long-polling time,
-/// and the default `wait` / `timeout` of `JmqConsumer.receive`, `JsPullConsumer.fetch` and
-/// `PullConsumer.poll`); their default batch is 16 messages, as `SimpleConsumer.receive`'s.
+/// and the default `timeout` of `PullConsumer.poll`); their default batch is 16 messages, as
+/// `SimpleConsumer.receive`'s.
 pub(crate) const RECEIVE_WAIT: Duration =
     ferrymq_core::rocketmq::simple_consumer::DEFAULT_AWAIT_DURATION;
 

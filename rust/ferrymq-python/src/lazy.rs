@@ -2,9 +2,9 @@
 //! of its Python class goes through: the blocking form releases the GIL
 //! (`RuntimeRef::block_on`), the asyncio form returns an awaitable (`future_into_py`); both
 //! connect first and fail with `ClientClosedError` after `close()`. Held by the JMQ4, NATS
-//! and remoting producers, `JmqConsumer` and `JetStream`, which extend `LazyClient`: their
-//! lifecycle methods (`start`, `close`, the context managers, `endpoints`, `started`,
-//! `closed`) are stated once there.
+//! and remoting producers and `JetStream`, which extend `LazyClient`: their lifecycle methods
+//! (`start`, `close`, the context managers, `endpoints`, `started`, `closed`) are stated once
+//! there.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -269,8 +269,8 @@ impl<C: Connect, B: ProduceBackend> Lifecycle for (Handle<C>, Arc<Produce<B>>) {
     }
 }
 
-/// The base class of the JMQ4, NATS and remoting producers, `JmqConsumer` and `JetStream`: a
-/// client that connects on `start()` (or on the first call that needs it) and is closed once.
+/// The base class of the JMQ4, NATS and remoting producers and `JetStream`: a client that
+/// connects on `start()` (or on the first call that needs it) and is closed once.
 #[pyclass(name = "LazyClient", module = "ferrymq._native", subclass, frozen)]
 pub struct LazyClient {
     life: Box<dyn Lifecycle>,

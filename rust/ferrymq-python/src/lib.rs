@@ -20,7 +20,6 @@ mod message;
 mod message_view;
 mod nats;
 mod nats_batch;
-mod nats_consumer;
 mod nats_producer;
 mod offset_consumer;
 mod offset_reader;
@@ -66,10 +65,7 @@ mod _native {
     #[pymodule_export]
     use crate::durations::seconds;
     #[pymodule_export]
-    use crate::jmq::{
-        JmqConsumer, JmqOrphan, JmqProducer, JmqServer, JmqTransaction, PyJmqMessage,
-        PyJmqSendReceipt,
-    };
+    use crate::jmq::{JmqOrphan, JmqProducer, JmqServer, JmqTransaction, PyJmqSendReceipt};
     #[pymodule_export]
     use crate::lazy::LazyClient;
     #[pymodule_export]
@@ -80,8 +76,6 @@ mod _native {
     use crate::nats::{PyJetStream, PyStreamInfo};
     #[pymodule_export]
     use crate::nats_batch::PyNatsBatchPublisher;
-    #[pymodule_export]
-    use crate::nats_consumer::{PyJsMessage, PyPullConsumer};
     #[pymodule_export]
     use crate::nats_producer::{NatsProducer, PyNatsSendReceipt};
     #[pymodule_export]

@@ -1,21 +1,19 @@
 //! `ferrymq.JetStream` and `ferrymq.StreamInfo`: the NATS JetStream client over `nats://`
-//! endpoints (its pull consumers and messages are in `nats_consumer.rs`).
+//! endpoints (consuming is `ferrymq.SimpleConsumer` / `ferrymq.PushConsumer` over `nats://`).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ferrymq_core::error::Error;
+use ferrymq_core::nats::consumer_rpc::{bind_group, JsConsumerOptions};
 use ferrymq_core::nats::{
-    self, DeliverPolicy, JetStream, NatsOptions, PullConsumerConfig, Retention, Storage,
-    StreamConfig, StreamInfo,
+    self, JetStream, NatsOptions, Retention, Storage, StreamConfig, StreamInfo,
 };
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyDict, PyString};
 
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Connect, Handle, LazyClient};
-use crate::nats_consumer::PyPullConsumer;
 use crate::runtime::RuntimeRef;
 
 fn extract_endpoints(endpoints: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
@@ -173,27 +171,6 @@ fn stream_config(
     })
 }
 
-fn deliver_policy(deliver: &Bound<'_, PyAny>) -> PyResult<DeliverPolicy> {
-    if let Ok(s) = deliver.extract::<String>() {
-        return match s.as_str() {
-            "all" => Ok(DeliverPolicy::All),
-            "new" => Ok(DeliverPolicy::New),
-            "last" => Ok(DeliverPolicy::Last),
-            other => Err(invalid(
-                "deliver",
-                format!("{other:?} is not \"all\", \"new\", \"last\" or a start sequence (int)"),
-            )),
-        };
-    }
-    match deliver.extract::<u64>() {
-        Ok(seq) if seq >= 1 => Ok(DeliverPolicy::ByStartSequence(seq)),
-        _ => Err(invalid(
-            "deliver",
-            "must be \"all\", \"new\", \"last\" or a start sequence >= 1",
-        )),
-    }
-}
-
 #[pymethods]
 impl PyJetStream {
     /// Check the arguments; `start()` (or `with`, or the first call that needs it) connects.
@@ -312,73 +289,32 @@ impl PyJetStream {
             .block(py, move |js| async move { js.delete_stream(&name).await })
     }
 
-    /// Bind to (or create) a pull consumer on `stream`.
-    #[pyo3(signature = (stream, *, durable=None, filter_subject=None, deliver=None, ack_wait=None, max_deliver=None, max_ack_pending=None, inactive_threshold=None), text_signature = "($self, stream, *, durable=None, filter_subject=None, deliver=None, ack_wait=30.0, max_deliver=None, max_ack_pending=None, inactive_threshold=300.0)")]
-    #[allow(clippy::too_many_arguments)]
-    fn pull_consumer(
+    /// The counters of consumer group `group`'s durable consumer of `subject` (what
+    /// `SimpleConsumer` and `PushConsumer` read over `nats://`, created with the default
+    /// `ack_wait` when missing): num_pending, num_ack_pending, num_redelivered, num_waiting,
+    /// delivered_stream_sequence, ack_floor_stream_sequence. The stream is `stream`, or else
+    /// the one whose subjects hold `subject`.
+    #[pyo3(signature = (group, subject, *, stream=None))]
+    fn consumer_state<'py>(
         &self,
-        py: Python<'_>,
-        stream: String,
-        durable: Option<String>,
-        filter_subject: Option<String>,
-        deliver: Option<&Bound<'_, PyAny>>,
-        ack_wait: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = crate::ints::max_deliver)] max_deliver: Option<i64>,
-        #[pyo3(from_py_with = crate::ints::max_ack_pending)] max_ack_pending: Option<i64>,
-        inactive_threshold: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyPullConsumer> {
-        let cfg = PullConsumerConfig {
-            durable,
-            filter_subject,
-            deliver: deliver.map(deliver_policy).transpose()?.unwrap_or_default(),
-            ack_wait: durations::timeout_or("ack_wait", ack_wait, Duration::from_secs(30))?,
-            max_deliver,
-            max_ack_pending,
-            inactive_threshold: durations::timeout_or(
-                "inactive_threshold",
-                inactive_threshold,
-                Duration::from_secs(300),
-            )?,
-        };
-        let rt = self.h.rt;
-        self.h.block(py, move |js| async move {
-            let inner = js.pull_consumer(&stream, &cfg).await?;
-            Ok(PyPullConsumer {
-                inner: Arc::new(inner),
-                rt,
-            })
-        })
-    }
-
-    /// Bind the durable pull consumer of consumer group `group` that reads `subject` (wildcards
-    /// allowed), creating it with `ack_wait` when missing: what `SimpleConsumer("nats://…")`
-    /// reads. The stream is `stream`, or else the one whose subjects hold `subject`; a durable
-    /// consumer of that name that reads another subject is refused.
-    #[pyo3(signature = (group, subject, *, stream=None, ack_wait=None), text_signature = "($self, group, subject, *, stream=None, ack_wait=30.0)")]
-    fn group_consumer(
-        &self,
-        py: Python<'_>,
+        py: Python<'py>,
         group: String,
         subject: String,
         stream: Option<String>,
-        ack_wait: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyPullConsumer> {
-        let ack_wait = durations::timeout_or("ack_wait", ack_wait, Duration::from_secs(30))?;
-        let rt = self.h.rt;
-        self.h.block(py, move |js| async move {
-            let inner = ferrymq_core::nats::consumer_rpc::bind_group(
-                &js,
-                &group,
-                &subject,
-                stream.as_deref(),
-                ack_wait,
-            )
-            .await?;
-            Ok(PyPullConsumer {
-                inner: Arc::new(inner),
-                rt,
-            })
-        })
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.h.block(py, move |js| async move {
+            let ack_wait = JsConsumerOptions::new(&group).ack_wait;
+            let c = bind_group(&js, &group, &subject, stream.as_deref(), ack_wait).await?;
+            c.state().await
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("num_pending", s.num_pending)?;
+        d.set_item("num_ack_pending", s.num_ack_pending)?;
+        d.set_item("num_redelivered", s.num_redelivered)?;
+        d.set_item("num_waiting", s.num_waiting)?;
+        d.set_item("delivered_stream_sequence", s.delivered_stream_sequence)?;
+        d.set_item("ack_floor_stream_sequence", s.ack_floor_stream_sequence)?;
+        Ok(d)
     }
 
     /// Delete consumer `name` of `stream`; False when it did not exist.

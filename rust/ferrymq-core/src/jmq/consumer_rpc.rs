@@ -8,7 +8,7 @@
 //!   (or the retry queue) and occupies it for this connection until the fetch is acknowledged.
 //!   In coordinator mode the consumer fetches only from the leaders of its assigned partitions.
 //! * **Receive** = one fetch of that topic, long-polling up to the engine's wait, with the
-//!   consumer's ack timeout. Each message becomes a wire message whose receipt handle names
+//!   consumer's ack timeout (a simple consumer's invisible duration, when it gives one). Each message becomes a wire message whose receipt handle names
 //!   the fetch and (broker, partition, index, topic): partition 32767 is the retry queue, so
 //!   the handle says whether it was a retry delivery. `delivery_attempt` is 1, or 2 for a
 //!   delivery from the retry queue (JMQ4 does not count retries).
@@ -46,6 +46,9 @@ use crate::rocketmq::consumer_rpc::{ConsumerRpc, ConsumerSettings, ReceiveReques
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
+
+/// The longest wait on one topic while a simple consumer polls several in turn.
+const RECEIVE_SLICE: Duration = Duration::from_secs(1);
 
 /// The retry type of a nack.
 const NACK: RetryType = RetryType::Exception;
@@ -273,7 +276,12 @@ impl ConsumerRpc for JmqRpc {
             .clamp(1, i16::MAX as usize);
         let got = self
             .consumer
-            .receive_from(&topic, max, request.long_polling_timeout, None)
+            .receive_from(
+                &topic,
+                max,
+                request.long_polling_timeout,
+                request.invisible_duration,
+            )
             .await?;
         if got.is_empty() {
             return Ok(Vec::new());
@@ -285,6 +293,11 @@ impl ConsumerRpc for JmqRpc {
             .collect();
         self.fetches.lock().insert(fetch, Fetch { entries });
         Ok(got.into_iter().map(|m| to_wire(m, fetch)).collect())
+    }
+
+    /// A fetch returns with the first messages, so several topics are polled in turn.
+    fn receive_slice(&self) -> Option<Duration> {
+        Some(RECEIVE_SLICE)
     }
 
     async fn ack(

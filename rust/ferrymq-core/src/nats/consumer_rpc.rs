@@ -12,7 +12,7 @@
 //! | queue assignment | one queue per topic (id 0, broker name = the stream) |
 //! | receive | a [`PullConsumer::fetch`] (returns with the first messages) |
 //! | receipt handle | the delivery's reply subject (`$JS.ACK.…`) |
-//! | invisible duration | the consumer's `ack_wait`, fixed when it is created |
+//! | invisible duration | the consumer's `ack_wait`, fixed when it is created (a receive asking for another is refused) |
 //! | ack | `+ACK`, confirmed by the server (a request, not a plain publish) |
 //! | change invisible duration | `-NAK` with that delay: redeliver after it (not `+WPI`, which only restarts `ack_wait`); the handle stays the same |
 //! | delivery attempt | the delivery count of the JetStream metadata |
@@ -327,6 +327,20 @@ impl ConsumerRpc for JsConsumerRpc {
 
     async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
         check_filter(&request.filter)?;
+        if let Some(d) = request
+            .invisible_duration
+            .filter(|d| *d != self.options.ack_wait)
+        {
+            return Err(Error::invalid(
+                "invisible_duration",
+                format!(
+                    "on JetStream it is the durable consumer's ack_wait ({} s, set with \
+                     nats_options={{'ack_wait': …}}), not {} s",
+                    self.options.ack_wait.as_secs_f64(),
+                    d.as_secs_f64()
+                ),
+            ));
+        }
         let topic = request
             .queue
             .topic
@@ -337,6 +351,11 @@ impl ConsumerRpc for JsConsumerRpc {
         let max = usize::try_from(request.batch_size.max(1)).unwrap_or(usize::MAX);
         let got = consumer.fetch(max, request.long_polling_timeout).await?;
         Ok(got.into_iter().map(|m| Self::to_proto(&topic, m)).collect())
+    }
+
+    /// A fetch returns with the first messages, so several subjects are polled in turn.
+    fn receive_slice(&self) -> Option<Duration> {
+        Some(Duration::from_secs(1))
     }
 
     async fn ack(

@@ -315,3 +315,62 @@ async fn subscriptions_change_while_running() {
     assert_eq!(seen.keys().count(), 2, "{seen:?}");
     consumer.shutdown(Duration::from_secs(5)).await;
 }
+
+/// The one simple consumer over JetStream: several subjects are all read within one receive,
+/// a receive asking for another invisible duration than `ack_wait` is refused, acks settle,
+/// and `change_invisible_duration` redelivers after the delay as the next attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simple_consumer_reads_every_subject_settles_and_redelivers() {
+    use crate::consumer_backend::ConsumerTarget;
+    use crate::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
+    let server = NatsServer::start();
+    let js = server.connect().await;
+    stream(&js, "X", "x.>").await;
+    stream(&js, "Y", "y.>").await;
+    publish(&js, "y.a", "y0").await;
+    let mut config = SimpleConsumerConfig::new("sg");
+    config.subscriptions = ["x.a", "y.a"]
+        .iter()
+        .map(|t| (t.to_string(), FilterExpression::all()))
+        .collect();
+    config.await_duration = Duration::from_secs(5);
+    let target = ConsumerTarget::Nats(
+        NatsOptions {
+            endpoints: vec![server.url.clone()],
+            ..NatsOptions::default()
+        },
+        JsConsumerOptions::new("sg"),
+    );
+    let c = SimpleConsumer::connect(target, config)
+        .await
+        .expect("connected");
+    assert_eq!(c.client_id(), "nats:sg");
+    let e = c
+        .receive(16, Some(Duration::from_secs(60)))
+        .await
+        .expect_err("not the ack_wait");
+    assert!(e.to_string().contains("ack_wait"), "{e}");
+    // The first subject is empty: a receive that long-polled it alone would wait 5 s.
+    let started = Instant::now();
+    let got = c.receive(16, None).await.expect("received");
+    assert!(started.elapsed() < Duration::from_secs(4));
+    let ids: Vec<(String, i32)> = got
+        .iter()
+        .map(|m| (m.message_id().to_string(), m.delivery_attempt()))
+        .collect();
+    assert_eq!(ids, [("y0".to_string(), 1)]);
+    assert_eq!(got[0].topic(), "y.a");
+    c.change_invisible_duration(&got[0], Duration::from_millis(100))
+        .await
+        .expect("nak");
+    let again = c.receive(16, None).await.expect("received again");
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        (again[0].message_id(), again[0].delivery_attempt()),
+        ("y0", 2)
+    );
+    c.ack(&[&again[0]]).await.expect("acked");
+    c.close().await;
+    assert!(c.receive(1, None).await.is_err(), "closed");
+    settled(&js, "Y", "sg").await;
+}

@@ -148,6 +148,22 @@ pub trait ConsumerRpc: Send + Sync + 'static {
         max_delivery_attempts: u32,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// The queues a simple consumer receives from for `topic`, in turn. The default is the
+    /// assignment ([`ConsumerRpc::query_assignment`]).
+    fn receive_queues(
+        &self,
+        topic: &str,
+    ) -> impl Future<Output = Result<Vec<proto::MessageQueue>>> + Send {
+        self.query_assignment(topic)
+    }
+
+    /// How long a simple consumer's receive waits on one subscription while it polls several
+    /// in turn; `None` (the default): a receive long-polls one subscription, the next receive
+    /// the next one (RocketMQ, whose brokers hold a receive at least 5 s anyway).
+    fn receive_slice(&self) -> Option<Duration> {
+        None
+    }
+
     /// The consumer is about to read `subscriptions` (a subscription was added, changed or
     /// removed while running): check what the backend needs (a route for each topic, filters
     /// it can apply) and tell the broker. An error leaves the subscriptions as they were.
@@ -294,11 +310,6 @@ impl ClientRpc {
         .await;
         self.reported(&endpoints, result).await
     }
-
-    /// `ReceiveMessage` as a simple consumer (no auto-renew; the caller's invisible duration).
-    pub async fn receive_simple(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
-        self.send_receive(request).await
-    }
 }
 
 impl ConsumerRpc for ClientRpc {
@@ -368,6 +379,10 @@ impl ConsumerRpc for ClientRpc {
 
     async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
         self.send_receive(request).await
+    }
+
+    async fn receive_queues(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
+        self.readable_queues(topic).await
     }
 
     async fn ack(

@@ -2,24 +2,35 @@
 //! RPCs. Nothing is retried internally (client workflow, "simple consumer"): every failure goes
 //! to the caller, who owns the whole lifecycle of each message.
 //!
-//! `receive` takes the subscribed topics in turn and, within a topic, its readable queues in
-//! turn; the broker long-polls for up to the await duration when the queue is empty.
+//! One consumer for every protocol: it talks to its broker through a [`ConsumerBackend`]
+//! (RocketMQ 5, JMQ4 or NATS JetStream), as the push engine does, and every message is a
+//! [`MessageView`].
+//!
+//! `receive` takes the subscribed topics in turn and, within a topic, its queues
+//! ([`ConsumerRpc::receive_queues`]) in turn; the broker long-polls for up to the await
+//! duration when the queue is empty. A backend whose receives return with the first messages
+//! ([`ConsumerRpc::receive_slice`]: JMQ4, JetStream) has every subscription polled within one
+//! receive instead: each once at once, then in turn for at most a slice each.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
 
+use crate::consumer_backend::{ConsumerBackend, ConsumerTarget};
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::client::{Client, ClientOptions, NoCommands};
+use crate::rocketmq::client::NoCommands;
 use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc, ReceiveRequest};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 
 /// The longest long-polling time the broker honours (the proxy clamps to [5 s, 20 s]).
 pub const DEFAULT_AWAIT_DURATION: Duration = Duration::from_secs(20);
+/// How long received RocketMQ messages stay invisible when the caller gives no duration (the
+/// other protocols use their consumer's own: JMQ4's ack timeout, JetStream's `ack_wait`).
+pub const DEFAULT_INVISIBLE_DURATION: Duration = Duration::from_secs(30);
 /// Most receives in a row from one broker while each comes back full, before the rotation
 /// moves on anyway (so a broker with a standing backlog cannot starve the others).
 pub const MAX_FULL_STREAK: usize = 8;
@@ -45,12 +56,16 @@ impl SimpleConsumerConfig {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Check the options for `target` (a JetStream subject may hold wildcards, which its
+    /// server checks).
+    fn validate(&self, target: &ConsumerTarget) -> Result<()> {
         if self.group.trim().is_empty() {
             return Err(Error::invalid("group", "must not be blank"));
         }
-        for (topic, _) in &self.subscriptions {
-            crate::message::validate_topic(topic)?;
+        if !matches!(target, ConsumerTarget::Nats(..)) {
+            for (topic, _) in &self.subscriptions {
+                crate::message::validate_topic(topic)?;
+            }
         }
         if self.await_duration.is_zero() {
             return Err(Error::invalid("await_duration", "must be positive"));
@@ -62,7 +77,8 @@ impl SimpleConsumerConfig {
 /// A started simple consumer.
 #[derive(Debug)]
 pub struct SimpleConsumer {
-    rpc: ClientRpc,
+    rpc: ConsumerBackend,
+    closed: AtomicBool,
     group: String,
     subscriptions: RwLock<Vec<(String, FilterExpression)>>,
     /// Serializes subscription changes (each sends the whole new list).
@@ -74,20 +90,25 @@ pub struct SimpleConsumer {
 }
 
 impl SimpleConsumer {
-    /// Connect: send the settings on the telemetry stream, wait for the broker's, and fetch the
-    /// routes of the subscribed topics. Fails (and leaves nothing running) if any step fails.
-    pub async fn connect(options: ClientOptions, config: SimpleConsumerConfig) -> Result<Self> {
-        config.validate()?;
-        let rpc = ClientRpc::connect(
-            options,
-            proto::ClientType::SimpleConsumer,
-            &config.group,
-            &config.subscriptions,
-            Arc::new(NoCommands),
-        )
+    /// Connect to `target`. RocketMQ: send the settings on the telemetry stream, wait for the
+    /// broker's, and fetch the routes of the subscribed topics; JMQ4: connect and check the
+    /// topics; JetStream: bind the group's durable consumer of every subject. Fails (and leaves
+    /// nothing running) if any step fails.
+    pub async fn connect(target: ConsumerTarget, config: SimpleConsumerConfig) -> Result<Self> {
+        config.validate(&target)?;
+        let rpc = ConsumerBackend::connect_with(target, &config.subscriptions, |options| {
+            ClientRpc::connect(
+                options,
+                proto::ClientType::SimpleConsumer,
+                &config.group,
+                &config.subscriptions,
+                Arc::new(NoCommands),
+            )
+        })
         .await?;
         Ok(Self {
             rpc,
+            closed: AtomicBool::new(false),
             group: config.group,
             subscriptions: RwLock::new(config.subscriptions),
             changes: tokio::sync::Mutex::new(()),
@@ -98,9 +119,24 @@ impl SimpleConsumer {
         })
     }
 
-    /// The client layer.
-    pub fn client(&self) -> &Client {
-        self.rpc.client()
+    /// The connection to the broker.
+    pub fn backend(&self) -> &ConsumerBackend {
+        &self.rpc
+    }
+
+    /// The client id the broker knows this consumer by.
+    pub fn client_id(&self) -> String {
+        self.rpc.client_id()
+    }
+
+    fn check_running(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::closed("the consumer is closed"));
+        }
+        match &self.rpc {
+            ConsumerBackend::RocketMq(r) => r.client().check_running(),
+            _ => Ok(()),
+        }
     }
 
     /// The consumer group.
@@ -115,7 +151,9 @@ impl SimpleConsumer {
 
     /// Add or replace the subscription of `topic` (the route must exist).
     pub async fn subscribe(&self, topic: &str, filter: FilterExpression) -> Result<()> {
-        crate::message::validate_topic(topic)?;
+        if !matches!(self.rpc, ConsumerBackend::Nats(_)) {
+            crate::message::validate_topic(topic)?;
+        }
         let _serial = self.changes.lock().await;
         let mut subs = self.subscriptions();
         match subs.iter_mut().find(|(t, _)| t == topic) {
@@ -138,46 +176,88 @@ impl SimpleConsumer {
     }
 
     /// Receive up to `max_messages` messages, invisible to other consumers for
-    /// `invisible_duration`. An empty vector means the await duration passed with no message.
+    /// `invisible_duration` (`None`: [`DEFAULT_INVISIBLE_DURATION`] for RocketMQ, the
+    /// consumer's own for the other protocols). An empty vector means the await duration passed
+    /// with no message.
     pub async fn receive(
         &self,
         max_messages: u32,
-        invisible_duration: Duration,
+        invisible_duration: Option<Duration>,
     ) -> Result<Vec<Arc<MessageView>>> {
-        self.client().check_running()?;
+        self.check_running()?;
         if max_messages == 0 {
             return Err(Error::invalid("max_messages", "must be at least 1"));
         }
-        if invisible_duration.is_zero() {
+        if invisible_duration.is_some_and(|d| d.is_zero()) {
             return Err(Error::invalid("invisible_duration", "must be positive"));
         }
-        let (topic, filter) = {
-            let subs = self.subscriptions.read();
-            if subs.is_empty() {
-                return Err(Error::invalid(
-                    "subscriptions",
-                    "the consumer is not subscribed to any topic",
-                ));
+        let invisible_duration = match self.rpc {
+            ConsumerBackend::RocketMq(_) => {
+                Some(invisible_duration.unwrap_or(DEFAULT_INVISIBLE_DURATION))
+            }
+            _ => invisible_duration,
+        };
+        let subs = self.subscriptions();
+        if subs.is_empty() {
+            return Err(Error::invalid(
+                "subscriptions",
+                "the consumer is not subscribed to any topic",
+            ));
+        }
+        let receive = |sub, wait| self.receive_from(sub, max_messages, invisible_duration, wait);
+        let Some(slice) = self.rpc.receive_slice().filter(|_| subs.len() > 1) else {
+            let i = self.next_topic.fetch_add(1, Ordering::Relaxed) % subs.len();
+            return receive(&subs[i], self.await_duration).await;
+        };
+        // Every subscription once without waiting, then in turn for at most a slice each.
+        for sub in &subs {
+            let got = receive(sub, Duration::ZERO).await?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+        }
+        let deadline =
+            crate::duration::tokio_deadline(tokio::time::Instant::now(), self.await_duration);
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(Vec::new());
             }
             let i = self.next_topic.fetch_add(1, Ordering::Relaxed) % subs.len();
-            subs[i].clone()
-        };
-        let queues = self.rpc.readable_queues(&topic).await?;
+            let got = receive(&subs[i], left.min(slice)).await?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+        }
+    }
+
+    /// One receive from a queue of `topic`, waiting up to `wait`.
+    async fn receive_from(
+        &self,
+        (topic, filter): &(String, FilterExpression),
+        max_messages: u32,
+        invisible_duration: Option<Duration>,
+        wait: Duration,
+    ) -> Result<Vec<Arc<MessageView>>> {
+        let queues = self.rpc.receive_queues(topic).await?;
+        if queues.is_empty() {
+            return Err(Error::protocol(format!("topic {topic:?} has no queue")));
+        }
         let turn = self.next_queue.load(Ordering::Relaxed);
         let queue = queues[turn % queues.len()].clone();
         let source = Arc::new(MessageSource::of_queue(
             &queue,
-            self.client().access_endpoints(),
+            &self.rpc.access_endpoints(),
         ));
         let result = self
             .rpc
-            .receive_simple(ReceiveRequest {
+            .receive(ReceiveRequest {
                 queue,
-                filter,
+                filter: filter.clone(),
                 batch_size: max_messages,
-                invisible_duration: Some(invisible_duration),
+                invisible_duration,
                 auto_renew: false,
-                long_polling_timeout: self.await_duration,
+                long_polling_timeout: wait,
             })
             .await;
         let full = result
@@ -224,15 +304,25 @@ impl SimpleConsumer {
         );
     }
 
-    /// Acknowledge `message`: it will not be delivered again.
-    pub async fn ack(&self, message: &MessageView) -> Result<()> {
-        self.client().check_running()?;
-        let mut results = self.rpc.ack(message.source(), &[message]).await?;
-        match results.pop() {
-            Some(r) => r,
-            None => Err(Error::protocol("the broker answered no ack result")),
+    /// Acknowledge `messages`: they will not be delivered again. One request per run of
+    /// messages from the same source (JetStream: their confirmed acks run concurrently; JMQ4:
+    /// one COMMIT_ACK once every message of a receive has its result).
+    pub async fn ack(&self, messages: &[&MessageView]) -> Result<()> {
+        self.check_running()?;
+        for run in messages.chunk_by(|a, b| a.source() == b.source()) {
+            let results = self.rpc.ack(run[0].source(), run).await?;
+            if results.len() != run.len() {
+                return Err(Error::protocol(format!(
+                    "the broker answered {} ack results for {} messages",
+                    results.len(),
+                    run.len()
+                )));
+            }
+            for (m, r) in run.iter().zip(results) {
+                r.map_err(|e| e.context(format!("ack of message {}", m.message_id())))?;
+            }
         }
-        .map_err(|e| e.context(format!("ack of message {}", message.message_id())))
+        Ok(())
     }
 
     /// Make `message` invisible for `duration` from now; later acks use the new receipt handle.
@@ -241,7 +331,7 @@ impl SimpleConsumer {
         message: &MessageView,
         duration: Duration,
     ) -> Result<()> {
-        self.client().check_running()?;
+        self.check_running()?;
         if duration.is_zero() {
             return Err(Error::invalid("invisible_duration", "must be positive"));
         }
@@ -259,8 +349,10 @@ impl SimpleConsumer {
         Ok(())
     }
 
-    /// Tell the brokers this consumer is gone and stop the background tasks. Idempotent.
+    /// Tell the brokers this consumer is gone and stop the background tasks (JMQ4: first send
+    /// the results of fetches partly settled). Idempotent.
     pub async fn close(&self) {
-        self.client().shutdown().await;
+        self.closed.store(true, Ordering::Release);
+        self.rpc.close().await;
     }
 }

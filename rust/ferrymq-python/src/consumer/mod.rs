@@ -1,5 +1,5 @@
-//! RocketMQ consumers: `ferrymq.SimpleConsumer`, `ferrymq.PushConsumer`, the message view they
-//! deliver, `ferrymq.FilterExpression` and `ferrymq.ConsumeResult`.
+//! The consumers of every protocol: `ferrymq.SimpleConsumer`, `ferrymq.PushConsumer`, the
+//! message view they deliver, `ferrymq.FilterExpression` and `ferrymq.ConsumeResult`.
 //!
 //! All network I/O runs in the core on the tokio runtime without the GIL. The push consumer's
 //! listener runs
@@ -12,13 +12,15 @@
 //! No Python code runs while a Rust lock is held.
 //!
 //! One file per concern: argument parsing and the small value classes here, the listener
-//! bridges in `listener.rs`, the consumers in `simple.rs` and `push.rs`, their shared life
-//! (created, started once, running, closed) in `life.rs`.
+//! bridges in `listener.rs`, the consumers in `simple.rs` and `push.rs`, where they connect
+//! (RocketMQ, JMQ4 or JetStream) in `target.rs`, their shared life (created, started once,
+//! running, closed) in `life.rs`.
 
 mod life;
 mod listener;
 mod push;
 mod simple;
+mod target;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,7 +58,8 @@ fn extract_filter(v: Option<&Bound<'_, PyAny>>, topic: &str) -> PyResult<FilterE
     ))
 }
 
-/// `{topic: filter}`, a single topic, or a sequence of topics (filter `*`).
+/// `{topic: filter}`, a single topic, or a sequence of topics (filter `*`); the names are
+/// checked with the target ([`validate_topics`]).
 fn extract_subscriptions(
     v: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Vec<(String, FilterExpression)>> {
@@ -82,11 +85,20 @@ fn extract_subscriptions(
             "must be a dict {topic: filter}, a topic or a list of topics",
         ));
     }
-    for (t, _) in &out {
+    Ok(out)
+}
+
+/// Check the topic names of `subscriptions` (a JetStream subject may hold wildcards, which
+/// its server checks).
+fn validate_topics(subscriptions: &[(String, FilterExpression)], nats: bool) -> PyResult<()> {
+    if nats {
+        return Ok(());
+    }
+    for (t, _) in subscriptions {
         ferrymq_core::message::validate_topic(t)
             .map_err(|e| to_pyerr(Error::invalid("subscriptions", e.message())))?;
     }
-    Ok(out)
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -186,14 +198,11 @@ pub enum PyConsumeResult {
     Failure,
 }
 
-/// The default invisible duration of `SimpleConsumer.receive`.
-const DEFAULT_INVISIBLE_DURATION: Duration = Duration::from_secs(30);
-
-fn invisible_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
-    match v.filter(|v| !v.is_none()) {
-        Some(v) => extract_duration("invisible_duration", v),
-        None => Ok(DEFAULT_INVISIBLE_DURATION),
-    }
+/// `SimpleConsumer.receive`'s invisible duration (`None`: the protocol's default).
+fn invisible_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    v.filter(|v| !v.is_none())
+        .map(|v| extract_duration("invisible_duration", v))
+        .transpose()
 }
 
 fn message_arg(message: &Bound<'_, PyAny>) -> PyResult<Arc<MessageView>> {
@@ -206,6 +215,24 @@ fn message_arg(message: &Bound<'_, PyAny>) -> PyResult<Arc<MessageView>> {
                 "must be a ferrymq.MessageView received by a consumer",
             )
         })
+}
+
+/// One `MessageView` or an iterable of them.
+fn messages_arg(message: &Bound<'_, PyAny>) -> PyResult<Vec<Arc<MessageView>>> {
+    if message.is_instance_of::<PyMessageView>() {
+        return Ok(vec![message_arg(message)?]);
+    }
+    let wanted = || {
+        invalid(
+            "message",
+            "must be a ferrymq.MessageView received by a consumer, or an iterable of them",
+        )
+    };
+    let mut out = Vec::new();
+    for m in message.try_iter().map_err(|_| wanted())? {
+        out.push(message_arg(&m?).map_err(|_| wanted())?);
+    }
+    Ok(out)
 }
 
 /// `{topic: FilterExpression}`.

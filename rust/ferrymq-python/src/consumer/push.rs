@@ -1,12 +1,10 @@
-//! `ferrymq.PushConsumer`: the core push engine over RocketMQ 5, or over JMQ4 when built with
-//! `jmq=` (a `JmqConsumer` carrying the JMQ4 cluster and consumer options).
+//! `ferrymq.PushConsumer`: the core push engine over RocketMQ 5, JMQ4 (`jmq=` its settings) or
+//! JetStream (`nats=` a `ferrymq.JetStream`); where it connects is built in `target.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ferrymq_core::consumer_backend::{ConsumerBackend, ConsumerTarget};
-use ferrymq_core::jmq::consumer_rpc::JmqRpc;
-use ferrymq_core::nats::consumer_rpc::JsConsumerOptions;
 use ferrymq_core::rocketmq::listener::{Listener, WorkerPool};
 use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, StatsSnapshot};
 use ferrymq_core::Error;
@@ -15,15 +13,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::aio::future_into_py;
-use crate::client_options::{client_options, extract_duration};
-use crate::durations::{self, Lower};
+use crate::client_options::extract_duration;
 use crate::errors::{invalid, to_pyerr};
-use crate::jmq::JmqConsumer;
-use crate::nats::PyJetStream;
 use crate::runtime::RuntimeRef;
 
 use super::life::{closed_during_start, Life};
 use super::listener::{PyAsyncListener, PySyncListener};
+use super::target::{endpoints_repr, without_groups, TargetArgs};
 use super::{extract_filter, extract_subscriptions, stats_dict, subscriptions_dict};
 
 /// How long `PushConsumer.close` waits for running callbacks and their acks by default.
@@ -37,7 +33,7 @@ type PrivateLoop = Option<Py<PyAny>>;
 
 type Consumer = Arc<PushConsumer<ConsumerBackend>>;
 
-/// A push consumer (RocketMQ 5, or JMQ4): receives continuously and calls `listener` for each
+/// A push consumer (RocketMQ 5, JMQ4 or JetStream): receives continuously and calls `listener` for each
 /// message.
 #[pyclass(name = "PushConsumer", module = "ferrymq", frozen)]
 pub struct PyPushConsumer {
@@ -186,60 +182,35 @@ impl PyPushConsumer {
         nats_ack_wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let subscriptions = extract_subscriptions(Some(subscriptions))?;
-        let jmq = jmq.filter(|j| !j.is_none());
-        let nats = nats.filter(|n| !n.is_none());
-        let target = match (jmq, nats) {
-            (Some(_), Some(_)) => return Err(invalid("nats", "give jmq or nats, not both")),
-            (None, Some(n)) => {
-                let js = n
-                    .cast::<PyJetStream>()
-                    .map_err(|_| invalid("nats", "must be a ferrymq.JetStream"))?;
-                for (name, on) in [
-                    ("fifo_accelerator", fifo_accelerator),
-                    ("fifo_pipelining", fifo_pipelining),
-                ] {
-                    if on {
-                        return Err(invalid(name, "JetStream has no message groups"));
-                    }
+        let mut target = TargetArgs {
+            endpoints,
+            group: &group,
+            subscriptions: &subscriptions,
+            credentials,
+            namespace,
+            tls,
+            request_timeout,
+            route_refresh_interval,
+            settings_sync_interval,
+            jmq,
+            nats,
+            nats_stream,
+            nats_ack_wait,
+        }
+        .target()?;
+        if let Some(why) = without_groups(&target) {
+            for (name, on) in [
+                ("fifo_accelerator", fifo_accelerator),
+                ("fifo_pipelining", fifo_pipelining),
+            ] {
+                if on {
+                    return Err(invalid(name, why));
                 }
-                let mut options = JsConsumerOptions::new(&group);
-                options.stream = nats_stream;
-                options.ack_wait =
-                    durations::or("ack_wait", nats_ack_wait, Lower::Positive, options.ack_wait)?;
-                if let Some(n) = receive_batch_size {
-                    options.receive_batch_size = n;
-                }
-                ConsumerTarget::Nats(js.get().options(), options)
             }
-            (Some(j), None) => {
-                let (cluster, options) = j
-                    .cast::<JmqConsumer>()
-                    .map_err(|_| invalid("jmq", "must be a ferrymq.JmqConsumer (not started)"))?
-                    .get()
-                    .options();
-                JmqRpc::topics(&subscriptions).map_err(to_pyerr)?;
-                for (name, on) in [
-                    ("fifo_accelerator", fifo_accelerator),
-                    ("fifo_pipelining", fifo_pipelining),
-                ] {
-                    if on {
-                        return Err(invalid(name, "JMQ4 has no message groups"));
-                    }
-                }
-                ConsumerTarget::Jmq(cluster, options)
-            }
-            (None, None) => ConsumerTarget::RocketMq(client_options(
-                endpoints,
-                credentials,
-                namespace,
-                tls,
-                request_timeout,
-                None,
-                None,
-                route_refresh_interval,
-                settings_sync_interval,
-            )?),
-        };
+        }
+        if let (ConsumerTarget::Nats(_, options), Some(n)) = (&mut target, receive_batch_size) {
+            options.receive_batch_size = n;
+        }
         if !listener.is_callable() {
             return Err(invalid(
                 "listener",
@@ -508,18 +479,7 @@ impl PyPushConsumer {
 
     fn __repr__(&self) -> String {
         let state = self.life.name();
-        let endpoints = match &self.target {
-            ConsumerTarget::RocketMq(o) => format!("{:?}", o.endpoints),
-            ConsumerTarget::Jmq(c, _) => format!("{:?}", format!("jmq://{}", c.bootstrap)),
-            ConsumerTarget::Nats(n, _) => format!(
-                "{:?}",
-                n.endpoints
-                    .iter()
-                    .map(|e| ferrymq_core::nats::redact(e))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
-        };
+        let endpoints = endpoints_repr(&self.target);
         format!(
             "PushConsumer(endpoints={endpoints}, group={:?}, {state})",
             self.config.group

@@ -1,33 +1,36 @@
-//! `ferrymq.SimpleConsumer` (RocketMQ 5).
+//! `ferrymq.SimpleConsumer`: the core simple consumer over RocketMQ 5, JMQ4 or JetStream
+//! (where it connects is built in `target.rs`, as for the push consumer).
 
 use std::sync::Arc;
 
-use ferrymq_core::rocketmq::client::ClientOptions;
+use ferrymq_core::consumer_backend::ConsumerTarget;
 use ferrymq_core::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
 use ferrymq_core::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::aio::future_into_py;
-use crate::client_options::{client_options, extract_duration};
+use crate::client_options::extract_duration;
 use crate::errors::{invalid, to_pyerr};
 use crate::message_view::PyMessageView;
 use crate::runtime::RuntimeRef;
 
 use super::life::{closed_during_start, Life};
+use super::target::{endpoints_repr, TargetArgs};
 use super::{
-    extract_filter, extract_subscriptions, invisible_arg, message_arg, subscriptions_dict,
+    extract_filter, extract_subscriptions, invisible_arg, message_arg, messages_arg,
+    subscriptions_dict,
 };
 
 // ---------------------------------------------------------------------------------------------
 // SimpleConsumer
 
-/// A RocketMQ simple consumer: `receive`, `ack`, `change_invisible_duration`. Thin wrappers
-/// over the RPCs; nothing is retried internally.
+/// A simple consumer (RocketMQ 5, JMQ4 or JetStream): `receive`, `ack`,
+/// `change_invisible_duration`. Thin wrappers over the RPCs; nothing is retried internally.
 #[pyclass(name = "SimpleConsumer", module = "ferrymq", frozen)]
 pub struct PySimpleConsumer {
     rt: RuntimeRef,
-    options: ClientOptions,
+    target: ConsumerTarget,
     config: SimpleConsumerConfig,
     life: Life<Arc<SimpleConsumer>>,
 }
@@ -41,16 +44,16 @@ impl PySimpleConsumer {
         &self,
     ) -> impl std::future::Future<Output = Result<Arc<SimpleConsumer>, Error>> + Send + 'static
     {
-        let options = self.options.clone();
+        let target = self.target.clone();
         let config = self.config.clone();
-        async move { SimpleConsumer::connect(options, config).await.map(Arc::new) }
+        async move { SimpleConsumer::connect(target, config).await.map(Arc::new) }
     }
 }
 
 #[pymethods]
 impl PySimpleConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions=None, await_duration=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions=None, await_duration=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None, jmq=None, nats=None, nats_stream=None, nats_ack_wait=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         endpoints: &Bound<'_, PyAny>,
@@ -63,35 +66,46 @@ impl PySimpleConsumer {
         request_timeout: Option<&Bound<'_, PyAny>>,
         route_refresh_interval: Option<&Bound<'_, PyAny>>,
         settings_sync_interval: Option<&Bound<'_, PyAny>>,
+        jmq: Option<&Bound<'_, PyAny>>,
+        nats: Option<&Bound<'_, PyAny>>,
+        nats_stream: Option<String>,
+        nats_ack_wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let options = client_options(
+        if group.trim().is_empty() {
+            return Err(invalid("group", "must not be blank"));
+        }
+        let subscriptions = extract_subscriptions(subscriptions)?;
+        let target = TargetArgs {
             endpoints,
+            group: &group,
+            subscriptions: &subscriptions,
             credentials,
             namespace,
             tls,
             request_timeout,
-            None,
-            None,
             route_refresh_interval,
             settings_sync_interval,
-        )?;
-        if group.trim().is_empty() {
-            return Err(invalid("group", "must not be blank"));
+            jmq,
+            nats,
+            nats_stream,
+            nats_ack_wait,
         }
+        .target()?;
         let mut config = SimpleConsumerConfig::new(group);
-        config.subscriptions = extract_subscriptions(subscriptions)?;
+        config.subscriptions = subscriptions;
         if let Some(a) = await_duration.filter(|a| !a.is_none()) {
             config.await_duration = extract_duration("await_duration", a)?;
         }
         Ok(Self {
             rt: RuntimeRef::current()?,
-            options,
+            target,
             config,
             life: Life::new(),
         })
     }
 
-    /// Connect: send the client settings, wait for the broker's, fetch the routes.
+    /// Connect (RocketMQ: send the client settings, wait for the broker's, fetch the routes;
+    /// JMQ4: connect and check the topics; JetStream: bind the durable consumers).
     fn start(&self, py: Python<'_>) -> PyResult<()> {
         if !self.life.begin_start()? {
             return Ok(());
@@ -135,7 +149,8 @@ impl PySimpleConsumer {
     }
 
     /// Receive up to `max_messages` messages that stay invisible to other consumers for
-    /// `invisible_duration` seconds. Returns an empty list when the await duration passes
+    /// `invisible_duration` seconds (default: 30 s for RocketMQ, JMQ4's ack timeout,
+    /// JetStream's `ack_wait`). Returns an empty list when the await duration passes
     /// without a message.
     #[pyo3(signature = (max_messages=16, invisible_duration=None))]
     fn receive(
@@ -180,11 +195,14 @@ impl PySimpleConsumer {
         })
     }
 
-    /// Acknowledge `message`: it is not delivered again.
+    /// Acknowledge `message` (a `MessageView` or an iterable of them): not delivered again.
     fn ack(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<()> {
-        let m = message_arg(message)?;
+        let m = messages_arg(message)?;
         let c = self.running()?;
-        self.rt.block_on(py, async move { c.ack(&m).await })
+        self.rt.block_on(py, async move {
+            c.ack(&m.iter().map(AsRef::as_ref).collect::<Vec<_>>())
+                .await
+        })
     }
 
     /// Async form of `ack`.
@@ -193,9 +211,12 @@ impl PySimpleConsumer {
         py: Python<'py>,
         message: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let m = message_arg(message)?;
+        let m = messages_arg(message)?;
         let c = self.running()?;
-        future_into_py(py, self.rt, async move { c.ack(&m).await })
+        future_into_py(py, self.rt, async move {
+            c.ack(&m.iter().map(AsRef::as_ref).collect::<Vec<_>>())
+                .await
+        })
     }
 
     /// Make `message` invisible for `duration` seconds from now. Later acks use the new receipt
@@ -268,8 +289,7 @@ impl PySimpleConsumer {
     /// The client id sent to brokers (`x-mq-client-id`), once started.
     #[getter]
     fn client_id(&self) -> Option<String> {
-        self.life
-            .map_running(|c| c.client().client_id().to_string())
+        self.life.map_running(|c| c.client_id())
     }
 
     /// Tell the brokers this consumer is gone. Idempotent.
@@ -344,8 +364,8 @@ impl PySimpleConsumer {
 
     fn __repr__(&self) -> String {
         format!(
-            "SimpleConsumer(endpoints={:?}, group={:?}, {})",
-            self.options.endpoints,
+            "SimpleConsumer(endpoints={}, group={:?}, {})",
+            endpoints_repr(&self.target),
             self.config.group,
             self.life.name()
         )

@@ -1,5 +1,5 @@
 //! JMQ4 (JoyQueue) classes: `JmqProducer` (behind `ferrymq.Producer`), `JmqTransaction`,
-//! `JmqConsumer`, their results, and
+//! their results, and
 //! `JmqServer` (the embedded JMQ4 server used by `ferrymq.testing`).
 //!
 //! Every method comes in a blocking form (GIL released through `RuntimeRef::block_on`) and an
@@ -7,11 +7,10 @@
 //! eagerly with `start()` / `start_async()` (also called by the context managers).
 //!
 //! One file per concern: `producer.rs` (`JmqProducer`, `JmqTransaction`, `JmqOrphan`,
-//! `JmqSendReceipt`),
-//! `consumer.rs` (`JmqConsumer`, `JmqMessage`), `server.rs` (`JmqServer`); the argument helpers
-//! they share are here, with how both clients connect lazily (`crate::lazy`).
+//! `JmqSendReceipt`), `server.rs` (`JmqServer`); the argument helpers are here, with how the
+//! client connects lazily (`crate::lazy`). Consuming is `ferrymq.SimpleConsumer` /
+//! `ferrymq.PushConsumer`.
 
-mod consumer;
 mod producer;
 mod server;
 
@@ -20,7 +19,6 @@ use std::time::Duration;
 
 use ferrymq_core::jmq::client::ConnectOptions;
 use ferrymq_core::jmq::cluster::ClusterOptions;
-use ferrymq_core::jmq::consumer::{ConsumerOptions, JmqConsumer as CoreConsumer};
 use ferrymq_core::jmq::producer::{JmqProducer as CoreProducer, ProducerOptions};
 use ferrymq_core::Error;
 use pyo3::prelude::*;
@@ -49,7 +47,6 @@ macro_rules! connect_jmq {
 
 connect_jmq! {
     CoreProducer => ProducerOptions, "the JmqProducer is closed";
-    CoreConsumer => ConsumerOptions, "the JmqConsumer is closed";
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -122,6 +119,5 @@ fn endpoints_arg(
     text(field, s)
 }
 
-pub use consumer::{JmqConsumer, PyJmqMessage};
 pub use producer::{JmqOrphan, JmqProducer, JmqTransaction, PyJmqSendReceipt};
 pub use server::JmqServer;
