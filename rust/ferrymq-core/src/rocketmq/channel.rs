@@ -21,7 +21,7 @@ use std::sync::{Arc, Weak};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::FutureExt as _;
 use http_body::{Body as _, Frame};
 use parking_lot::Mutex;
@@ -213,7 +213,7 @@ impl H2Channel {
             .entry(http::header::USER_AGENT)
             .or_insert(http::HeaderValue::from_static(USER_AGENT));
         // What the body has ready now: all of it for a unary request.
-        let mut data = BytesMut::new();
+        let mut data = Bytes::new();
         let mut complete = false;
         while let Some(frame) = next_frame(&mut body).now_or_never() {
             match frame {
@@ -223,8 +223,13 @@ impl H2Channel {
                 }
                 Some(frame) => {
                     // Trailers are skipped: a gRPC client sends none.
+                    // One frame (a unary request's message) is sent as it is, not copied.
                     if let Ok(d) = frame?.into_data() {
-                        data.extend_from_slice(&d);
+                        data = if data.is_empty() {
+                            d
+                        } else {
+                            Bytes::from([data, d].concat())
+                        };
                     }
                 }
             }
@@ -250,7 +255,7 @@ impl H2Channel {
         };
         if !end {
             if !data.is_empty() {
-                stream.send_data(data.freeze(), complete)?;
+                stream.send_data(data, complete)?;
             }
             if !complete {
                 tokio::spawn(pipe(body, stream));
