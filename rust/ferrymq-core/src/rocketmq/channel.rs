@@ -10,13 +10,14 @@
 //! by a task of its own, as before.
 //!
 //! What goes on the wire is what tonic's channel sent: the same pseudo-headers (`http` scheme,
-//! the address as authority), headers (`user-agent` included), windows, and a keep-alive PING
-//! every 30 s that must be answered within 10 s. The connection is opened on first use; when it
-//! fails, the calls in flight fail with it (the callers retry) and the next call reconnects.
+//! the address as authority), headers (`user-agent` included), windows, and, while calls are
+//! open on it, a keep-alive PING every 30 s that must be answered within 10 s. The connection is
+//! opened on first use; when it fails, the calls in flight fail with it (the callers retry) and
+//! the next call reconnects.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -73,6 +74,9 @@ struct Shared {
     /// The open connection's handle and its generation.
     current: Mutex<Option<(u64, h2::client::SendRequest<Bytes>)>>,
     generation: AtomicU64,
+    /// Calls open (request sent, answer not read to its end): no keep-alive PING when idle, as
+    /// servers may refuse PINGs on a connection without calls.
+    open_calls: AtomicUsize,
     /// Held while connecting: concurrent first calls share one connection.
     connecting: tokio::sync::Mutex<()>,
 }
@@ -101,6 +105,7 @@ impl H2Channel {
                 authority,
                 current: Mutex::new(None),
                 generation: AtomicU64::new(0),
+                open_calls: AtomicUsize::new(0),
                 connecting: tokio::sync::Mutex::new(()),
             }),
         })
@@ -141,6 +146,7 @@ impl H2Channel {
         let generation = shared.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let ping = connection.ping_pong();
         let weak = Arc::downgrade(shared);
+        let idle = weak.clone();
         tokio::spawn(async move {
             let keep_alive = async move {
                 let Some(mut ping) = ping else {
@@ -148,6 +154,11 @@ impl H2Channel {
                 };
                 loop {
                     tokio::time::sleep(KEEP_ALIVE_INTERVAL).await;
+                    match idle.upgrade() {
+                        None => return,
+                        Some(s) if s.open_calls.load(Ordering::Relaxed) == 0 => continue,
+                        Some(_) => {}
+                    }
                     let pong =
                         tokio::time::timeout(KEEP_ALIVE_TIMEOUT, ping.ping(h2::Ping::opaque()));
                     if !matches!(pong.await, Ok(Ok(_))) {
@@ -204,6 +215,7 @@ impl H2Channel {
         &self,
         request: http::Request<tonic::body::Body>,
     ) -> std::result::Result<http::Response<RecvBody>, BoxError> {
+        let open = OpenCall::new(&self.shared);
         let (mut head, mut body) = request.into_parts();
         let mut uri = http::uri::Parts::from(head.uri);
         uri.scheme = Some(http::uri::Scheme::HTTP);
@@ -265,6 +277,7 @@ impl H2Channel {
         Ok(response.map(|recv| RecvBody {
             recv,
             data_done: false,
+            _open: open,
         }))
     }
 }
@@ -299,10 +312,27 @@ async fn pipe(mut body: tonic::body::Body, mut stream: h2::SendStream<Bytes>) {
     }
 }
 
+/// Counts a call as open until its answer is dropped.
+struct OpenCall(Arc<Shared>);
+
+impl OpenCall {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.open_calls.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(shared))
+    }
+}
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        self.0.open_calls.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The body of an answer: DATA frames, then the trailers (the gRPC status).
 pub struct RecvBody {
     recv: h2::RecvStream,
     data_done: bool,
+    _open: OpenCall,
 }
 
 impl http_body::Body for RecvBody {
