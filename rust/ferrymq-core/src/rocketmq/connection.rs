@@ -1,6 +1,6 @@
-//! Channels to brokers: one lazily-connected tonic [`Channel`] per address, shared by every
-//! request of a client (HTTP/2 multiplexes any number of in-flight RPCs on it). An
-//! [`Endpoints`] with several addresses rotates over their channels.
+//! Channels to brokers: one lazily-connected HTTP/2 connection ([`H2Channel`]) per address,
+//! shared by every request of a client (HTTP/2 multiplexes any number of in-flight RPCs on it).
+//! An [`Endpoints`] with several addresses rotates over their channels.
 //!
 //! TLS goes through rustls with the `ring` provider: system roots (default), a custom CA file,
 //! or an explicit insecure mode that accepts any certificate (for self-signed test proxies).
@@ -11,27 +11,22 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use parking_lot::RwLock;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
-use tonic::transport::{Channel, Endpoint, Uri};
 
+use super::channel::{Dial, H2Channel};
 use super::endpoints::{Address, Endpoints};
 use crate::error::{Error, Result};
 use crate::proto::messaging_service_client::MessagingServiceClient;
 
 /// The gRPC client type used for every RPC.
-pub type Stub = MessagingServiceClient<Channel>;
+pub type Stub = MessagingServiceClient<H2Channel>;
 
 /// Run `fut` with a deadline; a timeout becomes `ErrorKind::Timeout`.
 pub async fn deadline<T, E, F>(timeout: Duration, fut: F) -> Result<T>
@@ -146,22 +141,8 @@ impl Connections {
     }
 
     fn connect(&self, addr: &Address) -> Result<Stub> {
-        let uri = format!("http://{}", addr.authority());
-        let endpoint = Endpoint::from_shared(uri.clone())
-            .map_err(|e| Error::invalid("endpoints", format!("{uri}: {e}")))?
-            .connect_timeout(self.options.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(10))
-            // Fixed windows, not `http2_adaptive_window`: that resets both to 64 KiB, and h2
-            // then also caps the framing overhead of unread DATA frames at 32 KiB for the
-            // connection, so ~150 small responses buffered at once (a window of concurrent
-            // sends) made it close the connection with ENHANCE_YOUR_CALM
-            // ("too_many_data_frames"). With a 16 MiB connection window that cap is 8 MiB.
-            .initial_stream_window_size(Some(4 << 20))
-            .initial_connection_window_size(Some(16 << 20));
-        let channel = match &self.tls {
-            None => endpoint.connect_lazy(),
+        let tls = match &self.tls {
+            None => None,
             Some(cfg) => {
                 let name = self
                     .options
@@ -172,13 +153,16 @@ impl Connections {
                 let server_name = ServerName::try_from(name.clone()).map_err(|_| {
                     Error::invalid("tls.server_name", format!("{name:?} is not a valid name"))
                 })?;
-                endpoint.connect_with_connector_lazy(TlsConnector {
-                    config: Arc::clone(cfg),
-                    server_name,
-                    addr: addr.authority(),
-                })
+                Some((Arc::clone(cfg), server_name))
             }
         };
+        let authority = addr.authority();
+        let channel = H2Channel::new(Dial {
+            addr: authority.clone(),
+            tls,
+            connect_timeout: self.options.connect_timeout,
+        })
+        .map_err(|e| Error::invalid("endpoints", format!("{authority}: {e}")))?;
         Ok(MessagingServiceClient::new(channel)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX))
@@ -229,36 +213,6 @@ fn rustls_config(t: &TlsOptions) -> Result<ClientConfig> {
     };
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
-}
-
-/// TCP + rustls handshake for one address; tonic drives HTTP/2 over the result.
-#[derive(Clone)]
-struct TlsConnector {
-    config: Arc<ClientConfig>,
-    server_name: ServerName<'static>,
-    addr: String,
-}
-
-impl tower_service::Service<Uri> for TlsConnector {
-    type Response = TokioIo<TlsStream<TcpStream>>;
-    type Error = std::io::Error;
-    type Future = Pin<Box<dyn Future<Output = std::io::Result<Self::Response>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _uri: Uri) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move {
-            let tcp = TcpStream::connect(&this.addr).await?;
-            tcp.set_nodelay(true)?;
-            let tls = tokio_rustls::TlsConnector::from(this.config)
-                .connect(this.server_name, tcp)
-                .await?;
-            Ok(TokioIo::new(tls))
-        })
-    }
 }
 
 /// The verifier of `insecure` mode: accepts every certificate and signature.
@@ -317,6 +271,49 @@ mod tests {
         assert_eq!(c.map.read()[ep.key()].stubs.len(), 2);
         c.reset(&ep);
         assert!(c.map.read().is_empty());
+    }
+
+    /// A call to an address where nothing listens fails as a connection error; once a broker
+    /// listens there, the next call on the same stub connects.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_connection_is_retried_by_the_next_call() {
+        use ferrymq_server::broker::{Broker, BrokerConfig};
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let c = Connections::new(ConnectionOptions::default()).unwrap();
+        let ep = Endpoints::parse_access_point(&format!("127.0.0.1:{port}"))
+            .unwrap()
+            .endpoints;
+        let metadata = super::super::metadata::RequestMetadata::new("c@1@0@x", "", None).unwrap();
+        let heartbeat = || {
+            let mut r = tonic::Request::new(crate::proto::HeartbeatRequest {
+                group: None,
+                client_type: crate::proto::ClientType::Producer as i32,
+            });
+            metadata.apply(r.metadata_mut());
+            r
+        };
+        let e = Error::from(
+            c.stub(&ep)
+                .unwrap()
+                .heartbeat(heartbeat())
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+        let broker = Broker::start(BrokerConfig {
+            ports: vec![port],
+            ..BrokerConfig::default()
+        })
+        .await
+        .unwrap();
+        // Answered (a heartbeat without a group is refused, but by the broker).
+        let r = c.stub(&ep).unwrap().heartbeat(heartbeat()).await.unwrap();
+        assert!(r.into_inner().status.is_some());
+        drop(broker);
     }
 
     #[test]

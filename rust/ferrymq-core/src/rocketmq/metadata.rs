@@ -1,9 +1,10 @@
 //! Request metadata: the `x-mq-*` headers every RPC carries, the client id, and the
 //! `authorization` header (HMAC-SHA1 request signing), per the rocketmq-v2 reference §5.
 //!
-//! Static headers are encoded once per client. The date-time and the signature change once per
-//! second, so they are cached per second too: signing costs one HMAC per client per second, not
-//! one per request. Secrets never appear in `Debug` output or logs.
+//! Static headers are encoded once per client, into a header map every request starts from as a
+//! copy (names parsed and the table sized once, not per request). The date-time and the
+//! signature change once per second, so they are cached per second too: signing costs one HMAC
+//! per client per second, not one per request. Secrets never appear in `Debug` output or logs.
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -12,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use http::{HeaderMap, HeaderName, HeaderValue};
 use parking_lot::Mutex;
 use tonic::metadata::{AsciiMetadataValue, MetadataMap};
 
@@ -245,13 +247,23 @@ pub fn new_request_id() -> String {
     )
 }
 
+/// Room in a request's header map for the per-request headers and those tonic adds
+/// (`content-type`, `te`, `grpc-timeout`, `user-agent`): no growth on the way.
+const HEADERS_CAPACITY: usize = 16;
+
+const REQUEST_ID_NAME: HeaderName = HeaderName::from_static(header::REQUEST_ID);
+const DATE_TIME_NAME: HeaderName = HeaderName::from_static(header::DATE_TIME);
+const AUTHORIZATION_NAME: HeaderName = HeaderName::from_static(header::AUTHORIZATION);
+
 /// Builds the headers of every request of one client.
 pub struct RequestMetadata {
     client_id: AsciiMetadataValue,
     namespace: AsciiMetadataValue,
     credentials: Option<Credentials>,
-    session_token: Option<AsciiMetadataValue>,
-    signed: Mutex<(u64, AsciiMetadataValue, Option<AsciiMetadataValue>)>,
+    /// The headers that never change: client id, language, versions, namespace, session token.
+    constant: HeaderMap,
+    /// The second, its date-time header and its signature.
+    signed: Mutex<(u64, HeaderValue, Option<HeaderValue>)>,
 }
 
 impl fmt::Debug for RequestMetadata {
@@ -275,39 +287,52 @@ impl RequestMetadata {
             Some(t) => Some(ascii("credentials.security_token", t)?),
             None => None,
         };
+        let client_id = ascii("client_id", client_id)?;
+        let namespace = ascii("namespace", namespace)?;
+        let mut constant = MetadataMap::from_headers(HeaderMap::with_capacity(HEADERS_CAPACITY));
+        constant.insert(header::CLIENT_ID, client_id.clone());
+        constant.insert(header::LANGUAGE, AsciiMetadataValue::from_static(LANGUAGE));
+        constant.insert(
+            header::CLIENT_VERSION,
+            AsciiMetadataValue::from_static(CLIENT_VERSION),
+        );
+        constant.insert(header::PROTOCOL, AsciiMetadataValue::from_static(PROTOCOL));
+        constant.insert(header::NAMESPACE, namespace.clone());
+        if let Some(t) = session_token {
+            constant.insert(header::SESSION_TOKEN, t);
+        }
         Ok(Self {
-            client_id: ascii("client_id", client_id)?,
-            namespace: ascii("namespace", namespace)?,
+            client_id,
+            namespace,
             credentials,
-            session_token,
-            signed: Mutex::new((u64::MAX, AsciiMetadataValue::from_static(""), None)),
+            constant: constant.into_headers(),
+            signed: Mutex::new((u64::MAX, HeaderValue::from_static(""), None)),
         })
     }
 
     /// Add every header of §5.1 to `md`.
     pub fn apply(&self, md: &mut MetadataMap) {
-        md.insert(header::CLIENT_ID, self.client_id.clone());
-        if let Ok(v) = AsciiMetadataValue::try_from(new_request_id()) {
-            md.insert(header::REQUEST_ID, v);
+        let mut headers = if md.is_empty() {
+            self.constant.clone()
+        } else {
+            let mut h = std::mem::take(md).into_headers();
+            for (name, value) in &self.constant {
+                h.insert(name.clone(), value.clone());
+            }
+            h
+        };
+        if let Ok(v) = HeaderValue::try_from(new_request_id()) {
+            headers.insert(REQUEST_ID_NAME, v);
         }
-        md.insert(header::LANGUAGE, AsciiMetadataValue::from_static(LANGUAGE));
-        md.insert(
-            header::CLIENT_VERSION,
-            AsciiMetadataValue::from_static(CLIENT_VERSION),
-        );
-        md.insert(header::PROTOCOL, AsciiMetadataValue::from_static(PROTOCOL));
-        md.insert(header::NAMESPACE, self.namespace.clone());
         let (date, auth) = self.date_and_signature();
-        md.insert(header::DATE_TIME, date);
+        headers.insert(DATE_TIME_NAME, date);
         if let Some(auth) = auth {
-            md.insert(header::AUTHORIZATION, auth);
+            headers.insert(AUTHORIZATION_NAME, auth);
         }
-        if let Some(t) = &self.session_token {
-            md.insert(header::SESSION_TOKEN, t.clone());
-        }
+        *md = MetadataMap::from_headers(headers);
     }
 
-    fn date_and_signature(&self) -> (AsciiMetadataValue, Option<AsciiMetadataValue>) {
+    fn date_and_signature(&self) -> (HeaderValue, Option<HeaderValue>) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -317,9 +342,8 @@ impl RequestMetadata {
             let auth = self
                 .credentials
                 .as_ref()
-                .and_then(|c| AsciiMetadataValue::try_from(sign(c, &date)).ok());
-            let date = AsciiMetadataValue::try_from(date)
-                .unwrap_or_else(|_| AsciiMetadataValue::from_static(""));
+                .and_then(|c| HeaderValue::try_from(sign(c, &date)).ok());
+            let date = HeaderValue::try_from(date).unwrap_or_else(|_| HeaderValue::from_static(""));
             *cached = (now, date, auth);
         }
         (cached.1.clone(), cached.2.clone())

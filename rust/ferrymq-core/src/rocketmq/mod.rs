@@ -8,6 +8,7 @@
 //! * [`simple_consumer::SimpleConsumer`] and [`push::PushConsumer`] — the consumers
 //!   (the push consumer's process queues, consume services and settle path are in [`push`]).
 
+pub mod channel;
 pub mod client;
 pub mod connection;
 pub mod consumer_rpc;
