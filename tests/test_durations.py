@@ -208,6 +208,29 @@ def test_jmq_durations_refuse_bad_values(
     refused(lambda: call(jmq_broker, jmq_dur_topic, value), field)
 
 
+@pytest.mark.parametrize(
+    ("field", "kw"),
+    [
+        ("invisible_duration", {"invisible_duration": timedelta(days=30)}),
+        ("invisible_duration", {"invisible_duration": 0.0005}),
+        ("max_messages", {"max_messages": 40_000}),
+    ],
+    ids=["30-days", "half-a-millisecond", "40000-messages"],
+)
+def test_jmq_receive_refuses_what_its_fetch_cannot_carry(
+    jmq_broker: EmbeddedBroker, jmq_dur_topic: str, field: str, kw: dict[str, object]
+) -> None:
+    # A JMQ4 fetch carries an i32 of milliseconds (0 meaning the broker's default) and an i16
+    # count: values beyond them are refused, not clamped.
+    with (
+        ferrymq.SimpleConsumer(
+            jmq_broker.jmq_endpoint, APP, subscriptions=JMQ_SUB, token=TOKEN, await_duration=0.1
+        ) as s,
+        pytest.raises(InvalidArgumentError, match=field),
+    ):
+        s.receive(**kw)
+
+
 @pytest.mark.parametrize("value", BAD, ids=BAD_IDS)
 @pytest.mark.parametrize("field", ["connect_timeout", "request_timeout"])
 def test_nats_durations_refuse_bad_values(field: str, value: object) -> None:

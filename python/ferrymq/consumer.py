@@ -311,7 +311,10 @@ class SimpleConsumer(Lifecycle):
         return await self._impl.receive_async(max_messages, invisible_duration)
 
     def ack(self, message: _Messages) -> None:
-        """Acknowledge a message, or a list of them (one request per broker)."""
+        """Acknowledge a message, or a list of them. RocketMQ: one ``AckMessage`` per run of
+        adjacent messages from the same topic and broker; JetStream: one confirmed ack each;
+        JMQ4: a receive's acks go to the broker together once each of its messages is acked
+        (or moved to the retry queue), and ``close()`` sends what is left."""
         self._impl.ack(message)
 
     async def ack_async(self, message: _Messages) -> None:

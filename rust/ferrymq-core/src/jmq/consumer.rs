@@ -59,6 +59,15 @@ impl ConsumeMode {
     }
 }
 
+/// Refuse an ack timeout JMQ4 cannot carry: its wire field is an `i32` of milliseconds, and
+/// zero asks the broker for its default, so 1 ms to about 24 days.
+pub fn check_ack_timeout(field: &str, d: Duration) -> Result<()> {
+    if d < Duration::from_millis(1) || d.as_millis() > i32::MAX as u128 {
+        return Err(Error::invalid(field, "must be between 0.001 s and 24 days"));
+    }
+    Ok(())
+}
+
 /// Consumer settings.
 #[derive(Debug, Clone)]
 pub struct ConsumerOptions {

@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 
 use super::cluster::ClusterOptions;
 use super::command::RetryType;
-use super::consumer::{ConsumerOptions, JmqConsumer};
+use super::consumer::{check_ack_timeout, ConsumerOptions, JmqConsumer};
 use super::message::RETRY_PARTITION;
 use super::received::{AckRef, ReceivedMessage};
 use crate::error::{Error, Result};
@@ -271,9 +271,11 @@ impl ConsumerRpc for JmqRpc {
 
     async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
         let topic = request.queue.topic.map(|t| t.name).unwrap_or_default();
-        let max = usize::try_from(request.batch_size)
-            .unwrap_or(usize::MAX)
-            .clamp(1, i16::MAX as usize);
+        // Refused rather than clamped: the fetch carries an `i16` count and an `i32` of ms.
+        let max = usize::try_from(request.batch_size).unwrap_or(usize::MAX);
+        if let Some(d) = request.invisible_duration {
+            check_ack_timeout("invisible_duration", d)?;
+        }
         let got = self
             .consumer
             .receive_from(

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use ferrymq_core::consumer_backend::ConsumerTarget;
-use ferrymq_core::jmq::consumer::{ConsumeMode, ConsumerOptions};
+use ferrymq_core::jmq::consumer::{check_ack_timeout, ConsumeMode, ConsumerOptions};
 use ferrymq_core::jmq::consumer_rpc::JmqRpc;
 use ferrymq_core::nats::consumer_rpc::JsConsumerOptions;
 use ferrymq_core::rocketmq::filter::FilterExpression;
@@ -127,13 +127,8 @@ impl TargetArgs<'_, '_> {
             item("ack_timeout")?.as_ref(),
             Lower::Positive,
         )?;
-        if ack_timeout
-            .is_some_and(|d| d < Duration::from_millis(1) || d.as_millis() > i32::MAX as u128)
-        {
-            return Err(invalid(
-                "ack_timeout",
-                "must be between 0.001 s and 24 days",
-            ));
+        if let Some(d) = ack_timeout {
+            check_ack_timeout("ack_timeout", d).map_err(to_pyerr)?;
         }
         let options = ConsumerOptions {
             mode: ConsumeMode::parse(mode.as_deref().unwrap_or("clustering")).map_err(to_pyerr)?,
