@@ -9,11 +9,16 @@
 //! the one task per connection does the socket I/O. A streaming request body (telemetry) is fed
 //! by a task of its own, as before.
 //!
-//! What goes on the wire is what tonic's channel sent: the same pseudo-headers (`http` scheme,
-//! the address as authority), headers (`user-agent` included), windows, and, while calls are
-//! open on it, a keep-alive PING every 30 s that must be answered within 10 s. The connection is
-//! opened on first use; when it fails, the calls in flight fail with it (the callers retry) and
-//! the next call reconnects.
+//! On the wire: the `http` scheme and the address as authority (as tonic's channel sent them),
+//! ferrymq's own `user-agent`, the windows below, hyper's client limits (a 16 KiB header list,
+//! 100 streams until the server's SETTINGS say otherwise), and, while calls are open, a
+//! keep-alive PING every 30 s that must be answered within 10 s. The connection is opened on
+//! first use; when it fails, the calls in flight fail with it (the callers retry) and the next
+//! call reconnects. A connection the server is closing (GOAWAY: a proxy draining, a maximum
+//! connection age) takes no new call: the call goes to a new connection, and only a call that
+//! finds the new one closing too fails, as `Unavailable` (nothing was sent, callers retry).
+//! A streaming request body is written as the peer's flow-control window allows, so the
+//! bounded queue feeding it keeps its bound.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,8 +38,11 @@ use tokio::net::TcpStream;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The `user-agent` tonic's channel sent (the proxy logs it).
-const USER_AGENT: &str = "tonic/0.14.9";
+/// What the proxy logs as the client.
+const USER_AGENT: &str = concat!("ferrymq/", env!("CARGO_PKG_VERSION"));
+/// hyper's client defaults, which tonic's channel sent.
+const MAX_HEADER_LIST: u32 = 16 << 10;
+const STREAMS_BEFORE_SETTINGS: usize = 100;
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 const STREAM_WINDOW: u32 = 4 << 20;
@@ -127,6 +135,8 @@ impl H2Channel {
                 .initial_window_size(STREAM_WINDOW)
                 .initial_connection_window_size(CONNECTION_WINDOW)
                 .max_send_buffer_size(1 << 20)
+                .max_header_list_size(MAX_HEADER_LIST)
+                .initial_max_send_streams(STREAMS_BEFORE_SETTINGS)
                 .enable_push(false)
                 .handshake::<_, Bytes>(io)
                 .await
@@ -246,12 +256,19 @@ impl H2Channel {
                 }
             }
         }
-        let (generation, sender) = self.sender().await?;
-        let mut sender = match sender.ready().await {
-            Ok(s) => s,
-            Err(e) => {
-                forget(&Arc::downgrade(&self.shared), generation);
-                return Err(e.into());
+        // A connection that is closing refuses new streams: forget it and take a new one, once.
+        let mut fresh = false;
+        let (generation, mut sender) = loop {
+            let (generation, sender) = self.sender().await?;
+            match sender.ready().await {
+                Ok(s) => break (generation, s),
+                Err(e) => {
+                    self.refused(generation, &e);
+                    if fresh || !(e.is_go_away() || e.is_io()) {
+                        return Err(self.unsent(&e));
+                    }
+                    fresh = true;
+                }
             }
         };
         let request = http::Request::from_parts(head, ());
@@ -259,14 +276,13 @@ impl H2Channel {
         let (response, mut stream) = match sender.send_request(request, end) {
             Ok(r) => r,
             Err(e) => {
-                if e.is_io() || e.is_go_away() {
-                    forget(&Arc::downgrade(&self.shared), generation);
-                }
-                return Err(e.into());
+                self.refused(generation, &e);
+                return Err(self.unsent(&e));
             }
         };
         if !end {
             if !data.is_empty() {
+                // A unary body: bounded by the caller, h2 buffers it until the window opens.
                 stream.send_data(data, complete)?;
             }
             if !complete {
@@ -282,13 +298,34 @@ impl H2Channel {
     }
 }
 
+impl H2Channel {
+    /// Forget connection `generation` when `e` says it cannot take streams any more.
+    fn refused(&self, generation: u64, e: &h2::Error) {
+        if e.is_io() || e.is_go_away() {
+            forget(&Arc::downgrade(&self.shared), generation);
+        }
+    }
+
+    /// The error of a call that was not sent: `Unavailable` (retried by the callers) when the
+    /// connection is closing or broken.
+    fn unsent(&self, e: &h2::Error) -> BoxError {
+        let why = format!("connection to {} is closing: {e}", self.shared.dial.addr);
+        if e.is_io() || e.is_go_away() {
+            Box::new(tonic::Status::unavailable(why))
+        } else {
+            Box::new(tonic::Status::internal(why))
+        }
+    }
+}
+
 fn next_frame(
     body: &mut tonic::body::Body,
 ) -> impl Future<Output = Option<std::result::Result<Frame<Bytes>, tonic::Status>>> + '_ {
     futures::future::poll_fn(move |cx| Pin::new(&mut *body).poll_frame(cx))
 }
 
-/// Feed the rest of a streaming request body to its HTTP/2 stream.
+/// Feed the rest of a streaming request body to its HTTP/2 stream, no faster than the peer's
+/// window opens: the next frame is read from the body only once this one is sent.
 async fn pipe(mut body: tonic::body::Body, mut stream: h2::SendStream<Bytes>) {
     loop {
         match next_frame(&mut body).await {
@@ -298,7 +335,7 @@ async fn pipe(mut body: tonic::body::Body, mut stream: h2::SendStream<Bytes>) {
             }
             Some(Ok(frame)) => {
                 if let Ok(d) = frame.into_data() {
-                    if stream.send_data(d, false).is_err() {
+                    if send_within_window(&mut stream, d).await.is_err() {
                         return;
                     }
                 }
@@ -310,6 +347,26 @@ async fn pipe(mut body: tonic::body::Body, mut stream: h2::SendStream<Bytes>) {
             }
         }
     }
+}
+
+/// Send `data` in pieces the peer's flow-control window has room for.
+async fn send_within_window(
+    stream: &mut h2::SendStream<Bytes>,
+    mut data: Bytes,
+) -> std::result::Result<(), h2::Error> {
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len());
+        let mut granted = stream.capacity();
+        while granted == 0 {
+            granted = match futures::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
+                Some(r) => r?,
+                None => return Err(h2::Error::from(h2::Reason::STREAM_CLOSED)),
+            };
+        }
+        let piece = data.split_to(granted.min(data.len()));
+        stream.send_data(piece, false)?;
+    }
+    Ok(())
 }
 
 /// Counts a call as open until its answer is dropped.
@@ -364,3 +421,7 @@ impl http_body::Body for RecvBody {
         self.recv.is_end_stream()
     }
 }
+
+#[cfg(test)]
+#[path = "channel_tests.rs"]
+mod tests;
