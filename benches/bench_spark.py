@@ -21,7 +21,6 @@ Build the extension with ``maturin develop --release`` first: a debug build is m
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -32,6 +31,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import ferrymq
+from _bench_measure import parser
 from _bench_server import nats_server
 from ferrymq import _native
 from ferrymq.testing import EmbeddedBroker
@@ -107,9 +107,7 @@ def line(what: str, rows: int, secs: float, peer: str = "", peer_secs: float = 0
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--size", type=int, default=100)
+    ap = parser(__doc__, rows=200_000, size=100)
     ap.add_argument("--backends", default="rocketmq,jmq,nats")
     ap.add_argument(
         "--server",
