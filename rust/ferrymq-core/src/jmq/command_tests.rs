@@ -89,6 +89,27 @@ fn cluster() -> FetchClusterResponse {
     }
 }
 
+/// A coordinator, sent without sysCode/permission, and a topic without one (-1).
+fn coordinators() -> FindCoordinatorResponse {
+    let mut coordinator = broker(3);
+    coordinator.sys_code = 0;
+    coordinator.permission = 3;
+    FindCoordinatorResponse {
+        coordinators: vec![
+            CoordinatorEntry {
+                topic: "a".into(),
+                broker: Some(coordinator),
+                code: 0,
+            },
+            CoordinatorEntry {
+                topic: "b".into(),
+                broker: None,
+                code: 7,
+            },
+        ],
+    }
+}
+
 /// Encode `p` at `version`, decode it back, and return what came back (the caller compares it
 /// with what the version carries) and the bytes.
 fn round_trip<P: Payload>(p: &P, version: u8) -> (P, Bytes) {
@@ -219,26 +240,9 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
             }
         }
     });
-    // A coordinator is sent without sysCode/permission; -1 means there is none.
-    let mut coordinator = broker(3);
-    coordinator.sys_code = 0;
-    coordinator.permission = 3;
     same!(
         o,
-        FindCoordinatorResponse {
-            coordinators: vec![
-                CoordinatorEntry {
-                    topic: "a".into(),
-                    broker: Some(coordinator),
-                    code: 0,
-                },
-                CoordinatorEntry {
-                    topic: "b".into(),
-                    broker: None,
-                    code: 7,
-                },
-            ],
-        },
+        coordinators(),
         FetchAssignedPartition {
             topics: vec![("t".into(), 60_000, true), ("u".into(), 1, false)],
             app: "a".into(),
@@ -553,34 +557,12 @@ fn fetch_cluster_golden_v3_and_version_fields() {
 
 #[test]
 fn find_coordinator_golden() {
-    let r = FindCoordinatorResponse {
-        coordinators: vec![
-            CoordinatorEntry {
-                topic: "a".into(),
-                broker: Some(BrokerMeta {
-                    id: 2,
-                    host: "h".into(),
-                    port: 1,
-                    data_center: "d".into(),
-                    nearby: true,
-                    weight: 3,
-                    sys_code: 0,
-                    permission: 3,
-                }),
-                code: 0,
-            },
-            CoordinatorEntry {
-                topic: "b".into(),
-                broker: None,
-                code: 7,
-            },
-        ],
-    };
-    let mut e: Vec<u8> = vec![0, 2, 0, 1, b'a', 0, 0, 0, 2]; // count, topic, broker id
-    e.extend([0, 1, b'h', 0, 0, 0, 1, 0, 1, b'd', 1, 0, 0, 0, 3]); // host, port, dc, nearby, weight
+    let mut e: Vec<u8> = vec![0, 2, 0, 1, b'a', 0, 0, 0, 3]; // count, topic, broker id
+    e.extend([0, 2, b'h', b'3', 0, 0, 0xc3, 0x53]); // host, port 50003
+    e.extend([0, 2, b'd', b'c', 0, 0, 0, 0, 21]); // dc, nearby, weight
     e.extend([0, 0, 0, 0]); // code: no sysCode/permission even in version 4
     e.extend([0, 1, b'b', 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 7]); // topic, id -1 alone, code
-    assert_eq!(&bytes_of(&r, 4)[..], &e[..]);
+    assert_eq!(&bytes_of(&coordinators(), 4)[..], &e[..]);
 }
 
 #[test]
