@@ -6,8 +6,7 @@ RocketMQ 5 — name server + local-mode proxy — run by ``scripts/rocketmq-serv
 is not running and stopped again afterwards unless ``--keep-server``).
 
 Both are used the same way: ``endpoints``, ``create_topic(name, kind)``,
-``create_group(name, fifo=False)``; :meth:`BenchServer.all_acked` answers only on the embedded
-broker (the real one has no cheap ack counter).
+``create_group(name, fifo=False)``.
 
 :func:`broker_process`: the embedded broker in a process of its own (``python -m ferrymq
 broker``), whose CPU time is measured apart from the client's. :func:`nats_server`: a
@@ -84,18 +83,6 @@ class BenchServer:
         specs = [f"topic:{t}:{kind}" for t, kind in topics.items()]
         specs += [f"group:{g}" + (":fifo" if fifo else "") for g, fifo in groups.items()]
         _run("create", *specs)
-
-    def all_acked(self, topic: str, group: str) -> bool | None:
-        """Whether ``group`` acked every message of ``topic``; ``None`` when unknown (real)."""
-        if self.broker is None:
-            return None
-        for q in self.broker.stats()["topics"][topic]["queues"]:
-            g = q["groups"].get(group)
-            if q["max_offset"] > q["min_offset"] and (
-                g is None or g["acked_offset"] < q["max_offset"] or g["inflight"] > 0
-            ):
-                return False
-        return True
 
 
 def _run(*args: str) -> str:

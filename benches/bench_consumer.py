@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import ferrymq
-from _bench_measure import cpu_seconds, process_cpu_seconds
+from _bench_measure import cpu_seconds, parser, process_cpu_seconds
 from _bench_server import add_arguments, broker_process, open_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -344,10 +344,7 @@ def build_plan(args: argparse.Namespace, java: bool) -> list[Step]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--messages", type=int, default=200_000)
-    ap.add_argument("--official-messages", type=int, default=5_000)
-    ap.add_argument("--java-messages", type=int, default=50_000)
+    ap = parser(__doc__, messages=200_000, official_messages=5_000, java_messages=50_000, queues=8)
     ap.add_argument(
         "--java-warmup",
         type=int,
@@ -355,7 +352,6 @@ def main() -> int:
         help="messages the Java consumer consumes before its measured ones (JIT warm-up)",
     )
     ap.add_argument("--body", type=int, default=100, help="body size in bytes")
-    ap.add_argument("--queues", type=int, default=8)
     ap.add_argument(
         "--message-groups",
         default="100,1",

@@ -21,7 +21,6 @@ Build the extension with ``maturin develop --release`` first: a debug build is m
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -32,6 +31,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 import ferrymq
+from _bench_measure import parser
 from _bench_server import nats_server
 from ferrymq import _native
 from ferrymq.testing import EmbeddedBroker
@@ -46,31 +46,54 @@ def best(f: Any, repeat: int = 3) -> float:
     return min(times)
 
 
-def fill(endpoints: str, topic: str, rows: int, size: int) -> float:
-    cls = getattr(ferrymq, "Producer", None) or _native.RocketMQProducer
-    p = cls(endpoints, topics=[topic])
-    p.start()
+def fill(endpoints: str, topic: str, rows: int, size: int, batch: int = 500, **kw: Any) -> float:
+    """Seconds ``Producer.send_batch`` takes to store ``rows`` messages of ``size`` bytes on
+    ``topic``, ``batch`` at a time (``kw``: the producer's other arguments)."""
     body = b"x" * size
-    t0 = time.perf_counter()
-    try:
-        for a in range(0, rows, 500):
-            p.send_batch([ferrymq.Message(topic, body) for _ in range(min(500, rows - a))])
-    finally:
-        p.close()
-    return time.perf_counter() - t0
+    with ferrymq.Producer(endpoints, **kw) as p:
+        t0 = time.perf_counter()
+        for a in range(0, rows, batch):
+            p.send_batch([ferrymq.Message(topic, body) for _ in range(min(batch, rows - a))])
+        return time.perf_counter() - t0
+
+
+def read_columns(r: Any, topic: str, part: int, at: int, end: int) -> int:
+    """Rows of ``topic``/``part`` from ``at`` to ``end`` read by the native range reader ``r``
+    as Arrow buffers."""
+    n = 0
+    while at < end:
+        cols = r.read_range(topic, part, at, end, 10_000)
+        cols.arrow_buffers()
+        n += cols.num_rows
+        at = cols.next_offset
+    return n
+
+
+def spark_read(spark: Any, n: int, *exprs: str, **options: str) -> None:
+    """``spark.read`` of every row (``exprs``: what to compute over them besides the count)."""
+    df = spark.read.format("ferrymq").options(**options).load()
+    got = df.selectExpr(*exprs, "count(*) c").collect()[0]
+    assert got.c == n, got
+
+
+def best_write(spark: Any, n: int, size: int, **options: str) -> float:
+    """Best of three ``df.write`` runs of ``n`` rows of ``size`` bytes after a warm-up."""
+    df = spark.range(n).selectExpr(f"repeat('x', {size}) as value").cache()
+    df.count()
+
+    def write() -> None:
+        df.write.format("ferrymq").options(**options).mode("append").save()
+
+    write()
+    took = best(write)
+    df.unpersist()
+    return took
 
 
 def raw_read(endpoints: str, topic: str, group: str) -> int:
     r = _native.OffsetReader.rocketmq(endpoints, group, topics=[topic])
     r.start()
-    n = 0
-    for q in r.partitions(topic):
-        at, end = 0, r.latest(topic, q)
-        while at < end:
-            cols = r.read_range(topic, q, at, end, 10_000)
-            cols.arrow_buffers()
-            n += cols.num_rows
-            at = cols.next_offset
+    n = sum(read_columns(r, topic, q, 0, r.latest(topic, q)) for q in r.partitions(topic))
     r.close()
     return n
 
@@ -84,9 +107,7 @@ def line(what: str, rows: int, secs: float, peer: str = "", peer_secs: float = 0
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--size", type=int, default=100)
+    ap = parser(__doc__, rows=200_000, size=100)
     ap.add_argument("--backends", default="rocketmq,jmq,nats")
     ap.add_argument(
         "--server",
@@ -140,33 +161,22 @@ def bench_rocketmq(spark: Any, broker: EmbeddedBroker, n: int, size: int) -> Non
     broker.create_topic("bench", queues=4)
     broker.create_topic("sink", queues=4)
     broker.create_group("bench")
-    fill_s = fill(broker.endpoints, "bench", n, size)
+    fill_s = fill(broker.endpoints, "bench", n, size, topics=["bench"])
     src = {"endpoints": broker.endpoints, "subscribe": "bench", "group": "bench"}
 
-    def spark_read(**extra: str) -> None:
-        df = spark.read.format("ferrymq").options(**src, **extra).load()
-        got = df.selectExpr("sum(length(value)) s", "count(*) c").collect()[0]
-        assert got.c == n, got
+    def read(**extra: str) -> None:
+        spark_read(spark, n, "sum(length(value)) s", **src, **extra)
 
-    spark_read()
+    read()
     raw_s = best(lambda: raw_read(broker.endpoints, "bench", "bench"))
-    arrow_s = best(spark_read)
-    rows_s = best(lambda: spark_read(readFormat="rows"))
+    arrow_s = best(read)
+    rows_s = best(lambda: read(readFormat="rows"))
     line("read: native range reader, 1 process", n, raw_s)
     line("read: spark.read (Arrow batches)", n, arrow_s, "native reader", raw_s)
     line("read: spark.read (Python tuples)", n, rows_s, "native reader", raw_s)
     print(f"{'':44} Arrow batches are {rows_s / arrow_s:.2f}x faster than tuples")
 
-    df = spark.range(n).selectExpr(f"repeat('x', {size}) as value").cache()
-    df.count()
-
-    def spark_write() -> None:
-        df.write.format("ferrymq").option("endpoints", broker.endpoints).option(
-            "topic", "sink"
-        ).mode("append").save()
-
-    spark_write()
-    write_s = best(spark_write)
+    write_s = best_write(spark, n, size, endpoints=broker.endpoints, topic="sink")
     line("write: producer send_batch, 1 process", n, fill_s)
     line("write: df.write", n, write_s, "producer", fill_s)
 
@@ -179,53 +189,29 @@ def bench_jmq(spark: Any, broker: EmbeddedBroker, n: int, size: int) -> None:
     endpoint = broker.jmq_endpoint
     broker.create_topic("jbench", queues=4)
     broker.create_topic("jsink", queues=4)
-    p = ferrymq.Producer(endpoint, **JMQ_AUTH).start()
-    body = b"x" * size
-    t0 = time.perf_counter()
-    for a in range(0, n, 500):
-        p.send_batch([ferrymq.Message("jbench", body) for _ in range(min(500, n - a))])
-    fill_s = time.perf_counter() - t0
-    p.close()
+    fill_s = fill(endpoint, "jbench", n, size, **JMQ_AUTH)
 
     def raw_read() -> None:
         with _native.OffsetReader.jmq(endpoint, **JMQ_AUTH) as r:
-            got = 0
             right = dict(r.snapshot("jbench", "latest"))
-            for part, left in r.snapshot("jbench", "earliest"):
-                at = left
-                while at < right[part]:
-                    cols = r.read_range("jbench", part, at, right[part], 10_000)
-                    cols.arrow_buffers()
-                    got += cols.num_rows
-                    at = cols.next_offset
+            spans = r.snapshot("jbench", "earliest")
+            got = sum(read_columns(r, "jbench", p, at, right[p]) for p, at in spans)
             assert got == n, got
 
-    def spark_read() -> None:
-        df = spark.read.format("ferrymq").options(
-            endpoints=endpoint, subscribe="jbench", **JMQ_AUTH
+    def read() -> None:
+        spark_read(
+            spark, n, "sum(length(value)) s", endpoints=endpoint, subscribe="jbench", **JMQ_AUTH
         )
-        got = df.load().selectExpr("sum(length(value)) s", "count(*) c").collect()[0]
-        assert got.c == n, got
 
-    spark_read()
+    read()
     raw_s = best(raw_read)
-    arrow_s = best(spark_read)
+    arrow_s = best(read)
     line("JMQ4 read: native range reader, 1 process", n, raw_s)
     line("JMQ4 read: spark.read (Arrow batches)", n, arrow_s, "native reader", raw_s)
 
-    df = spark.range(n).selectExpr(f"repeat('x', {size}) as value").cache()
-    df.count()
-
-    def spark_write() -> None:
-        df.write.format("ferrymq").options(endpoints=endpoint, topic="jsink", **JMQ_AUTH).mode(
-            "append"
-        ).save()
-
-    spark_write()
-    write_s = best(spark_write)
+    write_s = best_write(spark, n, size, endpoints=endpoint, topic="jsink", **JMQ_AUTH)
     line("JMQ4 write: producer send_batch, 1 process", n, fill_s)
     line("JMQ4 write: df.write", n, write_s, "producer", fill_s)
-    df.unpersist()
 
 
 def bench_nats(spark: Any, n: int, size: int) -> None:
@@ -282,10 +268,10 @@ def bench_remoting_servers(spark: Any, which: str, n: int, size: int, master: st
         flush=True,
     )
     results: dict[str, dict[str, float]] = {}
+    tag = uuid.uuid4().hex[:8]
+    topics = [f"rb-{tag}", f"rs-{tag}"]
+    groups = [f"rg-{tag}", f"pg-{tag}"]
     if which == "real":
-        tag = uuid.uuid4().hex[:8]
-        topics = [f"rb-{tag}", f"rs-{tag}"]
-        groups = [f"rg-{tag}", f"pg-{tag}"]
         _real_setup(topics, groups)
         grpc = os.environ.get("FERRYMQ_ROCKETMQ_ENDPOINTS", "127.0.0.1:8081")
         port = os.environ.get("FERRYMQ_ROCKETMQ_NAMESRV_PORT", "9876")
@@ -293,9 +279,6 @@ def bench_remoting_servers(spark: Any, which: str, n: int, size: int, master: st
             spark, "real", f"remoting://127.0.0.1:{port}", grpc, topics, groups, n, size
         )
     with EmbeddedBroker(endpoints=2, max_topic_bytes=1 << 31) as broker:
-        tag = uuid.uuid4().hex[:8]
-        topics = [f"rb-{tag}", f"rs-{tag}"]
-        groups = [f"rg-{tag}", f"pg-{tag}"]
         for t in topics:
             broker.create_topic(t, "NORMAL", 8)
         for g in groups:
@@ -327,23 +310,13 @@ def bench_remoting(
     topic, sink = topics
     group, push_group = groups
     out: dict[str, float] = {}
-    body = b"x" * size
-    with ferrymq.Producer(endpoint) as p:
-        t0 = time.perf_counter()
-        for a in range(0, n, 1000):
-            p.send_batch([ferrymq.Message(topic, body) for _ in range(min(1000, n - a))])
-        fill_s = time.perf_counter() - t0
+    fill_s = fill(endpoint, topic, n, size, batch=1000)
     line(f"[{label}] write: Producer.send_batch, 1 process", n, fill_s)
     out["producer send_batch"] = n / fill_s
     src = {"endpoints": endpoint, "subscribe": topic, "group": group}
 
-    def spark_read() -> None:
-        df = spark.read.format("ferrymq").options(**src).load()
-        got = df.selectExpr("count(*) c").collect()[0]
-        assert got.c == n, got
-
-    spark_read()
-    read_s = best(spark_read)
+    spark_read(spark, n, **src)
+    read_s = best(lambda: spark_read(spark, n, **src))
     line(f"[{label}] read: spark.read", n, read_s)
     out["spark.read"] = n / read_s
 
@@ -373,19 +346,9 @@ def bench_remoting(
     line(f"[{label}] read: spark.readStream (availableNow)", n, stream_s)
     out["spark.readStream"] = n / stream_s
 
-    df = spark.range(n).selectExpr(f"repeat('x', {size}) as value").cache()
-    df.count()
-
-    def spark_write() -> None:
-        df.write.format("ferrymq").option("endpoints", endpoint).option("topic", sink).mode(
-            "append"
-        ).save()
-
-    spark_write()
-    write_s = best(spark_write)
+    write_s = best_write(spark, n, size, endpoints=endpoint, topic=sink)
     line(f"[{label}] write: df.write", n, write_s)
     out["df.write"] = n / write_s
-    df.unpersist()
 
     # PullConsumer next to the push consumer, on the same topic.
     with ferrymq.PullConsumer(endpoint, f"{group}-pc") as c:

@@ -302,17 +302,8 @@ def main() -> None:
     if args.serve is not None:
         serve(json.loads(args.serve), args.queues)
         return
-    r = run(
-        args.messages,
-        body=args.body,
-        batch=args.batch,
-        backlog=args.backlog,
-        interval=args.interval,
-        warmup=args.warmup,
-        queues=args.queues,
-        max_topic_bytes=args.max_topic_bytes,
-        quiet=args.quiet,
-    )
+    # Every other option is an argument of run() of the same name.
+    r = run(**{k: v for k, v in vars(args).items() if k not in ("serve", "json")})
     print(summary(r), flush=True)
     if args.json:
         out = asdict(r)

@@ -24,7 +24,7 @@ import ferrymq
 from _nats_server import HoldingProxy
 from ferrymq.testing import EmbeddedBroker
 from servers import FreshTopic
-from waiting import InThread, async_wait_for, wait_for
+from waiting import InThread, async_wait_for, first_batch, receive_until, wait_for
 
 Send = Callable[..., list[str]]
 
@@ -140,16 +140,9 @@ def test_simple_consumer_receives_filters_and_acks(
         broker.endpoints, group, subscriptions={topic: "TagA || TagC"}, await_duration=1.0
     ) as c:
         assert c.client_id
-        got: dict[str, ferrymq.MessageView] = {}
-        deadline = time.monotonic() + 20
-        while len(got) < 10 and time.monotonic() < deadline:
-            for m in c.receive(max_messages=8, invisible_duration=30):
-                assert m.tag == "TagA"
-                assert m.topic == topic
-                assert m.delivery_attempt == 1
-                got[m.message_id] = m
-                c.ack(m)
-        assert set(got) == tagged
+        got = receive_until(c, 10, invisible=30, timeout=20)
+        assert {(m.tag, m.topic, m.delivery_attempt) for m in got} == {("TagA", topic, 1)}
+        assert {m.message_id for m in got} == tagged
         # Everything was acked: nothing comes back.
         assert c.receive(max_messages=8, invisible_duration=30) == []
 
@@ -166,10 +159,7 @@ def test_receipts_and_views_share_the_typed_interface(
     with ferrymq.SimpleConsumer(
         broker.endpoints, group, subscriptions={topic: "*"}, await_duration=1.0
     ) as c:
-        got: list[ferrymq.ReceivedMessage] = []
-        deadline = time.monotonic() + 20
-        while not got and time.monotonic() < deadline:
-            got = c.receive(max_messages=8)
+        got = first_batch(lambda: c.receive(max_messages=8))
         assert [m.message_id for m in got] == [receipt.message_id]
         assert isinstance(got[0], ferrymq.ReceivedMessage)
         assert isinstance(got[0], ferrymq.MessageView)
@@ -189,20 +179,11 @@ def test_unacked_message_is_redelivered_and_new_receipt_handle_is_used(
     with ferrymq.SimpleConsumer(
         broker.endpoints, group, subscriptions=[topic], await_duration=1.0
     ) as c:
-
-        def receive_one() -> ferrymq.MessageView:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                ms = c.receive(1, 0.5)
-                if ms:
-                    return ms[0]
-            raise AssertionError("nothing received")
-
-        first = receive_one()
+        (first,) = first_batch(lambda: c.receive(1, 0.5))
         assert first.message_id == sent
         assert first.delivery_attempt == 1
         # Not acked: visible again after 0.5 s, as the second delivery.
-        second = receive_one()
+        (second,) = first_batch(lambda: c.receive(1, 0.5))
         assert second.message_id == sent
         assert second.delivery_attempt == 2
         # Extend its invisibility; the ack must then use the new receipt handle.

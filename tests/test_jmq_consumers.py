@@ -14,10 +14,8 @@ import pytest
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
+from test_jmq import APP, TOKEN, consumer
 from waiting import first_batch, wait_for
-
-APP = "test_app"
-TOKEN = "test_token"
 
 
 @pytest.fixture
@@ -39,22 +37,10 @@ def send(broker: EmbeddedBroker, topic: str, n: int, *, batch: bool = False) -> 
     return set(bodies)
 
 
-def simple(broker: EmbeddedBroker, topic: str, **kw: object) -> ferrymq.SimpleConsumer:
-    return ferrymq.SimpleConsumer(
-        broker.jmq_endpoint,
-        APP,
-        subscriptions=topic,
-        token=TOKEN,
-        await_duration=0.3,
-        jmq_options={"long_poll": 0.3},
-        **kw,  # type: ignore[arg-type]
-    )
-
-
 def test_simple_consumer_receives_and_acks(jmq_broker: EmbeddedBroker, topic: str) -> None:
     sent = send(jmq_broker, topic, 20, batch=True)
     got: list[ferrymq.MessageView] = []
-    with simple(jmq_broker, topic) as c:
+    with consumer(jmq_broker, topic) as c:
         assert isinstance(c, ferrymq.SimpleConsumer)
         assert c.protocol == "jmq4"
         assert c.group == APP
@@ -86,7 +72,7 @@ def test_change_invisible_duration_redelivers_through_the_retry_queue(
     jmq_broker: EmbeddedBroker, topic: str
 ) -> None:
     send(jmq_broker, topic, 1)
-    with simple(jmq_broker, topic) as c:
+    with consumer(jmq_broker, topic) as c:
         first = c.receive(16)
         assert len(first) == 1
         # JMQ4 has no per-message delay: the broker's retry queue redelivers after its own.
@@ -100,7 +86,7 @@ def test_change_invisible_duration_redelivers_through_the_retry_queue(
 
 def test_invisible_duration_is_the_ack_timeout(jmq_broker: EmbeddedBroker, topic: str) -> None:
     send(jmq_broker, topic, 1)
-    with simple(jmq_broker, topic) as c:
+    with consumer(jmq_broker, topic) as c:
         first = c.receive(16, invisible_duration=0.2)
         assert len(first) == 1
         time.sleep(0.4)  # not acked: visible again once the fetch's ack timeout passed
@@ -113,7 +99,7 @@ async def test_simple_consumer_asyncio(jmq_broker: EmbeddedBroker, topic: str) -
     sent = send(jmq_broker, topic, 5)
     acked: list[ferrymq.MessageView] = []
     nacked: list[ferrymq.MessageView] = []
-    async with simple(jmq_broker, topic) as c:
+    async with consumer(jmq_broker, topic) as c:
         for _ in range(100):
             if len(acked) >= len(sent):
                 break
@@ -170,7 +156,7 @@ def test_push_consumer_consumes_every_message(jmq_broker: EmbeddedBroker, topic:
     assert len(ids) == len(sent)
     assert all(i == f"{topic}/{q}/{o}" and 0 <= q < 4 and a == 1 for i, q, o, a in ids)
     # Everything was acked: nothing comes back.
-    with simple(jmq_broker, topic) as c:
+    with consumer(jmq_broker, topic) as c:
         assert c.receive(32) == []
 
 
@@ -314,7 +300,7 @@ def test_close_with_in_flight_work_loses_nothing(jmq_broker: EmbeddedBroker, top
     pc.close()  # idempotent
     # What the push consumer finished was acked; the rest is still there, once.
     rest: list[bytes] = []
-    with simple(jmq_broker, topic) as c:
+    with consumer(jmq_broker, topic) as c:
         for _ in range(100):
             batch = c.receive(32)
             c.ack(batch)

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use ferrymq_core::jmq::client::ConnectOptions;
-use ferrymq_core::jmq::cluster::ClusterOptions;
 use ferrymq_core::jmq::codec::{self, command_type as ct, QosLevel};
 use ferrymq_core::jmq::codes;
 use ferrymq_core::jmq::command::{Payload, RetryType};
@@ -19,6 +18,9 @@ use ferrymq_server::jmq::server::{JmqServer, JmqServerConfig, DEFAULT_APP, DEFAU
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod common;
+use common::cluster_opts;
+
 async fn server(nodes: usize) -> JmqServer {
     JmqServer::start(JmqServerConfig {
         nodes,
@@ -26,17 +28,6 @@ async fn server(nodes: usize) -> JmqServer {
     })
     .await
     .unwrap()
-}
-
-fn cluster_opts(s: &JmqServer) -> ClusterOptions {
-    let connect = ConnectOptions {
-        app: DEFAULT_APP.into(),
-        token: DEFAULT_TOKEN.into(),
-        request_timeout: Duration::from_secs(5),
-        ..ConnectOptions::default()
-    };
-    let addr = ferrymq_core::jmq::parse_endpoint(&s.endpoint()).unwrap();
-    ClusterOptions::new(addr, connect)
 }
 
 async fn producer(s: &JmqServer, opts: ProducerOptions) -> JmqProducer {

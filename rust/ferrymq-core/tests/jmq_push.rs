@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferrymq_core::consumer_backend::{ConsumerBackend, ConsumerTarget};
-use ferrymq_core::jmq::client::ConnectOptions;
-use ferrymq_core::jmq::cluster::ClusterOptions;
 use ferrymq_core::jmq::consumer::{ConsumeMode, ConsumerOptions, JmqConsumer};
 use ferrymq_core::jmq::producer::{JmqProducer, ProducerOptions};
 use ferrymq_core::rocketmq::filter::FilterExpression;
@@ -19,21 +17,11 @@ use ferrymq_core::rocketmq::message_view::MessageView;
 use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig};
 use ferrymq_core::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
 use ferrymq_core::Message;
-use ferrymq_server::jmq::server::{JmqServer, JmqServerConfig, DEFAULT_APP, DEFAULT_TOKEN};
+use ferrymq_server::jmq::server::{JmqServer, JmqServerConfig, DEFAULT_APP};
 use parking_lot::Mutex;
 
-fn cluster_opts(s: &JmqServer) -> ClusterOptions {
-    let connect = ConnectOptions {
-        app: DEFAULT_APP.into(),
-        token: DEFAULT_TOKEN.into(),
-        request_timeout: Duration::from_secs(5),
-        ..ConnectOptions::default()
-    };
-    ClusterOptions::new(
-        ferrymq_core::jmq::parse_endpoint(&s.endpoint()).unwrap(),
-        connect,
-    )
-}
+mod common;
+use common::cluster_opts;
 
 fn consumer_opts() -> ConsumerOptions {
     ConsumerOptions {

@@ -89,6 +89,27 @@ fn cluster() -> FetchClusterResponse {
     }
 }
 
+/// A coordinator, sent without sysCode/permission, and a topic without one (-1).
+fn coordinators() -> FindCoordinatorResponse {
+    let mut coordinator = broker(3);
+    coordinator.sys_code = 0;
+    coordinator.permission = 3;
+    FindCoordinatorResponse {
+        coordinators: vec![
+            CoordinatorEntry {
+                topic: "a".into(),
+                broker: Some(coordinator),
+                code: 0,
+            },
+            CoordinatorEntry {
+                topic: "b".into(),
+                broker: None,
+                code: 7,
+            },
+        ],
+    }
+}
+
 /// Encode `p` at `version`, decode it back, and return what came back (the caller compares it
 /// with what the version carries) and the bytes.
 fn round_trip<P: Payload>(p: &P, version: u8) -> (P, Bytes) {
@@ -108,13 +129,20 @@ fn bytes_of<P: Payload + PartialEq + std::fmt::Debug>(p: &P, version: u8) -> Byt
     b
 }
 
-/// Round-trip at every version and require the value back unchanged.
-fn same<P: Payload + PartialEq + std::fmt::Debug>(p: P, out: &mut Vec<(i8, u8, Bytes)>) {
+/// Round-trip at every version and require the value back as `expect` leaves it for that
+/// version (the fields the version does not carry at their defaults).
+fn same_but<P: Payload + PartialEq + Clone + std::fmt::Debug>(
+    p: P,
+    out: &mut Vec<(i8, u8, Bytes)>,
+    expect: impl Fn(u8, &mut P),
+) {
     for v in 1..=4 {
         let (back, b) = round_trip(&p, v);
+        let mut expected = p.clone();
+        expect(v, &mut expected);
         assert_eq!(
             back,
-            p,
+            expected,
             "{} at version {v}",
             ct::name(P::TYPE.wrapping_abs())
         );
@@ -122,11 +150,22 @@ fn same<P: Payload + PartialEq + std::fmt::Debug>(p: P, out: &mut Vec<(i8, u8, B
     }
 }
 
+/// Round-trip at every version and require the value back unchanged.
+fn same<P: Payload + PartialEq + Clone + std::fmt::Debug>(p: P, out: &mut Vec<(i8, u8, Bytes)>) {
+    same_but(p, out, |_, _| {});
+}
+
+/// [`same`] for each payload in turn.
+macro_rules! same {
+    ($out:expr, $($p:expr),+ $(,)?) => {$(same($p, $out);)+};
+}
+
 /// Every payload with every field set, encoded at versions 1 to 4 (type, version, bytes).
 fn every_payload() -> Vec<(i8, u8, Bytes)> {
     let mut out = Vec::new();
     let o = &mut out;
-    same(
+    same!(
+        o,
         AddConnection {
             username: Some("u".into()),
             password: None,
@@ -140,141 +179,83 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
             time: 1_700_000_000_000,
             sequence: 3,
         },
-        o,
-    );
-    same(
         AddConnectionResponse {
             connection_id: Some("c".into()),
             notification: None,
         },
-        o,
+        RemoveConnection,
+        Heartbeat,
+        FetchHealth,
+        BooleanAck,
+        FetchHealthResponse { point: 2.5 },
     );
-    same(RemoveConnection, o);
-    same(Heartbeat, o);
-    same(FetchHealth, o);
-    same(BooleanAck, o);
-    same(FetchHealthResponse { point: 2.5 }, o);
     let topics = vec!["a".to_string(), "b".to_string()];
-    same(
+    same!(
+        o,
         AddConsumer {
             topics: topics.clone(),
             app: "x".into(),
             sequence: 4,
         },
-        o,
-    );
-    same(
         AddProducer {
             topics: topics.clone(),
             app: "x".into(),
             sequence: -4,
         },
-        o,
-    );
-    same(
         ClientIdsResponse::<{ -ct::ADD_CONSUMER }> {
             ids: vec![("a".into(), "1".into()), ("b".into(), "2".into())],
         },
-        o,
-    );
-    same(
         ClientIdsResponse::<{ -ct::ADD_PRODUCER }> {
             ids: vec![("a".into(), "3".into())],
         },
-        o,
-    );
-    same(
         RemoveConsumer {
             topics: topics.clone(),
             app: "x".into(),
         },
-        o,
-    );
-    same(
         RemoveProducer {
             topics: topics.clone(),
             app: "x".into(),
         },
-        o,
-    );
-    same(
         FetchCluster {
             topics: topics.clone(),
             app: "x".into(),
         },
-        o,
-    );
-    same(
         FindCoordinator {
             topics,
             app: "x".into(),
         },
-        o,
     );
     // FETCH_CLUSTER answers carry broker sysCode/permission from version 2 and topic params
     // in version 4 only.
-    let full = cluster();
-    for v in 1..=4 {
-        let (back, b) = round_trip(&full, v);
-        let mut expected = cluster();
-        for t in &mut expected.topics {
+    same_but(cluster(), o, |v, c| {
+        for t in &mut c.topics {
             if v < 4 {
                 t.params.clear();
             }
         }
-        for b in &mut expected.brokers {
+        for b in &mut c.brokers {
             if v < 2 {
                 b.sys_code = 0;
                 b.permission = 3;
             }
         }
-        assert_eq!(back, expected, "FETCH_CLUSTER answer at version {v}");
-        o.push((FetchClusterResponse::TYPE, v, b));
-    }
-    // A coordinator is sent without sysCode/permission; -1 means there is none.
-    let mut coordinator = broker(3);
-    coordinator.sys_code = 0;
-    coordinator.permission = 3;
-    same(
-        FindCoordinatorResponse {
-            coordinators: vec![
-                CoordinatorEntry {
-                    topic: "a".into(),
-                    broker: Some(coordinator),
-                    code: 0,
-                },
-                CoordinatorEntry {
-                    topic: "b".into(),
-                    broker: None,
-                    code: 7,
-                },
-            ],
-        },
+    });
+    same!(
         o,
-    );
-    same(
+        coordinators(),
         FetchAssignedPartition {
             topics: vec![("t".into(), 60_000, true), ("u".into(), 1, false)],
             app: "a".into(),
         },
-        o,
-    );
-    same(
         FetchAssignedPartitionResponse {
             data: vec![("t".into(), vec![0, 3], 0), ("u".into(), vec![], 1)],
         },
-        o,
-    );
-    same(
         FetchTopicMessage {
             topics: vec![("t".into(), 10), ("u".into(), 1)],
             app: "a".into(),
             ack_timeout: 1,
             long_poll_timeout: 2,
         },
-        o,
-    );
-    same(
         FetchTopicMessageResponse {
             data: vec![TopicMessages {
                 topic: "t".into(),
@@ -282,9 +263,6 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
                 code: 0,
             }],
         },
-        o,
-    );
-    same(
         FetchPartitionMessage {
             topics: vec![(
                 "t".into(),
@@ -303,9 +281,6 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
             )],
             app: "a".into(),
         },
-        o,
-    );
-    same(
         FetchPartitionMessageResponse {
             data: vec![(
                 "t".into(),
@@ -316,9 +291,6 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
                 }],
             )],
         },
-        o,
-    );
-    same(
         CommitAck {
             topics: vec![(
                 "t".into(),
@@ -340,62 +312,50 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
             )],
             app: "a".into(),
         },
-        o,
-    );
-    same(
         CommitAckIndex {
             topics: vec![("t".into(), vec![(0, 5), (1, 6)])],
             app: "a".into(),
         },
-        o,
-    );
-    // One topic with one partition: the count bug writes the right count.
-    same(
+        // One topic with one partition: the count bug writes the right count.
         CommitAckResponse::<{ -ct::COMMIT_ACK }> {
             data: vec![("t".into(), vec![(0, 0)])],
         },
-        o,
-    );
-    same(
         CommitAckResponse::<{ -ct::COMMIT_ACK_INDEX }> {
             data: vec![("t".into(), vec![(1, 0)])],
         },
-        o,
-    );
-    same(
         FetchIndex {
             topics: vec![("t".into(), vec![0, 1])],
             app: "a".into(),
         },
-        o,
     );
-    let index = FetchIndexResponse {
-        data: vec![(
-            "t".into(),
-            vec![IndexEntry {
-                partition: 1,
-                index: 10,
-                code: 0,
-                left_index: 2,
-                right_index: 30,
-            }],
-        )],
-    };
-    for v in 1..=4 {
-        let (back, b) = round_trip(&index, v);
-        let mut expected = index.clone();
-        if v < 3 {
-            for (_, entries) in &mut expected.data {
-                for e in entries {
-                    e.left_index = -1;
-                    e.right_index = -1;
+    // FETCH_INDEX answers carry the left and right indexes from version 3.
+    same_but(
+        FetchIndexResponse {
+            data: vec![(
+                "t".into(),
+                vec![IndexEntry {
+                    partition: 1,
+                    index: 10,
+                    code: 0,
+                    left_index: 2,
+                    right_index: 30,
+                }],
+            )],
+        },
+        o,
+        |v, i| {
+            if v < 3 {
+                for (_, entries) in &mut i.data {
+                    for e in entries {
+                        e.left_index = -1;
+                        e.right_index = -1;
+                    }
                 }
             }
-        }
-        assert_eq!(back, expected, "FETCH_INDEX answer at version {v}");
-        o.push((FetchIndexResponse::TYPE, v, b));
-    }
-    same(
+        },
+    );
+    same!(
+        o,
         ProduceMessage {
             topics: vec![ProduceTopic {
                 topic: "t".into(),
@@ -406,9 +366,6 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
             }],
             app: "a".into(),
         },
-        o,
-    );
-    same(
         ProduceMessageResponse {
             data: vec![ProduceResult {
                 topic: "t".into(),
@@ -420,9 +377,6 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
                 }],
             }],
         },
-        o,
-    );
-    same(
         Prepare {
             topic: "t".into(),
             app: "a".into(),
@@ -430,43 +384,28 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
             transaction_id: Some("user".into()),
             timeout: 9,
         },
-        o,
-    );
-    same(
         PrepareResponse {
             tx_id: Some("tx".into()),
             code: 0,
         },
-        o,
-    );
-    same(
         Commit {
             topic: "t".into(),
             app: "a".into(),
             tx_id: "tx".into(),
         },
-        o,
-    );
-    same(CommitResponse { code: 3 }, o);
-    same(
+        CommitResponse { code: 3 },
         Rollback {
             topic: "t".into(),
             app: "a".into(),
             tx_id: "tx".into(),
         },
-        o,
-    );
-    same(RollbackResponse { code: 4 }, o);
-    same(
+        RollbackResponse { code: 4 },
         FetchProduceFeedback {
             app: "a".into(),
             topic: "t".into(),
             status: 1,
             long_poll_timeout: 5,
         },
-        o,
-    );
-    same(
         FetchProduceFeedbackResponse {
             data: vec![Feedback {
                 topic: "t".into(),
@@ -475,7 +414,6 @@ fn every_payload() -> Vec<(i8, u8, Bytes)> {
             }],
             code: 0,
         },
-        o,
     );
     out
 }
@@ -619,34 +557,12 @@ fn fetch_cluster_golden_v3_and_version_fields() {
 
 #[test]
 fn find_coordinator_golden() {
-    let r = FindCoordinatorResponse {
-        coordinators: vec![
-            CoordinatorEntry {
-                topic: "a".into(),
-                broker: Some(BrokerMeta {
-                    id: 2,
-                    host: "h".into(),
-                    port: 1,
-                    data_center: "d".into(),
-                    nearby: true,
-                    weight: 3,
-                    sys_code: 0,
-                    permission: 3,
-                }),
-                code: 0,
-            },
-            CoordinatorEntry {
-                topic: "b".into(),
-                broker: None,
-                code: 7,
-            },
-        ],
-    };
-    let mut e: Vec<u8> = vec![0, 2, 0, 1, b'a', 0, 0, 0, 2]; // count, topic, broker id
-    e.extend([0, 1, b'h', 0, 0, 0, 1, 0, 1, b'd', 1, 0, 0, 0, 3]); // host, port, dc, nearby, weight
+    let mut e: Vec<u8> = vec![0, 2, 0, 1, b'a', 0, 0, 0, 3]; // count, topic, broker id
+    e.extend([0, 2, b'h', b'3', 0, 0, 0xc3, 0x53]); // host, port 50003
+    e.extend([0, 2, b'd', b'c', 0, 0, 0, 0, 21]); // dc, nearby, weight
     e.extend([0, 0, 0, 0]); // code: no sysCode/permission even in version 4
     e.extend([0, 1, b'b', 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 7]); // topic, id -1 alone, code
-    assert_eq!(&bytes_of(&r, 4)[..], &e[..]);
+    assert_eq!(&bytes_of(&coordinators(), 4)[..], &e[..]);
 }
 
 #[test]

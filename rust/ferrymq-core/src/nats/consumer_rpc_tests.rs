@@ -62,6 +62,23 @@ impl NatsServer {
         .await
         .expect("connected")
     }
+
+    /// A server with a stream for each (name, subjects), and a client of it.
+    async fn with_streams(streams: &[(&str, &str)]) -> (Self, JetStream) {
+        let server = Self::start();
+        let js = server.connect().await;
+        for (name, subjects) in streams {
+            js.create_stream(&StreamConfig {
+                name: (*name).into(),
+                subjects: vec![(*subjects).into()],
+                replicas: 1,
+                ..StreamConfig::default()
+            })
+            .await
+            .expect("stream created");
+        }
+        (server, js)
+    }
 }
 
 impl Drop for NatsServer {
@@ -70,17 +87,6 @@ impl Drop for NatsServer {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.store);
     }
-}
-
-async fn stream(js: &JetStream, name: &str, subjects: &str) {
-    js.create_stream(&StreamConfig {
-        name: name.into(),
-        subjects: vec![subjects.into()],
-        replicas: 1,
-        ..StreamConfig::default()
-    })
-    .await
-    .expect("stream created");
 }
 
 async fn publish(js: &JetStream, subject: &str, id: &str) {
@@ -165,9 +171,7 @@ async fn settled(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_returns_with_the_first_messages_without_waiting_for_a_full_batch() {
-    let server = NatsServer::start();
-    let js = server.connect().await;
-    stream(&js, "F", "f.>").await;
+    let (_server, js) = NatsServer::with_streams(&[("F", "f.>")]).await;
     let c = js
         .pull_consumer("F", &PullConsumerConfig::default())
         .await
@@ -215,9 +219,7 @@ async fn fetch_returns_with_the_first_messages_without_waiting_for_a_full_batch(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_engine_delivers_each_message_once_and_acks_it() {
-    let server = NatsServer::start();
-    let js = server.connect().await;
-    stream(&js, "ORDERS", "orders.>").await;
+    let (_server, js) = NatsServer::with_streams(&[("ORDERS", "orders.>")]).await;
     for i in 0..50 {
         publish(&js, "orders.new", &format!("o{i}")).await;
     }
@@ -236,9 +238,7 @@ async fn push_engine_delivers_each_message_once_and_acks_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_messages_are_redelivered_then_terminated_after_the_last_attempt() {
-    let server = NatsServer::start();
-    let js = server.connect().await;
-    stream(&js, "JOBS", "jobs.>").await;
+    let (_server, js) = NatsServer::with_streams(&[("JOBS", "jobs.>")]).await;
     publish(&js, "jobs.a", "ok-on-2").await;
     publish(&js, "jobs.a", "always-fails").await;
     publish(&js, "jobs.a", "ok").await;
@@ -267,9 +267,7 @@ async fn failed_messages_are_redelivered_then_terminated_after_the_last_attempt(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_are_checked_against_the_server() {
-    let server = NatsServer::start();
-    let js = server.connect().await;
-    stream(&js, "S", "s.>").await;
+    let (_server, js) = NatsServer::with_streams(&[("S", "s.>")]).await;
     let rpc = JsConsumerRpc::new(js.clone(), options("g", 3)).expect("rpc");
     let e = rpc.subscribe("nowhere.x").await.expect_err("no stream");
     assert!(e.to_string().contains("nowhere.x"), "{e}");
@@ -286,10 +284,7 @@ async fn subscriptions_are_checked_against_the_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_change_while_running() {
-    let server = NatsServer::start();
-    let js = server.connect().await;
-    stream(&js, "A", "a.>").await;
-    stream(&js, "B", "b.>").await;
+    let (_server, js) = NatsServer::with_streams(&[("A", "a.>"), ("B", "b.>")]).await;
     publish(&js, "a.x", "a1").await;
     publish(&js, "b.x", "b1").await;
     let rpc = JsConsumerRpc::new(js.clone(), options("late", 3)).expect("rpc");
@@ -323,10 +318,7 @@ async fn subscriptions_change_while_running() {
 async fn simple_consumer_reads_every_subject_settles_and_redelivers() {
     use crate::consumer_backend::ConsumerTarget;
     use crate::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
-    let server = NatsServer::start();
-    let js = server.connect().await;
-    stream(&js, "X", "x.>").await;
-    stream(&js, "Y", "y.>").await;
+    let (server, js) = NatsServer::with_streams(&[("X", "x.>"), ("Y", "y.>")]).await;
     publish(&js, "y.a", "y0").await;
     let mut config = SimpleConsumerConfig::new("sg");
     config.subscriptions = ["x.a", "y.a"]

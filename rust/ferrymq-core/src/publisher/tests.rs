@@ -142,6 +142,26 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(5)).await;
 }
 
+/// Tests that run their `_on` body once with each kind of backend ([`Manual::both`]).
+macro_rules! on_both {
+    ($($name:ident => $on:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            for b in Manual::both() {
+                $on(b).await;
+            }
+        }
+    )*};
+}
+
+on_both! {
+    hold_at_max_and_refill_at_threshold => hold_at_max_and_refill_at_threshold_on;
+    intake_is_bounded => intake_is_bounded_on;
+    timeouts_complete_flights => timeouts_complete_flights_on;
+    stop_completes_every_flight_and_refuses_new_ones => stop_completes_every_flight_and_refuses_new_ones_on;
+    drain_waits_for_every_flight => drain_waits_for_every_flight_on;
+}
+
 #[tokio::test]
 async fn config_errors_name_the_field() {
     let b = Arc::new(Manual::default());
@@ -166,13 +186,6 @@ async fn ids_are_prefix_dash_counter_and_user_ids_win() {
     assert_eq!(p.prepare(o).unwrap().id(), "mine");
     let e = p.prepare(out("")).unwrap_err();
     assert!(e.message().starts_with("subject:"), "{e}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hold_at_max_and_refill_at_threshold() {
-    for b in Manual::both() {
-        hold_at_max_and_refill_at_threshold_on(b).await;
-    }
 }
 
 async fn hold_at_max_and_refill_at_threshold_on(b: Arc<Manual>) {
@@ -241,13 +254,6 @@ async fn hold_at_max_and_refill_at_threshold_on(b: Arc<Manual>) {
     assert_eq!(kinds.iter().filter(|k| **k == EventKind::Acked).count(), 8);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn intake_is_bounded() {
-    for b in Manual::both() {
-        intake_is_bounded_on(b).await;
-    }
-}
-
 async fn intake_is_bounded_on(b: Arc<Manual>) {
     let p = Publisher::new(b.clone(), config(2, 0), tokio::runtime::Handle::current()).unwrap();
     p.start().unwrap();
@@ -304,13 +310,6 @@ async fn a_waiting_caller_wakes_once_a_quarter_of_the_intake_is_free() {
     p.stop();
     p.finished().await;
     assert!(f.is_done() && g.is_done());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn timeouts_complete_flights() {
-    for b in Manual::both() {
-        timeouts_complete_flights_on(b).await;
-    }
 }
 
 async fn timeouts_complete_flights_on(b: Arc<Manual>) {
@@ -375,13 +374,6 @@ async fn retries_reuse_the_id_and_expectations_are_final() {
     p.drain().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stop_completes_every_flight_and_refuses_new_ones() {
-    for b in Manual::both() {
-        stop_completes_every_flight_and_refuses_new_ones_on(b).await;
-    }
-}
-
 async fn stop_completes_every_flight_and_refuses_new_ones_on(b: Arc<Manual>) {
     let p = Publisher::new(b.clone(), config(2, 0), tokio::runtime::Handle::current()).unwrap();
     let mut events = p.take_events().unwrap();
@@ -406,13 +398,6 @@ async fn stop_completes_every_flight_and_refuses_new_ones_on(b: Arc<Manual>) {
     assert_eq!(terminal, 4);
     let e = p.publish(out("a")).await.unwrap_err();
     assert_eq!(e.kind(), crate::ErrorKind::Closed);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drain_waits_for_every_flight() {
-    for b in Manual::both() {
-        drain_waits_for_every_flight_on(b).await;
-    }
 }
 
 async fn drain_waits_for_every_flight_on(b: Arc<Manual>) {

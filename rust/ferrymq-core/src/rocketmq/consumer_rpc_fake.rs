@@ -145,6 +145,17 @@ impl FakeBroker {
         self.arrived.notify_waiters();
     }
 
+    /// Take the message in flight under `handle` out of flight (releasing its group), or
+    /// `INVALID_RECEIPT_HANDLE` when no message is.
+    fn settle(&self, handle: &str) -> Result<Stored> {
+        let mut st = self.state.lock();
+        let s = st.inflight.remove(handle).ok_or_else(|| {
+            Error::rocketmq_status(status::INVALID_RECEIPT_HANDLE, "unknown handle")
+        })?;
+        Self::release_group(&mut st, &s);
+        Ok(s)
+    }
+
     fn release_group(st: &mut State, s: &Stored) {
         if let Some(g) = &s.group {
             let key = (s.queue, g.clone());
@@ -302,19 +313,13 @@ impl ConsumerRpc for FakeBroker {
                 )));
                 continue;
             }
-            let mut st = self.state.lock();
-            match st.inflight.remove(&*m.receipt_handle()) {
-                Some(s) => {
-                    Self::release_group(&mut st, &s);
-                    drop(st);
+            match self.settle(&m.receipt_handle()) {
+                Ok(s) => {
                     self.acked.lock().push(s.id);
                     out.push(Ok(()));
                 }
-                None if self.stale_acks_ok.load(Ordering::Relaxed) => out.push(Ok(())),
-                None => out.push(Err(Error::rocketmq_status(
-                    status::INVALID_RECEIPT_HANDLE,
-                    "unknown handle",
-                ))),
+                Err(_) if self.stale_acks_ok.load(Ordering::Relaxed) => out.push(Ok(())),
+                Err(e) => out.push(Err(e)),
             }
         }
         self.arrived.notify_waiters();
@@ -326,17 +331,7 @@ impl ConsumerRpc for FakeBroker {
         message: &MessageView,
         duration: Duration,
     ) -> Result<String> {
-        let s = {
-            let mut st = self.state.lock();
-            let s = st
-                .inflight
-                .remove(&*message.receipt_handle())
-                .ok_or_else(|| {
-                    Error::rocketmq_status(status::INVALID_RECEIPT_HANDLE, "unknown handle")
-                })?;
-            Self::release_group(&mut st, &s);
-            s
-        };
+        let s = self.settle(&message.receipt_handle())?;
         self.nacked
             .lock()
             .push((s.id.clone(), message.delivery_attempt(), duration));
@@ -368,15 +363,7 @@ impl ConsumerRpc for FakeBroker {
         message: &MessageView,
         max_delivery_attempts: u32,
     ) -> Result<()> {
-        let mut st = self.state.lock();
-        let s = st
-            .inflight
-            .remove(&*message.receipt_handle())
-            .ok_or_else(|| {
-                Error::rocketmq_status(status::INVALID_RECEIPT_HANDLE, "unknown handle")
-            })?;
-        Self::release_group(&mut st, &s);
-        drop(st);
+        let s = self.settle(&message.receipt_handle())?;
         self.dlq.lock().push((s.id, max_delivery_attempts));
         self.arrived.notify_waiters();
         Ok(())

@@ -22,16 +22,6 @@ async fn producer(b: &Broker, topics: &[&str]) -> Producer {
     p
 }
 
-fn fault(code: i32, rpc: Rpc, count: Option<u64>) -> StatusFault {
-    StatusFault {
-        code,
-        message: "injected".into(),
-        rpc: Some(rpc),
-        count,
-        fraction: 1.0,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_batch_and_message_ids() {
     let b = broker(1).await;
@@ -162,11 +152,12 @@ async fn a_retry_keeps_the_message_id_and_rotates_brokers() {
     b.create_topic("t", "NORMAL", 2).unwrap();
     let p = producer(&b, &["t"]).await;
     for ep in 0..2 {
-        b.inject_status(
-            ep,
-            fault(status::INTERNAL_SERVER_ERROR, Rpc::SendMessage, Some(1)),
-        )
-        .unwrap();
+        let fault = StatusFault {
+            rpc: Some(Rpc::SendMessage),
+            count: Some(1),
+            ..StatusFault::new(status::INTERNAL_SERVER_ERROR)
+        };
+        b.inject_status(ep, fault).unwrap();
     }
     let r = p
         .send(Message::builder("t", "x").build().unwrap())

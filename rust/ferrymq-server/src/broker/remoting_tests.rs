@@ -538,18 +538,14 @@ async fn remoting_pull_result_codes() {
     assert_eq!(decode_records(reply.body.clone()).len(), 32);
     assert_eq!(ext_i64(&reply, "nextBeginOffset"), 32);
     // Bad queue id, unknown topic, no subscription.
-    assert_eq!(
-        r.call(pull_cmd("t", 7, 0, 4, "*")).await.code,
-        rs::INVALID_PARAMETER
-    );
-    assert_eq!(
-        r.call(pull_cmd("nope", 0, 0, 4, "*")).await.code,
-        rs::TOPIC_NOT_EXIST
-    );
-    assert_eq!(
-        r.call(pull_cmd("t", 0, 0, 0, "*")).await.code,
-        rs::SUBSCRIPTION_NOT_EXIST
-    );
+    for (topic, queue, sys_flag, code) in [
+        ("t", 7, 4, rs::INVALID_PARAMETER),
+        ("nope", 0, 4, rs::TOPIC_NOT_EXIST),
+        ("t", 0, 0, rs::SUBSCRIPTION_NOT_EXIST),
+    ] {
+        let reply = r.call(pull_cmd(topic, queue, 0, sys_flag, "*")).await;
+        assert_eq!(reply.code, code, "{topic} queue {queue} sysFlag {sys_flag}");
+    }
 }
 
 #[tokio::test]

@@ -61,12 +61,19 @@ where
     PushConsumer::start(broker.clone(), config, Arc::new(pool)).unwrap()
 }
 
+/// A broker with `queues` queues (3 attempts) holding `n` messages `m<i>` with `body`, spread
+/// over the queues in turn.
+fn loaded(queues: i32, n: i32, body: &[u8]) -> Arc<FakeBroker> {
+    let broker = FakeBroker::new(queues, settings(false, 3));
+    for i in 0..n {
+        broker.send(i % queues, &format!("m{i}"), body, None);
+    }
+    broker
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumes_and_acks_in_batches() {
-    let broker = FakeBroker::new(4, settings(false, 3));
-    for i in 0..400 {
-        broker.send(i % 4, &format!("m{i}"), b"x", None);
-    }
+    let broker = loaded(4, 400, b"x");
     let c = start(&broker, config(), 2, |_| ConsumeResult::Success);
     wait_for("all acked", || broker.acked.lock().len() == 400).await;
     wait_for("cache drained", || c.stats().cached_messages == 0).await;
@@ -115,10 +122,7 @@ async fn failure_is_redelivered_after_the_policy_delay_then_dead_lettered_by_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_listener_does_not_grow_the_cache_past_its_limits() {
-    let broker = FakeBroker::new(4, settings(false, 3));
-    for i in 0..300 {
-        broker.send(i % 4, &format!("m{i}"), &[0u8; 100], None);
-    }
+    let broker = loaded(4, 300, &[0u8; 100]);
     let mut cfg = config();
     cfg.max_cache_messages = 20;
     let c = start(&broker, cfg, 2, |_| {
@@ -131,10 +135,7 @@ async fn a_slow_listener_does_not_grow_the_cache_past_its_limits() {
     assert!(s.cache_full_waits > 0, "{s:?}");
     c.shutdown(Duration::from_secs(5)).await;
 
-    let broker = FakeBroker::new(2, settings(false, 3));
-    for i in 0..100 {
-        broker.send(i % 2, &format!("m{i}"), &[0u8; 1000], None);
-    }
+    let broker = loaded(2, 100, &[0u8; 1000]);
     let mut cfg = config();
     cfg.max_cache_bytes = 5_000;
     cfg.receive_batch_size = Some(2);
@@ -154,12 +155,9 @@ async fn a_slow_listener_does_not_grow_the_cache_past_its_limits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttled_and_failed_receives_back_off_and_recover() {
-    let broker = FakeBroker::new(1, settings(false, 3));
+    let broker = loaded(1, 10, b"x");
     broker.throttle_receives.store(3, Ordering::Relaxed);
     broker.fail_receives.store(1, Ordering::Relaxed);
-    for i in 0..10 {
-        broker.send(0, &format!("m{i}"), b"x", None);
-    }
     let c = start(&broker, config(), 1, |_| ConsumeResult::Success);
     wait_for("all acked", || broker.acked.lock().len() == 10).await;
     let s = c.stats();
@@ -170,20 +168,16 @@ async fn throttled_and_failed_receives_back_off_and_recover() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_acks_are_retried_and_invalid_handles_are_not() {
-    let broker = FakeBroker::new(1, settings(false, 3));
+    let broker = loaded(1, 5, b"x");
     broker.fail_acks.store(1, Ordering::Relaxed);
-    for i in 0..5 {
-        broker.send(0, &format!("m{i}"), b"x", None);
-    }
     let c = start(&broker, config(), 1, |_| ConsumeResult::Success);
     wait_for("all acked", || broker.acked.lock().len() == 5).await;
     wait_for("cache drained", || c.stats().cached_messages == 0).await;
     assert!(c.stats().settle_retries >= 1);
     c.shutdown(Duration::from_secs(5)).await;
 
-    let broker = FakeBroker::new(1, settings(false, 3));
+    let broker = loaded(1, 1, b"x");
     broker.invalid_acks.store(1, Ordering::Relaxed);
-    broker.send(0, "m0", b"x", None);
     let c = start(&broker, config(), 1, |_| ConsumeResult::Success);
     wait_for("refused", || c.stats().invalid_receipt_handles == 1).await;
     wait_for("cache drained", || c.stats().cached_messages == 0).await;
@@ -193,10 +187,12 @@ async fn failed_acks_are_retried_and_invalid_handles_are_not() {
     c.shutdown(Duration::from_secs(5)).await;
 }
 
-pub(crate) fn fifo_broker(max_attempts: u32) -> Arc<FakeBroker> {
+/// A FIFO broker (one queue, `max_attempts`) holding `n` messages `g<k>-<i>` of `groups`
+/// message groups in turn.
+pub(crate) fn fifo_broker(max_attempts: u32, groups: usize, n: usize) -> Arc<FakeBroker> {
     let broker = FakeBroker::new(1, settings(true, max_attempts));
-    for i in 0..30 {
-        let group = format!("g{}", i % 3);
+    for i in 0..n {
+        let group = format!("g{}", i % groups);
         broker.send(0, &format!("{group}-{i:02}"), b"x", Some(&group));
     }
     broker
@@ -205,7 +201,7 @@ pub(crate) fn fifo_broker(max_attempts: u32) -> Arc<FakeBroker> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_keeps_group_order_under_failures_and_dead_letters_after_max_attempts() {
     for accelerator in [false, true] {
-        let broker = fifo_broker(3);
+        let broker = fifo_broker(3, 3, 30);
         let seen: Arc<Mutex<Vec<(String, i32)>>> = Arc::default();
         let s2 = seen.clone();
         let mut cfg = config();
@@ -279,10 +275,7 @@ async fn the_accelerator_runs_message_groups_in_parallel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_running_callbacks_and_their_acks() {
-    let broker = FakeBroker::new(2, settings(false, 3));
-    for i in 0..200 {
-        broker.send(i % 2, &format!("m{i}"), b"x", None);
-    }
+    let broker = loaded(2, 200, b"x");
     let consumed: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let c2 = consumed.clone();
     let c = start(&broker, config(), 2, move |m| {
@@ -375,10 +368,9 @@ async fn subscriptions_change_while_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_process_queue_is_created_again() {
-    let broker = FakeBroker::new(1, settings(false, 3));
+    let broker = loaded(1, 1, b"x");
     // The first receive is lost: it never answers.
     broker.hang_receives.store(1, Ordering::Relaxed);
-    broker.send(0, "m0", b"x", None);
     let mut cfg = config();
     cfg.assignment_interval = Duration::from_millis(50);
     cfg.max_idle = Some(Duration::from_millis(300));

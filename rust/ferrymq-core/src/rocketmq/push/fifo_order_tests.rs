@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::consumer::tests::{config, fifo_broker, settings, start};
+use super::consumer::tests::{config, fifo_broker, start};
 use super::context::PushConsumerConfig;
 use crate::rocketmq::consumer_rpc::fake::FakeBroker;
 use crate::rocketmq::listener::ConsumeResult;
@@ -104,7 +104,7 @@ fn flaky(watch: &Arc<Watch>) -> impl Fn(&MessageView) -> ConsumeResult + Send + 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordered_fifo_starts_a_message_only_once_the_broker_accepted_the_previous_result() {
     for accelerator in [false, true] {
-        let broker = fifo_broker(3);
+        let broker = fifo_broker(3, 3, 30);
         // The first AckMessage calls fail: each is retried a second later, and the lanes wait.
         broker.fail_acks.store(3, Ordering::Relaxed);
         let watch = Watch::new(&broker, accelerator);
@@ -132,7 +132,7 @@ async fn ordered_fifo_starts_a_message_only_once_the_broker_accepted_the_previou
 async fn pipelined_fifo_runs_ahead_of_acks_the_broker_has_not_accepted() {
     // The documented weaker guarantee: same order while acks land, but the next messages start
     // before the broker accepted the previous one's ack.
-    let broker = fifo_broker(3);
+    let broker = fifo_broker(3, 3, 30);
     broker.fail_acks.store(3, Ordering::Relaxed);
     let watch = Watch::new(&broker, true);
     let c = start(&broker, fifo_config(true, true), 4, flaky(&watch));
@@ -148,11 +148,7 @@ async fn pipelined_fifo_runs_ahead_of_acks_the_broker_has_not_accepted() {
 /// 12 messages of groups g0 and g1 on one queue; the first ack entry finds its handle expired,
 /// so the broker redelivers the whole first batch (8 messages).
 fn expiring_broker() -> Arc<FakeBroker> {
-    let broker = FakeBroker::new(1, settings(true, 5));
-    for i in 0..12 {
-        let g = format!("g{}", i % 2);
-        broker.send(0, &format!("{g}-{i:02}"), b"x", Some(&g));
-    }
+    let broker = fifo_broker(5, 2, 12);
     broker.expire_acks.store(1, Ordering::Relaxed);
     broker
 }
@@ -204,11 +200,7 @@ async fn a_redelivery_overtakes_the_stale_copies_even_when_the_stale_ack_is_answ
     // A proxy answers OK to an ack whose handle went stale (the message was redelivered): the
     // lane cannot learn it from the ack, but the redelivered copies show it.
     for accelerator in [false, true] {
-        let broker = FakeBroker::new(1, settings(true, 5));
-        for i in 0..12 {
-            let g = format!("g{}", i % 2);
-            broker.send(0, &format!("{g}-{i:02}"), b"x", Some(&g));
-        }
+        let broker = fifo_broker(5, 2, 12);
         broker.stale_acks_ok.store(true, Ordering::Relaxed);
         broker.fail_acks.store(1000, Ordering::Relaxed);
         let watch = Watch::new(&broker, accelerator);

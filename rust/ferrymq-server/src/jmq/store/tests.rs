@@ -15,6 +15,15 @@ fn msg(body: &'static [u8]) -> WireMessage {
     m
 }
 
+/// An ack (`RetryType::None`) or nack of one index.
+fn item(partition: i16, index: i64, retry_type: RetryType) -> AckItem {
+    AckItem {
+        partition,
+        index,
+        retry_type,
+    }
+}
+
 fn store() -> Arc<JmqStore> {
     let s = JmqStore::new(StoreConfig::default(), vec![1]);
     s.add_app("app", "tok");
@@ -38,11 +47,7 @@ fn produce_fetch_ack_and_occupation() {
     let acks: Vec<AckItem> = f
         .messages
         .iter()
-        .map(|m| AckItem {
-            partition: p,
-            index: m.index,
-            retry_type: RetryType::None,
-        })
+        .map(|m| item(p, m.index, RetryType::None))
         .collect();
     assert_eq!(s.commit_ack("t", "app", p, &acks), 0);
     assert_eq!(s.fetch_index("t", "app", p).index, 2);
@@ -68,11 +73,7 @@ fn ack_timeout_redelivers_and_retry_queue_works() {
         "t",
         "app",
         m.partition,
-        &[AckItem {
-            partition: m.partition,
-            index: m.index,
-            retry_type: RetryType::Exception,
-        }],
+        &[item(m.partition, m.index, RetryType::Exception)],
     );
     let r = s.fetch_topic(1, 2, "t", "app", 1, Duration::from_secs(30));
     assert_eq!(r.messages.len(), 1);
@@ -95,11 +96,7 @@ fn retried_batches_keep_their_index_span() {
     let (b, one) = (&f.messages[0], &f.messages[1]);
     // Two of the batch's messages and the single one go to the retry queue: the batch is
     // queued once, not twice.
-    let nack = |index| AckItem {
-        partition: 0,
-        index,
-        retry_type: RetryType::Exception,
-    };
+    let nack = |index| item(0, index, RetryType::Exception);
     let items = [nack(b.index), nack(b.index + 2), nack(one.index)];
     assert_eq!(s.commit_ack("t", "app", 0, &items), 0);
     let r = s.fetch_topic(1, 1, "t", "app", 10, Duration::from_secs(30));
@@ -111,11 +108,7 @@ fn retried_batches_keep_their_index_span() {
     assert_eq!(rs.index, rb.index + 3);
     // Acking the batch's last message settles the batch only; the single one stays in flight
     // and comes back after its ack timeout.
-    let ack = AckItem {
-        partition: RETRY_PARTITION,
-        index: rb.index + 2,
-        retry_type: RetryType::None,
-    };
+    let ack = item(RETRY_PARTITION, rb.index + 2, RetryType::None);
     assert_eq!(s.commit_ack("t", "app", RETRY_PARTITION, &[ack]), 0);
     let st = s.state.lock();
     let a = &st.topics["t"].apps["app"];
@@ -125,11 +118,7 @@ fn retried_batches_keep_their_index_span() {
     );
     drop(st);
     // Mixed answers for one entry: a nack among acks queues it again.
-    let items = [AckItem {
-        partition: RETRY_PARTITION,
-        index: rs.index,
-        retry_type: RetryType::Exception,
-    }];
+    let items = [item(RETRY_PARTITION, rs.index, RetryType::Exception)];
     assert_eq!(s.commit_ack("t", "app", RETRY_PARTITION, &items), 0);
     let again = s.fetch_topic(1, 1, "t", "app", 10, Duration::from_secs(30));
     assert_eq!(again.messages.len(), 1);
