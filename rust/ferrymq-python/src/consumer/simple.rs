@@ -221,25 +221,9 @@ pymethods_with_async! {
         }
 
         fn __aenter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-            let me = slf.get();
-            if !me.life.begin_start()? {
-                let s = slf.clone().unbind();
-                return future_into_py(py, me.rt, async move { Ok(s) });
-            }
-            let fut = me.start_future();
-            let this = slf.clone().unbind();
-            future_into_py(py, me.rt, async move {
-                let r = fut.await;
-                let (late, ok) = Python::attach(|py| {
-                    let late = this.get().life.finish_start(r.as_ref().ok().cloned());
-                    (late, this.clone_ref(py))
-                });
-                if let Some(c) = late {
-                    c.close().await;
-                    return Err(closed_during_start());
-                }
-                r.map(|_| ok)
-            })
+            let start = Self::start_async(slf.clone(), py)?;
+            let helpers = py.import("ferrymq._consumer")?;
+            helpers.call_method1("returning", (start, slf))
         }
 
         #[pyo3(signature = (*_args))]
@@ -248,13 +232,9 @@ pymethods_with_async! {
             py: Python<'py>,
             _args: &Bound<'py, PyTuple>,
         ) -> PyResult<Bound<'py, PyAny>> {
-            let c = self.life.close();
-            future_into_py(py, self.rt, async move {
-                if let Some(c) = c {
-                    c.close().await;
-                }
-                Ok(false)
-            })
+            let close = self.close_async(py)?;
+            let helpers = py.import("ferrymq._consumer")?;
+            helpers.call_method1("returning", (close, false))
         }
 
         fn __repr__(&self) -> String {
