@@ -214,7 +214,48 @@ def _connect_args(
     return "nats", args
 
 
-class SimpleConsumer(Lifecycle):
+class _GroupConsumer(Lifecycle):
+    """What both consumers share: their group, subscriptions and identity."""
+
+    _protocol: str
+    _impl: _native.SimpleConsumer | _native.PushConsumer
+
+    def subscribe(self, topic: str, filter: _Filter = None) -> None:
+        """Read ``topic`` (``filter``: a tag expression, a :class:`FilterExpression` or
+        ``None`` for all) from now on, or replace the filter of a subscribed topic (a push
+        consumer assigns its queues at once). The consumer must be running; on error nothing
+        changes. JMQ4: only a topic named at construction; JMQ4 and JetStream: no tag or SQL
+        filters."""
+        self._impl.subscribe(topic, filter)
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop reading ``topic``; messages already received are still consumed (push) and can
+        still be acked."""
+        self._impl.unsubscribe(topic)
+
+    @property
+    def subscriptions(self) -> dict[str, FilterExpression]:
+        """``{topic: FilterExpression}`` read now."""
+        return self._impl.subscriptions
+
+    @property
+    def group(self) -> str:
+        return self._impl.group
+
+    @property
+    def client_id(self) -> str | None:
+        return self._impl.client_id
+
+    @property
+    def protocol(self) -> str:
+        """``"rocketmq"``, ``"jmq4"`` or ``"nats"``."""
+        return self._protocol
+
+    def __repr__(self) -> str:
+        return repr(self._impl)
+
+
+class SimpleConsumer(_GroupConsumer):
     """Receives messages on demand; the caller acks each (``with``/``async with``, or
     :meth:`start` and :meth:`close`).
 
@@ -240,6 +281,8 @@ class SimpleConsumer(Lifecycle):
     Messages are :class:`MessageView` on every protocol (see the module documentation for
     what each protocol's invisible duration and ``change_invisible_duration`` are).
     """
+
+    _impl: _native.SimpleConsumer
 
     def __init__(
         self,
@@ -330,39 +373,8 @@ class SimpleConsumer(Lifecycle):
     ) -> None:
         await self._impl.change_invisible_duration_async(message, duration)
 
-    def subscribe(self, topic: str, filter: _Filter = None) -> None:
-        """Add (or change) a subscription while running (JMQ4: only a topic named at
-        construction; JMQ4 and JetStream: no tag or SQL filters)."""
-        self._impl.subscribe(topic, filter)
 
-    def unsubscribe(self, topic: str) -> None:
-        """Remove a subscription."""
-        self._impl.unsubscribe(topic)
-
-    # -- introspection -----------------------------------------------------------------------
-
-    @property
-    def group(self) -> str:
-        return self._impl.group
-
-    @property
-    def subscriptions(self) -> dict[str, FilterExpression]:
-        return self._impl.subscriptions
-
-    @property
-    def client_id(self) -> str | None:
-        return self._impl.client_id
-
-    @property
-    def protocol(self) -> str:
-        """``"rocketmq"``, ``"jmq4"`` or ``"nats"``."""
-        return self._protocol
-
-    def __repr__(self) -> str:
-        return repr(self._impl)
-
-
-class PushConsumer(Lifecycle):
+class PushConsumer(_GroupConsumer):
     """Runs ``listener`` for every message of its subscriptions (``with``/``async with``, or
     :meth:`start` and :meth:`close`).
 
@@ -398,6 +410,8 @@ class PushConsumer(Lifecycle):
 
     A consumer still running when the interpreter exits is closed then, as by :meth:`close`.
     """
+
+    _impl: _native.PushConsumer
 
     def __init__(
         self,
@@ -479,43 +493,12 @@ class PushConsumer(Lifecycle):
     async def close_async(self, timeout: _Seconds | None = None) -> None:
         await self._impl.close_async(timeout)
 
-    def subscribe(self, topic: str, filter: _Filter = None) -> None:
-        """Read ``topic`` (``filter``: a tag expression, a :class:`FilterExpression` or
-        ``None`` for all) from now on, or replace the filter of a subscribed topic; its queues
-        are assigned at once. The consumer must be running; on error nothing changes."""
-        self._impl.subscribe(topic, filter)
-
-    def unsubscribe(self, topic: str) -> None:
-        """Stop reading ``topic``; messages already received are still consumed and acked."""
-        self._impl.unsubscribe(topic)
-
-    @property
-    def subscriptions(self) -> dict[str, FilterExpression]:
-        """``{topic: FilterExpression}`` read now."""
-        return self._impl.subscriptions
-
     def stats(self) -> dict[str, int]:
         """Live counters (``received``, ``consumed_ok``, ``consumed_failed``, ``acked``,
         ``nacked``, ``cached_messages``, ``cached_bytes`` …), the same for every protocol."""
         return self._impl.stats()
 
     @property
-    def group(self) -> str:
-        return self._impl.group
-
-    @property
     def fifo(self) -> bool | None:
         """Whether the group is consumed in FIFO order (RocketMQ: known once started)."""
         return self._impl.fifo
-
-    @property
-    def client_id(self) -> str | None:
-        return self._impl.client_id
-
-    @property
-    def protocol(self) -> str:
-        """``"rocketmq"``, ``"jmq4"`` or ``"nats"``."""
-        return self._protocol
-
-    def __repr__(self) -> str:
-        return repr(self._impl)

@@ -4,6 +4,10 @@
 //! [`runtime::enter`] (blocking) or [`aio::future_into_py`] (asyncio, completions delivered to the loop in batches), and maps errors in
 //! [`errors::to_pyerr`]. Everything else lives in `ferrymq-core`.
 
+// First: its macro is used by the modules below (macros are in scope after their definition).
+#[macro_use]
+mod dual;
+
 mod aio;
 mod broker;
 mod client_options;

@@ -61,51 +61,46 @@ pub(crate) fn options(
 }
 
 /// The state of a JetStream stream.
-#[pyclass(name = "StreamInfo", module = "ferrymq", frozen, skip_from_py_object)]
+#[pyclass(
+    name = "StreamInfo",
+    module = "ferrymq",
+    frozen,
+    get_all,
+    skip_from_py_object
+)]
 pub struct PyStreamInfo {
-    inner: StreamInfo,
+    name: String,
+    subjects: Vec<String>,
+    messages: u64,
+    bytes: u64,
+    first_sequence: u64,
+    last_sequence: u64,
+    consumer_count: usize,
+    /// The de-duplication window in seconds.
+    duplicate_window: f64,
+}
+
+impl From<StreamInfo> for PyStreamInfo {
+    fn from(i: StreamInfo) -> Self {
+        Self {
+            name: i.name,
+            subjects: i.subjects,
+            messages: i.messages,
+            bytes: i.bytes,
+            first_sequence: i.first_sequence,
+            last_sequence: i.last_sequence,
+            consumer_count: i.consumer_count,
+            duplicate_window: i.duplicate_window.as_secs_f64(),
+        }
+    }
 }
 
 #[pymethods]
 impl PyStreamInfo {
-    #[getter]
-    fn name(&self) -> &str {
-        &self.inner.name
-    }
-    #[getter]
-    fn subjects(&self) -> Vec<String> {
-        self.inner.subjects.clone()
-    }
-    #[getter]
-    fn messages(&self) -> u64 {
-        self.inner.messages
-    }
-    #[getter]
-    fn bytes(&self) -> u64 {
-        self.inner.bytes
-    }
-    #[getter]
-    fn first_sequence(&self) -> u64 {
-        self.inner.first_sequence
-    }
-    #[getter]
-    fn last_sequence(&self) -> u64 {
-        self.inner.last_sequence
-    }
-    #[getter]
-    fn consumer_count(&self) -> usize {
-        self.inner.consumer_count
-    }
-    /// The de-duplication window in seconds.
-    #[getter]
-    fn duplicate_window(&self) -> f64 {
-        self.inner.duplicate_window.as_secs_f64()
-    }
     fn __repr__(&self) -> String {
-        let i = &self.inner;
         format!(
             "StreamInfo(name={:?}, subjects={:?}, messages={}, last_sequence={})",
-            i.name, i.subjects, i.messages, i.last_sequence
+            self.name, self.subjects, self.messages, self.last_sequence
         )
     }
 }
@@ -268,8 +263,7 @@ impl PyJetStream {
             replicas,
         )?;
         self.h.block(py, move |js| async move {
-            let inner = js.create_stream(&cfg).await?;
-            Ok(PyStreamInfo { inner })
+            Ok(js.create_stream(&cfg).await?.into())
         })
     }
 
@@ -277,8 +271,7 @@ impl PyJetStream {
     fn stream_info(&self, py: Python<'_>, name: String) -> PyResult<PyStreamInfo> {
         ferrymq_core::nats::stream::validate_name("name", &name).map_err(to_pyerr)?;
         self.h.block(py, move |js| async move {
-            let inner = js.stream_info(&name).await?;
-            Ok(PyStreamInfo { inner })
+            Ok(js.stream_info(&name).await?.into())
         })
     }
 

@@ -15,7 +15,6 @@ use ferrymq_core::rocketmq::pull::QueueRef;
 use ferrymq_core::rocketmq::MessageView;
 use pyo3::prelude::*;
 
-use crate::aio::future_into_py;
 use crate::errors::{invalid, to_pyerr};
 use crate::message_view::PyMessageView;
 use crate::remoting::options;
@@ -87,266 +86,135 @@ pub struct PyOffsetConsumer {
     inner: OffsetConsumer,
 }
 
-#[pymethods]
-impl PyOffsetConsumer {
-    #[new]
-    #[pyo3(signature = (endpoints, group, *, tag_filter=None, auto_offset_reset="latest", credentials=None, namespace=None, request_timeout=None))]
-    fn new(
-        endpoints: &Bound<'_, PyAny>,
-        group: String,
-        tag_filter: Option<String>,
-        auto_offset_reset: &str,
-        credentials: Option<&Bound<'_, PyAny>>,
-        namespace: Option<String>,
-        request_timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let rt = RuntimeRef::current()?;
-        let options = options(endpoints, credentials, namespace, request_timeout)?;
-        let reset = OffsetReset::parse(auto_offset_reset).map_err(to_pyerr)?;
-        let _guard = rt.handle().enter();
-        let inner =
-            OffsetConsumer::new(options, group, tag_filter.as_deref(), reset).map_err(to_pyerr)?;
-        Ok(Self { rt, inner })
+pymethods_with_async! {
+    impl PyOffsetConsumer {
+        #[new]
+        #[pyo3(signature = (endpoints, group, *, tag_filter=None, auto_offset_reset="latest", credentials=None, namespace=None, request_timeout=None))]
+        fn new(
+            endpoints: &Bound<'_, PyAny>,
+            group: String,
+            tag_filter: Option<String>,
+            auto_offset_reset: &str,
+            credentials: Option<&Bound<'_, PyAny>>,
+            namespace: Option<String>,
+            request_timeout: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<Self> {
+            let rt = RuntimeRef::current()?;
+            let options = options(endpoints, credentials, namespace, request_timeout)?;
+            let reset = OffsetReset::parse(auto_offset_reset).map_err(to_pyerr)?;
+            let _guard = rt.handle().enter();
+            let inner =
+                OffsetConsumer::new(options, group, tag_filter.as_deref(), reset).map_err(to_pyerr)?;
+            Ok(Self { rt, inner })
+        }
+
+        #[getter]
+        fn group(&self) -> &str {
+            self.inner.group()
+        }
+
+        fn assign(&self, queues: Vec<QueueTuple>) -> PyResult<()> {
+            self.inner.assign(tqs(queues)?).map_err(to_pyerr)
+        }
+
+        fn assignment(&self) -> Vec<QueueTuple> {
+            self.inner.assignment().iter().map(tuple).collect()
+        }
+
+        fn seek(
+            &self,
+            queue: QueueTuple,
+            #[pyo3(from_py_with = crate::ints::offset)] offset: i64,
+        ) -> PyResult<()> {
+            self.inner.seek(&tq(queue)?, offset).map_err(to_pyerr)
+        }
+
+        fn __repr__(&self) -> String {
+            format!(
+                "OffsetConsumer(endpoints={:?}, group={:?})",
+                self.inner.client().options().endpoints,
+                self.inner.group()
+            )
+        }
     }
 
-    #[getter]
-    fn group(&self) -> &str {
-        self.inner.group()
-    }
-
-    fn queues(&self, py: Python<'_>, topic: String) -> PyResult<Vec<QueueTuple>> {
+    fn queues / queues_async(&self, py, topic: String) -> Vec<QueueTuple> {
         let c = self.inner.clone();
-        self.rt.block_on(py, async move {
-            Ok(c.queues(&topic).await?.iter().map(tuple).collect())
-        })
+        async move { Ok(c.queues(&topic).await?.iter().map(tuple).collect::<Vec<_>>()) }
     }
 
-    fn queues_async<'py>(&self, py: Python<'py>, topic: String) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.inner.clone();
-        future_into_py(py, self.rt, async move {
-            Ok(c.queues(&topic)
-                .await?
-                .iter()
-                .map(tuple)
-                .collect::<Vec<_>>())
-        })
-    }
-
-    fn assign(&self, queues: Vec<QueueTuple>) -> PyResult<()> {
-        self.inner.assign(tqs(queues)?).map_err(to_pyerr)
-    }
-
-    fn assignment(&self) -> Vec<QueueTuple> {
-        self.inner.assignment().iter().map(tuple).collect()
-    }
-
-    fn seek(
-        &self,
-        queue: QueueTuple,
-        #[pyo3(from_py_with = crate::ints::offset)] offset: i64,
-    ) -> PyResult<()> {
-        self.inner.seek(&tq(queue)?, offset).map_err(to_pyerr)
-    }
-
-    fn seek_to_beginning(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<()> {
+    fn seek_to_beginning / seek_to_beginning_async(&self, py, queues: Vec<QueueTuple>) -> () {
         let q = tqs(queues)?;
         let c = self.inner.clone();
-        self.rt
-            .block_on(py, async move { c.seek_to_beginning(&q).await })
+        async move { c.seek_to_beginning(&q).await }
     }
 
-    fn seek_to_beginning_async<'py>(
-        &self,
-        py: Python<'py>,
-        queues: Vec<QueueTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn seek_to_end / seek_to_end_async(&self, py, queues: Vec<QueueTuple>) -> () {
         let q = tqs(queues)?;
         let c = self.inner.clone();
-        future_into_py(py, self.rt, async move { c.seek_to_beginning(&q).await })
+        async move { c.seek_to_end(&q).await }
     }
 
-    fn seek_to_end(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<()> {
-        let q = tqs(queues)?;
-        let c = self.inner.clone();
-        self.rt.block_on(py, async move { c.seek_to_end(&q).await })
-    }
-
-    fn seek_to_end_async<'py>(
-        &self,
-        py: Python<'py>,
-        queues: Vec<QueueTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let q = tqs(queues)?;
-        let c = self.inner.clone();
-        future_into_py(py, self.rt, async move { c.seek_to_end(&q).await })
-    }
-
-    fn position(&self, py: Python<'_>, queue: QueueTuple) -> PyResult<i64> {
+    fn position / position_async(&self, py, queue: QueueTuple) -> i64 {
         let q = tq(queue)?;
         let c = self.inner.clone();
-        self.rt.block_on(py, async move { c.position(&q).await })
+        async move { c.position(&q).await }
     }
 
-    fn position_async<'py>(
-        &self,
-        py: Python<'py>,
-        queue: QueueTuple,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let q = tq(queue)?;
-        let c = self.inner.clone();
-        future_into_py(py, self.rt, async move { c.position(&q).await })
-    }
-
-    fn beginning_offsets(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<Vec<i64>> {
+    fn beginning_offsets / beginning_offsets_async(&self, py, queues: Vec<QueueTuple>) -> Vec<i64> {
         let q = tqs(queues)?;
         let c = self.inner.clone();
-        self.rt
-            .block_on(py, async move { c.beginning_offsets(&q).await })
+        async move { c.beginning_offsets(&q).await }
     }
 
-    fn beginning_offsets_async<'py>(
-        &self,
-        py: Python<'py>,
-        queues: Vec<QueueTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn end_offsets / end_offsets_async(&self, py, queues: Vec<QueueTuple>) -> Vec<i64> {
         let q = tqs(queues)?;
         let c = self.inner.clone();
-        future_into_py(py, self.rt, async move { c.beginning_offsets(&q).await })
-    }
-
-    fn end_offsets(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<Vec<i64>> {
-        let q = tqs(queues)?;
-        let c = self.inner.clone();
-        self.rt.block_on(py, async move { c.end_offsets(&q).await })
-    }
-
-    fn end_offsets_async<'py>(
-        &self,
-        py: Python<'py>,
-        queues: Vec<QueueTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let q = tqs(queues)?;
-        let c = self.inner.clone();
-        future_into_py(py, self.rt, async move { c.end_offsets(&q).await })
+        async move { c.end_offsets(&q).await }
     }
 
     /// `[(queue, unix ms)]` → the first offset stored at or after each time, or None.
-    fn offsets_for_times(
+    fn offsets_for_times / offsets_for_times_async(
         &self,
-        py: Python<'_>,
+        py,
         items: Vec<(QueueTuple, i64)>,
-    ) -> PyResult<Vec<Option<i64>>> {
-        let items = items
-            .into_iter()
-            .map(|(q, ms)| Ok((tq(q)?, ms)))
-            .collect::<PyResult<Vec<_>>>()?;
+    ) -> Vec<Option<i64>> {
+        let items = offsets_arg(items)?;
         let c = self.inner.clone();
-        self.rt
-            .block_on(py, async move { c.offsets_for_times(&items).await })
-    }
-
-    fn offsets_for_times_async<'py>(
-        &self,
-        py: Python<'py>,
-        items: Vec<(QueueTuple, i64)>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let items = items
-            .into_iter()
-            .map(|(q, ms)| Ok((tq(q)?, ms)))
-            .collect::<PyResult<Vec<_>>>()?;
-        let c = self.inner.clone();
-        future_into_py(
-            py,
-            self.rt,
-            async move { c.offsets_for_times(&items).await },
-        )
+        async move { c.offsets_for_times(&items).await }
     }
 
     #[pyo3(signature = (max_messages=16, timeout=None))]
-    fn poll(
+    fn poll / poll_async(
         &self,
-        py: Python<'_>,
+        py,
         #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: usize,
         timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<PyMessageView>> {
+    ) -> Vec<PyMessageView> {
         let t = wait(timeout)?;
         let c = self.inner.clone();
-        self.rt
-            .block_on(py, async move { views(c.poll(max_messages, t).await?) })
-    }
-
-    #[pyo3(signature = (max_messages=16, timeout=None))]
-    fn poll_async<'py>(
-        &self,
-        py: Python<'py>,
-        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: usize,
-        timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let t = wait(timeout)?;
-        let c = self.inner.clone();
-        future_into_py(
-            py,
-            self.rt,
-            async move { views(c.poll(max_messages, t).await?) },
-        )
+        async move { views(c.poll(max_messages, t).await?) }
     }
 
     #[pyo3(signature = (offsets=None))]
-    fn commit(&self, py: Python<'_>, offsets: Option<Vec<(QueueTuple, i64)>>) -> PyResult<()> {
-        let o = commit_offsets(offsets)?;
+    fn commit / commit_async(&self, py, offsets: Option<Vec<(QueueTuple, i64)>>) -> () {
+        let o = offsets.map(offsets_arg).transpose()?;
         let c = self.inner.clone();
-        self.rt.block_on(py, async move { c.commit(o).await })
+        async move { c.commit(o).await }
     }
 
-    #[pyo3(signature = (offsets=None))]
-    fn commit_async<'py>(
-        &self,
-        py: Python<'py>,
-        offsets: Option<Vec<(QueueTuple, i64)>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let o = commit_offsets(offsets)?;
-        let c = self.inner.clone();
-        future_into_py(py, self.rt, async move { c.commit(o).await })
-    }
-
-    fn committed(&self, py: Python<'_>, queues: Vec<QueueTuple>) -> PyResult<Vec<Option<i64>>> {
+    fn committed / committed_async(&self, py, queues: Vec<QueueTuple>) -> Vec<Option<i64>> {
         let q = tqs(queues)?;
         let c = self.inner.clone();
-        self.rt.block_on(py, async move { c.committed(&q).await })
+        async move { c.committed(&q).await }
     }
 
-    fn committed_async<'py>(
-        &self,
-        py: Python<'py>,
-        queues: Vec<QueueTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let q = tqs(queues)?;
+    fn close / close_async(&self, py) -> () {
         let c = self.inner.clone();
-        future_into_py(py, self.rt, async move { c.committed(&q).await })
-    }
-
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let c = self.inner.clone();
-        self.rt.block_on(py, async move {
+        async move {
             c.close().await;
             Ok(())
-        })
-    }
-
-    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.inner.clone();
-        future_into_py(py, self.rt, async move {
-            c.close().await;
-            Ok(())
-        })
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "OffsetConsumer(endpoints={:?}, group={:?})",
-            self.inner.client().options().endpoints,
-            self.inner.group()
-        )
+        }
     }
 }
 
@@ -358,14 +226,7 @@ fn wait(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
     }
 }
 
-fn commit_offsets(
-    offsets: Option<Vec<(QueueTuple, i64)>>,
-) -> PyResult<Option<Vec<(TopicQueue, i64)>>> {
-    offsets
-        .map(|v| {
-            v.into_iter()
-                .map(|(q, off)| Ok((tq(q)?, off)))
-                .collect::<PyResult<Vec<_>>>()
-        })
-        .transpose()
+/// `[(queue, offset or unix ms)]` with each queue checked.
+fn offsets_arg(items: Vec<(QueueTuple, i64)>) -> PyResult<Vec<(TopicQueue, i64)>> {
+    items.into_iter().map(|(q, n)| Ok((tq(q)?, n))).collect()
 }

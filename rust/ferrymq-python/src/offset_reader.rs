@@ -28,6 +28,18 @@ enum Reader {
     Nats(StreamReader),
 }
 
+/// Await the [`RangeSource`] method `$method` of whichever protocol's reader `$reader` is.
+macro_rules! dispatch {
+    ($reader:expr, $method:ident($($arg:expr),*)) => {
+        match $reader {
+            Reader::Grpc(r) => RangeSource::$method(&r, $($arg),*).await,
+            Reader::Remoting(r) => RangeSource::$method(&r, $($arg),*).await,
+            Reader::Jmq(r) => RangeSource::$method(&r, $($arg),*).await,
+            Reader::Nats(r) => RangeSource::$method(&r, $($arg),*).await,
+        }
+    };
+}
+
 /// Call the [`RangeSource`] method `$method` of `$self`'s reader with the GIL released.
 macro_rules! call {
     ($self:ident, $py:ident, $method:ident($($arg:expr),*)) => {{
@@ -37,14 +49,9 @@ macro_rules! call {
             )));
         }
         let reader = $self.reader.clone();
-        $self.rt.block_on($py, async move {
-            match reader {
-                Reader::Grpc(r) => RangeSource::$method(&r, $($arg),*).await,
-                Reader::Remoting(r) => RangeSource::$method(&r, $($arg),*).await,
-                Reader::Jmq(r) => RangeSource::$method(&r, $($arg),*).await,
-                Reader::Nats(r) => RangeSource::$method(&r, $($arg),*).await,
-            }
-        })
+        $self
+            .rt
+            .block_on($py, async move { dispatch!(reader, $method($($arg),*)) })
     }};
 }
 
@@ -56,6 +63,17 @@ pub struct PyOffsetReader {
     endpoints: String,
     /// `close()` was called: every later call raises `ClientClosedError`.
     closed: std::sync::atomic::AtomicBool,
+}
+
+impl PyOffsetReader {
+    fn of(rt: RuntimeRef, reader: Reader, endpoints: String) -> Self {
+        Self {
+            rt,
+            reader,
+            endpoints,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
 }
 
 #[pymethods]
@@ -91,12 +109,7 @@ impl PyOffsetReader {
         let reader = PullReader::new(options, group, &topics, tag_filter, pull_batch_size)
             .map_err(to_pyerr)?;
         let endpoints = reader.client().options().endpoints.to_string();
-        Ok(Self {
-            rt,
-            reader: Reader::Grpc(reader),
-            endpoints,
-            closed: std::sync::atomic::AtomicBool::new(false),
-        })
+        Ok(Self::of(rt, Reader::Grpc(reader), endpoints))
     }
 
     /// A reader over the remoting protocol (`remoting://` name servers) for a consumer group.
@@ -117,12 +130,7 @@ impl PyOffsetReader {
         let reader =
             RemotingReader::new(options, group, tag_filter, pull_batch_size).map_err(to_pyerr)?;
         let endpoints = reader.client().options().endpoints.clone();
-        Ok(Self {
-            rt,
-            reader: Reader::Remoting(reader),
-            endpoints,
-            closed: std::sync::atomic::AtomicBool::new(false),
-        })
+        Ok(Self::of(rt, Reader::Remoting(reader), endpoints))
     }
 
     /// A reader of JMQ4 partitions: connects to `endpoint` (`jmq://host:port`) as `app`
@@ -160,12 +168,7 @@ impl PyOffsetReader {
         let reader = rt.block_on(py, async move {
             JmqRangeReader::connect(options, max_body).await
         })?;
-        Ok(Self {
-            rt,
-            reader: Reader::Jmq(reader),
-            endpoints: endpoint.to_string(),
-            closed: std::sync::atomic::AtomicBool::new(false),
-        })
+        Ok(Self::of(rt, Reader::Jmq(reader), endpoint.to_string()))
     }
 
     /// A reader of JetStream streams by sequence (a topic is a stream; `filter_subject`
@@ -195,12 +198,11 @@ impl PyOffsetReader {
             connect_timeout,
             request_timeout,
         )?;
-        Ok(Self {
+        Ok(Self::of(
             rt,
-            reader: Reader::Nats(StreamReader::new(js, filter_subject)),
-            endpoints: ferrymq_core::nats::redact(endpoints),
-            closed: std::sync::atomic::AtomicBool::new(false),
-        })
+            Reader::Nats(StreamReader::new(js, filter_subject)),
+            ferrymq_core::nats::redact(endpoints),
+        ))
     }
 
     /// Connect where the protocol connects lazily (gRPC: telemetry settings; remoting: check
@@ -302,14 +304,8 @@ impl PyOffsetReader {
         if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return Ok(());
         }
-        self.rt.block_on(py, async move {
-            match reader {
-                Reader::Grpc(r) => RangeSource::close(&r).await,
-                Reader::Remoting(r) => RangeSource::close(&r).await,
-                Reader::Jmq(r) => RangeSource::close(&r).await,
-                Reader::Nats(r) => RangeSource::close(&r).await,
-            }
-        })
+        self.rt
+            .block_on(py, async move { dispatch!(reader, close()) })
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

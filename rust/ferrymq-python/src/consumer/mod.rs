@@ -23,7 +23,6 @@ mod simple;
 mod target;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ferrymq_core::rocketmq::filter::{FilterExpression, FilterType};
 use ferrymq_core::rocketmq::message_view::MessageView;
@@ -32,7 +31,6 @@ use ferrymq_core::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
-use crate::client_options::extract_duration;
 use crate::errors::{invalid, to_pyerr};
 use crate::message_view::PyMessageView;
 
@@ -196,13 +194,6 @@ pub enum PyConsumeResult {
     /// Not consumed: redelivered later by the broker's retry policy (FIFO: retried locally).
     #[pyo3(name = "FAILURE")]
     Failure,
-}
-
-/// `SimpleConsumer.receive`'s invisible duration (`None`: the protocol's default).
-fn invisible_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
-    v.filter(|v| !v.is_none())
-        .map(|v| extract_duration("invisible_duration", v))
-        .transpose()
 }
 
 fn message_arg(message: &Bound<'_, PyAny>) -> PyResult<Arc<MessageView>> {

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::aio::future_into_py;
-use crate::client_options::extract_duration;
+use crate::durations::timeout_or;
 use crate::errors::{invalid, to_pyerr};
 use crate::runtime::RuntimeRef;
 
@@ -247,10 +247,11 @@ impl PyPushConsumer {
             is_async: is_coroutine_function(py, &listener)?,
             listener: listener.unbind(),
             consumption_threads,
-            shutdown_timeout: match shutdown_timeout.filter(|t| !t.is_none()) {
-                Some(t) => extract_duration("shutdown_timeout", t)?,
-                None => DEFAULT_SHUTDOWN_TIMEOUT,
-            },
+            shutdown_timeout: timeout_or(
+                "shutdown_timeout",
+                shutdown_timeout,
+                DEFAULT_SHUTDOWN_TIMEOUT,
+            )?,
             life: Life::new(),
             last_stats: Mutex::new(None),
         })
@@ -401,10 +402,7 @@ impl PyPushConsumer {
     /// received but not yet consumed are redelivered by the broker. Idempotent.
     #[pyo3(signature = (timeout=None))]
     fn close(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let t = match timeout.filter(|t| !t.is_none()) {
-            Some(t) => extract_duration("timeout", t)?,
-            None => self.shutdown_timeout,
-        };
+        let t = timeout_or("timeout", timeout, self.shutdown_timeout)?;
         let Some((c, private)) = self.life.close() else {
             return Ok(());
         };
@@ -428,10 +426,7 @@ impl PyPushConsumer {
         timeout: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let me = slf.get();
-        let t = match timeout.filter(|t| !t.is_none()) {
-            Some(t) => extract_duration("timeout", t)?,
-            None => me.shutdown_timeout,
-        };
+        let t = timeout_or("timeout", timeout, me.shutdown_timeout)?;
         let taken = me.life.close();
         let this = slf.clone().unbind();
         future_into_py(py, me.rt, async move {

@@ -10,17 +10,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::aio::future_into_py;
-use crate::client_options::extract_duration;
+use crate::durations::{optional, positive, timeout_or, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::message_view::PyMessageView;
 use crate::runtime::RuntimeRef;
 
 use super::life::{closed_during_start, Life};
 use super::target::{endpoints_repr, TargetArgs};
-use super::{
-    extract_filter, extract_subscriptions, invisible_arg, message_arg, messages_arg,
-    subscriptions_dict,
-};
+use super::{extract_filter, extract_subscriptions, message_arg, messages_arg, subscriptions_dict};
 
 // ---------------------------------------------------------------------------------------------
 // SimpleConsumer
@@ -50,102 +47,204 @@ impl PySimpleConsumer {
     }
 }
 
-#[pymethods]
-impl PySimpleConsumer {
-    #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions=None, await_duration=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None, jmq=None, nats=None, nats_stream=None, nats_ack_wait=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        endpoints: &Bound<'_, PyAny>,
-        group: String,
-        subscriptions: Option<&Bound<'_, PyAny>>,
-        await_duration: Option<&Bound<'_, PyAny>>,
-        credentials: Option<&Bound<'_, PyAny>>,
-        namespace: Option<String>,
-        tls: Option<&Bound<'_, PyAny>>,
-        request_timeout: Option<&Bound<'_, PyAny>>,
-        route_refresh_interval: Option<&Bound<'_, PyAny>>,
-        settings_sync_interval: Option<&Bound<'_, PyAny>>,
-        jmq: Option<&Bound<'_, PyAny>>,
-        nats: Option<&Bound<'_, PyAny>>,
-        nats_stream: Option<String>,
-        nats_ack_wait: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        if group.trim().is_empty() {
-            return Err(invalid("group", "must not be blank"));
-        }
-        let subscriptions = extract_subscriptions(subscriptions)?;
-        let target = TargetArgs {
-            endpoints,
-            group: &group,
-            subscriptions: &subscriptions,
-            credentials,
-            namespace,
-            tls,
-            request_timeout,
-            route_refresh_interval,
-            settings_sync_interval,
-            jmq,
-            nats,
-            nats_stream,
-            nats_ack_wait,
-        }
-        .target()?;
-        let mut config = SimpleConsumerConfig::new(group);
-        config.subscriptions = subscriptions;
-        if let Some(a) = await_duration.filter(|a| !a.is_none()) {
-            config.await_duration = extract_duration("await_duration", a)?;
-        }
-        Ok(Self {
-            rt: RuntimeRef::current()?,
-            target,
-            config,
-            life: Life::new(),
-        })
-    }
-
-    /// Connect (RocketMQ: send the client settings, wait for the broker's, fetch the routes;
-    /// JMQ4: connect and check the topics; JetStream: bind the durable consumers).
-    fn start(&self, py: Python<'_>) -> PyResult<()> {
-        if !self.life.begin_start()? {
-            return Ok(());
-        }
-        let fut = self.start_future();
-        let r = match self.rt.block_on(py, async move { Ok(fut.await) }) {
-            Ok(r) => r,
-            Err(e) => {
-                // Interrupted (Ctrl-C): back to created.
-                let _ = self.life.finish_start(None);
-                return Err(e);
+pymethods_with_async! {
+    impl PySimpleConsumer {
+        #[new]
+        #[pyo3(signature = (endpoints, group, *, subscriptions=None, await_duration=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None, jmq=None, nats=None, nats_stream=None, nats_ack_wait=None))]
+        #[allow(clippy::too_many_arguments)]
+        fn new(
+            endpoints: &Bound<'_, PyAny>,
+            group: String,
+            subscriptions: Option<&Bound<'_, PyAny>>,
+            await_duration: Option<&Bound<'_, PyAny>>,
+            credentials: Option<&Bound<'_, PyAny>>,
+            namespace: Option<String>,
+            tls: Option<&Bound<'_, PyAny>>,
+            request_timeout: Option<&Bound<'_, PyAny>>,
+            route_refresh_interval: Option<&Bound<'_, PyAny>>,
+            settings_sync_interval: Option<&Bound<'_, PyAny>>,
+            jmq: Option<&Bound<'_, PyAny>>,
+            nats: Option<&Bound<'_, PyAny>>,
+            nats_stream: Option<String>,
+            nats_ack_wait: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<Self> {
+            if group.trim().is_empty() {
+                return Err(invalid("group", "must not be blank"));
             }
-        };
-        if let Some(c) = self.life.finish_start(r.as_ref().ok().cloned()) {
-            self.rt.block_on(py, async move {
-                c.close().await;
+            let subscriptions = extract_subscriptions(subscriptions)?;
+            let target = TargetArgs {
+                endpoints,
+                group: &group,
+                subscriptions: &subscriptions,
+                credentials,
+                namespace,
+                tls,
+                request_timeout,
+                route_refresh_interval,
+                settings_sync_interval,
+                jmq,
+                nats,
+                nats_stream,
+                nats_ack_wait,
+            }
+            .target()?;
+            let mut config = SimpleConsumerConfig::new(group);
+            config.subscriptions = subscriptions;
+            config.await_duration =
+                timeout_or("await_duration", await_duration, config.await_duration)?;
+            Ok(Self {
+                rt: RuntimeRef::current()?,
+                target,
+                config,
+                life: Life::new(),
+            })
+        }
+
+        /// Connect (RocketMQ: send the client settings, wait for the broker's, fetch the routes;
+        /// JMQ4: connect and check the topics; JetStream: bind the durable consumers).
+        fn start(&self, py: Python<'_>) -> PyResult<()> {
+            if !self.life.begin_start()? {
+                return Ok(());
+            }
+            let fut = self.start_future();
+            let r = match self.rt.block_on(py, async move { Ok(fut.await) }) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Interrupted (Ctrl-C): back to created.
+                    let _ = self.life.finish_start(None);
+                    return Err(e);
+                }
+            };
+            if let Some(c) = self.life.finish_start(r.as_ref().ok().cloned()) {
+                self.rt.block_on(py, async move {
+                    c.close().await;
+                    Ok(())
+                })?;
+                return Err(to_pyerr(closed_during_start()));
+            }
+            r.map(drop).map_err(to_pyerr)
+        }
+
+        /// Async form of `start`.
+        fn start_async<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            let me = slf.get();
+            if !me.life.begin_start()? {
+                return future_into_py(py, me.rt, async { Ok(()) });
+            }
+            let fut = me.start_future();
+            let this = slf.clone().unbind();
+            future_into_py(py, me.rt, async move {
+                let r = fut.await;
+                let late = Python::attach(|_| this.get().life.finish_start(r.as_ref().ok().cloned()));
+                if let Some(c) = late {
+                    c.close().await;
+                    return Err(closed_during_start());
+                }
+                r.map(drop)
+            })
+        }
+
+        /// Subscribe to `topic` with `filter` (a tag expression, a FilterExpression or None = all).
+        #[pyo3(signature = (topic, filter=None))]
+        fn subscribe(
+            &self,
+            py: Python<'_>,
+            topic: String,
+            filter: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<()> {
+            let f = extract_filter(filter, &topic)?;
+            let c = self.running()?;
+            self.rt
+                .block_on(py, async move { c.subscribe(&topic, f).await })
+        }
+
+        /// Stop receiving from `topic`.
+        fn unsubscribe(&self, py: Python<'_>, topic: String) -> PyResult<()> {
+            let c = self.running()?;
+            self.rt
+                .block_on(py, async move { c.unsubscribe(&topic).await })
+        }
+
+        /// `{topic: FilterExpression}` of the current subscriptions.
+        #[getter]
+        fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let subs = self
+                .life
+                .map_running(|c| c.subscriptions())
+                .unwrap_or_else(|| self.config.subscriptions.clone());
+            subscriptions_dict(py, subs)
+        }
+
+        /// The consumer group.
+        #[getter]
+        fn group(&self) -> &str {
+            &self.config.group
+        }
+
+        /// The client id sent to brokers (`x-mq-client-id`), once started.
+        #[getter]
+        fn client_id(&self) -> Option<String> {
+            self.life.map_running(|c| c.client_id())
+        }
+
+        /// Tell the brokers this consumer is gone. Idempotent.
+        fn close(&self, py: Python<'_>) -> PyResult<()> {
+            match self.life.close() {
+                Some(c) => self.rt.block_on(py, async move {
+                    c.close().await;
+                    Ok(())
+                }),
+                None => Ok(()),
+            }
+        }
+
+        /// Async form of `close`.
+        fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            let c = self.life.close();
+            future_into_py(py, self.rt, async move {
+                if let Some(c) = c {
+                    c.close().await;
+                }
                 Ok(())
-            })?;
-            return Err(to_pyerr(closed_during_start()));
+            })
         }
-        r.map(drop).map_err(to_pyerr)
-    }
 
-    /// Async form of `start`.
-    fn start_async<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let me = slf.get();
-        if !me.life.begin_start()? {
-            return future_into_py(py, me.rt, async { Ok(()) });
+        fn __enter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, Self>> {
+            slf.get().start(py)?;
+            Ok(slf)
         }
-        let fut = me.start_future();
-        let this = slf.clone().unbind();
-        future_into_py(py, me.rt, async move {
-            let r = fut.await;
-            let late = Python::attach(|_| this.get().life.finish_start(r.as_ref().ok().cloned()));
-            if let Some(c) = late {
-                c.close().await;
-                return Err(closed_during_start());
-            }
-            r.map(drop)
-        })
+
+        #[pyo3(signature = (*_args))]
+        fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+            self.close(py)?;
+            Ok(false)
+        }
+
+        fn __aenter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            let start = Self::start_async(slf.clone(), py)?;
+            let helpers = py.import("ferrymq._consumer")?;
+            helpers.call_method1("returning", (start, slf))
+        }
+
+        #[pyo3(signature = (*_args))]
+        fn __aexit__<'py>(
+            &self,
+            py: Python<'py>,
+            _args: &Bound<'py, PyTuple>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            let close = self.close_async(py)?;
+            let helpers = py.import("ferrymq._consumer")?;
+            helpers.call_method1("returning", (close, false))
+        }
+
+        fn __repr__(&self) -> String {
+            format!(
+                "SimpleConsumer(endpoints={}, group={:?}, {})",
+                endpoints_repr(&self.target),
+                self.config.group,
+                self.life.name()
+            )
+        }
     }
 
     /// Receive up to `max_messages` messages that stay invisible to other consumers for
@@ -153,37 +252,15 @@ impl PySimpleConsumer {
     /// JetStream's `ack_wait`). Returns an empty list when the await duration passes
     /// without a message.
     #[pyo3(signature = (max_messages=16, invisible_duration=None))]
-    fn receive(
+    fn receive / receive_async(
         &self,
-        py: Python<'_>,
+        py,
         #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: u32,
         invisible_duration: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<PyMessageView>> {
-        let d = invisible_arg(invisible_duration)?;
+    ) -> Vec<PyMessageView> {
+        let d = optional("invisible_duration", invisible_duration, Lower::Positive)?;
         let c = self.running()?;
-        let msgs = self
-            .rt
-            .block_on(py, async move { c.receive(max_messages, d).await })?;
-        Ok(msgs
-            .into_iter()
-            .map(|inner| PyMessageView {
-                inner,
-                transaction_id: None,
-            })
-            .collect())
-    }
-
-    /// Async form of `receive`.
-    #[pyo3(signature = (max_messages=16, invisible_duration=None))]
-    fn receive_async<'py>(
-        &self,
-        py: Python<'py>,
-        #[pyo3(from_py_with = crate::ints::max_messages)] max_messages: u32,
-        invisible_duration: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let d = invisible_arg(invisible_duration)?;
-        let c = self.running()?;
-        future_into_py(py, self.rt, async move {
+        async move {
             let msgs = c.receive(max_messages, d).await?;
             Ok(msgs
                 .into_iter()
@@ -192,182 +269,30 @@ impl PySimpleConsumer {
                     transaction_id: None,
                 })
                 .collect::<Vec<_>>())
-        })
+        }
     }
 
     /// Acknowledge `message` (a `MessageView` or an iterable of them): not delivered again.
-    fn ack(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn ack / ack_async(&self, py, message: &Bound<'_, PyAny>) -> () {
         let m = messages_arg(message)?;
         let c = self.running()?;
-        self.rt.block_on(py, async move {
+        async move {
             c.ack(&m.iter().map(AsRef::as_ref).collect::<Vec<_>>())
                 .await
-        })
-    }
-
-    /// Async form of `ack`.
-    fn ack_async<'py>(
-        &self,
-        py: Python<'py>,
-        message: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let m = messages_arg(message)?;
-        let c = self.running()?;
-        future_into_py(py, self.rt, async move {
-            c.ack(&m.iter().map(AsRef::as_ref).collect::<Vec<_>>())
-                .await
-        })
+        }
     }
 
     /// Make `message` invisible for `duration` seconds from now. Later acks use the new receipt
     /// handle the broker returned.
-    fn change_invisible_duration(
+    fn change_invisible_duration / change_invisible_duration_async(
         &self,
-        py: Python<'_>,
+        py,
         message: &Bound<'_, PyAny>,
         duration: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    ) -> () {
         let m = message_arg(message)?;
-        let d = extract_duration("duration", duration)?;
+        let d = positive("duration", duration)?;
         let c = self.running()?;
-        self.rt
-            .block_on(py, async move { c.change_invisible_duration(&m, d).await })
-    }
-
-    /// Async form of `change_invisible_duration`.
-    fn change_invisible_duration_async<'py>(
-        &self,
-        py: Python<'py>,
-        message: &Bound<'py, PyAny>,
-        duration: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let m = message_arg(message)?;
-        let d = extract_duration("duration", duration)?;
-        let c = self.running()?;
-        future_into_py(py, self.rt, async move {
-            c.change_invisible_duration(&m, d).await
-        })
-    }
-
-    /// Subscribe to `topic` with `filter` (a tag expression, a FilterExpression or None = all).
-    #[pyo3(signature = (topic, filter=None))]
-    fn subscribe(
-        &self,
-        py: Python<'_>,
-        topic: String,
-        filter: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let f = extract_filter(filter, &topic)?;
-        let c = self.running()?;
-        self.rt
-            .block_on(py, async move { c.subscribe(&topic, f).await })
-    }
-
-    /// Stop receiving from `topic`.
-    fn unsubscribe(&self, py: Python<'_>, topic: String) -> PyResult<()> {
-        let c = self.running()?;
-        self.rt
-            .block_on(py, async move { c.unsubscribe(&topic).await })
-    }
-
-    /// `{topic: FilterExpression}` of the current subscriptions.
-    #[getter]
-    fn subscriptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let subs = self
-            .life
-            .map_running(|c| c.subscriptions())
-            .unwrap_or_else(|| self.config.subscriptions.clone());
-        subscriptions_dict(py, subs)
-    }
-
-    /// The consumer group.
-    #[getter]
-    fn group(&self) -> &str {
-        &self.config.group
-    }
-
-    /// The client id sent to brokers (`x-mq-client-id`), once started.
-    #[getter]
-    fn client_id(&self) -> Option<String> {
-        self.life.map_running(|c| c.client_id())
-    }
-
-    /// Tell the brokers this consumer is gone. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        match self.life.close() {
-            Some(c) => self.rt.block_on(py, async move {
-                c.close().await;
-                Ok(())
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// Async form of `close`.
-    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.life.close();
-        future_into_py(py, self.rt, async move {
-            if let Some(c) = c {
-                c.close().await;
-            }
-            Ok(())
-        })
-    }
-
-    fn __enter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, Self>> {
-        slf.get().start(py)?;
-        Ok(slf)
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let me = slf.get();
-        if !me.life.begin_start()? {
-            let s = slf.clone().unbind();
-            return future_into_py(py, me.rt, async move { Ok(s) });
-        }
-        let fut = me.start_future();
-        let this = slf.clone().unbind();
-        future_into_py(py, me.rt, async move {
-            let r = fut.await;
-            let (late, ok) = Python::attach(|py| {
-                let late = this.get().life.finish_start(r.as_ref().ok().cloned());
-                (late, this.clone_ref(py))
-            });
-            if let Some(c) = late {
-                c.close().await;
-                return Err(closed_during_start());
-            }
-            r.map(|_| ok)
-        })
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _args: &Bound<'py, PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.life.close();
-        future_into_py(py, self.rt, async move {
-            if let Some(c) = c {
-                c.close().await;
-            }
-            Ok(false)
-        })
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "SimpleConsumer(endpoints={}, group={:?}, {})",
-            endpoints_repr(&self.target),
-            self.config.group,
-            self.life.name()
-        )
+        async move { c.change_invisible_duration(&m, d).await }
     }
 }
