@@ -602,6 +602,41 @@ def test_close_during_start_leaves_the_consumer_closed(
         proxy.close()
 
 
+@pytest.mark.parametrize("kind", ["push", "simple"])
+def test_a_cancelled_start_async_leaves_the_consumer_startable(
+    broker: EmbeddedBroker, topic: str, unique: Callable[[str], str], kind: str
+) -> None:
+    # The awaitable of start_async cancelled while the broker's answers are held: the consumer
+    # is created again (before, it stayed "starting" and every later start was refused).
+    group = new_group(broker, unique)
+    proxy = HoldingProxy(int(broker.endpoints.rsplit(":", 1)[1]))
+    try:
+        proxy.hold()
+        endpoints = f"127.0.0.1:{proxy.port}"
+        c: ferrymq.PushConsumer | ferrymq.SimpleConsumer
+        if kind == "push":
+            c = ferrymq.PushConsumer(endpoints, group, subscriptions=[topic], listener=print)
+        else:
+            c = ferrymq.SimpleConsumer(endpoints, group, subscriptions=[topic])
+
+        async def cancel_start() -> None:
+            start = asyncio.ensure_future(c.start_async())
+            await async_wait_for("the consumer to reach the proxy", lambda: proxy.accepted >= 1)
+            start.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await start
+
+        asyncio.run(cancel_start())
+        # The runtime drops the cancelled start on its own thread, just after.
+        wait_for("the cancelled start to be undone", lambda: "created" in repr(c))
+        proxy.release()
+        c.start()
+        assert "running" in repr(c)
+        c.close()
+    finally:
+        proxy.close()
+
+
 EXIT_SCRIPT = """
 import sys, time
 import ferrymq

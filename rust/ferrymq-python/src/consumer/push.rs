@@ -17,7 +17,7 @@ use crate::durations::timeout_or;
 use crate::errors::{invalid, to_pyerr};
 use crate::runtime::RuntimeRef;
 
-use super::life::{closed_during_start, Life};
+use super::life::{closed_during_start, Life, Starting};
 use super::listener::{PyAsyncListener, PySyncListener};
 use super::target::{endpoints_repr, without_groups, TargetArgs};
 use super::{extract_filter, extract_subscriptions, stats_dict, subscriptions_dict};
@@ -92,17 +92,15 @@ impl PyPushConsumer {
     /// Record the outcome of a start. A consumer that `close()` overtook comes back, with its
     /// private loop: the caller closes it, then stops the loop.
     fn finish_start(
-        &self,
         py: Python<'_>,
+        starting: Starting<(Consumer, PrivateLoop)>,
         r: &Result<Consumer, Error>,
         private_loop: Option<Py<PyAny>>,
-    ) -> Option<(Consumer, Option<Py<PyAny>>)> {
+    ) -> Option<(Consumer, PrivateLoop)> {
         match r {
-            Ok(consumer) => self
-                .life
-                .finish_start(Some((consumer.clone(), private_loop))),
+            Ok(consumer) => starting.finish(Some((consumer.clone(), private_loop))),
             Err(_) => {
-                let _ = self.life.finish_start(None);
+                drop(starting);
                 if let Some(l) = private_loop {
                     stop_private_loop(py, &l);
                 }
@@ -260,21 +258,15 @@ impl PyPushConsumer {
     /// Connect and start consuming. An `async def` listener started this way runs on a private
     /// event loop thread; use `start_async` (or `async with`) to run it on your own loop.
     fn start(&self, py: Python<'_>) -> PyResult<()> {
-        if !self.life.begin_start()? {
+        let Some(starting) = self.life.begin_start()? else {
             return Ok(());
-        }
-        let (listener, private) = match self.make_listener(py, None) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = self.life.finish_start(None);
-                return Err(e);
-            }
         };
+        let (listener, private) = self.make_listener(py, None)?;
         let fut = self.connect_future(listener);
         let r = self.rt.block_on(py, async move { Ok(fut.await) });
         match r {
             Ok(r) => {
-                if let Some((c, private)) = self.finish_start(py, &r, private) {
+                if let Some((c, private)) = Self::finish_start(py, starting, &r, private) {
                     let t = self.shutdown_timeout;
                     let closed = self.rt.block_on(py, async move {
                         c.close(t).await;
@@ -289,8 +281,7 @@ impl PyPushConsumer {
                 r.map(drop).map_err(to_pyerr)
             }
             Err(e) => {
-                // Interrupted (Ctrl-C): back to created.
-                let _ = self.life.finish_start(None);
+                // Interrupted (Ctrl-C): `starting` is dropped, the consumer is created again.
                 if let Some(l) = private {
                     stop_private_loop(py, &l);
                 }
@@ -302,27 +293,21 @@ impl PyPushConsumer {
     /// Async form of `start`; an `async def` listener runs on the calling event loop.
     fn start_async<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let me = slf.get();
-        if !me.life.begin_start()? {
+        let Some(starting) = me.life.begin_start()? else {
             return future_into_py(py, me.rt, async { Ok(()) });
-        }
+        };
         let event_loop = if me.is_async {
             Some(crate::aio::running_loop(py)?)
         } else {
             None
         };
-        let (listener, private) = match me.make_listener(py, event_loop) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = me.life.finish_start(None);
-                return Err(e);
-            }
-        };
+        let (listener, private) = me.make_listener(py, event_loop)?;
         let fut = me.connect_future(listener);
-        let this = slf.clone().unbind();
         let t = me.shutdown_timeout;
+        // Cancelled: this future and `starting` are dropped, the consumer is created again.
         future_into_py(py, me.rt, async move {
             let r = fut.await;
-            let late = Python::attach(|py| this.get().finish_start(py, &r, private));
+            let late = Python::attach(|py| Self::finish_start(py, starting, &r, private));
             if let Some((c, private)) = late {
                 c.close(t).await;
                 if let Some(l) = private {

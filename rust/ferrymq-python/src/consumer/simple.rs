@@ -103,19 +103,13 @@ pymethods_with_async! {
         /// Connect (RocketMQ: send the client settings, wait for the broker's, fetch the routes;
         /// JMQ4: connect and check the topics; JetStream: bind the durable consumers).
         fn start(&self, py: Python<'_>) -> PyResult<()> {
-            if !self.life.begin_start()? {
+            let Some(starting) = self.life.begin_start()? else {
                 return Ok(());
-            }
-            let fut = self.start_future();
-            let r = match self.rt.block_on(py, async move { Ok(fut.await) }) {
-                Ok(r) => r,
-                Err(e) => {
-                    // Interrupted (Ctrl-C): back to created.
-                    let _ = self.life.finish_start(None);
-                    return Err(e);
-                }
             };
-            if let Some(c) = self.life.finish_start(r.as_ref().ok().cloned()) {
+            let fut = self.start_future();
+            // Interrupted (Ctrl-C): `starting` is dropped, the consumer is created again.
+            let r = self.rt.block_on(py, async move { Ok(fut.await) })?;
+            if let Some(c) = starting.finish(r.as_ref().ok().cloned()) {
                 self.rt.block_on(py, async move {
                     c.close().await;
                     Ok(())
@@ -128,15 +122,14 @@ pymethods_with_async! {
         /// Async form of `start`.
         fn start_async<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
             let me = slf.get();
-            if !me.life.begin_start()? {
+            let Some(starting) = me.life.begin_start()? else {
                 return future_into_py(py, me.rt, async { Ok(()) });
-            }
+            };
             let fut = me.start_future();
-            let this = slf.clone().unbind();
+            // Cancelled: this future and `starting` are dropped, the consumer is created again.
             future_into_py(py, me.rt, async move {
                 let r = fut.await;
-                let late = Python::attach(|_| this.get().life.finish_start(r.as_ref().ok().cloned()));
-                if let Some(c) = late {
+                if let Some(c) = starting.finish(r.as_ref().ok().cloned()) {
                     c.close().await;
                     return Err(closed_during_start());
                 }
