@@ -271,7 +271,7 @@ class RemotingSink:
             "remoting-producer",
             c,
             (),
-            lambda: _native.RemotingProducer(
+            lambda: _native.remoting_producer(
                 c.endpoints,
                 credentials=c.credentials(),
                 namespace=c.namespace,
@@ -381,7 +381,7 @@ class JmqSink:
         timeout = self.cfg.request_timeout
 
         def make() -> Any:
-            p = _native.JmqProducer(
+            p = _native.jmq_producer(
                 settings.endpoint,
                 app=settings.app,
                 token=settings.token,
