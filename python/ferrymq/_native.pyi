@@ -921,20 +921,3 @@ class OffsetConsumer:
     def committed_async(self, queues: list[_QueueTuple]) -> Awaitable[list[int | None]]: ...
     def close(self) -> None: ...
     def close_async(self) -> Awaitable[None]: ...
-
-@final
-class NatsBatchPublisher:
-    def __new__(
-        cls,
-        endpoints: str,
-        *,
-        user: str | None = None,
-        password: str | None = None,
-        token: str | None = None,
-        connect_timeout: float | timedelta = 5.0,
-        request_timeout: float | timedelta = 5.0,
-    ) -> NatsBatchPublisher: ...
-    def publish_batch(
-        self, messages: Iterable[tuple[str, bytes, list[tuple[str, str]], str]]
-    ) -> int: ...
-    def close(self) -> None: ...

@@ -75,8 +75,6 @@ mod _native {
     #[pymodule_export]
     use crate::nats::{PyJetStream, PyStreamInfo};
     #[pymodule_export]
-    use crate::nats_batch::PyNatsBatchPublisher;
-    #[pymodule_export]
     use crate::nats_producer::{nats_producer, PyNatsSendReceipt};
     #[pymodule_export]
     use crate::offset_consumer::PyOffsetConsumer;
