@@ -46,6 +46,25 @@ def test_send_publishes_to_jetstream_with_a_typed_receipt(
     assert len(ids) == 7
 
 
+def test_a_nats_msg_id_property_is_the_message_id(
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = nats_stream
+    subject = f"s{tok}.id"
+    with ferrymq.Producer(nats_server.url) as p:
+        first = p.send_batch(
+            [Message(subject, b"%d" % i, properties={"Nats-Msg-Id": f"w{i}"}) for i in range(3)]
+        )
+        # a resend (e.g. a retried Spark task) is recognised by its id and not stored again
+        again = p.send(Message(subject, b"1", properties={"Nats-Msg-Id": "w1"}))
+    assert [r.message_id for r in first] == ["w0", "w1", "w2"]
+    assert [r.duplicate for r in first if isinstance(r, NatsSendReceipt)] == [False] * 3
+    assert isinstance(again, NatsSendReceipt)
+    assert (again.message_id, again.duplicate, again.sequence) == ("w1", True, 2)
+    got = read_stream(js, f"S{tok}", 3)
+    assert [(m.message_id, m.body) for m in got] == [("w0", b"0"), ("w1", b"1"), ("w2", b"2")]
+
+
 async def test_async_lifecycle_and_batch(
     nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:

@@ -1,9 +1,9 @@
 """The interface :class:`ferrymq.Producer` drives, whatever the protocol behind it.
 
-The native producers ``RocketMQProducer`` (RocketMQ 5), ``RemotingProducer``, ``JmqProducer``
-and ``NatsProducer`` all satisfy :class:`ProducerBackend`; mypy checks it where the facade picks
-one, so a backend whose methods drift from the others fails the type check instead of being
-cast over.
+The native producers ``RocketMQProducer`` (RocketMQ 5) and ``Producer`` (JMQ4, NATS and
+remoting, one class) both satisfy :class:`ProducerBackend`; mypy checks it where the facade
+picks one, so a backend whose methods drift from the other fails the type check instead of
+being cast over.
 """
 
 from __future__ import annotations

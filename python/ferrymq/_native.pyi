@@ -46,7 +46,7 @@ class _Received(_MessageFields):
 
 @type_check_only
 class _Produces:
-    # the produce path of RocketMQProducer, JmqProducer and NatsProducer
+    # the produce path of RocketMQProducer and Producer
     def produce(
         self, message: Message, on_delivery: Callable[..., object] | None = None
     ) -> None: ...
@@ -58,7 +58,7 @@ class _Produces:
 @disjoint_base
 class LazyClient:
     # the base class of the clients that connect on start() or on the first call that needs
-    # it (JmqProducer, NatsProducer, RemotingProducer, JetStream); the context managers start
+    # it (Producer, JetStream); the context managers start
     # and close them
     @property
     def endpoints(self) -> str: ...
@@ -142,20 +142,6 @@ class JmqSendReceipt:
     @property
     def broker_id(self) -> int: ...
 
-@disjoint_base
-class ProducerBase(LazyClient):
-    # what the JMQ4, NATS and remoting producers answer alike for ferrymq.Producer
-    def recall(self, topic: str, recall_handle: str) -> NoReturn: ...
-    def recall_async(self, topic: str, recall_handle: str) -> NoReturn: ...
-    @property
-    def client_id(self) -> str: ...
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def isolated_endpoints(self) -> list[str]: ...
-    @property
-    def settings(self) -> dict[str, Any]: ...
-
 @final
 class JmqOrphan:
     @property
@@ -179,41 +165,6 @@ class JmqTransaction:
     def __exit__(
         self, exc_type: object = None, _exc: object = None, _tb: object = None
     ) -> bool: ...
-
-@final
-class JmqProducer(ProducerBase, _Produces):
-    def __new__(
-        cls,
-        endpoints: str | None = None,
-        *,
-        app: str | None = None,
-        token: str | None = None,
-        region: str | None = None,
-        namespace: str | None = None,
-        qos: str = "replication",
-        compression: str = "zlib",
-        compress_threshold: int = 100,
-        max_attempts: int = 3,
-        send_timeout: float | timedelta = 5.0,
-        request_timeout: float | timedelta | None = 10.0,
-        max_body: int = 3145728,
-        transaction_timeout: float | timedelta = 600.0,
-        transaction_checker: Callable[..., object] | None = None,  # (JmqOrphan) -> resolution
-        transaction_topics: list[str] | None = None,
-        feedback_interval: float | timedelta = 5.0,
-        metadata_refresh: float | timedelta = 30.0,
-        client_ip: str | None = None,
-        max_pending: int = 65536,
-    ) -> JmqProducer: ...
-    def send(self, message: Message) -> JmqSendReceipt: ...
-    def send_async(self, message: Message) -> Awaitable[JmqSendReceipt]: ...
-    def send_batch(
-        self, messages: Iterable[Message], *, packed: bool = False
-    ) -> list[JmqSendReceipt]: ...
-    def send_batch_async(
-        self, messages: Iterable[Message], *, packed: bool = False
-    ) -> Awaitable[list[JmqSendReceipt]]: ...
-    def begin_transaction(self) -> JmqTransaction: ...
 
 @final
 class JmqServer:
@@ -724,28 +675,6 @@ class NatsSendReceipt:
     def __hash__(self) -> int: ...
 
 @final
-class NatsProducer(ProducerBase, _Produces):
-    def __new__(
-        cls,
-        endpoints: str | Sequence[str],
-        *,
-        user: str | None = None,
-        password: str | None = None,
-        token: str | None = None,
-        request_timeout: float | timedelta | None = 5.0,
-        max_pending: int = 65536,
-    ) -> NatsProducer: ...
-    def send(self, message: Message) -> NatsSendReceipt: ...
-    def send_async(self, message: Message) -> Awaitable[NatsSendReceipt]: ...
-    def send_batch(
-        self, messages: Iterable[Message], *, packed: bool = False
-    ) -> list[NatsSendReceipt]: ...
-    def send_batch_async(
-        self, messages: Iterable[Message], *, packed: bool = False
-    ) -> Awaitable[list[NatsSendReceipt]]: ...
-    def begin_transaction(self) -> NoReturn: ...
-
-@final
 class JetStream(LazyClient):
     def __new__(
         cls,
@@ -874,31 +803,73 @@ class OffsetReader:
         self, _exc_type: object = None, _exc: object = None, _tb: object = None
     ) -> bool: ...
 
+# --- the JMQ4, NATS and remoting producer (one class, one constructor function each) ---------
+
+_ProtocolReceipt = JmqSendReceipt | NatsSendReceipt | SendReceipt
+
 @final
-class RemotingProducer(ProducerBase):
-    def __new__(
-        cls,
-        endpoints: str | Sequence[str],
-        *,
-        credentials: Any = None,
-        namespace: str | None = None,
-        request_timeout: float | timedelta | None = None,
-        transaction_checker: object = None,
-    ) -> RemotingProducer: ...
-    def send(self, message: Message) -> SendReceipt: ...
-    def send_async(self, message: Message) -> Awaitable[SendReceipt]: ...
+class Producer(LazyClient, _Produces):
+    # made by jmq_producer, nats_producer or remoting_producer; receipts are the protocol's
+    # (remoting: SendReceipt); produce is refused over remoting, transactions but over JMQ4
+    def send(self, message: Message) -> _ProtocolReceipt: ...
+    def send_async(self, message: Message) -> Awaitable[_ProtocolReceipt]: ...
     def send_batch(
         self, messages: Iterable[Message], *, packed: bool = False
-    ) -> list[SendReceipt]: ...
+    ) -> list[_ProtocolReceipt]: ...
     def send_batch_async(
         self, messages: Iterable[Message], *, packed: bool = False
-    ) -> Awaitable[list[SendReceipt]]: ...
-    def produce(self, message: object, on_delivery: object = None) -> NoReturn: ...
-    def poll(self, timeout: float | timedelta = 0.0) -> int: ...
-    def flush(self, timeout: float | timedelta | None = None) -> int: ...
+    ) -> Awaitable[list[_ProtocolReceipt]]: ...
+    def begin_transaction(self) -> JmqTransaction: ...
+    def recall(self, topic: str, recall_handle: str) -> NoReturn: ...
+    def recall_async(self, topic: str, recall_handle: str) -> NoReturn: ...
     @property
-    def pending(self) -> int: ...
-    def begin_transaction(self) -> NoReturn: ...
+    def client_id(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def isolated_endpoints(self) -> list[str]: ...
+    @property
+    def settings(self) -> dict[str, Any]: ...
+
+def jmq_producer(
+    endpoints: str | None = None,
+    *,
+    app: str | None = None,
+    token: str | None = None,
+    region: str | None = None,
+    namespace: str | None = None,
+    qos: str = "replication",
+    compression: str = "zlib",
+    compress_threshold: int = 100,
+    max_attempts: int = 3,
+    send_timeout: float | timedelta = 5.0,
+    request_timeout: float | timedelta | None = 10.0,
+    max_body: int = 3145728,
+    transaction_timeout: float | timedelta = 600.0,
+    transaction_checker: Callable[..., object] | None = None,  # (JmqOrphan) -> resolution
+    transaction_topics: list[str] | None = None,
+    feedback_interval: float | timedelta = 5.0,
+    metadata_refresh: float | timedelta = 30.0,
+    client_ip: str | None = None,
+    max_pending: int = 65536,
+) -> Producer: ...
+def nats_producer(
+    endpoints: str | Sequence[str],
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    token: str | None = None,
+    request_timeout: float | timedelta | None = 5.0,
+    max_pending: int = 65536,
+) -> Producer: ...
+def remoting_producer(
+    endpoints: str | Sequence[str],
+    *,
+    credentials: Any = None,
+    namespace: str | None = None,
+    request_timeout: float | timedelta | None = None,
+    transaction_checker: object = None,
+) -> Producer: ...
 
 _QueueTuple = tuple[str, str, int]
 
@@ -950,20 +921,3 @@ class OffsetConsumer:
     def committed_async(self, queues: list[_QueueTuple]) -> Awaitable[list[int | None]]: ...
     def close(self) -> None: ...
     def close_async(self) -> Awaitable[None]: ...
-
-@final
-class NatsBatchPublisher:
-    def __new__(
-        cls,
-        endpoints: str,
-        *,
-        user: str | None = None,
-        password: str | None = None,
-        token: str | None = None,
-        connect_timeout: float | timedelta = 5.0,
-        request_timeout: float | timedelta = 5.0,
-    ) -> NatsBatchPublisher: ...
-    def publish_batch(
-        self, messages: Iterable[tuple[str, bytes, list[tuple[str, str]], str]]
-    ) -> int: ...
-    def close(self) -> None: ...

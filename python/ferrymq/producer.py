@@ -1,13 +1,14 @@
 """``ferrymq.Producer``: one publishing API over every backend.
 
 The backend is chosen from the endpoint scheme by :func:`ferrymq._endpoints.protocol_of` (the
-one resolver every class and the Spark source use), and is a native producer class:
+one resolver every class and the Spark source use), and is a native producer:
 plain ``host:port[;host:port]`` or ``rocketmq://`` (``rocketmqs://`` for TLS) selects RocketMQ 5
-(``_native.RocketMQProducer``); ``jmq://host:port`` selects JMQ4 (JoyQueue,
-``_native.JmqProducer``, which needs ``app`` and ``token``; a transaction takes its topic from
-its first message); ``remoting://host:port`` selects RocketMQ's classic remoting protocol
-through its name servers (``_native.RemotingProducer``: ``send``/``send_batch``, a batch in one
-request); ``nats://host:port`` publishes to NATS JetStream (``_native.NatsProducer``). Each
+(``_native.RocketMQProducer``); the other protocols share the one class ``_native.Producer``,
+made per protocol: ``jmq://host:port`` selects JMQ4 (JoyQueue, ``_native.jmq_producer``, which
+needs ``app`` and ``token``; a transaction takes its topic from its first message);
+``remoting://host:port`` selects RocketMQ's classic remoting protocol through its name servers
+(``_native.remoting_producer``: ``send``/``send_batch``, a batch in one request);
+``nats://host:port`` publishes to NATS JetStream (``_native.nats_producer``). Each
 satisfies :class:`ferrymq._backend.ProducerBackend`; receipts are :class:`ferrymq.Receipt`
 (narrow with ``isinstance`` to :class:`SendReceipt`, :class:`JmqSendReceipt` or
 :class:`NatsSendReceipt`).
@@ -28,7 +29,7 @@ from ._lifecycle import Lifecycle
 from ._native import Credentials, Message, MessageView, TlsConfig
 from ._nats import user_password
 from ._views import Receipt
-from .exceptions import FerryError, InvalidArgumentError
+from .exceptions import FerryError
 
 __all__ = ["DeliveryCallback", "Producer", "TransactionResolution"]
 
@@ -130,7 +131,7 @@ class Producer(Lifecycle):
                 ),
             )
             user, password = user_password(credentials)
-            self._impl = _native.NatsProducer(
+            self._impl = _native.nats_producer(
                 endpoints if isinstance(endpoints, str) else list(endpoints),
                 user=user,
                 password=password,
@@ -139,7 +140,7 @@ class Producer(Lifecycle):
                 max_pending=max_pending,
             )
         elif protocol == "jmq":
-            self._impl = _native.JmqProducer(
+            self._impl = _native.jmq_producer(
                 first_endpoint(endpoints),
                 app=app,
                 token=token,
@@ -152,7 +153,7 @@ class Producer(Lifecycle):
             )
         elif protocol == "remoting":
             # send/send_batch; produce, transactions and recall are refused by name.
-            self._impl = _native.RemotingProducer(
+            self._impl = _native.remoting_producer(
                 endpoints,
                 credentials=credentials,
                 namespace=namespace,
@@ -176,12 +177,8 @@ class Producer(Lifecycle):
             )
 
     def _publisher_target(self) -> object:
-        """The native client an :class:`ferrymq.AsyncPublisher` over this producer drives."""
-        if isinstance(self._impl, _native.RemotingProducer):
-            raise InvalidArgumentError(
-                "producer: AsyncPublisher does not publish over remoting://; use a gRPC "
-                "endpoint (host:port), jmq:// or nats://"
-            )
+        """The native client an :class:`ferrymq.AsyncPublisher` over this producer drives (it
+        refuses a remoting producer)."""
         return self._impl
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -271,7 +271,7 @@ class RemotingSink:
             "remoting-producer",
             c,
             (),
-            lambda: _native.RemotingProducer(
+            lambda: _native.remoting_producer(
                 c.endpoints,
                 credentials=c.credentials(),
                 namespace=c.namespace,
@@ -301,28 +301,32 @@ def _nats_identity(opts: dict[str, str]) -> tuple[Any, ...]:
 
 #: The header carrying the row's key (NATS messages have none).
 KEY_HEADER = "ferrymq-key"
+#: The header JetStream de-duplicates by (the producer publishes it as the message id).
+MSG_ID_HEADER = "Nats-Msg-Id"
 
 
 class NatsSink:
-    """Pipelined JetStream publishes; the write id is the ``Nats-Msg-Id``, so a retried task
-    is stored once within the stream's duplicate window."""
+    """Pipelined JetStream publishes with the NATS producer; the write id is the message's
+    ``Nats-Msg-Id``, so a retried task is stored once within the stream's duplicate window."""
 
     def __init__(self, cfg: SinkConfig) -> None:
         self.cfg = cfg
 
-    def _publisher(self) -> Any:
+    def _producer(self) -> Any:
         c = self.cfg
         opts = dict(c.extra)
-        key = ("nats-publisher", c.endpoints, *_nats_identity(opts))
+        key = ("nats-producer", c.endpoints, *_nats_identity(opts))
 
         def make() -> Any:
-            return _native.NatsBatchPublisher(
+            p = _native.nats_producer(
                 c.endpoints,
                 user=opts.get("user"),
                 password=opts.get("password"),
                 token=opts.get("token"),
                 request_timeout=c.request_timeout or 5.0,
             )
+            p.start()
+            return p
 
         return _cache.get_or_create(key, make)
 
@@ -333,11 +337,12 @@ class NatsSink:
 
         batch = []
         for m in messages:
-            headers = sorted(m.headers.items())
+            properties = dict(m.headers)
             if m.key is not None:
-                headers.append((KEY_HEADER, m.key.decode("utf-8", "surrogateescape")))
-            batch.append((m.topic, m.value, headers, m.write_id or uuid.uuid4().hex))
-        self._publisher().publish_batch(batch)
+                properties[KEY_HEADER] = m.key.decode("utf-8", "surrogateescape")
+            properties[MSG_ID_HEADER] = m.write_id or uuid.uuid4().hex
+            batch.append(_native.Message(m.topic, m.value, properties=properties))
+        self._producer().send_batch(batch)
 
 
 # --------------------------------------------------------------------------------------------
@@ -381,7 +386,7 @@ class JmqSink:
         timeout = self.cfg.request_timeout
 
         def make() -> Any:
-            p = _native.JmqProducer(
+            p = _native.jmq_producer(
                 settings.endpoint,
                 app=settings.app,
                 token=settings.token,

@@ -2,9 +2,9 @@
 //! of its Python class goes through: the blocking form releases the GIL
 //! (`RuntimeRef::block_on`), the asyncio form returns an awaitable (`future_into_py`); both
 //! connect first and fail with `ClientClosedError` after `close()`. Held by the JMQ4, NATS
-//! and remoting producers and `JetStream`, which extend `LazyClient`: their lifecycle methods
-//! (`start`, `close`, the context managers, `endpoints`, `started`, `closed`) are stated once
-//! there.
+//! and remoting producers (`_native.Producer`) and `JetStream`, which extend `LazyClient`:
+//! their lifecycle methods (`start`, `close`, the context managers, `endpoints`, `started`,
+//! `closed`) are stated once there.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -124,6 +124,17 @@ impl<C: Connect> Handle<C> {
         }
     }
 
+    /// `f(client)` once connected, as a future that owns what it needs.
+    pub(crate) fn run<T, F, Fut>(&self, f: F) -> BoxFuture<'static, Result<T, Error>>
+    where
+        F: FnOnce(C) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, Error>> + Send,
+        T: Send + 'static,
+    {
+        let s = Arc::clone(&self.state);
+        async move { f(s.get().await?).await }.boxed()
+    }
+
     /// `f(client)` with the GIL released.
     pub(crate) fn block<T, F, Fut>(&self, py: Python<'_>, f: F) -> PyResult<T>
     where
@@ -131,8 +142,7 @@ impl<C: Connect> Handle<C> {
         Fut: Future<Output = Result<T, Error>> + Send,
         T: Send + 'static,
     {
-        let s = Arc::clone(&self.state);
-        self.rt.block_on(py, async move { f(s.get().await?).await })
+        self.rt.block_on(py, self.run(f))
     }
 
     /// `f(client)` as an awaitable.
@@ -142,8 +152,7 @@ impl<C: Connect> Handle<C> {
         Fut: Future<Output = Result<T, Error>> + Send,
         T: for<'a> IntoPyObject<'a> + Send + 'static,
     {
-        let s = Arc::clone(&self.state);
-        future_into_py(py, self.rt, async move { f(s.get().await?).await })
+        future_into_py(py, self.rt, self.run(f))
     }
 
     /// The connected client, connecting now if needed.
@@ -196,8 +205,7 @@ impl<C: Connect + ProduceBackend> ProduceBackend for Handle<C> {
         &self,
         messages: Vec<Message>,
     ) -> BoxFuture<'static, Result<Vec<Result<C::Receipt, Error>>, Error>> {
-        let state = Arc::clone(&self.state);
-        async move { state.get().await?.send_chunk(messages).await }.boxed()
+        self.run(move |c| async move { c.send_chunk(messages).await })
     }
 }
 
@@ -269,7 +277,7 @@ impl<C: Connect, B: ProduceBackend> Lifecycle for (Handle<C>, Arc<Produce<B>>) {
     }
 }
 
-/// The base class of the JMQ4, NATS and remoting producers and `JetStream`: a client that
+/// The base class of `_native.Producer` (JMQ4, NATS, remoting) and `JetStream`: a client that
 /// connects on `start()` (or on the first call that needs it) and is closed once.
 #[pyclass(name = "LazyClient", module = "ferrymq._native", subclass, frozen)]
 pub struct LazyClient {

@@ -30,7 +30,7 @@ mod offset_reader;
 mod probe;
 mod produce;
 mod producer;
-mod producer_base;
+mod protocol_producer;
 mod publish_args;
 mod publisher;
 mod remoting;
@@ -69,7 +69,7 @@ mod _native {
     #[pymodule_export]
     use crate::durations::seconds;
     #[pymodule_export]
-    use crate::jmq::{JmqOrphan, JmqProducer, JmqServer, JmqTransaction, PyJmqSendReceipt};
+    use crate::jmq::{jmq_producer, JmqOrphan, JmqServer, JmqTransaction, PyJmqSendReceipt};
     #[pymodule_export]
     use crate::lazy::LazyClient;
     #[pymodule_export]
@@ -79,9 +79,7 @@ mod _native {
     #[pymodule_export]
     use crate::nats::{PyJetStream, PyStreamInfo};
     #[pymodule_export]
-    use crate::nats_batch::PyNatsBatchPublisher;
-    #[pymodule_export]
-    use crate::nats_producer::{NatsProducer, PyNatsSendReceipt};
+    use crate::nats_producer::{nats_producer, PyNatsSendReceipt};
     #[pymodule_export]
     use crate::offset_consumer::PyOffsetConsumer;
     #[pymodule_export]
@@ -91,13 +89,13 @@ mod _native {
     #[pymodule_export]
     use crate::producer::{PyProducer, PySendReceipt, PyTransaction};
     #[pymodule_export]
-    use crate::producer_base::ProducerBase;
+    use crate::protocol_producer::ProtocolProducer;
     #[pymodule_export]
     use crate::publish_args::PyPublishAck;
     #[pymodule_export]
     use crate::publisher::{PublisherCore, PyEventBatch, PyFlight};
     #[pymodule_export]
-    use crate::remoting::PyRemotingProducer;
+    use crate::remoting::remoting_producer;
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

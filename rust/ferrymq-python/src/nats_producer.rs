@@ -1,4 +1,4 @@
-//! `_native.NatsProducer` (what `ferrymq.Producer("nats://…")` constructs) and
+//! `_native.nats_producer` (what `ferrymq.Producer("nats://…")` calls) and
 //! `ferrymq.NatsSendReceipt`.
 //!
 //! A message is published with its topic as subject, its properties as headers and a fresh
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use ferrymq_core::nats::JetStream;
 use ferrymq_core::produce::ProduceBackend;
-use ferrymq_core::publisher::PublishAck;
+use ferrymq_core::publisher::{PublishAck, PublishBackend};
 use ferrymq_core::{Error, Message};
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -18,10 +18,8 @@ use pyo3::prelude::*;
 
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Handle, LazyClient};
-use crate::message::extract_message;
 use crate::produce::Produce;
-use crate::producer::extract_messages;
-use crate::producer_base::ProducerBase;
+use crate::protocol_producer::{Facts, Protocol, ProtocolProducer, Receipt};
 use crate::runtime::RuntimeRef;
 
 /// What JetStream answered for one message sent with `Producer("nats://…")`.
@@ -119,26 +117,13 @@ impl ProduceBackend for NatsSend {
 
 impl NatsSend {
     /// `messages` sent in order, their receipts in order; the first failure fails the call.
-    async fn send(&self, messages: Vec<Message>) -> Result<Vec<PyNatsSendReceipt>, Error> {
+    async fn send_all(&self, messages: Vec<Message>) -> Result<Vec<PyNatsSendReceipt>, Error> {
         self.send_chunk(messages).await?.into_iter().collect()
     }
-}
 
-fn receipt_to_py(py: Python<'_>, r: PyNatsSendReceipt) -> PyResult<Py<PyAny>> {
-    Ok(Py::new(py, r)?.into_any())
-}
-
-/// A JetStream producer; `ferrymq.Producer` constructs it for `nats://` endpoints.
-#[pyclass(name = "NatsProducer", module = "ferrymq._native", frozen, extends = ProducerBase)]
-pub struct NatsProducer {
-    send: NatsSend,
-    produce: Arc<Produce<NatsSend>>,
-}
-
-impl NatsProducer {
-    /// The connected client, for the managed publisher; refused before `start()`.
-    pub(crate) fn connected(&self) -> PyResult<JetStream> {
-        let h = &self.send.0;
+    /// The connected client; refused before `start()`.
+    fn connected(&self) -> PyResult<JetStream> {
+        let h = &self.0;
         if h.is_closed() {
             return Err(to_pyerr(Error::closed("the client is closed")));
         }
@@ -148,148 +133,95 @@ impl NatsProducer {
             ))
         })
     }
-
-    fn messages(&self, messages: &Bound<'_, PyAny>) -> PyResult<(NatsSend, Vec<Message>)> {
-        self.connected()?;
-        Ok((self.send.clone(), extract_messages(messages)?))
-    }
-
-    fn one(&self, message: &Bound<'_, PyAny>) -> PyResult<(NatsSend, Vec<Message>)> {
-        self.connected()?;
-        Ok((self.send.clone(), vec![extract_message(message)?]))
-    }
 }
 
-async fn first(s: NatsSend, m: Vec<Message>) -> Result<PyNatsSendReceipt, Error> {
-    s.send(m)
-        .await?
-        .pop()
-        .ok_or_else(|| Error::internal("a message got no ack"))
+fn receipt_to_py(py: Python<'_>, r: PyNatsSendReceipt) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, r)?.into_any())
 }
 
-#[pymethods]
-impl NatsProducer {
-    /// Check the arguments; `start()` connects.
-    #[new]
-    #[pyo3(signature = (endpoints, *, user=None, password=None, token=None, request_timeout=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints, *, user=None, password=None, token=None, request_timeout=5.0, max_pending=65536)")]
-    fn new(
-        endpoints: &Bound<'_, PyAny>,
-        user: Option<String>,
-        password: Option<String>,
-        token: Option<String>,
-        request_timeout: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
-    ) -> PyResult<PyClassInitializer<Self>> {
-        let rt = RuntimeRef::current()?;
-        let (opts, shown) = crate::nats::options(
-            endpoints,
-            None,
-            user,
-            password,
-            token,
-            None,
-            request_timeout,
-        )?;
-        let h = Handle::new(shown, opts, rt);
-        let send = NatsSend(h.clone());
-        let produce = Arc::new(Produce::new(send.clone(), max_pending, rt, receipt_to_py)?);
-        let facts = ProducerBase::new(
-            "nats",
-            "NATS JetStream has no delayed messages to recall",
-            String::new(),
-            String::new(),
-            vec![("endpoints", h.endpoint.clone())],
-        );
-        Ok(PyClassInitializer::from(LazyClient::producer(&h, &produce))
-            .add_subclass(facts)
-            .add_subclass(Self { send, produce }))
+/// A JetStream producer (`nats://host:port[,…]`); `ferrymq.Producer` makes it. The
+/// constructor checks the arguments; `start()` connects.
+#[pyfunction]
+#[pyo3(signature = (endpoints, *, user=None, password=None, token=None, request_timeout=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints, *, user=None, password=None, token=None, request_timeout=5.0, max_pending=65536)")]
+pub fn nats_producer(
+    py: Python<'_>,
+    endpoints: &Bound<'_, PyAny>,
+    user: Option<String>,
+    password: Option<String>,
+    token: Option<String>,
+    request_timeout: Option<&Bound<'_, PyAny>>,
+    #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
+) -> PyResult<Py<ProtocolProducer>> {
+    let rt = RuntimeRef::current()?;
+    let (opts, shown) = crate::nats::options(
+        endpoints,
+        None,
+        user,
+        password,
+        token,
+        None,
+        request_timeout,
+    )?;
+    let h = Handle::new(shown, opts, rt);
+    let send = NatsSend(h.clone());
+    let produce = Arc::new(Produce::new(send.clone(), max_pending, rt, receipt_to_py)?);
+    let facts = Facts {
+        protocol: "nats",
+        refused: "NATS JetStream has no delayed messages to recall",
+        client_id: String::new(),
+        namespace: String::new(),
+        shown: vec![("endpoints", h.endpoint.clone())],
+    };
+    let base = LazyClient::producer(&h, &produce);
+    ProtocolProducer::create(py, base, send, Some(produce), rt, facts)
+}
+
+/// `send` and `send_batch` publish in order and wait for the acks; no transactions.
+impl Protocol for NatsSend {
+    fn ready(&self) -> PyResult<()> {
+        self.connected().map(|_| ())
     }
 
-    /// Publish one message and wait for its ack.
-    fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<PyNatsSendReceipt> {
-        let (s, m) = self.one(message)?;
-        self.send.0.rt.block_on(py, first(s, m))
-    }
-
-    fn send_async<'py>(
-        &self,
-        py: Python<'py>,
-        message: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let (s, m) = self.one(message)?;
-        crate::aio::future_into_py(py, self.send.0.rt, first(s, m))
-    }
-
-    /// Publish `messages` in order and wait for their acks (`packed` changes nothing).
-    #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch(
-        &self,
-        py: Python<'_>,
-        messages: &Bound<'_, PyAny>,
-        packed: bool,
-    ) -> PyResult<Vec<PyNatsSendReceipt>> {
-        let _ = packed;
-        let (s, ms) = self.messages(messages)?;
-        self.send.0.rt.block_on(py, async move { s.send(ms).await })
-    }
-
-    #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch_async<'py>(
-        &self,
-        py: Python<'py>,
-        messages: &Bound<'py, PyAny>,
-        packed: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = packed;
-        let (s, ms) = self.messages(messages)?;
-        crate::aio::future_into_py(py, self.send.0.rt, async move { s.send(ms).await })
-    }
-
-    /// Queue `message` for a batched publish; `on_delivery(err, receipt)` runs later, on this
-    /// thread, inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are
-    /// pending.
-    #[pyo3(signature = (message, on_delivery=None))]
-    fn produce(
-        &self,
-        py: Python<'_>,
-        message: &Bound<'_, PyAny>,
-        on_delivery: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        let (_, mut m) = self.one(message)?;
-        self.produce.produce(py, m.remove(0), on_delivery)
-    }
-
-    /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
-    /// returns how many were reported.
-    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
-    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        self.produce.poll(py, timeout)
-    }
-
-    /// Wait until every produced message is reported (or `timeout` seconds pass), running the
-    /// callbacks here, then flush the connection if it is open; returns how many are pending.
-    #[pyo3(signature = (timeout=None))]
-    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let left = self.produce.flush(py, timeout)?;
-        if let Ok(js) = self.connected() {
-            self.send
-                .0
-                .rt
-                .block_on(py, async move { js.flush().await })?;
+    fn send(&self, m: Message) -> BoxFuture<'static, Result<Receipt, Error>> {
+        let s = self.clone();
+        async move {
+            let mut acks = s.send_all(vec![m]).await?;
+            let ack = acks
+                .pop()
+                .ok_or_else(|| Error::internal("a message got no ack"));
+            ack.map(Receipt::Nats)
         }
-        Ok(left)
+        .boxed()
     }
 
-    /// Messages produced and not yet reported.
-    #[getter]
-    fn pending(&self) -> usize {
-        self.produce.pending()
+    fn send_batch(&self, ms: Vec<Message>) -> BoxFuture<'static, Result<Vec<Receipt>, Error>> {
+        let s = self.clone();
+        async move {
+            Ok(s.send_all(ms)
+                .await?
+                .into_iter()
+                .map(Receipt::Nats)
+                .collect())
+        }
+        .boxed()
     }
 
-    fn begin_transaction(&self) -> PyResult<()> {
+    fn begin_transaction(&self, _py: Python<'_>) -> PyResult<Py<PyAny>> {
         Err(invalid(
             "begin_transaction",
             "NATS JetStream has no transactions",
         ))
+    }
+
+    /// Flush the connection too, if it is open.
+    fn flushed(&self, py: Python<'_>) -> PyResult<()> {
+        if let Ok(js) = self.connected() {
+            self.0.rt.block_on(py, async move { js.flush().await })?;
+        }
+        Ok(())
+    }
+
+    fn publish_backend(&self) -> PyResult<Arc<dyn PublishBackend>> {
+        Ok(Arc::new(self.connected()?))
     }
 }

@@ -19,6 +19,67 @@ const SLICE: Duration = Duration::from_millis(100);
 /// A receipt of the backend as the Python object its callbacks receive.
 pub type ToPy<R> = fn(Python<'_>, R) -> PyResult<Py<PyAny>>;
 
+/// `produce` / `poll` / `flush` / `pending`, whatever the backend (so one Python class can
+/// hold the produce path of any protocol).
+pub trait Produces: Send + Sync {
+    /// Queue `message`; `on_delivery(err, receipt)` runs later in `poll()` / `flush()`. Serves
+    /// reports while `max_pending` messages are unreported.
+    fn produce(
+        &self,
+        py: Python<'_>,
+        message: Message,
+        on_delivery: Option<Py<PyAny>>,
+    ) -> PyResult<()>;
+    /// `poll(timeout)`: run the callbacks of finished deliveries, waiting up to `timeout`
+    /// seconds for one; returns how many were reported.
+    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize>;
+    /// `flush(timeout)`: wait until every produced message is reported (or `timeout` seconds
+    /// pass), running the callbacks; returns how many are still pending.
+    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize>;
+    /// Messages produced and not yet reported.
+    fn pending(&self) -> usize;
+}
+
+impl<B: ProduceBackend> Produces for Produce<B> {
+    fn produce(
+        &self,
+        py: Python<'_>,
+        message: Message,
+        on_delivery: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        if let Some(cb) = &on_delivery {
+            if !cb.bind(py).is_callable() {
+                return Err(invalid("on_delivery", "must be callable"));
+            }
+        }
+        let (mut message, mut on_delivery) = (message, on_delivery);
+        loop {
+            match self.queue.push(message, on_delivery) {
+                Ok(()) => return Ok(()),
+                Err(Refused::Closed(e)) => return Err(to_pyerr(e)),
+                Err(Refused::Full(m, cb)) => {
+                    (message, on_delivery) = (*m, cb);
+                    self.serve(py, SLICE)?;
+                }
+            }
+        }
+    }
+
+    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let wait = durations::or("timeout", timeout, Lower::NonNegative, Duration::ZERO)?;
+        self.serve(py, wait)
+    }
+
+    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let t = durations::optional("timeout", timeout, Lower::NonNegative)?;
+        self.flush_for(py, t)
+    }
+
+    fn pending(&self) -> usize {
+        self.queue.pending()
+    }
+}
+
 /// The produce path of one client.
 pub struct Produce<B: ProduceBackend> {
     queue: ProduceQueue<B, Option<Py<PyAny>>>,
@@ -48,47 +109,7 @@ impl<B: ProduceBackend> Produce<B> {
         })
     }
 
-    /// Queue `message`; `on_delivery(err, receipt)` runs later in `poll()` / `flush()`. Serves
-    /// reports while `max_pending` messages are unreported.
-    pub fn produce(
-        &self,
-        py: Python<'_>,
-        message: Message,
-        on_delivery: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        if let Some(cb) = &on_delivery {
-            if !cb.bind(py).is_callable() {
-                return Err(invalid("on_delivery", "must be callable"));
-            }
-        }
-        let (mut message, mut on_delivery) = (message, on_delivery);
-        loop {
-            match self.queue.push(message, on_delivery) {
-                Ok(()) => return Ok(()),
-                Err(Refused::Closed(e)) => return Err(to_pyerr(e)),
-                Err(Refused::Full(m, cb)) => {
-                    (message, on_delivery) = (*m, cb);
-                    self.serve(py, SLICE)?;
-                }
-            }
-        }
-    }
-
-    /// `poll(timeout)`: run the callbacks of finished deliveries, waiting up to `timeout`
-    /// seconds for one; returns how many were reported.
-    pub fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let wait = durations::or("timeout", timeout, Lower::NonNegative, Duration::ZERO)?;
-        self.serve(py, wait)
-    }
-
-    /// `flush(timeout)`: wait until every produced message is reported (or `timeout` seconds
-    /// pass), running the callbacks; returns how many are still pending.
-    pub fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let t = durations::optional("timeout", timeout, Lower::NonNegative)?;
-        self.flush_for(py, t)
-    }
-
-    /// [`flush`](Self::flush) with the timeout converted (`None`: wait for all).
+    /// [`flush`](Produces::flush) with the timeout converted (`None`: wait for all).
     pub fn flush_for(&self, py: Python<'_>, timeout: Option<Duration>) -> PyResult<usize> {
         let deadline = timeout.map(|t| ferrymq_core::duration::deadline(Instant::now(), t));
         loop {
@@ -100,11 +121,6 @@ impl<B: ProduceBackend> Produce<B> {
                 return Ok(pending);
             }
         }
-    }
-
-    /// Messages produced and not yet reported.
-    pub fn pending(&self) -> usize {
-        self.queue.pending()
     }
 
     /// Refuse new messages; what is queued is still sent.

@@ -24,7 +24,7 @@ use crate::client_options::client_options;
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::message_view::PyMessageView;
-use crate::produce::Produce;
+use crate::produce::{Produce, Produces};
 use crate::runtime::RuntimeRef;
 
 /// Where a message went.

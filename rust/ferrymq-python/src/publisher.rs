@@ -269,14 +269,11 @@ impl PyEventBatch {
 
 /// Which native producer classes can back a publisher.
 fn backend_of(producer: &Bound<'_, PyAny>) -> PyResult<Arc<dyn PublishBackend>> {
-    if let Ok(p) = producer.cast::<crate::nats_producer::NatsProducer>() {
-        return Ok(Arc::new(p.get().connected()?));
+    if let Ok(p) = producer.cast::<crate::protocol_producer::ProtocolProducer>() {
+        return p.get().publish_backend();
     }
     if let Ok(p) = producer.cast::<crate::producer::PyProducer>() {
         return Ok(Arc::new(p.get().core().clone()));
-    }
-    if let Ok(p) = producer.cast::<crate::jmq::JmqProducer>() {
-        return Ok(Arc::new(p.get().publish_backend()));
     }
     Err(invalid(
         "producer",

@@ -1,26 +1,25 @@
-//! `_native.RemotingProducer` (what `ferrymq.Producer("remoting://…")` constructs) and the
+//! `_native.remoting_producer` (what `ferrymq.Producer("remoting://…")` calls) and the
 //! remoting client options: RocketMQ over the classic remoting protocol (name server +
 //! brokers). The producer sends batches in one request, each message with its own metadata;
 //! `produce`, transactions and recall are refused by name. The remoting reader is
 //! `OffsetReader.remoting` (`offset_reader.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use ferrymq_core::publisher::PublishBackend;
 use ferrymq_core::remoting::{BatchReceipt, RemotingClient, RemotingOptions};
 use ferrymq_core::rocketmq::endpoints::Endpoints;
 use ferrymq_core::rocketmq::producer::SendReceipt;
-use ferrymq_core::Message;
+use ferrymq_core::{Error, Message};
+use futures::future::BoxFuture;
 use pyo3::prelude::*;
 
-use ferrymq_core::Error;
-
 use crate::client_options::{extract_credentials, extract_duration, extract_endpoints};
-use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Connect, Handle, LazyClient};
-use crate::message::PyMessage;
-use crate::producer::{extract_messages, PySendReceipt};
-use crate::producer_base::ProducerBase;
+use crate::producer::PySendReceipt;
+use crate::protocol_producer::{Facts, Protocol, ProtocolProducer, Receipt};
 use crate::runtime::RuntimeRef;
 
 /// Default time a remoting request may take (the broker answers within milliseconds).
@@ -112,132 +111,69 @@ fn unsupported(what: &str) -> PyErr {
     invalid(what, REFUSED)
 }
 
-/// Sends over the remoting protocol: a batch travels in `SEND_BATCH_MESSAGE` requests, each
-/// message keeping its own keys, tag, properties and unique id.
-#[pyclass(name = "RemotingProducer", module = "ferrymq._native", frozen, extends = ProducerBase)]
-pub struct PyRemotingProducer {
-    h: Handle<RemotingClient>,
-}
-
-async fn send_batch(
-    c: RemotingClient,
-    msgs: Vec<Message>,
-) -> ferrymq_core::Result<Vec<PySendReceipt>> {
+async fn send_batch(c: RemotingClient, msgs: Vec<Message>) -> ferrymq_core::Result<Vec<Receipt>> {
     send_all(c, msgs)
         .await?
         .into_iter()
-        .map(|(r, t)| receipt(r, &t))
+        .map(|(r, t)| receipt(r, &t).map(Receipt::Remoting))
         .collect()
 }
 
-async fn send_one(c: RemotingClient, m: Message) -> ferrymq_core::Result<PySendReceipt> {
-    receipt(c.send(&m).await?, m.topic())
+/// A producer over the remoting protocol (`remoting://host:port[;host:port]`);
+/// `ferrymq.Producer` makes it. No produce path; transactions are refused by name.
+#[pyfunction]
+#[pyo3(signature = (endpoints, *, credentials=None, namespace=None, request_timeout=None, transaction_checker=None))]
+pub fn remoting_producer(
+    py: Python<'_>,
+    endpoints: &Bound<'_, PyAny>,
+    credentials: Option<&Bound<'_, PyAny>>,
+    namespace: Option<String>,
+    request_timeout: Option<&Bound<'_, PyAny>>,
+    transaction_checker: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<ProtocolProducer>> {
+    if transaction_checker.is_some_and(|c| !c.is_none()) {
+        return Err(unsupported("transaction_checker"));
+    }
+    let rt = RuntimeRef::current()?;
+    let options = options(endpoints, credentials, namespace, request_timeout)?;
+    let shown = options.endpoints.clone();
+    let _guard = rt.handle().enter();
+    let client = RemotingClient::new(options).map_err(to_pyerr)?;
+    let namespace = client.options().namespace.clone().unwrap_or_default();
+    let h: Handle<RemotingClient> = Handle::new(shown.clone(), client, rt);
+    let facts = Facts {
+        protocol: "remoting",
+        refused: REFUSED,
+        client_id: String::new(),
+        namespace,
+        shown: vec![("endpoints", shown)],
+    };
+    ProtocolProducer::create(py, LazyClient::of(&h), h, None, rt, facts)
 }
 
-#[pymethods]
-impl PyRemotingProducer {
-    #[new]
-    #[pyo3(signature = (endpoints, *, credentials=None, namespace=None, request_timeout=None, transaction_checker=None))]
-    fn new(
-        endpoints: &Bound<'_, PyAny>,
-        credentials: Option<&Bound<'_, PyAny>>,
-        namespace: Option<String>,
-        request_timeout: Option<&Bound<'_, PyAny>>,
-        transaction_checker: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<PyClassInitializer<Self>> {
-        if transaction_checker.is_some_and(|c| !c.is_none()) {
-            return Err(unsupported("transaction_checker"));
-        }
-        let rt = RuntimeRef::current()?;
-        let options = options(endpoints, credentials, namespace, request_timeout)?;
-        let shown = options.endpoints.clone();
-        let _guard = rt.handle().enter();
-        let client = RemotingClient::new(options).map_err(to_pyerr)?;
-        let namespace = client.options().namespace.clone().unwrap_or_default();
-        let h = Handle::new(shown.clone(), client, rt);
-        let facts = ProducerBase::new(
-            "remoting",
-            REFUSED,
-            String::new(),
-            namespace,
-            vec![("endpoints", shown)],
-        );
-        Ok(PyClassInitializer::from(LazyClient::of(&h))
-            .add_subclass(facts)
-            .add_subclass(Self { h }))
+/// A batch travels in `SEND_BATCH_MESSAGE` requests (one per topic), each message keeping its
+/// own keys, tag, properties and unique id; messages of a message group go to the group's
+/// queue, in order. Receipts are `ferrymq.SendReceipt`s.
+impl Protocol for Handle<RemotingClient> {
+    fn send(&self, m: Message) -> BoxFuture<'static, Result<Receipt, Error>> {
+        self.run(
+            move |c| async move { Ok(Receipt::Remoting(receipt(c.send(&m).await?, m.topic())?)) },
+        )
     }
 
-    /// Send one message; returns where it was stored.
-    fn send(&self, py: Python<'_>, message: PyRef<'_, PyMessage>) -> PyResult<PySendReceipt> {
-        let m = message.inner.clone();
-        self.h.block(py, move |c| send_one(c, m))
+    fn send_batch(&self, ms: Vec<Message>) -> BoxFuture<'static, Result<Vec<Receipt>, Error>> {
+        self.run(move |c| send_batch(c, ms))
     }
 
-    fn send_async<'py>(
-        &self,
-        py: Python<'py>,
-        message: PyRef<'_, PyMessage>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let m = message.inner.clone();
-        self.h.spawn(py, move |c| send_one(c, m))
-    }
-
-    /// Send many messages (of one or more topics) in batch requests; one receipt per message,
-    /// in order. Messages of a message group go to the group's queue, in order. A remoting
-    /// batch always packs many messages per request, each keeping its metadata: `packed`
-    /// changes nothing.
-    #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch(
-        &self,
-        py: Python<'_>,
-        messages: &Bound<'_, PyAny>,
-        packed: bool,
-    ) -> PyResult<Vec<PySendReceipt>> {
-        let _ = packed;
-        let msgs = extract_messages(messages)?;
-        self.h.block(py, move |c| send_batch(c, msgs))
-    }
-
-    #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch_async<'py>(
-        &self,
-        py: Python<'py>,
-        messages: &Bound<'_, PyAny>,
-        packed: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = packed;
-        let msgs = extract_messages(messages)?;
-        self.h.spawn(py, move |c| send_batch(c, msgs))
-    }
-
-    #[pyo3(signature = (message, on_delivery=None))]
-    fn produce(
-        &self,
-        message: &Bound<'_, PyAny>,
-        on_delivery: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let _ = (message, on_delivery);
-        Err(unsupported("produce"))
-    }
-
-    /// Nothing is ever produced here; the argument is still checked as everywhere.
-    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
-    fn poll(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        durations::optional("timeout", timeout, Lower::NonNegative)?;
-        Ok(0)
-    }
-
-    #[pyo3(signature = (timeout=None))]
-    fn flush(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        self.poll(timeout)
-    }
-
-    #[getter]
-    fn pending(&self) -> usize {
-        0
-    }
-
-    fn begin_transaction(&self) -> PyResult<()> {
+    fn begin_transaction(&self, _py: Python<'_>) -> PyResult<Py<PyAny>> {
         Err(unsupported("begin_transaction"))
+    }
+
+    fn publish_backend(&self) -> PyResult<Arc<dyn PublishBackend>> {
+        Err(invalid(
+            "producer",
+            "AsyncPublisher does not publish over remoting://; use a gRPC endpoint \
+             (host:port), jmq:// or nats://",
+        ))
     }
 }

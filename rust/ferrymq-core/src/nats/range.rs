@@ -8,13 +8,10 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use super::consumer::{DeliverPolicy, PullConsumerConfig};
 use super::JetStream;
 use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
 use crate::error::{Error, Result};
-use crate::publisher::PublishOptions;
 use crate::range::RangeSource;
 
 /// The header carrying the message key written by the Spark sink (NATS has no key).
@@ -30,46 +27,6 @@ const FETCH_WAIT: Duration = Duration::from_secs(2);
 const FILTERED_WAIT: Duration = Duration::from_millis(200);
 /// Consecutive empty fetches tolerated below `end` without a filter.
 const MAX_EMPTY_FETCHES: u32 = 5;
-
-/// One message for [`JetStream::publish_batch`].
-#[derive(Debug, Clone)]
-pub struct BatchMessage {
-    /// Subject.
-    pub subject: String,
-    /// Payload.
-    pub body: Bytes,
-    /// Headers, in order.
-    pub headers: Vec<(String, String)>,
-    /// `Nats-Msg-Id` (de-duplicated by the stream within its duplicate window).
-    pub message_id: String,
-}
-
-impl JetStream {
-    /// Publish every message at once (pipelined) and wait for every JetStream ack. Fails with
-    /// the first error; messages are stored at least once (retries with the same message id
-    /// are de-duplicated by the stream).
-    pub async fn publish_batch(&self, messages: Vec<BatchMessage>) -> Result<usize> {
-        let options = PublishOptions::default();
-        let mut acks = Vec::with_capacity(messages.len());
-        for m in &messages {
-            acks.push(
-                self.send_raw(
-                    &m.subject,
-                    &m.message_id,
-                    &m.headers,
-                    m.body.clone(),
-                    &options,
-                )
-                .await?,
-            );
-        }
-        let n = acks.len();
-        for r in futures::future::join_all(acks).await {
-            r?;
-        }
-        Ok(n)
-    }
-}
 
 /// The only partition of a stream (a stream is one total order).
 pub const STREAM_PARTITION: &str = "0";

@@ -1,7 +1,9 @@
 //! [`ProduceBackend`] for the three producers: RocketMQ 5 (one `SendMessage` per message, many
 //! in flight), JMQ4 (one batch `PRODUCE_MESSAGE` per chunk) and NATS JetStream (one publish
-//! per message with a fresh `Nats-Msg-Id`, in order on the connection, acks awaited together).
+//! per message with its `Nats-Msg-Id` property or a fresh one, in order on the connection, acks
+//! awaited together).
 
+use async_nats::header::NATS_MESSAGE_ID;
 use futures::future::{join_all, BoxFuture};
 use futures::FutureExt;
 
@@ -53,7 +55,12 @@ impl ProduceBackend for JetStream {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
-                let id = nuid::next().to_string();
+                // A `Nats-Msg-Id` property names the message (a resend is then de-duplicated by
+                // the stream); without one the message gets a fresh id.
+                let id = match m.properties().get(NATS_MESSAGE_ID.as_ref() as &str) {
+                    Some(id) => id.clone(),
+                    None => nuid::next().to_string(),
+                };
                 acks.push(
                     js.send_raw(m.topic(), &id, &headers, m.body().clone(), &options)
                         .await,

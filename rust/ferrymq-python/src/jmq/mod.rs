@@ -1,4 +1,4 @@
-//! JMQ4 (JoyQueue) classes: `JmqProducer` (behind `ferrymq.Producer`), `JmqTransaction`,
+//! JMQ4 (JoyQueue) classes: the producer (behind `ferrymq.Producer`), `JmqTransaction`,
 //! their results, and
 //! `JmqServer` (the embedded JMQ4 server used by `ferrymq.testing`).
 //!
@@ -6,7 +6,7 @@
 //! asyncio form (`*_async`, through `future_into_py`). Clients connect lazily on first use, or
 //! eagerly with `start()` / `start_async()` (also called by the context managers).
 //!
-//! One file per concern: `producer.rs` (`JmqProducer`, `JmqTransaction`, `JmqOrphan`,
+//! One file per concern: `producer.rs` (`jmq_producer`, `JmqTransaction`, `JmqOrphan`,
 //! `JmqSendReceipt`), `server.rs` (`JmqServer`); the argument helpers are here, with how the
 //! client connects lazily (`crate::lazy`). Consuming is `ferrymq.SimpleConsumer` /
 //! `ferrymq.PushConsumer`.
@@ -119,5 +119,5 @@ fn endpoints_arg(
     text(field, s)
 }
 
-pub use producer::{JmqOrphan, JmqProducer, JmqTransaction, PyJmqSendReceipt};
+pub use producer::{jmq_producer, JmqOrphan, JmqTransaction, PyJmqSendReceipt};
 pub use server::JmqServer;

@@ -1,4 +1,4 @@
-//! `_native.JmqProducer` (what `ferrymq.Producer("jmq://…")` constructs), its transactions
+//! `_native.jmq_producer` (what `ferrymq.Producer("jmq://…")` calls), its transactions
 //! (`_native.JmqTransaction`, on the topic of their first message), the orphans its checker is
 //! asked about (`_native.JmqOrphan`) and `ferrymq.JmqSendReceipt`.
 
@@ -19,16 +19,18 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use tokio::sync::OnceCell;
 
+use ferrymq_core::publisher::PublishBackend;
+use futures::future::BoxFuture;
+
 use crate::durations;
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Handle, LazyClient};
+use crate::message::extract_message;
 use crate::produce::Produce;
-use crate::producer_base::ProducerBase;
+use crate::protocol_producer::{Facts, Protocol, ProtocolProducer, Receipt};
 use crate::runtime::RuntimeRef;
 
 use super::{cluster_options, endpoints_arg};
-use crate::message::extract_message;
-use crate::producer::extract_messages;
 
 /// Where a message was stored.
 #[pyclass(
@@ -79,10 +81,10 @@ impl PyJmqSendReceipt {
     }
 }
 
-fn receipts(v: Vec<SendReceipt>) -> Vec<PyJmqSendReceipt> {
-    v.into_iter()
-        .map(|inner| PyJmqSendReceipt { inner })
-        .collect()
+impl From<SendReceipt> for PyJmqSendReceipt {
+    fn from(inner: SendReceipt) -> Self {
+        Self { inner }
+    }
 }
 
 /// An expired JMQ4 transaction offered to the transaction checker.
@@ -129,7 +131,7 @@ fn receipt_to_py(py: Python<'_>, inner: SendReceipt) -> PyResult<Py<PyAny>> {
 }
 
 /// The managed publisher drives a JMQ4 producer through its lazily connected client.
-impl ferrymq_core::publisher::PublishBackend for Handle<CoreProducer> {
+impl PublishBackend for Handle<CoreProducer> {
     fn send(
         &self,
         flight: &Arc<ferrymq_core::publisher::Flight>,
@@ -151,215 +153,128 @@ impl ferrymq_core::publisher::PublishBackend for Handle<CoreProducer> {
     }
 }
 
-/// A JMQ4 producer (`jmq://host:port`); `ferrymq.Producer` constructs it. `start()` connects (bootstrap + ADD_CONNECTION),
-/// failing fast on a wrong address, app or token; `close()` flushes produced messages (running
-/// their callbacks), then REMOVE_PRODUCER and REMOVE_CONNECTION, then the sockets.
-#[pyclass(module = "ferrymq._native", frozen, extends = ProducerBase)]
-pub struct JmqProducer {
-    h: Handle<CoreProducer>,
-    produce: Arc<Produce<Handle<CoreProducer>>>,
+/// A JMQ4 producer (`jmq://host:port`); `ferrymq.Producer` makes it. `start()` connects
+/// (bootstrap + ADD_CONNECTION), failing fast on a wrong address, app or token; `close()`
+/// flushes produced messages (running their callbacks), then REMOVE_PRODUCER and
+/// REMOVE_CONNECTION, then the sockets.
+#[pyfunction]
+#[pyo3(signature = (endpoints=None, *, app=None, token=None, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=None, request_timeout=None, max_body=3145728, transaction_timeout=None, transaction_checker=None, transaction_topics=None, feedback_interval=None, metadata_refresh=None, client_ip=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints=None, *, app=None, token=None, region=None, namespace=None, qos=\"replication\", compression=\"zlib\", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None, max_pending=65536)")]
+#[allow(clippy::too_many_arguments)]
+pub fn jmq_producer(
+    py: Python<'_>,
+    endpoints: Option<&Bound<'_, PyAny>>,
+    app: Option<String>,
+    token: Option<String>,
+    region: Option<String>,
+    namespace: Option<String>,
+    qos: &str,
+    compression: &str,
+    #[pyo3(from_py_with = crate::ints::compress_threshold)] compress_threshold: usize,
+    #[pyo3(from_py_with = crate::ints::max_attempts)] max_attempts: u32,
+    send_timeout: Option<&Bound<'_, PyAny>>,
+    request_timeout: Option<&Bound<'_, PyAny>>,
+    #[pyo3(from_py_with = crate::ints::max_body)] max_body: usize,
+    transaction_timeout: Option<&Bound<'_, PyAny>>,
+    transaction_checker: Option<Py<PyAny>>,
+    transaction_topics: Option<Vec<String>>,
+    feedback_interval: Option<&Bound<'_, PyAny>>,
+    metadata_refresh: Option<&Bound<'_, PyAny>>,
+    client_ip: Option<String>,
+    #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
+) -> PyResult<Py<ProtocolProducer>> {
+    let endpoint = &endpoints_arg(py, endpoints, None)?;
+    let needs = "a jmq:// endpoint needs app= and token=";
+    let app = app
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| invalid("app", needs))?;
+    let token = token
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| invalid("token", needs))?;
+    let cluster = cluster_options(
+        endpoint,
+        app,
+        token,
+        region,
+        namespace,
+        client_ip,
+        request_timeout,
+        metadata_refresh,
+    )?;
+    if max_attempts == 0 {
+        return Err(invalid("max_attempts", "must be at least 1"));
+    }
+    if let Some(cb) = &transaction_checker {
+        if !Python::attach(|py| cb.bind(py).is_callable()) {
+            return Err(invalid("transaction_checker", "must be callable"));
+        }
+    }
+    let options = ProducerOptions {
+        qos: QosLevel::parse(qos).map_err(to_pyerr)?,
+        compression: Compression::parse(compression).map_err(to_pyerr)?,
+        compress_threshold,
+        max_attempts,
+        send_timeout: durations::timeout_or("send_timeout", send_timeout, Duration::from_secs(5))?,
+        max_body,
+        transaction_timeout: durations::timeout_or(
+            "transaction_timeout",
+            transaction_timeout,
+            Duration::from_secs(600),
+        )?,
+        feedback_interval: durations::timeout_or(
+            "feedback_interval",
+            feedback_interval,
+            Duration::from_secs(5),
+        )?,
+        checker: transaction_checker.map(python_checker),
+        transaction_topics: transaction_topics.unwrap_or_default(),
+    };
+    let h: Handle<CoreProducer> = Handle::new(
+        endpoint.to_string(),
+        (cluster, options),
+        RuntimeRef::current()?,
+    );
+    let produce = Arc::new(Produce::new(h.clone(), max_pending, h.rt, receipt_to_py)?);
+    let connect = &h.state.options.0.connect;
+    let facts = Facts {
+        protocol: "jmq4",
+        refused: "JMQ4 has no delayed messages to recall",
+        client_id: format!("jmq:{}", connect.app),
+        namespace: connect.namespace.clone().unwrap_or_default(),
+        shown: vec![
+            ("endpoint", h.endpoint.clone()),
+            ("app", connect.app.clone()),
+        ],
+    };
+    let base = LazyClient::producer(&h, &produce);
+    ProtocolProducer::create(py, base, h.clone(), Some(produce), h.rt, facts)
 }
 
-impl JmqProducer {
-    /// This producer as a backend of the managed publisher.
-    pub(crate) fn publish_backend(&self) -> Handle<CoreProducer> {
-        self.h.clone()
-    }
-}
-
-#[pymethods]
-impl JmqProducer {
-    #[new]
-    #[pyo3(signature = (endpoints=None, *, app=None, token=None, region=None, namespace=None, qos="replication", compression="zlib", compress_threshold=100, max_attempts=3, send_timeout=None, request_timeout=None, max_body=3145728, transaction_timeout=None, transaction_checker=None, transaction_topics=None, feedback_interval=None, metadata_refresh=None, client_ip=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING), text_signature = "(endpoints=None, *, app=None, token=None, region=None, namespace=None, qos=\"replication\", compression=\"zlib\", compress_threshold=100, max_attempts=3, send_timeout=5.0, request_timeout=10.0, max_body=3145728, transaction_timeout=600.0, transaction_checker=None, transaction_topics=None, feedback_interval=5.0, metadata_refresh=30.0, client_ip=None, max_pending=65536)")]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        endpoints: Option<&Bound<'_, PyAny>>,
-        app: Option<String>,
-        token: Option<String>,
-        region: Option<String>,
-        namespace: Option<String>,
-        qos: &str,
-        compression: &str,
-        #[pyo3(from_py_with = crate::ints::compress_threshold)] compress_threshold: usize,
-        #[pyo3(from_py_with = crate::ints::max_attempts)] max_attempts: u32,
-        send_timeout: Option<&Bound<'_, PyAny>>,
-        request_timeout: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = crate::ints::max_body)] max_body: usize,
-        transaction_timeout: Option<&Bound<'_, PyAny>>,
-        transaction_checker: Option<Py<PyAny>>,
-        transaction_topics: Option<Vec<String>>,
-        feedback_interval: Option<&Bound<'_, PyAny>>,
-        metadata_refresh: Option<&Bound<'_, PyAny>>,
-        client_ip: Option<String>,
-        #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
-    ) -> PyResult<PyClassInitializer<Self>> {
-        let endpoint = &endpoints_arg(py, endpoints, None)?;
-        let needs = "a jmq:// endpoint needs app= and token=";
-        let app = app
-            .filter(|a| !a.is_empty())
-            .ok_or_else(|| invalid("app", needs))?;
-        let token = token
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| invalid("token", needs))?;
-        let cluster = cluster_options(
-            endpoint,
-            app,
-            token,
-            region,
-            namespace,
-            client_ip,
-            request_timeout,
-            metadata_refresh,
-        )?;
-        if max_attempts == 0 {
-            return Err(invalid("max_attempts", "must be at least 1"));
-        }
-        if let Some(cb) = &transaction_checker {
-            if !Python::attach(|py| cb.bind(py).is_callable()) {
-                return Err(invalid("transaction_checker", "must be callable"));
-            }
-        }
-        let options = ProducerOptions {
-            qos: QosLevel::parse(qos).map_err(to_pyerr)?,
-            compression: Compression::parse(compression).map_err(to_pyerr)?,
-            compress_threshold,
-            max_attempts,
-            send_timeout: durations::timeout_or(
-                "send_timeout",
-                send_timeout,
-                Duration::from_secs(5),
-            )?,
-            max_body,
-            transaction_timeout: durations::timeout_or(
-                "transaction_timeout",
-                transaction_timeout,
-                Duration::from_secs(600),
-            )?,
-            feedback_interval: durations::timeout_or(
-                "feedback_interval",
-                feedback_interval,
-                Duration::from_secs(5),
-            )?,
-            checker: transaction_checker.map(python_checker),
-            transaction_topics: transaction_topics.unwrap_or_default(),
-        };
-        let h: Handle<CoreProducer> = Handle::new(
-            endpoint.to_string(),
-            (cluster, options),
-            RuntimeRef::current()?,
-        );
-        let produce = Arc::new(Produce::new(h.clone(), max_pending, h.rt, receipt_to_py)?);
-        let connect = &h.state.options.0.connect;
-        let facts = ProducerBase::new(
-            "jmq4",
-            "JMQ4 has no delayed messages to recall",
-            format!("jmq:{}", connect.app),
-            connect.namespace.clone().unwrap_or_default(),
-            vec![
-                ("endpoint", h.endpoint.clone()),
-                ("app", connect.app.clone()),
-            ],
-        );
-        Ok(PyClassInitializer::from(LazyClient::producer(&h, &produce))
-            .add_subclass(facts)
-            .add_subclass(Self { h, produce }))
+/// Single and batch sends: one batch per topic, one request per leader broker, each message
+/// keeping its businessId. A transaction takes the topic of its first message (PREPARE is sent
+/// with that message, under a fresh transaction id the checker is told about if it expires
+/// unresolved).
+impl Protocol for Handle<CoreProducer> {
+    fn send(&self, m: Message) -> BoxFuture<'static, Result<Receipt, Error>> {
+        self.run(move |p| async move { Ok(Receipt::Jmq(p.send(&m).await?.into())) })
     }
 
-    /// Send one message.
-    fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<PyJmqSendReceipt> {
-        let m = extract_message(message)?;
-        self.h.block(py, move |p| async move {
-            let inner = p.send(&m).await?;
-            Ok(PyJmqSendReceipt { inner })
+    fn send_batch(&self, ms: Vec<Message>) -> BoxFuture<'static, Result<Vec<Receipt>, Error>> {
+        self.run(move |p| async move {
+            let sent = p.send_batch(&ms).await?;
+            Ok(sent.into_iter().map(|r| Receipt::Jmq(r.into())).collect())
         })
     }
 
-    /// Async form of `send`.
-    fn send_async<'py>(
-        &self,
-        py: Python<'py>,
-        message: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let m = extract_message(message)?;
-        self.h.spawn(py, move |p| async move {
-            let inner = p.send(&m).await?;
-            Ok(PyJmqSendReceipt { inner })
-        })
-    }
-
-    /// Send several messages at once: one batch per topic, one request per leader broker,
-    /// each message keeping its businessId (so `packed` changes nothing).
-    #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch(
-        &self,
-        py: Python<'_>,
-        messages: &Bound<'_, PyAny>,
-        packed: bool,
-    ) -> PyResult<Vec<PyJmqSendReceipt>> {
-        let _ = packed;
-        let ms = extract_messages(messages)?;
-        self.h.block(py, move |p| async move {
-            Ok(receipts(p.send_batch(&ms).await?))
-        })
-    }
-
-    /// Async form of `send_batch`.
-    #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch_async<'py>(
-        &self,
-        py: Python<'py>,
-        messages: &Bound<'py, PyAny>,
-        packed: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = packed;
-        let ms = extract_messages(messages)?;
-        self.h.spawn(py, move |p| async move {
-            Ok(receipts(p.send_batch(&ms).await?))
-        })
-    }
-
-    /// Queue `message` for a batched send; `on_delivery(err, receipt)` runs later, on this
-    /// thread, inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are
-    /// pending.
-    #[pyo3(signature = (message, on_delivery=None))]
-    fn produce(
-        &self,
-        py: Python<'_>,
-        message: &Bound<'_, PyAny>,
-        on_delivery: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        let m = extract_message(message)?;
-        self.produce.produce(py, m, on_delivery)
-    }
-
-    /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
-    /// returns how many were reported.
-    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
-    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        self.produce.poll(py, timeout)
-    }
-
-    /// Wait until every produced message is reported (or `timeout` seconds pass), running the
-    /// callbacks here; returns how many are still pending.
-    #[pyo3(signature = (timeout=None))]
-    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        self.produce.flush(py, timeout)
-    }
-
-    /// Messages produced and not yet reported.
-    #[getter]
-    fn pending(&self) -> usize {
-        self.produce.pending()
-    }
-
-    /// A transaction on the topic of its first message (PREPARE is sent with that message,
-    /// under a fresh transaction id the checker is told about if it expires unresolved).
-    fn begin_transaction(&self) -> JmqTransaction {
-        JmqTransaction {
-            h: self.h.clone(),
+    fn begin_transaction(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let tx = JmqTransaction {
+            h: self.clone(),
             state: Arc::default(),
-        }
+        };
+        Ok(Py::new(py, tx)?.into_any())
+    }
+
+    fn publish_backend(&self) -> PyResult<Arc<dyn PublishBackend>> {
+        Ok(Arc::new(self.clone()))
     }
 }
 
@@ -454,7 +369,13 @@ impl JmqTransaction {
     /// Receipts of the messages sent so far.
     #[getter]
     fn receipts(&self) -> Vec<PyJmqSendReceipt> {
-        receipts(self.state.receipts.lock().clone())
+        self.state
+            .receipts
+            .lock()
+            .iter()
+            .cloned()
+            .map(Into::into)
+            .collect()
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {

@@ -1,0 +1,257 @@
+//! `_native.Producer`: the one native producer class behind `ferrymq.Producer` for JMQ4, NATS
+//! JetStream and RocketMQ remoting. Its Python methods are stated once here over a
+//! [`Protocol`], which each protocol's file implements next to its constructor function
+//! (`jmq_producer`, `nats_producer`, `remoting_producer`: their options differ). The lifecycle
+//! comes from `LazyClient`, `produce` / `poll` / `flush` from `produce.rs`.
+
+use std::sync::Arc;
+
+use ferrymq_core::publisher::PublishBackend;
+use ferrymq_core::{Error, Message};
+use futures::future::BoxFuture;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::aio::future_into_py;
+use crate::durations::{self, Lower};
+use crate::errors::invalid;
+use crate::jmq::PyJmqSendReceipt;
+use crate::lazy::LazyClient;
+use crate::message::extract_message;
+use crate::nats_producer::PyNatsSendReceipt;
+use crate::produce::Produces;
+use crate::producer::{extract_messages, PySendReceipt};
+use crate::runtime::RuntimeRef;
+
+/// Where a message was stored, as the protocol tells it.
+#[derive(IntoPyObject)]
+pub(crate) enum Receipt {
+    Jmq(PyJmqSendReceipt),
+    Nats(PyNatsSendReceipt),
+    Remoting(PySendReceipt),
+}
+
+/// What one protocol's producer does behind `_native.Producer`.
+pub(crate) trait Protocol: Send + Sync + 'static {
+    /// Refuse sending now, before the arguments are looked at (NATS before `start()`).
+    fn ready(&self) -> PyResult<()> {
+        Ok(())
+    }
+    fn send(&self, message: Message) -> BoxFuture<'static, Result<Receipt, Error>>;
+    /// One receipt per message, in order.
+    fn send_batch(&self, messages: Vec<Message>)
+        -> BoxFuture<'static, Result<Vec<Receipt>, Error>>;
+    /// A transaction of this protocol, or the error saying it has none.
+    fn begin_transaction(&self, py: Python<'_>) -> PyResult<Py<PyAny>>;
+    /// Called by `flush` once the produced messages are reported.
+    fn flushed(&self, py: Python<'_>) -> PyResult<()> {
+        let _ = py;
+        Ok(())
+    }
+    /// This producer as the backend of a managed publisher.
+    fn publish_backend(&self) -> PyResult<Arc<dyn PublishBackend>>;
+}
+
+/// The facts of one producer that `settings`, `repr` and the refusals show.
+pub(crate) struct Facts {
+    /// `jmq4`, `nats` or `remoting`.
+    pub(crate) protocol: &'static str,
+    /// Why `recall` (and `produce`, where there is no produce path) is refused.
+    pub(crate) refused: &'static str,
+    pub(crate) client_id: String,
+    pub(crate) namespace: String,
+    /// What `settings` and `repr` show besides the protocol, e.g. `("endpoints", …)`.
+    pub(crate) shown: Vec<(&'static str, String)>,
+}
+
+/// A JMQ4, NATS or remoting producer; made by the protocol's constructor function.
+#[pyclass(name = "Producer", module = "ferrymq._native", frozen, extends = LazyClient)]
+pub struct ProtocolProducer {
+    protocol: Box<dyn Protocol>,
+    /// `None`: `produce` is refused (remoting).
+    produce: Option<Arc<dyn Produces>>,
+    rt: RuntimeRef,
+    facts: Facts,
+}
+
+impl ProtocolProducer {
+    /// The Python object over `base` (the lifecycle, see `LazyClient::producer`).
+    pub(crate) fn create(
+        py: Python<'_>,
+        base: LazyClient,
+        protocol: impl Protocol,
+        produce: Option<Arc<dyn Produces>>,
+        rt: RuntimeRef,
+        facts: Facts,
+    ) -> PyResult<Py<Self>> {
+        let me = Self {
+            protocol: Box::new(protocol),
+            produce,
+            rt,
+            facts,
+        };
+        Py::new(py, PyClassInitializer::from(base).add_subclass(me))
+    }
+
+    /// This producer as the backend of a managed publisher.
+    pub(crate) fn publish_backend(&self) -> PyResult<Arc<dyn PublishBackend>> {
+        self.protocol.publish_backend()
+    }
+
+    fn one(
+        &self,
+        message: &Bound<'_, PyAny>,
+    ) -> PyResult<BoxFuture<'static, Result<Receipt, Error>>> {
+        self.protocol.ready()?;
+        Ok(self.protocol.send(extract_message(message)?))
+    }
+
+    fn many(
+        &self,
+        messages: &Bound<'_, PyAny>,
+    ) -> PyResult<BoxFuture<'static, Result<Vec<Receipt>, Error>>> {
+        self.protocol.ready()?;
+        Ok(self.protocol.send_batch(extract_messages(messages)?))
+    }
+}
+
+#[pymethods]
+impl ProtocolProducer {
+    /// Send one message; returns where it was stored.
+    fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Receipt> {
+        self.rt.block_on(py, self.one(message)?)
+    }
+
+    /// Async form of `send`.
+    fn send_async<'py>(
+        &self,
+        py: Python<'py>,
+        message: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        future_into_py(py, self.rt, self.one(message)?)
+    }
+
+    /// Send many messages; one receipt per message, in order, each message keeping its own
+    /// metadata (these protocols batch without merging messages: `packed` changes nothing).
+    #[pyo3(signature = (messages, *, packed=false))]
+    fn send_batch(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+        packed: bool,
+    ) -> PyResult<Vec<Receipt>> {
+        let _ = packed;
+        self.rt.block_on(py, self.many(messages)?)
+    }
+
+    /// Async form of `send_batch`.
+    #[pyo3(signature = (messages, *, packed=false))]
+    fn send_batch_async<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+        packed: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = packed;
+        future_into_py(py, self.rt, self.many(messages)?)
+    }
+
+    /// Queue `message` for a batched send; `on_delivery(err, receipt)` runs later, on this
+    /// thread, inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are
+    /// pending.
+    #[pyo3(signature = (message, on_delivery=None))]
+    fn produce(
+        &self,
+        py: Python<'_>,
+        message: &Bound<'_, PyAny>,
+        on_delivery: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let p = self
+            .produce
+            .as_ref()
+            .ok_or_else(|| invalid("produce", self.facts.refused))?;
+        self.protocol.ready()?;
+        p.produce(py, extract_message(message)?, on_delivery)
+    }
+
+    /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
+    /// returns how many were reported.
+    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
+    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        match &self.produce {
+            Some(p) => p.poll(py, timeout),
+            None => nothing_produced(timeout),
+        }
+    }
+
+    /// Wait until every produced message is reported (or `timeout` seconds pass), running the
+    /// callbacks here; returns how many are still pending.
+    #[pyo3(signature = (timeout=None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let Some(p) = &self.produce else {
+            return nothing_produced(timeout);
+        };
+        let left = p.flush(py, timeout)?;
+        self.protocol.flushed(py)?;
+        Ok(left)
+    }
+
+    /// Messages produced and not yet reported.
+    #[getter]
+    fn pending(&self) -> usize {
+        self.produce.as_ref().map_or(0, |p| p.pending())
+    }
+
+    fn begin_transaction(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.protocol.begin_transaction(py)
+    }
+
+    fn recall(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
+        let _ = (topic, recall_handle);
+        Err(invalid("recall", self.facts.refused))
+    }
+
+    fn recall_async(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
+        self.recall(topic, recall_handle)
+    }
+
+    #[getter]
+    fn client_id(&self) -> &str {
+        &self.facts.client_id
+    }
+
+    #[getter]
+    fn namespace(&self) -> &str {
+        &self.facts.namespace
+    }
+
+    /// None: these protocols isolate no endpoint.
+    #[getter]
+    fn isolated_endpoints(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    #[getter]
+    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("protocol", self.facts.protocol)?;
+        for (k, v) in &self.facts.shown {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        let mut s = String::from("Producer(");
+        for (k, v) in &self.facts.shown {
+            s += &format!("{k}={v:?}, ");
+        }
+        s + &format!("protocol='{}')", self.facts.protocol)
+    }
+}
+
+/// `poll` / `flush` without a produce path: the argument is still checked as everywhere.
+fn nothing_produced(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+    durations::optional("timeout", timeout, Lower::NonNegative)?;
+    Ok(0)
+}
