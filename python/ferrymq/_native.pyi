@@ -776,7 +776,7 @@ class OffsetReader:
     ) -> OffsetReader: ...
     @staticmethod
     def nats(
-        endpoints: str,
+        endpoints: str | Sequence[str],
         *,
         user: str | None = None,
         password: str | None = None,

@@ -2,7 +2,6 @@
 //! and the conversion of keyword arguments into `ferrymq_core::rocketmq::ClientOptions`.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use ferrymq_core::rocketmq::{ClientOptions, Credentials, TlsOptions};
 use pyo3::prelude::*;
@@ -82,11 +81,6 @@ impl PyTlsConfig {
             self.inner.server_name
         )
     }
-}
-
-/// A timeout or interval argument (see `crate::durations` for the accepted types and bounds).
-pub fn extract_duration(field: &str, v: &Bound<'_, PyAny>) -> PyResult<Duration> {
-    crate::durations::positive(field, v)
 }
 
 pub fn extract_credentials(v: &Bound<'_, PyAny>) -> PyResult<Credentials> {
@@ -184,7 +178,7 @@ pub fn client_options(
         o.tls = extract_tls(t)?;
     }
     if let Some(t) = request_timeout.filter(|t| !t.is_none()) {
-        o.request_timeout = Some(extract_duration("request_timeout", t)?);
+        o.request_timeout = Some(crate::durations::positive("request_timeout", t)?);
     }
     if let Some(n) = max_attempts {
         o.max_attempts = Some(
@@ -195,13 +189,13 @@ pub fn client_options(
         );
     }
     if let Some(t) = heartbeat_interval.filter(|t| !t.is_none()) {
-        o.heartbeat_interval = extract_duration("heartbeat_interval", t)?;
+        o.heartbeat_interval = crate::durations::positive("heartbeat_interval", t)?;
     }
     if let Some(t) = route_refresh_interval.filter(|t| !t.is_none()) {
-        o.route_refresh_interval = extract_duration("route_refresh_interval", t)?;
+        o.route_refresh_interval = crate::durations::positive("route_refresh_interval", t)?;
     }
     if let Some(t) = settings_sync_interval.filter(|t| !t.is_none()) {
-        o.settings_sync_interval = extract_duration("settings_sync_interval", t)?;
+        o.settings_sync_interval = crate::durations::positive("settings_sync_interval", t)?;
     }
     Ok(o)
 }

@@ -23,7 +23,6 @@ mod logging;
 mod message;
 mod message_view;
 mod nats;
-mod nats_batch;
 mod nats_producer;
 mod offset_consumer;
 mod offset_reader;

@@ -8,6 +8,7 @@
 
 use ferrymq_core::jmq::range::JmqRangeReader;
 use ferrymq_core::nats::range::StreamReader;
+use ferrymq_core::nats::JetStream;
 use ferrymq_core::range::RangeSource;
 use ferrymq_core::remoting::RemotingReader;
 use ferrymq_core::rocketmq::pull::PullReader;
@@ -179,7 +180,7 @@ impl PyOffsetReader {
     #[allow(clippy::too_many_arguments)]
     fn nats(
         py: Python<'_>,
-        endpoints: &str,
+        endpoints: &Bound<'_, PyAny>,
         user: Option<String>,
         password: Option<String>,
         token: Option<String>,
@@ -188,20 +189,20 @@ impl PyOffsetReader {
         filter_subject: Option<String>,
     ) -> PyResult<Self> {
         let rt = RuntimeRef::current()?;
-        let js = crate::nats_batch::connect(
-            py,
-            rt,
+        let (opts, shown) = crate::nats::options(
             endpoints,
+            Some("ferrymq-spark".to_string()),
             user,
             password,
             token,
             connect_timeout,
             request_timeout,
         )?;
+        let js = rt.block_on(py, async move { JetStream::connect(opts).await })?;
         Ok(Self::of(
             rt,
             Reader::Nats(StreamReader::new(js, filter_subject)),
-            ferrymq_core::nats::redact(endpoints),
+            shown,
         ))
     }
 

@@ -15,7 +15,7 @@ use ferrymq_core::{Error, Message};
 use futures::future::BoxFuture;
 use pyo3::prelude::*;
 
-use crate::client_options::{extract_credentials, extract_duration, extract_endpoints};
+use crate::client_options::{extract_credentials, extract_endpoints};
 use crate::errors::{invalid, to_pyerr};
 use crate::lazy::{Connect, Handle, LazyClient};
 use crate::producer::PySendReceipt;
@@ -39,7 +39,7 @@ pub(crate) fn options(
             .transpose()?,
         request_timeout: request_timeout
             .filter(|t| !t.is_none())
-            .map(|t| extract_duration("request_timeout", t))
+            .map(|t| crate::durations::positive("request_timeout", t))
             .transpose()?
             .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
         namespace: namespace.filter(|n| !n.is_empty()),
