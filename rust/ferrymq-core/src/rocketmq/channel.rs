@@ -14,6 +14,14 @@
 //! open on it, a keep-alive PING every 30 s that must be answered within 10 s. The connection is
 //! opened on first use; when it fails, the calls in flight fail with it (the callers retry) and
 //! the next call reconnects.
+//!
+//! Wake-ups per call: a blocking caller (one sync send after another) costs a wake-up of the
+//! connection task to write its request and one of the caller when the answer is read. `h2`
+//! wakes the connection task once more when the last handle on a finished stream is dropped,
+//! which for a unary call happens while the caller finishes reading the answer; the task then
+//! runs (and takes `h2`'s lock) while the caller goes on. So the finished stream's last handle
+//! is kept until the next call on the channel has queued its request, when the task is
+//! already woken and dropping it wakes nothing (see [`Shared::finished`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -39,6 +47,9 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 const STREAM_WINDOW: u32 = 4 << 20;
 const CONNECTION_WINDOW: u32 = 16 << 20;
+/// The largest request body kept as "sent whole" (see [`Shared::finished`]): one DATA frame at
+/// HTTP/2's default maximum frame size, which the stream's initial window always admits.
+const UNARY_KEEP_MAX: usize = 16 << 10;
 
 /// How to reach the address: TCP, then TLS if configured.
 pub(super) struct Dial {
@@ -79,6 +90,20 @@ struct Shared {
     open_calls: AtomicUsize,
     /// Held while connecting: concurrent first calls share one connection.
     connecting: tokio::sync::Mutex<()>,
+    /// The last handle on the stream of a unary call that ended (request sent whole, answer
+    /// read to its end): dropped by the next call right after it queues its request, or when
+    /// the connection is forgotten. Nothing is left to send or receive on such a stream;
+    /// dropping the handle only frees it in `h2` and wakes the connection task, which the next
+    /// call has just done anyway. At most one per channel.
+    finished: Mutex<Option<h2::RecvStream>>,
+}
+
+impl Shared {
+    /// Drop the kept handle of a finished stream, if any (outside the lock: `h2` takes its own).
+    fn drop_finished(&self) {
+        let finished = self.finished.lock().take();
+        drop(finished);
+    }
 }
 
 /// A lazily connected HTTP/2 connection to one address (cheap to clone: clones share it).
@@ -107,6 +132,7 @@ impl H2Channel {
                 generation: AtomicU64::new(0),
                 open_calls: AtomicUsize::new(0),
                 connecting: tokio::sync::Mutex::new(()),
+                finished: Mutex::new(None),
             }),
         })
     }
@@ -186,10 +212,13 @@ impl H2Channel {
 /// Drop connection `generation` so that the next call reconnects.
 fn forget(shared: &Weak<Shared>, generation: u64) {
     if let Some(shared) = shared.upgrade() {
-        let mut current = shared.current.lock();
-        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
-            *current = None;
+        {
+            let mut current = shared.current.lock();
+            if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+                *current = None;
+            }
         }
+        shared.drop_finished();
     }
 }
 
@@ -256,7 +285,14 @@ impl H2Channel {
         };
         let request = http::Request::from_parts(head, ());
         let end = complete && data.is_empty();
-        let (response, mut stream) = match sender.send_request(request, end) {
+        // A request sent whole in one DATA frame at most: once its answer ends, the stream is
+        // closed both ways and its last handle can wait for the next call (see `finished`).
+        let unary = complete && data.len() <= UNARY_KEEP_MAX;
+        let sent = sender.send_request(request, end);
+        // The connection task is woken now (to write the request): the previous call's
+        // stream goes without a wake-up of its own.
+        self.shared.drop_finished();
+        let (response, mut stream) = match sent {
             Ok(r) => r,
             Err(e) => {
                 if e.is_io() || e.is_go_away() {
@@ -275,9 +311,10 @@ impl H2Channel {
         }
         let response = response.await?;
         Ok(response.map(|recv| RecvBody {
-            recv,
+            recv: Some(recv),
             data_done: false,
-            _open: open,
+            unary,
+            open,
         }))
     }
 }
@@ -330,9 +367,23 @@ impl Drop for OpenCall {
 
 /// The body of an answer: DATA frames, then the trailers (the gRPC status).
 pub struct RecvBody {
-    recv: h2::RecvStream,
+    /// `None` only once dropped.
+    recv: Option<h2::RecvStream>,
     data_done: bool,
-    _open: OpenCall,
+    /// The request was sent whole (see [`Shared::finished`]).
+    unary: bool,
+    open: OpenCall,
+}
+
+impl Drop for RecvBody {
+    fn drop(&mut self) {
+        let Some(recv) = self.recv.take() else { return };
+        // An answer not read to its end is dropped now: `h2` then resets the stream at once.
+        if self.unary && recv.is_end_stream() {
+            let previous = self.open.0.finished.lock().replace(recv);
+            drop(previous);
+        }
+    }
 }
 
 impl http_body::Body for RecvBody {
@@ -343,17 +394,21 @@ impl http_body::Body for RecvBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<std::result::Result<Frame<Bytes>, h2::Error>>> {
-        if !self.data_done {
-            match ready!(self.recv.poll_data(cx)) {
+        let this = &mut *self;
+        let Some(recv) = this.recv.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if !this.data_done {
+            match ready!(recv.poll_data(cx)) {
                 Some(Ok(d)) => {
-                    let _ = self.recv.flow_control().release_capacity(d.len());
+                    let _ = recv.flow_control().release_capacity(d.len());
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => self.data_done = true,
+                None => this.data_done = true,
             }
         }
-        match ready!(self.recv.poll_trailers(cx)) {
+        match ready!(recv.poll_trailers(cx)) {
             Ok(Some(t)) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
             Ok(None) => Poll::Ready(None),
             Err(e) => Poll::Ready(Some(Err(e))),
@@ -361,6 +416,6 @@ impl http_body::Body for RecvBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
+        self.recv.as_ref().is_none_or(h2::RecvStream::is_end_stream)
     }
 }
