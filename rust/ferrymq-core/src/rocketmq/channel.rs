@@ -15,22 +15,25 @@
 //! opened on first use; when it fails, the calls in flight fail with it (the callers retry) and
 //! the next call reconnects.
 //!
-//! Wake-ups per call: a blocking caller (one sync send after another) costs a wake-up of the
-//! connection task to write its request and one of the caller when the answer is read. `h2`
-//! wakes the connection task once more when the last handle on a finished stream is dropped,
-//! which for a unary call happens while the caller finishes reading the answer; the task then
-//! runs (and takes `h2`'s lock) while the caller goes on. So the finished stream's last handle
-//! is kept until the next call on the channel has queued its request, when the task is
-//! already woken and dropping it wakes nothing (see [`Shared::finished`]).
+//! Wake-ups per call. The connection (`h2`'s connection future, which does the socket I/O) is
+//! polled by its task, or by a caller right after it queued a request: the caller writes its
+//! own request on its own thread (see [`Driver`]), so a blocking caller (one sync send after
+//! another) costs one wake-up of a runtime worker, when the answer arrives, and one of the
+//! caller, instead of also waking the connection task to write (which then contended for
+//! `h2`'s lock with the caller still queuing the request body). And `h2` wakes the connection
+//! once more when the last handle on a finished stream is dropped, which for a unary call
+//! happens while the caller finishes reading the answer; so that handle is kept until the next
+//! call on the channel queues its request (see [`Shared::finished`]).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::task::AtomicWaker;
 use futures::FutureExt as _;
 use http_body::{Body as _, Frame};
 use parking_lot::Mutex;
@@ -79,11 +82,121 @@ impl Dial {
     }
 }
 
+/// An open connection.
+#[derive(Clone)]
+struct Conn {
+    generation: u64,
+    send: h2::client::SendRequest<Bytes>,
+    driver: Arc<Driver>,
+}
+
+/// Polls a connection, on behalf of its task or of a caller that has just queued a request.
+///
+/// The connection is always polled with one waker ([`Waking`]), whoever polls it, so its
+/// socket and `h2` wake the same thing: the connection task, unless callers are queuing
+/// requests (they poll it themselves right after; the wake-up is deferred until they are done).
+struct Driver {
+    /// `None` once the connection has ended.
+    connection: Mutex<Option<h2::client::Connection<Box<dyn Io>, Bytes>>>,
+    waking: Arc<Waking>,
+    waker: Waker,
+}
+
+struct Waking {
+    /// Callers between queuing a request and polling the connection.
+    queuing: AtomicUsize,
+    /// A wake-up came while callers were queuing.
+    deferred: AtomicBool,
+    /// The connection task.
+    task: AtomicWaker,
+}
+
+impl Wake for Waking {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Deferred while callers queue; whoever sees the last of them gone passes it on (the
+        // caller in `Queuing::drop` or this): no wake-up is lost.
+        self.deferred.store(true, Ordering::SeqCst);
+        if self.queuing.load(Ordering::SeqCst) == 0 && self.deferred.swap(false, Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
+}
+
+impl Driver {
+    fn new(connection: h2::client::Connection<Box<dyn Io>, Bytes>) -> Self {
+        let waking = Arc::new(Waking {
+            queuing: AtomicUsize::new(0),
+            deferred: AtomicBool::new(false),
+            task: AtomicWaker::new(),
+        });
+        Self {
+            connection: Mutex::new(Some(connection)),
+            waker: Waker::from(Arc::clone(&waking)),
+            waking,
+        }
+    }
+
+    /// Poll the connection (the caller holds its lock): `Ready` once it has ended.
+    fn poll(&self, slot: &mut Option<h2::client::Connection<Box<dyn Io>, Bytes>>) -> Poll<()> {
+        let Some(connection) = slot.as_mut() else {
+            return Poll::Ready(());
+        };
+        match connection.poll_unpin(&mut Context::from_waker(&self.waker)) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                if let Err(e) = r {
+                    tracing::debug!(target: "ferrymq::rocketmq", error = %e, "HTTP/2 connection closed");
+                }
+                *slot = None;
+                Poll::Ready(())
+            }
+        }
+    }
+
+    /// The connection task's poll: `Ready` once the connection has ended.
+    fn poll_task(&self, cx: &Context<'_>) -> Poll<()> {
+        self.waking.task.register(cx.waker());
+        self.poll(&mut self.connection.lock())
+    }
+}
+
+/// Held by a caller while it queues a request; when dropped, polls the connection (writing what
+/// was queued) unless the connection task or another caller is polling it, in which case the
+/// wake-up the queuing deferred goes to the task.
+struct Queuing<'a>(&'a Driver);
+
+impl<'a> Queuing<'a> {
+    fn new(driver: &'a Driver) -> Self {
+        driver.waking.queuing.fetch_add(1, Ordering::SeqCst);
+        Self(driver)
+    }
+}
+
+impl Drop for Queuing<'_> {
+    fn drop(&mut self) {
+        let driver = self.0;
+        let mut ended = false;
+        if let Some(mut slot) = driver.connection.try_lock() {
+            // This poll serves every wake-up so far.
+            driver.waking.deferred.store(false, Ordering::SeqCst);
+            ended = driver.poll(&mut slot).is_ready();
+        }
+        driver.waking.queuing.fetch_sub(1, Ordering::SeqCst);
+        if driver.waking.deferred.swap(false, Ordering::SeqCst) || ended {
+            driver.waking.task.wake();
+        }
+    }
+}
+
 struct Shared {
     dial: Dial,
     authority: http::uri::Authority,
-    /// The open connection's handle and its generation.
-    current: Mutex<Option<(u64, h2::client::SendRequest<Bytes>)>>,
+    /// The open connection: its generation, handle and driver.
+    current: Mutex<Option<Conn>>,
     generation: AtomicU64,
     /// Calls open (request sent, answer not read to its end): no keep-alive PING when idle, as
     /// servers may refuse PINGs on a connection without calls.
@@ -138,7 +251,7 @@ impl H2Channel {
     }
 
     /// The open connection, or a new one.
-    async fn sender(&self) -> std::result::Result<(u64, h2::client::SendRequest<Bytes>), BoxError> {
+    async fn sender(&self) -> std::result::Result<Conn, BoxError> {
         if let Some(c) = self.shared.current.lock().clone() {
             return Ok(c);
         }
@@ -159,7 +272,7 @@ impl H2Channel {
                 .map_err(Into::into);
             r
         };
-        let (send, mut connection) =
+        let (send, connection) =
             match tokio::time::timeout(shared.dial.connect_timeout, handshake).await {
                 Ok(r) => r?,
                 Err(_) => {
@@ -170,7 +283,10 @@ impl H2Channel {
                 }
             };
         let generation = shared.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut connection = connection;
         let ping = connection.ping_pong();
+        let driver = Arc::new(Driver::new(connection));
+        let task_driver = Arc::clone(&driver);
         let weak = Arc::downgrade(shared);
         let idle = weak.clone();
         tokio::spawn(async move {
@@ -193,19 +309,23 @@ impl H2Channel {
                 }
             };
             tokio::select! {
-                r = &mut connection => {
-                    if let Err(e) = r {
-                        tracing::debug!(target: "ferrymq::rocketmq", error = %e, "HTTP/2 connection closed");
-                    }
-                }
+                () = futures::future::poll_fn(|cx| task_driver.poll_task(cx)) => {}
                 () = keep_alive => {
                     tracing::debug!(target: "ferrymq::rocketmq", "HTTP/2 keep-alive PING unanswered; closing the connection");
                 }
             }
+            // Closes the connection if it is still open.
+            let connection = task_driver.connection.lock().take();
+            drop(connection);
             forget(&weak, generation);
         });
-        *shared.current.lock() = Some((generation, send.clone()));
-        Ok((generation, send))
+        let conn = Conn {
+            generation,
+            send,
+            driver,
+        };
+        *shared.current.lock() = Some(conn.clone());
+        Ok(conn)
     }
 }
 
@@ -214,7 +334,7 @@ fn forget(shared: &Weak<Shared>, generation: u64) {
     if let Some(shared) = shared.upgrade() {
         {
             let mut current = shared.current.lock();
-            if current.as_ref().is_some_and(|(g, _)| *g == generation) {
+            if current.as_ref().is_some_and(|c| c.generation == generation) {
                 *current = None;
             }
         }
@@ -275,7 +395,11 @@ impl H2Channel {
                 }
             }
         }
-        let (generation, sender) = self.sender().await?;
+        let Conn {
+            generation,
+            send: sender,
+            driver,
+        } = self.sender().await?;
         let mut sender = match sender.ready().await {
             Ok(s) => s,
             Err(e) => {
@@ -288,9 +412,10 @@ impl H2Channel {
         // A request sent whole in one DATA frame at most: once its answer ends, the stream is
         // closed both ways and its last handle can wait for the next call (see `finished`).
         let unary = complete && data.len() <= UNARY_KEEP_MAX;
+        // Until dropped, wake-ups of the connection wait: this thread writes the request.
+        let queuing = Queuing::new(&driver);
         let sent = sender.send_request(request, end);
-        // The connection task is woken now (to write the request): the previous call's
-        // stream goes without a wake-up of its own.
+        // Dropping the previous call's stream wakes the connection: as queuing, for nothing.
         self.shared.drop_finished();
         let (response, mut stream) = match sent {
             Ok(r) => r,
@@ -309,6 +434,7 @@ impl H2Channel {
                 tokio::spawn(pipe(body, stream));
             }
         }
+        drop(queuing);
         let response = response.await?;
         Ok(response.map(|recv| RecvBody {
             recv: Some(recv),
