@@ -6,7 +6,8 @@
 //! task per request to stream its body; each hop is a cross-thread wake-up. Here the caller's
 //! task puts the request (headers and its whole body, when the body is ready at once, as a unary
 //! request's always is) straight into the connection's send queue, and reads the answer from it;
-//! the one task per connection does the socket I/O. A streaming request body (telemetry) is fed
+//! the one task per connection does the socket I/O (a caller alone on the channel writes its
+//! own request: see below). A streaming request body (telemetry) is fed
 //! by a task of its own, as before.
 //!
 //! What goes on the wire is what tonic's channel sent: the same pseudo-headers (`http` scheme,
@@ -16,11 +17,11 @@
 //! the next call reconnects.
 //!
 //! Wake-ups per call. The connection (`h2`'s connection future, which does the socket I/O) is
-//! polled by its task, or by a caller right after it queued a request: the caller writes its
-//! own request on its own thread (see [`Driver`]), so a blocking caller (one sync send after
-//! another) costs one wake-up of a runtime worker, when the answer arrives, and one of the
-//! caller, instead of also waking the connection task to write (which then contended for
-//! `h2`'s lock with the caller still queuing the request body). And `h2` wakes the connection
+//! polled by its task, or by a caller alone on the channel right after it queued a request: the
+//! caller writes its own request on its own thread (see [`Driver`]), so a blocking caller (one
+//! sync send after another) costs one wake-up of a runtime worker, when the answer arrives,
+//! and one of the caller, instead of also waking the connection task to write (which then
+//! contended for `h2`'s lock with the caller still queuing the request body). And `h2` wakes the connection
 //! once more when the last handle on a finished stream is dropped, which for a unary call
 //! happens while the caller finishes reading the answer; so that handle is kept until the next
 //! call on the channel queues its request (see [`Shared::finished`]).
@@ -201,6 +202,8 @@ struct Shared {
     /// Calls open (request sent, answer not read to its end): no keep-alive PING when idle, as
     /// servers may refuse PINGs on a connection without calls.
     open_calls: AtomicUsize,
+    /// Unary calls open (request queued, answer not dropped).
+    unary_calls: AtomicUsize,
     /// Held while connecting: concurrent first calls share one connection.
     connecting: tokio::sync::Mutex<()>,
     /// The last handle on the stream of a unary call that ended (request sent whole, answer
@@ -244,6 +247,7 @@ impl H2Channel {
                 current: Mutex::new(None),
                 generation: AtomicU64::new(0),
                 open_calls: AtomicUsize::new(0),
+                unary_calls: AtomicUsize::new(0),
                 connecting: tokio::sync::Mutex::new(()),
                 finished: Mutex::new(None),
             }),
@@ -412,8 +416,13 @@ impl H2Channel {
         // A request sent whole in one DATA frame at most: once its answer ends, the stream is
         // closed both ways and its last handle can wait for the next call (see `finished`).
         let unary = complete && data.len() <= UNARY_KEEP_MAX;
-        // Until dropped, wake-ups of the connection wait: this thread writes the request.
-        let queuing = Queuing::new(&driver);
+        // The only unary call open on the channel (a blocking caller's send; telemetry's stream
+        // does not count): this thread writes the request, and until `queuing` is dropped,
+        // wake-ups of the connection wait. With other unary calls open, the connection task
+        // writes the requests queued meanwhile together, as one write.
+        let unary_call = unary.then(|| UnaryCall::new(&self.shared));
+        let alone = unary && self.shared.unary_calls.load(Ordering::Relaxed) == 1;
+        let queuing = alone.then(|| Queuing::new(&driver));
         let sent = sender.send_request(request, end);
         // Dropping the previous call's stream wakes the connection: as queuing, for nothing.
         self.shared.drop_finished();
@@ -441,6 +450,7 @@ impl H2Channel {
             data_done: false,
             unary,
             open,
+            _unary_call: unary_call,
         }))
     }
 }
@@ -491,6 +501,22 @@ impl Drop for OpenCall {
     }
 }
 
+/// Counts a unary call as open until its answer is dropped.
+struct UnaryCall(Arc<Shared>);
+
+impl UnaryCall {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.unary_calls.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(shared))
+    }
+}
+
+impl Drop for UnaryCall {
+    fn drop(&mut self) {
+        self.0.unary_calls.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The body of an answer: DATA frames, then the trailers (the gRPC status).
 pub struct RecvBody {
     /// `None` only once dropped.
@@ -499,6 +525,7 @@ pub struct RecvBody {
     /// The request was sent whole (see [`Shared::finished`]).
     unary: bool,
     open: OpenCall,
+    _unary_call: Option<UnaryCall>,
 }
 
 impl Drop for RecvBody {
