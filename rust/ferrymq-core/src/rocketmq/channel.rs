@@ -6,7 +6,8 @@
 //! task per request to stream its body; each hop is a cross-thread wake-up. Here the caller's
 //! task puts the request (headers and its whole body, when the body is ready at once, as a unary
 //! request's always is) straight into the connection's send queue, and reads the answer from it;
-//! the one task per connection does the socket I/O. A streaming request body (telemetry) is fed
+//! the one task per connection does the socket I/O (a caller alone on the channel writes its
+//! own request: see below). A streaming request body (telemetry) is fed
 //! by a task of its own, as before.
 //!
 //! On the wire: the `http` scheme and the address as authority (as tonic's channel sent them),
@@ -19,15 +20,26 @@
 //! finds the new one closing too fails, as `Unavailable` (nothing was sent, callers retry).
 //! A streaming request body is written as the peer's flow-control window allows, so the
 //! bounded queue feeding it keeps its bound.
+//!
+//! Wake-ups per call. The connection (`h2`'s connection future, which does the socket I/O) is
+//! polled by its task, or by a caller alone on the channel right after it queued a request: the
+//! caller writes its own request on its own thread (see [`Driver`]), so a blocking caller (one
+//! sync send after another) costs one wake-up of a runtime worker, when the answer arrives,
+//! and one of the caller, instead of also waking the connection task to write (which then
+//! contended for `h2`'s lock with the caller still queuing the request body). And `h2` wakes
+//! the connection once more when the last handle on a finished stream is dropped, which for a
+//! unary call happens while the caller finishes reading the answer; so that handle is kept
+//! until the next call on the channel queues its request (see [`Shared::finished`]).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::task::AtomicWaker;
 use futures::FutureExt as _;
 use http_body::{Body as _, Frame};
 use parking_lot::Mutex;
@@ -47,6 +59,9 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 const STREAM_WINDOW: u32 = 4 << 20;
 const CONNECTION_WINDOW: u32 = 16 << 20;
+/// The largest request body kept as "sent whole" (see [`Shared::finished`]): one DATA frame at
+/// HTTP/2's default maximum frame size, which the stream's initial window always admits.
+const UNARY_KEEP_MAX: usize = 16 << 10;
 
 /// How to reach the address: TCP, then TLS if configured.
 pub(super) struct Dial {
@@ -76,17 +91,143 @@ impl Dial {
     }
 }
 
+/// An open connection.
+#[derive(Clone)]
+struct Conn {
+    generation: u64,
+    send: h2::client::SendRequest<Bytes>,
+    driver: Arc<Driver>,
+}
+
+/// Polls a connection, on behalf of its task or of a caller that has just queued a request.
+///
+/// The connection is always polled with one waker ([`Waking`]), whoever polls it, so its
+/// socket and `h2` wake the same thing: the connection task, unless callers are queuing
+/// requests (they poll it themselves right after; the wake-up is deferred until they are done).
+struct Driver {
+    /// `None` once the connection has ended.
+    connection: Mutex<Option<h2::client::Connection<Box<dyn Io>, Bytes>>>,
+    waking: Arc<Waking>,
+    waker: Waker,
+}
+
+struct Waking {
+    /// Callers between queuing a request and polling the connection.
+    queuing: AtomicUsize,
+    /// A wake-up came while callers were queuing.
+    deferred: AtomicBool,
+    /// The connection task.
+    task: AtomicWaker,
+}
+
+impl Wake for Waking {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Deferred while callers queue; whoever sees the last of them gone passes it on (the
+        // caller in `Queuing::drop` or this): no wake-up is lost.
+        self.deferred.store(true, Ordering::SeqCst);
+        if self.queuing.load(Ordering::SeqCst) == 0 && self.deferred.swap(false, Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
+}
+
+impl Driver {
+    fn new(connection: h2::client::Connection<Box<dyn Io>, Bytes>) -> Self {
+        let waking = Arc::new(Waking {
+            queuing: AtomicUsize::new(0),
+            deferred: AtomicBool::new(false),
+            task: AtomicWaker::new(),
+        });
+        Self {
+            connection: Mutex::new(Some(connection)),
+            waker: Waker::from(Arc::clone(&waking)),
+            waking,
+        }
+    }
+
+    /// Poll the connection (the caller holds its lock): `Ready` once it has ended.
+    fn poll(&self, slot: &mut Option<h2::client::Connection<Box<dyn Io>, Bytes>>) -> Poll<()> {
+        let Some(connection) = slot.as_mut() else {
+            return Poll::Ready(());
+        };
+        match connection.poll_unpin(&mut Context::from_waker(&self.waker)) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                if let Err(e) = r {
+                    tracing::debug!(target: "ferrymq::rocketmq", error = %e, "HTTP/2 connection closed");
+                }
+                *slot = None;
+                Poll::Ready(())
+            }
+        }
+    }
+
+    /// The connection task's poll: `Ready` once the connection has ended.
+    fn poll_task(&self, cx: &Context<'_>) -> Poll<()> {
+        self.waking.task.register(cx.waker());
+        self.poll(&mut self.connection.lock())
+    }
+}
+
+/// Held by a caller while it queues a request; when dropped, polls the connection (writing what
+/// was queued) unless the connection task or another caller is polling it, in which case the
+/// wake-up the queuing deferred goes to the task.
+struct Queuing<'a>(&'a Driver);
+
+impl<'a> Queuing<'a> {
+    fn new(driver: &'a Driver) -> Self {
+        driver.waking.queuing.fetch_add(1, Ordering::SeqCst);
+        Self(driver)
+    }
+}
+
+impl Drop for Queuing<'_> {
+    fn drop(&mut self) {
+        let driver = self.0;
+        let mut ended = false;
+        if let Some(mut slot) = driver.connection.try_lock() {
+            // This poll serves every wake-up so far.
+            driver.waking.deferred.store(false, Ordering::SeqCst);
+            ended = driver.poll(&mut slot).is_ready();
+        }
+        driver.waking.queuing.fetch_sub(1, Ordering::SeqCst);
+        if driver.waking.deferred.swap(false, Ordering::SeqCst) || ended {
+            driver.waking.task.wake();
+        }
+    }
+}
+
 struct Shared {
     dial: Dial,
     authority: http::uri::Authority,
-    /// The open connection's handle and its generation.
-    current: Mutex<Option<(u64, h2::client::SendRequest<Bytes>)>>,
+    /// The open connection: its generation, handle and driver.
+    current: Mutex<Option<Conn>>,
     generation: AtomicU64,
     /// Calls open (request sent, answer not read to its end): no keep-alive PING when idle, as
     /// servers may refuse PINGs on a connection without calls.
     open_calls: AtomicUsize,
+    /// Unary calls open (request queued, answer not dropped).
+    unary_calls: AtomicUsize,
     /// Held while connecting: concurrent first calls share one connection.
     connecting: tokio::sync::Mutex<()>,
+    /// The last handle on the stream of a unary call that ended (request sent whole, answer
+    /// read to its end): dropped by the next call right after it queues its request, or when
+    /// the connection is forgotten. Nothing is left to send or receive on such a stream;
+    /// dropping the handle only frees it in `h2` and wakes the connection task, which the next
+    /// call has just done anyway. At most one per channel.
+    finished: Mutex<Option<h2::RecvStream>>,
+}
+
+impl Shared {
+    /// Drop the kept handle of a finished stream, if any (outside the lock: `h2` takes its own).
+    fn drop_finished(&self) {
+        let finished = self.finished.lock().take();
+        drop(finished);
+    }
 }
 
 /// A lazily connected HTTP/2 connection to one address (cheap to clone: clones share it).
@@ -114,13 +255,15 @@ impl H2Channel {
                 current: Mutex::new(None),
                 generation: AtomicU64::new(0),
                 open_calls: AtomicUsize::new(0),
+                unary_calls: AtomicUsize::new(0),
                 connecting: tokio::sync::Mutex::new(()),
+                finished: Mutex::new(None),
             }),
         })
     }
 
     /// The open connection, or a new one.
-    async fn sender(&self) -> std::result::Result<(u64, h2::client::SendRequest<Bytes>), BoxError> {
+    async fn sender(&self) -> std::result::Result<Conn, BoxError> {
         if let Some(c) = self.shared.current.lock().clone() {
             return Ok(c);
         }
@@ -143,7 +286,7 @@ impl H2Channel {
                 .map_err(Into::into);
             r
         };
-        let (send, mut connection) =
+        let (send, connection) =
             match tokio::time::timeout(shared.dial.connect_timeout, handshake).await {
                 Ok(r) => r?,
                 Err(_) => {
@@ -154,7 +297,10 @@ impl H2Channel {
                 }
             };
         let generation = shared.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut connection = connection;
         let ping = connection.ping_pong();
+        let driver = Arc::new(Driver::new(connection));
+        let task_driver = Arc::clone(&driver);
         let weak = Arc::downgrade(shared);
         let idle = weak.clone();
         tokio::spawn(async move {
@@ -177,29 +323,36 @@ impl H2Channel {
                 }
             };
             tokio::select! {
-                r = &mut connection => {
-                    if let Err(e) = r {
-                        tracing::debug!(target: "ferrymq::rocketmq", error = %e, "HTTP/2 connection closed");
-                    }
-                }
+                () = futures::future::poll_fn(|cx| task_driver.poll_task(cx)) => {}
                 () = keep_alive => {
                     tracing::debug!(target: "ferrymq::rocketmq", "HTTP/2 keep-alive PING unanswered; closing the connection");
                 }
             }
+            // Closes the connection if it is still open.
+            let connection = task_driver.connection.lock().take();
+            drop(connection);
             forget(&weak, generation);
         });
-        *shared.current.lock() = Some((generation, send.clone()));
-        Ok((generation, send))
+        let conn = Conn {
+            generation,
+            send,
+            driver,
+        };
+        *shared.current.lock() = Some(conn.clone());
+        Ok(conn)
     }
 }
 
 /// Drop connection `generation` so that the next call reconnects.
 fn forget(shared: &Weak<Shared>, generation: u64) {
     if let Some(shared) = shared.upgrade() {
-        let mut current = shared.current.lock();
-        if current.as_ref().is_some_and(|(g, _)| *g == generation) {
-            *current = None;
+        {
+            let mut current = shared.current.lock();
+            if current.as_ref().is_some_and(|c| c.generation == generation) {
+                *current = None;
+            }
         }
+        shared.drop_finished();
     }
 }
 
@@ -258,10 +411,14 @@ impl H2Channel {
         }
         // A connection that is closing refuses new streams: forget it and take a new one, once.
         let mut fresh = false;
-        let (generation, mut sender) = loop {
-            let (generation, sender) = self.sender().await?;
-            match sender.ready().await {
-                Ok(s) => break (generation, s),
+        let (generation, mut sender, driver) = loop {
+            let Conn {
+                generation,
+                send,
+                driver,
+            } = self.sender().await?;
+            match send.ready().await {
+                Ok(s) => break (generation, s, driver),
                 Err(e) => {
                     self.refused(generation, &e);
                     if fresh || !(e.is_go_away() || e.is_io()) {
@@ -273,7 +430,20 @@ impl H2Channel {
         };
         let request = http::Request::from_parts(head, ());
         let end = complete && data.is_empty();
-        let (response, mut stream) = match sender.send_request(request, end) {
+        // A request sent whole in one DATA frame at most: once its answer ends, the stream is
+        // closed both ways and its last handle can wait for the next call (see `finished`).
+        let unary = complete && data.len() <= UNARY_KEEP_MAX;
+        // The only unary call open on the channel (a blocking caller's send; telemetry's stream
+        // does not count): this thread writes the request, and until `queuing` is dropped,
+        // wake-ups of the connection wait. With other unary calls open, the connection task
+        // writes the requests queued meanwhile together, as one write.
+        let unary_call = unary.then(|| UnaryCall::new(&self.shared));
+        let alone = unary && self.shared.unary_calls.load(Ordering::Relaxed) == 1;
+        let queuing = alone.then(|| Queuing::new(&driver));
+        let sent = sender.send_request(request, end);
+        // Dropping the previous call's stream wakes the connection: as queuing, for nothing.
+        self.shared.drop_finished();
+        let (response, mut stream) = match sent {
             Ok(r) => r,
             Err(e) => {
                 self.refused(generation, &e);
@@ -289,11 +459,14 @@ impl H2Channel {
                 tokio::spawn(pipe(body, stream));
             }
         }
+        drop(queuing);
         let response = response.await?;
         Ok(response.map(|recv| RecvBody {
-            recv,
+            recv: Some(recv),
             data_done: false,
-            _open: open,
+            unary,
+            open,
+            _unary_call: unary_call,
         }))
     }
 }
@@ -385,11 +558,42 @@ impl Drop for OpenCall {
     }
 }
 
+/// Counts a unary call as open until its answer is dropped.
+struct UnaryCall(Arc<Shared>);
+
+impl UnaryCall {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.unary_calls.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(shared))
+    }
+}
+
+impl Drop for UnaryCall {
+    fn drop(&mut self) {
+        self.0.unary_calls.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The body of an answer: DATA frames, then the trailers (the gRPC status).
 pub struct RecvBody {
-    recv: h2::RecvStream,
+    /// `None` only once dropped.
+    recv: Option<h2::RecvStream>,
     data_done: bool,
-    _open: OpenCall,
+    /// The request was sent whole (see [`Shared::finished`]).
+    unary: bool,
+    open: OpenCall,
+    _unary_call: Option<UnaryCall>,
+}
+
+impl Drop for RecvBody {
+    fn drop(&mut self) {
+        let Some(recv) = self.recv.take() else { return };
+        // An answer not read to its end is dropped now: `h2` then resets the stream at once.
+        if self.unary && recv.is_end_stream() {
+            let previous = self.open.0.finished.lock().replace(recv);
+            drop(previous);
+        }
+    }
 }
 
 impl http_body::Body for RecvBody {
@@ -400,17 +604,21 @@ impl http_body::Body for RecvBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<std::result::Result<Frame<Bytes>, h2::Error>>> {
-        if !self.data_done {
-            match ready!(self.recv.poll_data(cx)) {
+        let this = &mut *self;
+        let Some(recv) = this.recv.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if !this.data_done {
+            match ready!(recv.poll_data(cx)) {
                 Some(Ok(d)) => {
-                    let _ = self.recv.flow_control().release_capacity(d.len());
+                    let _ = recv.flow_control().release_capacity(d.len());
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => self.data_done = true,
+                None => this.data_done = true,
             }
         }
-        match ready!(self.recv.poll_trailers(cx)) {
+        match ready!(recv.poll_trailers(cx)) {
             Ok(Some(t)) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
             Ok(None) => Poll::Ready(None),
             Err(e) => Poll::Ready(Some(Err(e))),
@@ -418,7 +626,7 @@ impl http_body::Body for RecvBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
+        self.recv.as_ref().is_none_or(h2::RecvStream::is_end_stream)
     }
 }
 
