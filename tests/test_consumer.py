@@ -572,69 +572,68 @@ def test_closed_consumers_refuse_work(
     assert "closed" in repr(s)
 
 
-@pytest.mark.parametrize("kind", ["push", "simple"])
-def test_close_during_start_leaves_the_consumer_closed(
-    broker: EmbeddedBroker, topic: str, unique: Callable[[str], str], kind: str
-) -> None:
-    # close() while start() waits for the broker: the start must not leave a running consumer
-    # behind (before, the push consumer went on consuming after close() had returned).
-    group = new_group(broker, unique)
-    port = int(broker.endpoints.rsplit(":", 1)[1])
-    proxy = HoldingProxy(port)
-    try:
-        proxy.hold()  # the broker's answers wait: start() cannot finish
-        endpoints = f"127.0.0.1:{proxy.port}"
-        c: ferrymq.PushConsumer | ferrymq.SimpleConsumer
-        if kind == "push":
-            c = ferrymq.PushConsumer(endpoints, group, subscriptions=[topic], listener=print)
-        else:
-            c = ferrymq.SimpleConsumer(endpoints, group, subscriptions=[topic])
-        started = InThread(c.start)
-        wait_for("the consumer to connect to the proxy", lambda: proxy.accepted >= 1)
-        c.close()
-        proxy.release()
-        with pytest.raises(ferrymq.ClientClosedError):
-            started.wait(60)
-        assert "closed" in repr(c)
-        with pytest.raises(ferrymq.ClientClosedError):
-            c.start()
-    finally:
-        proxy.close()
-
-
-@pytest.mark.parametrize("kind", ["push", "simple"])
-def test_a_cancelled_start_async_leaves_the_consumer_startable(
-    broker: EmbeddedBroker, topic: str, unique: Callable[[str], str], kind: str
-) -> None:
-    # The awaitable of start_async cancelled while the broker's answers are held: the consumer
-    # is created again (before, it stayed "starting" and every later start was refused).
+@pytest.fixture(params=["push", "simple"])
+def held_start(
+    request: pytest.FixtureRequest,
+    broker: EmbeddedBroker,
+    topic: str,
+    unique: Callable[[str], str],
+) -> Iterator[tuple[HoldingProxy, ferrymq.PushConsumer | ferrymq.SimpleConsumer]]:
+    """A consumer of each kind whose broker answers are held by a proxy: its start cannot
+    finish until ``proxy.release()``."""
     group = new_group(broker, unique)
     proxy = HoldingProxy(int(broker.endpoints.rsplit(":", 1)[1]))
     try:
         proxy.hold()
         endpoints = f"127.0.0.1:{proxy.port}"
         c: ferrymq.PushConsumer | ferrymq.SimpleConsumer
-        if kind == "push":
+        if request.param == "push":
             c = ferrymq.PushConsumer(endpoints, group, subscriptions=[topic], listener=print)
         else:
             c = ferrymq.SimpleConsumer(endpoints, group, subscriptions=[topic])
-
-        async def cancel_start() -> None:
-            start = asyncio.ensure_future(c.start_async())
-            await async_wait_for("the consumer to reach the proxy", lambda: proxy.accepted >= 1)
-            start.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await start
-
-        asyncio.run(cancel_start())
-        # The runtime drops the cancelled start on its own thread, just after.
-        wait_for("the cancelled start to be undone", lambda: "created" in repr(c))
-        proxy.release()
-        c.start()
-        assert "running" in repr(c)
-        c.close()
+        yield proxy, c
     finally:
         proxy.close()
+
+
+def test_close_during_start_leaves_the_consumer_closed(
+    held_start: tuple[HoldingProxy, ferrymq.PushConsumer | ferrymq.SimpleConsumer],
+) -> None:
+    # close() while start() waits for the broker: the start must not leave a running consumer
+    # behind (before, the push consumer went on consuming after close() had returned).
+    proxy, c = held_start
+    started = InThread(c.start)
+    wait_for("the consumer to connect to the proxy", lambda: proxy.accepted >= 1)
+    c.close()
+    proxy.release()
+    with pytest.raises(ferrymq.ClientClosedError):
+        started.wait(60)
+    assert "closed" in repr(c)
+    with pytest.raises(ferrymq.ClientClosedError):
+        c.start()
+
+
+def test_a_cancelled_start_async_leaves_the_consumer_startable(
+    held_start: tuple[HoldingProxy, ferrymq.PushConsumer | ferrymq.SimpleConsumer],
+) -> None:
+    # The awaitable of start_async cancelled while the broker's answers are held: the consumer
+    # is created again (before, it stayed "starting" and every later start was refused).
+    proxy, c = held_start
+
+    async def cancel_start() -> None:
+        start = asyncio.ensure_future(c.start_async())
+        await async_wait_for("the consumer to reach the proxy", lambda: proxy.accepted >= 1)
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+
+    asyncio.run(cancel_start())
+    # The runtime drops the cancelled start on its own thread, just after.
+    wait_for("the cancelled start to be undone", lambda: "created" in repr(c))
+    proxy.release()
+    c.start()
+    assert "running" in repr(c)
+    c.close()
 
 
 EXIT_SCRIPT = """
