@@ -10,60 +10,50 @@ use crate::errors::invalid;
 use crate::message::{extract_body, PyMessage};
 
 /// A publish acknowledgement.
-#[pyclass(name = "PublishAck", module = "ferrymq", frozen, skip_from_py_object)]
-#[derive(Clone)]
+#[pyclass(
+    name = "PublishAck",
+    module = "ferrymq",
+    frozen,
+    get_all,
+    eq,
+    hash,
+    skip_from_py_object
+)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct PyPublishAck {
-    pub inner: PublishAck,
+    /// The id the message was published with (`Nats-Msg-Id` on JetStream).
+    message_id: String,
+    /// The stream (JetStream) or topic that stored the message.
+    stream: String,
+    /// The stream sequence (JetStream) or queue offset.
+    sequence: u64,
+    /// True when the broker recognised the id as a duplicate and did not store it again.
+    duplicate: bool,
+    /// The JetStream domain, if any.
+    domain: Option<String>,
+}
+
+impl From<PublishAck> for PyPublishAck {
+    fn from(a: PublishAck) -> Self {
+        Self {
+            message_id: a.message_id,
+            stream: a.stream,
+            sequence: a.sequence,
+            duplicate: a.duplicate,
+            domain: a.domain,
+        }
+    }
 }
 
 #[pymethods]
 impl PyPublishAck {
-    /// The id the message was published with (`Nats-Msg-Id` on JetStream).
-    #[getter]
-    fn message_id(&self) -> &str {
-        &self.inner.message_id
-    }
-    /// The stream (JetStream) or topic that stored the message.
-    #[getter]
-    fn stream(&self) -> &str {
-        &self.inner.stream
-    }
-    /// The stream sequence (JetStream) or queue offset.
-    #[getter]
-    fn sequence(&self) -> u64 {
-        self.inner.sequence
-    }
-    /// True when the broker recognised the id as a duplicate and did not store it again.
-    #[getter]
-    fn duplicate(&self) -> bool {
-        self.inner.duplicate
-    }
-    /// The JetStream domain, if any.
-    #[getter]
-    fn domain(&self) -> Option<&str> {
-        self.inner.domain.as_deref()
-    }
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .cast::<PyPublishAck>()
-            .is_ok_and(|o| o.get().inner == self.inner)
-    }
-    fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.inner.message_id.hash(&mut h);
-        self.inner.stream.hash(&mut h);
-        self.inner.sequence.hash(&mut h);
-        h.finish()
-    }
     fn __repr__(&self) -> String {
-        let a = &self.inner;
         format!(
             "PublishAck(message_id={:?}, stream={:?}, sequence={}, duplicate={})",
-            a.message_id,
-            a.stream,
-            a.sequence,
-            if a.duplicate { "True" } else { "False" }
+            self.message_id,
+            self.stream,
+            self.sequence,
+            if self.duplicate { "True" } else { "False" }
         )
     }
 }
