@@ -4,10 +4,10 @@
 
 use ferrymq_core::publisher::{Outgoing, PublishAck, PublishOptions};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::PyString;
 
 use crate::errors::invalid;
-use crate::message::{extract_body, PyMessage};
+use crate::message::{extract_body, str_pairs, PyMessage};
 
 /// A publish acknowledgement.
 #[pyclass(
@@ -58,30 +58,6 @@ impl PyPublishAck {
     }
 }
 
-/// Read an optional `Mapping[str, str]` of headers, keeping its order.
-pub fn extract_headers(headers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
-    let Some(h) = headers else {
-        return Ok(Vec::new());
-    };
-    if h.is_none() {
-        return Ok(Vec::new());
-    }
-    let d = h
-        .cast::<PyDict>()
-        .map_err(|_| invalid("headers", "must be a dict of str to str"))?;
-    let mut out = Vec::with_capacity(d.len());
-    for (k, v) in d.iter() {
-        let k: String = k
-            .extract()
-            .map_err(|_| invalid("headers", "names must be str"))?;
-        let v: String = v
-            .extract()
-            .map_err(|_| invalid("headers", format!("value of {k:?} must be str")))?;
-        out.push((k, v));
-    }
-    Ok(out)
-}
-
 /// Build an [`Outgoing`] from `subject` (a str, or a `ferrymq.Message`), `body`, `headers` and
 /// the publish options given as keyword arguments.
 #[allow(clippy::too_many_arguments)]
@@ -116,7 +92,7 @@ pub fn extract_outgoing(
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        hs.extend(extract_headers(headers)?);
+        hs.extend(str_pairs("headers", "names", headers)?);
         return Ok(Outgoing {
             subject: msg.topic().to_string(),
             headers: hs,
@@ -136,7 +112,7 @@ pub fn extract_outgoing(
     };
     Ok(Outgoing {
         subject,
-        headers: extract_headers(headers)?,
+        headers: str_pairs("headers", "names", headers)?,
         body: extract_body(body)?,
         options,
         message: None,
