@@ -3,9 +3,9 @@
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from os import PathLike
-from typing import Any, Generic, NoReturn, TypeVar, final, type_check_only
+from typing import Any, Generic, NoReturn, TypedDict, TypeVar, final, type_check_only
 
-from typing_extensions import Self, disjoint_base
+from typing_extensions import Self, Unpack, disjoint_base
 
 __version__: str
 
@@ -431,6 +431,20 @@ class ConsumeResult:
 _Filter = str | FilterExpression | None
 _Subscriptions = Mapping[str, _Filter] | str | Iterable[str]
 
+@type_check_only
+class _ConsumerTarget(TypedDict, total=False):
+    # where SimpleConsumer and PushConsumer connect (consumer/target.rs): every default None
+    credentials: _CredentialsArg
+    namespace: str | None
+    tls: _TlsArg
+    request_timeout: _Seconds | None
+    route_refresh_interval: _Seconds | None
+    settings_sync_interval: _Seconds | None
+    jmq: Mapping[str, Any] | None
+    nats: JetStream | None
+    nats_stream: str | None
+    nats_ack_wait: _Seconds | None
+
 @final
 class SimpleConsumer(_GroupConsumer):
     def __new__(
@@ -440,16 +454,7 @@ class SimpleConsumer(_GroupConsumer):
         *,
         subscriptions: _Subscriptions | None = None,
         await_duration: _Seconds | None = None,
-        credentials: _CredentialsArg = None,
-        namespace: str | None = None,
-        tls: _TlsArg = None,
-        request_timeout: _Seconds | None = None,
-        route_refresh_interval: _Seconds | None = None,
-        settings_sync_interval: _Seconds | None = None,
-        jmq: Mapping[str, Any] | None = None,
-        nats: JetStream | None = None,
-        nats_stream: str | None = None,
-        nats_ack_wait: float | timedelta | None = None,
+        **target: Unpack[_ConsumerTarget],
     ) -> SimpleConsumer: ...
     def receive(
         self, max_messages: int = 16, invisible_duration: _Seconds | None = None
@@ -486,16 +491,7 @@ class PushConsumer(_GroupConsumer):
         receive_batch_size: int | None = None,
         max_concurrent_receives: int = 4,
         shutdown_timeout: _Seconds | None = None,
-        credentials: _CredentialsArg = None,
-        namespace: str | None = None,
-        tls: _TlsArg = None,
-        request_timeout: _Seconds | None = None,
-        route_refresh_interval: _Seconds | None = None,
-        settings_sync_interval: _Seconds | None = None,
-        jmq: Mapping[str, Any] | None = None,
-        nats: JetStream | None = None,
-        nats_stream: str | None = None,
-        nats_ack_wait: float | timedelta | None = None,
+        **target: Unpack[_ConsumerTarget],
     ) -> PushConsumer: ...
     @property
     def fifo(self) -> bool | None: ...
