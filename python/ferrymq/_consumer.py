@@ -8,9 +8,7 @@ import asyncio
 import functools
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
-
-T = TypeVar("T")
+from typing import Any, Protocol
 
 
 class _Completion(Protocol):
@@ -64,9 +62,3 @@ def stop_private_loop(loop: asyncio.AbstractEventLoop) -> None:
     """Stop a loop made by :func:`start_private_loop` (from any thread)."""
     if not loop.is_closed():
         loop.call_soon_threadsafe(loop.stop)
-
-
-async def returning(awaitable: Awaitable[object], value: T) -> T:
-    """Await ``awaitable``, then return ``value`` (``__aenter__`` returns the consumer)."""
-    await awaitable
-    return value

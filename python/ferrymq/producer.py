@@ -8,8 +8,9 @@ made per protocol: ``jmq://host:port`` selects JMQ4 (JoyQueue, ``_native.jmq_pro
 needs ``app`` and ``token``; a transaction takes its topic from its first message);
 ``remoting://host:port`` selects RocketMQ's classic remoting protocol through its name servers
 (``_native.remoting_producer``: ``send``/``send_batch``, a batch in one request);
-``nats://host:port`` publishes to NATS JetStream (``_native.nats_producer``). Each
-satisfies :class:`ferrymq._backend.ProducerBackend`; receipts are :class:`ferrymq.Receipt`
+``nats://host:port`` publishes to NATS JetStream (``_native.nats_producer``). Each is typed
+as the stub's ``_native._Producer`` (what every native producer answers, stated once there and
+checked against the extension); receipts are :class:`ferrymq.Receipt`
 (narrow with ``isinstance`` to :class:`SendReceipt`, :class:`JmqSendReceipt` or
 :class:`NatsSendReceipt`).
 """
@@ -19,17 +20,19 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _native
 from ._args import as_list, known_options, refuse
-from ._backend import ProducerBackend, ProducerTransaction
 from ._endpoints import first_endpoint, protocol_of
 from ._lifecycle import Lifecycle
 from ._native import Credentials, Message, MessageView, TlsConfig
 from ._nats import user_password
 from ._views import Receipt
 from .exceptions import FerryError
+
+if TYPE_CHECKING:
+    from ._native import _Producer, _Transaction
 
 __all__ = ["DeliveryCallback", "Producer", "TransactionResolution"]
 
@@ -112,7 +115,7 @@ class Producer(Lifecycle):
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._impl: ProducerBackend
+        self._impl: _Producer[Receipt, _Transaction[Receipt]]
         protocol = protocol_of(endpoints)
         if protocol == "nats":
             refuse(
@@ -259,7 +262,7 @@ class Producer(Lifecycle):
         """Wait for every produced message (running callbacks); returns how many remain."""
         return self._impl.flush(timeout)
 
-    def begin_transaction(self) -> ProducerTransaction:
+    def begin_transaction(self) -> _Transaction[Receipt]:
         """A transaction: ``send`` half messages, then ``commit()`` or ``rollback()`` (or use it
         as a context manager: commit on success, roll back on an exception)."""
         return self._impl.begin_transaction()

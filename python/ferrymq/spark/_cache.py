@@ -47,15 +47,6 @@ def get_or_create(key: Hashable, factory: Callable[[], T]) -> T:
         return client
 
 
-def discard(key: Hashable) -> None:
-    """Forget (and close, if it has ``close()``) the client under ``key``, e.g. after an error
-    that may have left it unusable."""
-    with _lock:
-        _check_pid()
-        client = _clients.pop(key, None)
-    _close(client)
-
-
 def _close(client: Any) -> None:
     close = getattr(client, "close", None)
     if callable(close):

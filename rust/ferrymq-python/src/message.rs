@@ -44,6 +44,32 @@ pub fn extract_body(body: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     ))
 }
 
+/// Read the optional `dict` of str to str given as `param`, keeping its order (`keys`: what
+/// its keys are called in errors).
+pub(crate) fn str_pairs(
+    param: &str,
+    keys: &str,
+    v: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<(String, String)>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let d = v
+        .cast::<PyDict>()
+        .map_err(|_| invalid(param, "must be a dict of str to str"))?;
+    let mut out = Vec::with_capacity(d.len());
+    for (k, v) in d.iter() {
+        let k: String = k
+            .extract()
+            .map_err(|_| invalid(param, format!("{keys} must be str")))?;
+        let v: String = v
+            .extract()
+            .map_err(|_| invalid(param, format!("value of {k:?} must be str")))?;
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
 /// Read a `ferrymq.Message` argument.
 pub(crate) fn extract_message(m: &Bound<'_, PyAny>) -> PyResult<Message> {
     m.cast::<PyMessage>()
@@ -82,19 +108,8 @@ impl PyMessage {
         if let Some(tag) = tag {
             b = b.tag(tag);
         }
-        if let Some(props) = properties {
-            let d = props
-                .cast::<PyDict>()
-                .map_err(|_| invalid("properties", "must be a dict of str to str"))?;
-            for (k, v) in d.iter() {
-                let k: String = k
-                    .extract()
-                    .map_err(|_| invalid("properties", "keys must be str"))?;
-                let v: String = v
-                    .extract()
-                    .map_err(|_| invalid("properties", format!("value of {k:?} must be str")))?;
-                b = b.property(k, v);
-            }
+        for (k, v) in str_pairs("properties", "keys", properties)? {
+            b = b.property(k, v);
         }
         if let Some(g) = message_group {
             b = b.message_group(g);

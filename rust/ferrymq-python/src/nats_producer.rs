@@ -27,66 +27,50 @@ use crate::runtime::RuntimeRef;
     name = "NatsSendReceipt",
     module = "ferrymq",
     frozen,
+    get_all,
+    eq,
+    hash,
     skip_from_py_object
 )]
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct PyNatsSendReceipt {
+    /// The `Nats-Msg-Id` the message was published (and de-duplicated) with.
+    message_id: String,
+    /// The subject (the message's topic).
     topic: String,
-    ack: PublishAck,
+    /// The stream that stored it.
+    stream: String,
+    /// Its stream sequence.
+    sequence: u64,
+    /// True when the stream recognised the id as a duplicate and did not store it again.
+    duplicate: bool,
+    /// The JetStream domain, if any.
+    domain: Option<String>,
+}
+
+impl PyNatsSendReceipt {
+    fn new(topic: String, ack: PublishAck) -> Self {
+        Self {
+            message_id: ack.message_id,
+            topic,
+            stream: ack.stream,
+            sequence: ack.sequence,
+            duplicate: ack.duplicate,
+            domain: ack.domain,
+        }
+    }
 }
 
 #[pymethods]
 impl PyNatsSendReceipt {
-    /// The `Nats-Msg-Id` the message was published (and de-duplicated) with.
-    #[getter]
-    fn message_id(&self) -> &str {
-        &self.ack.message_id
-    }
-    /// The subject (the message's topic).
-    #[getter]
-    fn topic(&self) -> &str {
-        &self.topic
-    }
-    /// The stream that stored it.
-    #[getter]
-    fn stream(&self) -> &str {
-        &self.ack.stream
-    }
-    /// Its stream sequence.
-    #[getter]
-    fn sequence(&self) -> u64 {
-        self.ack.sequence
-    }
-    /// True when the stream recognised the id as a duplicate and did not store it again.
-    #[getter]
-    fn duplicate(&self) -> bool {
-        self.ack.duplicate
-    }
-    /// The JetStream domain, if any.
-    #[getter]
-    fn domain(&self) -> Option<&str> {
-        self.ack.domain.as_deref()
-    }
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .cast::<Self>()
-            .is_ok_and(|o| o.get().topic == self.topic && o.get().ack == self.ack)
-    }
-    fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&self.ack.message_id, &self.ack.stream, self.ack.sequence).hash(&mut h);
-        h.finish()
-    }
     fn __repr__(&self) -> String {
-        let a = &self.ack;
         format!(
             "NatsSendReceipt(message_id={:?}, topic={:?}, stream={:?}, sequence={}, duplicate={})",
-            a.message_id,
+            self.message_id,
             self.topic,
-            a.stream,
-            a.sequence,
-            if a.duplicate { "True" } else { "False" }
+            self.stream,
+            self.sequence,
+            if self.duplicate { "True" } else { "False" }
         )
     }
 }
@@ -108,7 +92,7 @@ impl ProduceBackend for NatsSend {
                 .await?
                 .into_iter()
                 .zip(topics)
-                .map(|(ack, topic)| ack.map(|ack| PyNatsSendReceipt { topic, ack }))
+                .map(|(ack, topic)| ack.map(|ack| PyNatsSendReceipt::new(topic, ack)))
                 .collect())
         }
         .boxed()

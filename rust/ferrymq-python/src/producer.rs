@@ -210,277 +210,234 @@ async fn batch(
     }
 }
 
-#[pymethods]
-impl PyProducer {
-    #[new]
-    #[pyo3(signature = (endpoints, *, topics=Vec::new(), credentials=None, namespace=None, tls=None, request_timeout=None, max_attempts=None, transaction_checker=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING, heartbeat_interval=None, route_refresh_interval=None, settings_sync_interval=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        endpoints: &Bound<'_, PyAny>,
-        topics: Vec<String>,
-        credentials: Option<&Bound<'_, PyAny>>,
-        namespace: Option<String>,
-        tls: Option<&Bound<'_, PyAny>>,
-        request_timeout: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = crate::ints::max_attempts)] max_attempts: Option<i64>,
-        transaction_checker: Option<Py<PyAny>>,
-        #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
-        heartbeat_interval: Option<&Bound<'_, PyAny>>,
-        route_refresh_interval: Option<&Bound<'_, PyAny>>,
-        settings_sync_interval: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let rt = RuntimeRef::current()?;
-        let options = client_options(
-            endpoints,
-            credentials,
-            namespace,
-            tls,
-            request_timeout,
-            max_attempts,
-            heartbeat_interval,
-            route_refresh_interval,
-            settings_sync_interval,
-        )?;
-        let checker: Option<Arc<dyn TransactionChecker>> = match transaction_checker {
-            None => None,
-            Some(c) => {
-                let callable = Python::attach(|py| c.bind(py).is_callable());
-                if !callable {
-                    return Err(invalid("transaction_checker", "must be callable"));
+pymethods_with_async! {
+    impl PyProducer {
+        #[new]
+        #[pyo3(signature = (endpoints, *, topics=Vec::new(), credentials=None, namespace=None, tls=None, request_timeout=None, max_attempts=None, transaction_checker=None, max_pending=ferrymq_core::produce::DEFAULT_MAX_PENDING, heartbeat_interval=None, route_refresh_interval=None, settings_sync_interval=None))]
+        #[allow(clippy::too_many_arguments)]
+        fn new(
+            endpoints: &Bound<'_, PyAny>,
+            topics: Vec<String>,
+            credentials: Option<&Bound<'_, PyAny>>,
+            namespace: Option<String>,
+            tls: Option<&Bound<'_, PyAny>>,
+            request_timeout: Option<&Bound<'_, PyAny>>,
+            #[pyo3(from_py_with = crate::ints::max_attempts)] max_attempts: Option<i64>,
+            transaction_checker: Option<Py<PyAny>>,
+            #[pyo3(from_py_with = crate::ints::max_pending)] max_pending: usize,
+            heartbeat_interval: Option<&Bound<'_, PyAny>>,
+            route_refresh_interval: Option<&Bound<'_, PyAny>>,
+            settings_sync_interval: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<Self> {
+            let rt = RuntimeRef::current()?;
+            let options = client_options(
+                endpoints,
+                credentials,
+                namespace,
+                tls,
+                request_timeout,
+                max_attempts,
+                heartbeat_interval,
+                route_refresh_interval,
+                settings_sync_interval,
+            )?;
+            let checker: Option<Arc<dyn TransactionChecker>> = match transaction_checker {
+                None => None,
+                Some(c) => {
+                    let callable = Python::attach(|py| c.bind(py).is_callable());
+                    if !callable {
+                        return Err(invalid("transaction_checker", "must be callable"));
+                    }
+                    Some(Arc::new(PyChecker {
+                        callable: Arc::new(c),
+                    }))
                 }
-                Some(Arc::new(PyChecker {
-                    callable: Arc::new(c),
-                }))
-            }
-        };
-        install_stack_trace_provider();
-        // Construction spawns nothing, but the client layer needs a runtime context for timers.
-        let _guard = rt.handle().enter();
-        let producer = Producer::new(options, topics, checker).map_err(to_pyerr)?;
-        let produce = Produce::new(producer.clone(), max_pending, rt, receipt_to_py)?;
-        Ok(Self {
-            rt,
-            producer,
-            produce,
-        })
-    }
+            };
+            install_stack_trace_provider();
+            // Construction spawns nothing, but the client layer needs a runtime context for timers.
+            let _guard = rt.handle().enter();
+            let producer = Producer::new(options, topics, checker).map_err(to_pyerr)?;
+            let produce = Produce::new(producer.clone(), max_pending, rt, receipt_to_py)?;
+            Ok(Self {
+                rt,
+                producer,
+                produce,
+            })
+        }
 
-    /// Connect: telemetry settings and the routes of `topics`. Raises on any failure.
-    fn start(&self, py: Python<'_>) -> PyResult<()> {
-        let p = self.producer.clone();
-        self.rt.block_on(py, async move { p.start().await })
-    }
+        /// Connect: telemetry settings and the routes of `topics`. Raises on any failure.
+        fn start(&self, py: Python<'_>) -> PyResult<()> {
+            let p = self.producer.clone();
+            self.rt.block_on(py, async move { p.start().await })
+        }
 
-    fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let this = slf.get();
-        let p = this.producer.clone();
-        future_into_py(py, this.rt, async move { p.start().await })
-    }
+        fn start_async<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+            let py = slf.py();
+            let this = slf.get();
+            let p = this.producer.clone();
+            future_into_py(py, this.rt, async move { p.start().await })
+        }
 
-    /// Send one message and wait for the broker's receipt.
-    fn send(&self, py: Python<'_>, message: PyRef<'_, PyMessage>) -> PyResult<PySendReceipt> {
-        let p = self.producer.clone();
-        let m = message.inner.clone();
-        self.rt
-            .block_on(py, async move { p.send(m).await.map(PySendReceipt::from) })
-    }
+        /// Queue `message` for a batched send; `on_delivery(err, receipt)` runs later, on this thread,
+        /// inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are pending.
+        #[pyo3(signature = (message, on_delivery=None))]
+        fn produce(
+            &self,
+            py: Python<'_>,
+            message: PyRef<'_, PyMessage>,
+            on_delivery: Option<Py<PyAny>>,
+        ) -> PyResult<()> {
+            self.producer.client().check_running().map_err(to_pyerr)?;
+            self.produce.produce(py, message.inner.clone(), on_delivery)
+        }
 
-    fn send_async<'py>(
-        &self,
-        py: Python<'py>,
-        message: PyRef<'_, PyMessage>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let p = self.producer.clone();
-        let m = message.inner.clone();
-        future_into_py(py, self.rt, async move {
-            p.send(m).await.map(PySendReceipt::from)
-        })
-    }
+        /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
+        /// returns how many were reported.
+        #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
+        fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+            self.produce.poll(py, timeout)
+        }
 
-    /// Send many messages of one topic: one `SendMessage` each, many in flight, or `packed`
-    /// many to a request under one message id (messages that differ only in their bodies).
-    #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch(
-        &self,
-        py: Python<'_>,
-        messages: &Bound<'_, PyAny>,
-        packed: bool,
-    ) -> PyResult<Vec<PySendReceipt>> {
-        let msgs = extract_messages(messages)?;
-        let p = self.producer.clone();
-        self.rt.block_on(py, async move {
-            Ok(batch(&p, msgs, packed)
-                .await?
-                .into_iter()
-                .map(PySendReceipt::from)
-                .collect())
-        })
-    }
+        /// Wait until every produced message is reported (or `timeout` seconds pass), running the
+        /// callbacks here; returns how many are still pending.
+        #[pyo3(signature = (timeout=None))]
+        fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+            self.produce.flush(py, timeout)
+        }
 
-    #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch_async<'py>(
-        &self,
-        py: Python<'py>,
-        messages: &Bound<'_, PyAny>,
-        packed: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let msgs = extract_messages(messages)?;
-        let p = self.producer.clone();
-        future_into_py(py, self.rt, async move {
-            Ok(batch(&p, msgs, packed)
-                .await?
-                .into_iter()
-                .map(PySendReceipt::from)
-                .collect::<Vec<_>>())
-        })
-    }
+        /// Messages produced and not yet reported.
+        #[getter]
+        fn pending(&self) -> usize {
+            self.produce.pending()
+        }
 
-    /// Queue `message` for a batched send; `on_delivery(err, receipt)` runs later, on this thread,
-    /// inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are pending.
-    #[pyo3(signature = (message, on_delivery=None))]
-    fn produce(
-        &self,
-        py: Python<'_>,
-        message: PyRef<'_, PyMessage>,
-        on_delivery: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        self.producer.client().check_running().map_err(to_pyerr)?;
-        self.produce.produce(py, message.inner.clone(), on_delivery)
-    }
+        /// Start a transaction.
+        fn begin_transaction(&self) -> PyResult<PyTransaction> {
+            Ok(PyTransaction {
+                rt: self.rt,
+                inner: Arc::new(self.producer.begin_transaction().map_err(to_pyerr)?),
+            })
+        }
 
-    /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
-    /// returns how many were reported.
-    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
-    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        self.produce.poll(py, timeout)
-    }
+        /// Flush produced messages (running their callbacks), wait for in-flight sends, then tell
+        /// the brokers (`NotifyClientTermination`). Idempotent.
+        fn close(&self, py: Python<'_>) -> PyResult<()> {
+            self.produce.close();
+            let flushed = self.produce.flush_for(py, None);
+            let p = self.producer.clone();
+            self.rt.block_on(py, async move {
+                p.close().await;
+                Ok(())
+            })?;
+            flushed.map(|_| ())
+        }
 
-    /// Wait until every produced message is reported (or `timeout` seconds pass), running the
-    /// callbacks here; returns how many are still pending.
-    #[pyo3(signature = (timeout=None))]
-    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        self.produce.flush(py, timeout)
-    }
+        /// Async `close`: waits for produced messages and in-flight sends; the facade then runs the
+        /// remaining delivery callbacks with `poll(0)`.
+        fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            self.produce.close();
+            let drained = self.produce.drained();
+            let p = self.producer.clone();
+            future_into_py(py, self.rt, async move {
+                drained.await;
+                p.close().await;
+                Ok(())
+            })
+        }
 
-    /// Messages produced and not yet reported.
-    #[getter]
-    fn pending(&self) -> usize {
-        self.produce.pending()
-    }
-
-    /// Start a transaction.
-    fn begin_transaction(&self) -> PyResult<PyTransaction> {
-        Ok(PyTransaction {
-            rt: self.rt,
-            inner: Arc::new(self.producer.begin_transaction().map_err(to_pyerr)?),
-        })
-    }
-
-    /// Recall a delayed message by the `recall_handle` of its receipt; returns its message id.
-    fn recall(&self, py: Python<'_>, topic: String, recall_handle: String) -> PyResult<String> {
-        let p = self.producer.clone();
-        self.rt
-            .block_on(py, async move { p.recall(&topic, &recall_handle).await })
-    }
-
-    fn recall_async<'py>(
-        &self,
-        py: Python<'py>,
-        topic: String,
-        recall_handle: String,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let p = self.producer.clone();
-        future_into_py(py, self.rt, async move {
-            p.recall(&topic, &recall_handle).await
-        })
-    }
-
-    /// Flush produced messages (running their callbacks), wait for in-flight sends, then tell
-    /// the brokers (`NotifyClientTermination`). Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.produce.close();
-        let flushed = self.produce.flush_for(py, None);
-        let p = self.producer.clone();
-        self.rt.block_on(py, async move {
-            p.close().await;
-            Ok(())
-        })?;
-        flushed.map(|_| ())
-    }
-
-    /// Async `close`: waits for produced messages and in-flight sends; the facade then runs the
-    /// remaining delivery callbacks with `poll(0)`.
-    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.produce.close();
-        let drained = self.produce.drained();
-        let p = self.producer.clone();
-        future_into_py(py, self.rt, async move {
-            drained.await;
-            p.close().await;
-            Ok(())
-        })
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        self.producer.is_closed()
-    }
-    #[getter]
-    fn started(&self) -> bool {
-        self.producer.client().is_running()
-    }
-    #[getter]
-    fn client_id(&self) -> &str {
-        self.producer.client().client_id()
-    }
-    #[getter]
-    fn endpoints(&self) -> &str {
-        self.producer.client().access_endpoints().key()
-    }
-    #[getter]
-    fn namespace(&self) -> &str {
-        self.producer.client().namespace()
-    }
-    /// Endpoints currently isolated after failures.
-    #[getter]
-    fn isolated_endpoints(&self) -> Vec<String> {
-        self.producer
-            .client()
-            .isolation()
-            .snapshot()
-            .into_iter()
-            .map(|e| e.key().to_string())
-            .collect()
-    }
-    /// The settings in force (server-merged once started).
-    #[getter]
-    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.producer.client().settings();
-        let d = PyDict::new(py);
-        d.set_item("max_attempts", s.retry_policy.max_attempts)?;
-        d.set_item("request_timeout", s.request_timeout.as_secs_f64())?;
-        d.set_item("max_body_size", s.max_body_size)?;
-        d.set_item("validate_message_type", s.validate_message_type)?;
-        d.set_item("from_server", s.from_server)?;
-        let delays: Vec<f64> = (1..=4)
-            .map(|a| s.retry_policy.delay(a).as_secs_f64())
-            .collect();
-        d.set_item("backoff", delays)?;
-        Ok(d)
-    }
-
-    fn __repr__(&self) -> String {
-        let c = self.producer.client();
-        format!(
-            "RocketMQProducer(endpoints={:?}, client_id={:?}, namespace={:?}, started={}, closed={})",
-            c.access_endpoints().key(),
-            c.client_id(),
-            c.namespace(),
-            c.is_running(),
+        #[getter]
+        fn closed(&self) -> bool {
             self.producer.is_closed()
-        )
+        }
+        #[getter]
+        fn started(&self) -> bool {
+            self.producer.client().is_running()
+        }
+        #[getter]
+        fn client_id(&self) -> &str {
+            self.producer.client().client_id()
+        }
+        #[getter]
+        fn endpoints(&self) -> &str {
+            self.producer.client().access_endpoints().key()
+        }
+        #[getter]
+        fn namespace(&self) -> &str {
+            self.producer.client().namespace()
+        }
+        /// Endpoints currently isolated after failures.
+        #[getter]
+        fn isolated_endpoints(&self) -> Vec<String> {
+            self.producer
+                .client()
+                .isolation()
+                .snapshot()
+                .into_iter()
+                .map(|e| e.key().to_string())
+                .collect()
+        }
+        /// The settings in force (server-merged once started).
+        #[getter]
+        fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let s = self.producer.client().settings();
+            let d = PyDict::new(py);
+            d.set_item("max_attempts", s.retry_policy.max_attempts)?;
+            d.set_item("request_timeout", s.request_timeout.as_secs_f64())?;
+            d.set_item("max_body_size", s.max_body_size)?;
+            d.set_item("validate_message_type", s.validate_message_type)?;
+            d.set_item("from_server", s.from_server)?;
+            let delays: Vec<f64> = (1..=4)
+                .map(|a| s.retry_policy.delay(a).as_secs_f64())
+                .collect();
+            d.set_item("backoff", delays)?;
+            Ok(d)
+        }
+
+        fn __repr__(&self) -> String {
+            let c = self.producer.client();
+            format!(
+                "RocketMQProducer(endpoints={:?}, client_id={:?}, namespace={:?}, started={}, closed={})",
+                c.access_endpoints().key(),
+                c.client_id(),
+                c.namespace(),
+                c.is_running(),
+                self.producer.is_closed()
+            )
+        }
     }
+
+        /// Send one message and wait for the broker's receipt.
+        fn send / send_async(&self, py, message: PyRef<'_, PyMessage>) -> PySendReceipt {
+            let p = self.producer.clone();
+            let m = message.inner.clone();
+            async move { p.send(m).await.map(PySendReceipt::from) }
+        }
+
+        /// Send many messages of one topic: one `SendMessage` each, many in flight, or `packed`
+        /// many to a request under one message id (messages that differ only in their bodies).
+        #[pyo3(signature = (messages, *, packed=false))]
+        fn send_batch / send_batch_async(
+            &self,
+            py,
+            messages: &Bound<'_, PyAny>,
+            packed: bool,
+        ) -> Vec<PySendReceipt> {
+            let msgs = extract_messages(messages)?;
+            let p = self.producer.clone();
+            async move {
+                Ok(batch(&p, msgs, packed)
+                    .await?
+                    .into_iter()
+                    .map(PySendReceipt::from)
+                    .collect::<Vec<_>>())
+            }
+        }
+
+        /// Recall a delayed message by the `recall_handle` of its receipt; returns its message id.
+        fn recall / recall_async(&self, py, topic: String, recall_handle: String) -> String {
+            let p = self.producer.clone();
+            async move { p.recall(&topic, &recall_handle).await }
+        }
 }
 
 /// A transaction: half messages become visible on `commit()`, or are dropped on `rollback()`.
@@ -491,73 +448,57 @@ pub struct PyTransaction {
     inner: Arc<Transaction>,
 }
 
-#[pymethods]
-impl PyTransaction {
+pymethods_with_async! {
+    impl PyTransaction {
+        /// Receipts of the half messages sent so far.
+        #[getter]
+        fn receipts(&self) -> Vec<PySendReceipt> {
+            self.inner
+                .receipts()
+                .into_iter()
+                .map(PySendReceipt::from)
+                .collect()
+        }
+        fn __enter__(slf: Py<Self>) -> Py<Self> {
+            slf
+        }
+        #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
+        fn __exit__(
+            &self,
+            py: Python<'_>,
+            exc_type: Option<&Bound<'_, PyAny>>,
+            _exc: Option<&Bound<'_, PyAny>>,
+            _tb: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<bool> {
+            if self.inner.ended().is_some() {
+                return Ok(false);
+            }
+            if exc_type.is_some_and(|t| !t.is_none()) {
+                self.rollback(py)?;
+            } else {
+                self.commit(py)?;
+            }
+            Ok(false)
+        }
+        fn __repr__(&self) -> String {
+            format!("Transaction(messages={})", self.inner.receipts().len())
+        }
+    }
+
     /// Send a half message (never retried).
-    fn send(&self, py: Python<'_>, message: PyRef<'_, PyMessage>) -> PyResult<PySendReceipt> {
+    fn send / send_async(&self, py, message: PyRef<'_, PyMessage>) -> PySendReceipt {
         let t = Arc::clone(&self.inner);
         let m = message.inner.clone();
-        self.rt
-            .block_on(py, async move { t.send(m).await.map(PySendReceipt::from) })
+        async move { t.send(m).await.map(PySendReceipt::from) }
     }
-    fn send_async<'py>(
-        &self,
-        py: Python<'py>,
-        message: PyRef<'_, PyMessage>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+
+    fn commit / commit_async(&self, py) -> () {
         let t = Arc::clone(&self.inner);
-        let m = message.inner.clone();
-        future_into_py(py, self.rt, async move {
-            t.send(m).await.map(PySendReceipt::from)
-        })
+        async move { t.commit().await }
     }
-    fn commit(&self, py: Python<'_>) -> PyResult<()> {
+
+    fn rollback / rollback_async(&self, py) -> () {
         let t = Arc::clone(&self.inner);
-        self.rt.block_on(py, async move { t.commit().await })
-    }
-    fn rollback(&self, py: Python<'_>) -> PyResult<()> {
-        let t = Arc::clone(&self.inner);
-        self.rt.block_on(py, async move { t.rollback().await })
-    }
-    fn commit_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let t = Arc::clone(&self.inner);
-        future_into_py(py, self.rt, async move { t.commit().await })
-    }
-    fn rollback_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let t = Arc::clone(&self.inner);
-        future_into_py(py, self.rt, async move { t.rollback().await })
-    }
-    /// Receipts of the half messages sent so far.
-    #[getter]
-    fn receipts(&self) -> Vec<PySendReceipt> {
-        self.inner
-            .receipts()
-            .into_iter()
-            .map(PySendReceipt::from)
-            .collect()
-    }
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        if self.inner.ended().is_some() {
-            return Ok(false);
-        }
-        if exc_type.is_some_and(|t| !t.is_none()) {
-            self.rollback(py)?;
-        } else {
-            self.commit(py)?;
-        }
-        Ok(false)
-    }
-    fn __repr__(&self) -> String {
-        format!("Transaction(messages={})", self.inner.receipts().len())
+        async move { t.rollback().await }
     }
 }

@@ -12,7 +12,6 @@ use futures::future::BoxFuture;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::invalid;
 use crate::jmq::PyJmqSendReceipt;
@@ -115,138 +114,118 @@ impl ProtocolProducer {
     }
 }
 
-#[pymethods]
-impl ProtocolProducer {
-    /// Send one message; returns where it was stored.
-    fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Receipt> {
-        self.rt.block_on(py, self.one(message)?)
+pymethods_with_async! {
+    impl ProtocolProducer {
+        /// Queue `message` for a batched send; `on_delivery(err, receipt)` runs later, on this
+        /// thread, inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are
+        /// pending.
+        #[pyo3(signature = (message, on_delivery=None))]
+        fn produce(
+            &self,
+            py: Python<'_>,
+            message: &Bound<'_, PyAny>,
+            on_delivery: Option<Py<PyAny>>,
+        ) -> PyResult<()> {
+            let p = self
+                .produce
+                .as_ref()
+                .ok_or_else(|| invalid("produce", self.facts.refused))?;
+            self.protocol.ready()?;
+            p.produce(py, extract_message(message)?, on_delivery)
+        }
+
+        /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
+        /// returns how many were reported.
+        #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
+        fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+            match &self.produce {
+                Some(p) => p.poll(py, timeout),
+                None => nothing_produced(timeout),
+            }
+        }
+
+        /// Wait until every produced message is reported (or `timeout` seconds pass), running the
+        /// callbacks here; returns how many are still pending.
+        #[pyo3(signature = (timeout=None))]
+        fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+            let Some(p) = &self.produce else {
+                return nothing_produced(timeout);
+            };
+            let left = p.flush(py, timeout)?;
+            self.protocol.flushed(py)?;
+            Ok(left)
+        }
+
+        /// Messages produced and not yet reported.
+        #[getter]
+        fn pending(&self) -> usize {
+            self.produce.as_ref().map_or(0, |p| p.pending())
+        }
+
+        fn begin_transaction(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+            self.protocol.begin_transaction(py)
+        }
+
+        fn recall(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
+            let _ = (topic, recall_handle);
+            Err(invalid("recall", self.facts.refused))
+        }
+
+        fn recall_async(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
+            self.recall(topic, recall_handle)
+        }
+
+        #[getter]
+        fn client_id(&self) -> &str {
+            &self.facts.client_id
+        }
+
+        #[getter]
+        fn namespace(&self) -> &str {
+            &self.facts.namespace
+        }
+
+        /// None: these protocols isolate no endpoint.
+        #[getter]
+        fn isolated_endpoints(&self) -> Vec<String> {
+            Vec::new()
+        }
+
+        #[getter]
+        fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let d = PyDict::new(py);
+            d.set_item("protocol", self.facts.protocol)?;
+            for (k, v) in &self.facts.shown {
+                d.set_item(k, v)?;
+            }
+            Ok(d)
+        }
+
+        fn __repr__(&self) -> String {
+            let mut s = String::from("Producer(");
+            for (k, v) in &self.facts.shown {
+                s += &format!("{k}={v:?}, ");
+            }
+            s + &format!("protocol='{}')", self.facts.protocol)
+        }
     }
 
-    /// Async form of `send`.
-    fn send_async<'py>(
-        &self,
-        py: Python<'py>,
-        message: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        future_into_py(py, self.rt, self.one(message)?)
+    /// Send one message; returns where it was stored.
+    fn send / send_async(&self, py, message: &Bound<'_, PyAny>) -> Receipt {
+        self.one(message)?
     }
 
     /// Send many messages; one receipt per message, in order, each message keeping its own
     /// metadata (these protocols batch without merging messages: `packed` changes nothing).
     #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch(
+    fn send_batch / send_batch_async(
         &self,
-        py: Python<'_>,
+        py,
         messages: &Bound<'_, PyAny>,
         packed: bool,
-    ) -> PyResult<Vec<Receipt>> {
+    ) -> Vec<Receipt> {
         let _ = packed;
-        self.rt.block_on(py, self.many(messages)?)
-    }
-
-    /// Async form of `send_batch`.
-    #[pyo3(signature = (messages, *, packed=false))]
-    fn send_batch_async<'py>(
-        &self,
-        py: Python<'py>,
-        messages: &Bound<'py, PyAny>,
-        packed: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = packed;
-        future_into_py(py, self.rt, self.many(messages)?)
-    }
-
-    /// Queue `message` for a batched send; `on_delivery(err, receipt)` runs later, on this
-    /// thread, inside `poll()`/`flush()`. Blocks (serving callbacks) while `max_pending` are
-    /// pending.
-    #[pyo3(signature = (message, on_delivery=None))]
-    fn produce(
-        &self,
-        py: Python<'_>,
-        message: &Bound<'_, PyAny>,
-        on_delivery: Option<Py<PyAny>>,
-    ) -> PyResult<()> {
-        let p = self
-            .produce
-            .as_ref()
-            .ok_or_else(|| invalid("produce", self.facts.refused))?;
-        self.protocol.ready()?;
-        p.produce(py, extract_message(message)?, on_delivery)
-    }
-
-    /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);
-    /// returns how many were reported.
-    #[pyo3(signature = (timeout=None), text_signature = "($self, timeout=0.0)")]
-    fn poll(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        match &self.produce {
-            Some(p) => p.poll(py, timeout),
-            None => nothing_produced(timeout),
-        }
-    }
-
-    /// Wait until every produced message is reported (or `timeout` seconds pass), running the
-    /// callbacks here; returns how many are still pending.
-    #[pyo3(signature = (timeout=None))]
-    fn flush(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        let Some(p) = &self.produce else {
-            return nothing_produced(timeout);
-        };
-        let left = p.flush(py, timeout)?;
-        self.protocol.flushed(py)?;
-        Ok(left)
-    }
-
-    /// Messages produced and not yet reported.
-    #[getter]
-    fn pending(&self) -> usize {
-        self.produce.as_ref().map_or(0, |p| p.pending())
-    }
-
-    fn begin_transaction(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        self.protocol.begin_transaction(py)
-    }
-
-    fn recall(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
-        let _ = (topic, recall_handle);
-        Err(invalid("recall", self.facts.refused))
-    }
-
-    fn recall_async(&self, topic: &str, recall_handle: &str) -> PyResult<String> {
-        self.recall(topic, recall_handle)
-    }
-
-    #[getter]
-    fn client_id(&self) -> &str {
-        &self.facts.client_id
-    }
-
-    #[getter]
-    fn namespace(&self) -> &str {
-        &self.facts.namespace
-    }
-
-    /// None: these protocols isolate no endpoint.
-    #[getter]
-    fn isolated_endpoints(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    #[getter]
-    fn settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("protocol", self.facts.protocol)?;
-        for (k, v) in &self.facts.shown {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
-    }
-
-    fn __repr__(&self) -> String {
-        let mut s = String::from("Producer(");
-        for (k, v) in &self.facts.shown {
-            s += &format!("{k}={v:?}, ");
-        }
-        s + &format!("protocol='{}')", self.facts.protocol)
+        self.many(messages)?
     }
 }
 

@@ -4,92 +4,58 @@
 
 use ferrymq_core::publisher::{Outgoing, PublishAck, PublishOptions};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::PyString;
 
 use crate::errors::invalid;
-use crate::message::{extract_body, PyMessage};
+use crate::message::{extract_body, str_pairs, PyMessage};
 
 /// A publish acknowledgement.
-#[pyclass(name = "PublishAck", module = "ferrymq", frozen, skip_from_py_object)]
-#[derive(Clone)]
+#[pyclass(
+    name = "PublishAck",
+    module = "ferrymq",
+    frozen,
+    get_all,
+    eq,
+    hash,
+    skip_from_py_object
+)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct PyPublishAck {
-    pub inner: PublishAck,
+    /// The id the message was published with (`Nats-Msg-Id` on JetStream).
+    message_id: String,
+    /// The stream (JetStream) or topic that stored the message.
+    stream: String,
+    /// The stream sequence (JetStream) or queue offset.
+    sequence: u64,
+    /// True when the broker recognised the id as a duplicate and did not store it again.
+    duplicate: bool,
+    /// The JetStream domain, if any.
+    domain: Option<String>,
+}
+
+impl From<PublishAck> for PyPublishAck {
+    fn from(a: PublishAck) -> Self {
+        Self {
+            message_id: a.message_id,
+            stream: a.stream,
+            sequence: a.sequence,
+            duplicate: a.duplicate,
+            domain: a.domain,
+        }
+    }
 }
 
 #[pymethods]
 impl PyPublishAck {
-    /// The id the message was published with (`Nats-Msg-Id` on JetStream).
-    #[getter]
-    fn message_id(&self) -> &str {
-        &self.inner.message_id
-    }
-    /// The stream (JetStream) or topic that stored the message.
-    #[getter]
-    fn stream(&self) -> &str {
-        &self.inner.stream
-    }
-    /// The stream sequence (JetStream) or queue offset.
-    #[getter]
-    fn sequence(&self) -> u64 {
-        self.inner.sequence
-    }
-    /// True when the broker recognised the id as a duplicate and did not store it again.
-    #[getter]
-    fn duplicate(&self) -> bool {
-        self.inner.duplicate
-    }
-    /// The JetStream domain, if any.
-    #[getter]
-    fn domain(&self) -> Option<&str> {
-        self.inner.domain.as_deref()
-    }
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .cast::<PyPublishAck>()
-            .is_ok_and(|o| o.get().inner == self.inner)
-    }
-    fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.inner.message_id.hash(&mut h);
-        self.inner.stream.hash(&mut h);
-        self.inner.sequence.hash(&mut h);
-        h.finish()
-    }
     fn __repr__(&self) -> String {
-        let a = &self.inner;
         format!(
             "PublishAck(message_id={:?}, stream={:?}, sequence={}, duplicate={})",
-            a.message_id,
-            a.stream,
-            a.sequence,
-            if a.duplicate { "True" } else { "False" }
+            self.message_id,
+            self.stream,
+            self.sequence,
+            if self.duplicate { "True" } else { "False" }
         )
     }
-}
-
-/// Read an optional `Mapping[str, str]` of headers, keeping its order.
-pub fn extract_headers(headers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
-    let Some(h) = headers else {
-        return Ok(Vec::new());
-    };
-    if h.is_none() {
-        return Ok(Vec::new());
-    }
-    let d = h
-        .cast::<PyDict>()
-        .map_err(|_| invalid("headers", "must be a dict of str to str"))?;
-    let mut out = Vec::with_capacity(d.len());
-    for (k, v) in d.iter() {
-        let k: String = k
-            .extract()
-            .map_err(|_| invalid("headers", "names must be str"))?;
-        let v: String = v
-            .extract()
-            .map_err(|_| invalid("headers", format!("value of {k:?} must be str")))?;
-        out.push((k, v));
-    }
-    Ok(out)
 }
 
 /// Build an [`Outgoing`] from `subject` (a str, or a `ferrymq.Message`), `body`, `headers` and
@@ -126,7 +92,7 @@ pub fn extract_outgoing(
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        hs.extend(extract_headers(headers)?);
+        hs.extend(str_pairs("headers", "names", headers)?);
         return Ok(Outgoing {
             subject: msg.topic().to_string(),
             headers: hs,
@@ -146,7 +112,7 @@ pub fn extract_outgoing(
     };
     Ok(Outgoing {
         subject,
-        headers: extract_headers(headers)?,
+        headers: str_pairs("headers", "names", headers)?,
         body: extract_body(body)?,
         options,
         message: None,

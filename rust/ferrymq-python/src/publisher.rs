@@ -130,7 +130,7 @@ impl PyFlight {
         self.inner
             .outcome()
             .and_then(Outcome::ack)
-            .map(|a| PyPublishAck { inner: a.clone() })
+            .map(|a| PyPublishAck::from(a.clone()))
     }
     /// The exception of a failed or timed-out flight (a new instance each time), or None.
     #[getter]
@@ -253,7 +253,7 @@ impl PyEventBatch {
                 ),
                 None => fut.call_method1(
                     intern!(py, "set_result"),
-                    (outcome.ack().map(|a| PyPublishAck { inner: a.clone() }),),
+                    (outcome.ack().map(|a| PyPublishAck::from(a.clone())),),
                 ),
             };
             // Cancelled meanwhile (a concurrent future, from another thread): nothing to do.

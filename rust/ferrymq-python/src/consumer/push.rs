@@ -10,7 +10,7 @@ use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, StatsSnapsh
 use ferrymq_core::Error;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::PyDict;
 
 use crate::aio::future_into_py;
 use crate::durations::timeout_or;
@@ -427,34 +427,6 @@ impl PyPushConsumer {
             }
             Ok(())
         })
-    }
-
-    fn __enter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, Self>> {
-        slf.get().start(py)?;
-        Ok(slf)
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.close(py, None)?;
-        Ok(false)
-    }
-
-    fn __aenter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let start = Self::start_async(slf.clone(), py)?;
-        let helpers = py.import("ferrymq._consumer")?;
-        helpers.call_method1("returning", (start, slf))
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __aexit__<'py>(
-        slf: Bound<'py, Self>,
-        py: Python<'py>,
-        _args: &Bound<'py, PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let close = Self::close_async(slf, py, None)?;
-        let helpers = py.import("ferrymq._consumer")?;
-        helpers.call_method1("returning", (close, false))
     }
 
     fn __repr__(&self) -> String {

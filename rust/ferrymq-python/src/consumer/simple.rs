@@ -7,7 +7,7 @@ use ferrymq_core::consumer_backend::ConsumerTarget;
 use ferrymq_core::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
 use ferrymq_core::Error;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::PyDict;
 
 use crate::aio::future_into_py;
 use crate::durations::{optional, positive, timeout_or, Lower};
@@ -200,34 +200,6 @@ pymethods_with_async! {
                 }
                 Ok(())
             })
-        }
-
-        fn __enter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, Self>> {
-            slf.get().start(py)?;
-            Ok(slf)
-        }
-
-        #[pyo3(signature = (*_args))]
-        fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
-            self.close(py)?;
-            Ok(false)
-        }
-
-        fn __aenter__<'py>(slf: Bound<'py, Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-            let start = Self::start_async(slf.clone(), py)?;
-            let helpers = py.import("ferrymq._consumer")?;
-            helpers.call_method1("returning", (start, slf))
-        }
-
-        #[pyo3(signature = (*_args))]
-        fn __aexit__<'py>(
-            &self,
-            py: Python<'py>,
-            _args: &Bound<'py, PyTuple>,
-        ) -> PyResult<Bound<'py, PyAny>> {
-            let close = self.close_async(py)?;
-            let helpers = py.import("ferrymq._consumer")?;
-            helpers.call_method1("returning", (close, false))
         }
 
         fn __repr__(&self) -> String {

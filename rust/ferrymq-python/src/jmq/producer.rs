@@ -267,6 +267,7 @@ impl Protocol for Handle<CoreProducer> {
 
     fn begin_transaction(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let tx = JmqTransaction {
+            rt: self.rt,
             h: self.clone(),
             state: Arc::default(),
         };
@@ -323,85 +324,64 @@ impl TxState {
 /// on success and rolls back on an exception.
 #[pyclass(module = "ferrymq._native", frozen)]
 pub struct JmqTransaction {
+    rt: RuntimeRef,
     h: Handle<CoreProducer>,
     state: Arc<TxState>,
 }
 
-#[pymethods]
-impl JmqTransaction {
-    /// Send a message inside the transaction (invisible until commit).
-    fn send(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<PyJmqSendReceipt> {
-        let (m, st) = (extract_message(message)?, Arc::clone(&self.state));
-        self.h
-            .block(py, move |p| async move { st.send(p, m).await })
-    }
-
-    fn send_async<'py>(
-        &self,
-        py: Python<'py>,
-        message: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let (m, st) = (extract_message(message)?, Arc::clone(&self.state));
-        self.h
-            .spawn(py, move |p| async move { st.send(p, m).await })
-    }
-
-    fn commit(&self, py: Python<'_>) -> PyResult<()> {
-        let st = Arc::clone(&self.state);
-        self.h.rt.block_on(py, st.end(true))
-    }
-
-    fn commit_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let st = Arc::clone(&self.state);
-        crate::aio::future_into_py(py, self.h.rt, st.end(true))
-    }
-
-    fn rollback(&self, py: Python<'_>) -> PyResult<()> {
-        let st = Arc::clone(&self.state);
-        self.h.rt.block_on(py, st.end(false))
-    }
-
-    fn rollback_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let st = Arc::clone(&self.state);
-        crate::aio::future_into_py(py, self.h.rt, st.end(false))
-    }
-
-    /// Receipts of the messages sent so far.
-    #[getter]
-    fn receipts(&self) -> Vec<PyJmqSendReceipt> {
-        self.state
-            .receipts
-            .lock()
-            .iter()
-            .cloned()
-            .map(Into::into)
-            .collect()
-    }
-
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
-    }
-
-    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        if !self.state.done.load(Ordering::Acquire) {
-            if exc_type.is_some_and(|t| !t.is_none()) {
-                self.rollback(py)?;
-            } else {
-                self.commit(py)?;
-            }
+pymethods_with_async! {
+    impl JmqTransaction {
+        /// Receipts of the messages sent so far.
+        #[getter]
+        fn receipts(&self) -> Vec<PyJmqSendReceipt> {
+            self.state
+                .receipts
+                .lock()
+                .iter()
+                .cloned()
+                .map(Into::into)
+                .collect()
         }
-        Ok(false)
+
+        fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+            slf
+        }
+
+        #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
+        fn __exit__(
+            &self,
+            py: Python<'_>,
+            exc_type: Option<&Bound<'_, PyAny>>,
+            _exc: Option<&Bound<'_, PyAny>>,
+            _tb: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<bool> {
+            if !self.state.done.load(Ordering::Acquire) {
+                if exc_type.is_some_and(|t| !t.is_none()) {
+                    self.rollback(py)?;
+                } else {
+                    self.commit(py)?;
+                }
+            }
+            Ok(false)
+        }
+
+        fn __repr__(&self) -> String {
+            let topic = self.state.tx.get().map(|t| t.topic().to_string());
+            format!("JmqTransaction(topic={topic:?})")
+        }
     }
 
-    fn __repr__(&self) -> String {
-        let topic = self.state.tx.get().map(|t| t.topic().to_string());
-        format!("JmqTransaction(topic={topic:?})")
+    /// Send a message inside the transaction (invisible until commit).
+    fn send / send_async(&self, py, message: &Bound<'_, PyAny>) -> PyJmqSendReceipt {
+        let (m, st) = (extract_message(message)?, Arc::clone(&self.state));
+        self.h.run(move |p| async move { st.send(p, m).await })
+    }
+
+    fn commit / commit_async(&self, py) -> () {
+        Arc::clone(&self.state).end(true)
+    }
+
+    fn rollback / rollback_async(&self, py) -> () {
+        Arc::clone(&self.state).end(false)
     }
 }
