@@ -9,6 +9,7 @@
 //! is answered in [`super::service_send`], the receive side in [`super::service_receive`], and
 //! what every handler shares is in [`super::service_wire`].
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ use super::service_wire::{
     admit_or, check, grpc_timeout, namespace, ok, once, pull_status, refuse, resource_name, st,
     BoxStream, EndpointService, MAX_BATCH,
 };
-use super::store::{self, std_duration, valid_resource_name, Waiting};
+use super::store::{self, std_duration, valid_resource_name};
 use super::telemetry::{merge_settings, TelemetryItem, TelemetryReply};
 use super::transaction::Half;
 use crate::proto;
@@ -208,72 +209,62 @@ impl MessagingService for EndpointService {
             wait = wait.min(r.saturating_sub(Duration::from_millis(200)));
         }
         let deadline = crate::duration::deadline(Instant::now(), wait);
-        let _waiting = Waiting::new(&topic);
-        loop {
-            let notified = topic.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let (found, next) = {
-                let st_ = queue.state.lock();
-                let (base, end) = (st_.base, st_.end());
-                if req.offset < 0 || (req.offset as u64) < base || req.offset as u64 > end {
-                    let hint = if req.offset < 0 || (req.offset as u64) < base {
-                        base
-                    } else {
-                        end
-                    };
-                    drop(st_);
-                    return Ok(Response::new(pull_status(
-                        st(
-                            code::ILLEGAL_OFFSET,
-                            format!("offset {} is outside [{base}, {end}]", req.offset),
-                        ),
-                        Some(hint as i64),
-                    )));
-                }
-                let mut found = Vec::new();
-                let mut off = req.offset as u64;
-                while off < end && found.len() < batch {
-                    let m = st_.get(off).expect("in range");
-                    if filter.matches(m) {
-                        found.push(m.clone());
-                    }
-                    off += 1;
-                }
-                (found, off)
-            };
-            if !found.is_empty()
-                || next > req.offset as u64
-                || Instant::now() >= deadline
-                || self.core.shutdown.is_cancelled()
-            {
-                let status = if found.is_empty() {
-                    st(code::MESSAGE_NOT_FOUND, "no new message")
+        let answer = topic.long_poll(&self.core.shutdown, || {
+            let st_ = queue.state.lock();
+            let (base, end) = (st_.base, st_.end());
+            if req.offset < 0 || (req.offset as u64) < base || req.offset as u64 > end {
+                let hint = if req.offset < 0 || (req.offset as u64) < base {
+                    base
                 } else {
-                    ok()
+                    end
                 };
-                let mut out = Vec::with_capacity(found.len() + 2);
-                out.push(proto::PullMessageResponse {
-                    content: Some(proto::pull_message_response::Content::Status(status)),
-                });
-                out.extend(found.into_iter().map(|m| proto::PullMessageResponse {
-                    content: Some(proto::pull_message_response::Content::Message(
-                        m.to_message(&topic.name, queue.id),
-                    )),
-                }));
-                out.push(proto::PullMessageResponse {
-                    content: Some(proto::pull_message_response::Content::NextOffset(
-                        next as i64,
-                    )),
-                });
-                return Ok(Response::new(once(out)));
+                return ControlFlow::Break(pull_status(
+                    st(
+                        code::ILLEGAL_OFFSET,
+                        format!("offset {} is outside [{base}, {end}]", req.offset),
+                    ),
+                    Some(hint as i64),
+                ));
             }
-            tokio::select! {
-                () = &mut notified => {}
-                () = tokio::time::sleep_until(deadline.into()) => {}
-                () = self.core.shutdown.cancelled() => {}
+            let mut found = Vec::new();
+            let mut next = req.offset as u64;
+            while next < end && found.len() < batch {
+                let m = st_.get(next).expect("in range");
+                if filter.matches(m) {
+                    found.push(m.clone());
+                }
+                next += 1;
             }
-        }
+            drop(st_);
+            if found.is_empty()
+                && next == req.offset as u64
+                && Instant::now() < deadline
+                && !self.core.shutdown.is_cancelled()
+            {
+                return ControlFlow::Continue(deadline);
+            }
+            let status = if found.is_empty() {
+                st(code::MESSAGE_NOT_FOUND, "no new message")
+            } else {
+                ok()
+            };
+            let mut out = Vec::with_capacity(found.len() + 2);
+            out.push(proto::PullMessageResponse {
+                content: Some(proto::pull_message_response::Content::Status(status)),
+            });
+            out.extend(found.into_iter().map(|m| proto::PullMessageResponse {
+                content: Some(proto::pull_message_response::Content::Message(
+                    m.to_message(&topic.name, queue.id),
+                )),
+            }));
+            out.push(proto::PullMessageResponse {
+                content: Some(proto::pull_message_response::Content::NextOffset(
+                    next as i64,
+                )),
+            });
+            ControlFlow::Break(once(out))
+        });
+        Ok(Response::new(answer.await))
     }
 
     async fn update_offset(

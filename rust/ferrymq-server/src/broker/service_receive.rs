@@ -2,6 +2,7 @@
 //! stream), AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue, and the move
 //! of dead letters to a group's DLQ topic.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +16,7 @@ use super::service_wire::{
     admit_or, check, delivery_timestamp, ok, receive_status, refuse, st, BoxStream,
     EndpointService, MAX_BATCH,
 };
-use super::store::{readable, std_duration, Queue, Stored, Topic, Waiting};
+use super::store::{readable, std_duration, Queue, Stored, Topic};
 use crate::proto;
 use crate::status as code;
 
@@ -131,60 +132,50 @@ impl EndpointService {
         let deadline = crate::duration::deadline(Instant::now(), polling);
         let mut messages = Vec::new();
         let mut dead = Vec::new();
-        {
-            let _waiting = Waiting::new(&topic);
-            loop {
-                let notified = topic.notify.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let now = Instant::now();
-                let mut next_due: Option<Instant> = None;
-                let start = fastrand::usize(..queues.len());
-                for k in 0..queues.len() {
-                    let q = &queues[(start + k) % queues.len()];
-                    let pop = Pop {
-                        group: &group_name,
-                        fifo: group.fifo,
-                        max_attempts: group.max_delivery_attempts,
-                        max: batch - messages.len(),
-                        invisible,
-                        filter: &filter,
-                        now,
-                        renew: renew.as_ref(),
-                        conn: conn.as_ref(),
-                        renew_max: cfg.auto_renew_max,
-                        renew_slice: cfg.auto_renew_invisible,
-                        nonces: &self.core.nonces,
+        let polled = topic.long_poll(&self.core.shutdown, || {
+            let now = Instant::now();
+            let mut next_due: Option<Instant> = None;
+            let start = fastrand::usize(..queues.len());
+            for k in 0..queues.len() {
+                let q = &queues[(start + k) % queues.len()];
+                let pop = Pop {
+                    group: &group_name,
+                    fifo: group.fifo,
+                    max_attempts: group.max_delivery_attempts,
+                    max: batch - messages.len(),
+                    invisible,
+                    filter: &filter,
+                    now,
+                    renew: renew.as_ref(),
+                    conn: conn.as_ref(),
+                    renew_max: cfg.auto_renew_max,
+                    renew_slice: cfg.auto_renew_invisible,
+                    nonces: &self.core.nonces,
+                };
+                let mut out = PopOutcome::default();
+                q.state.lock().pop(&pop, &mut out);
+                for d in &out.deliveries {
+                    let handed = Handed {
+                        queue: q.clone(),
+                        offset: d.stored.offset,
+                        nonce: d.nonce,
                     };
-                    let mut out = PopOutcome::default();
-                    q.state.lock().pop(&pop, &mut out);
-                    for d in &out.deliveries {
-                        let handed = Handed {
-                            queue: q.clone(),
-                            offset: d.stored.offset,
-                            nonce: d.nonce,
-                        };
-                        messages.push((delivered(broker, &topic.name, q, d), Some(handed)));
-                    }
-                    dead.extend(out.dead);
-                    if let Some(due) = out.next_due {
-                        next_due = Some(next_due.map_or(due, |n: Instant| n.min(due)));
-                    }
-                    if messages.len() >= batch {
-                        break;
-                    }
+                    messages.push((delivered(broker, &topic.name, q, d), Some(handed)));
                 }
-                if !messages.is_empty() || now >= deadline || self.core.shutdown.is_cancelled() {
+                dead.extend(out.dead);
+                if let Some(due) = out.next_due {
+                    next_due = Some(next_due.map_or(due, |n: Instant| n.min(due)));
+                }
+                if messages.len() >= batch {
                     break;
                 }
-                let wake = next_due.map_or(deadline, |d| d.min(deadline));
-                tokio::select! {
-                    () = &mut notified => {}
-                    () = tokio::time::sleep_until(wake.into()) => {}
-                    () = self.core.shutdown.cancelled() => {}
-                }
             }
-        }
+            if !messages.is_empty() || now >= deadline || self.core.shutdown.is_cancelled() {
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(next_due.map_or(deadline, |d| d.min(deadline)))
+        });
+        polled.await;
         let _ = self.to_dlq(&group.name, &topic.name, dead);
         if messages.is_empty() {
             return Ok(Response::new(receive_status(st(

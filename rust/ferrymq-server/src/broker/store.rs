@@ -7,12 +7,14 @@
 //! message really holds ([`accounted_size`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::config::{BrokerConfig, WhenFull};
 use super::cursor::Cursor;
@@ -292,6 +294,32 @@ impl Topic {
     pub fn wake(&self) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
             self.notify.notify_waiters();
+        }
+    }
+
+    /// A long poll: call `look` until it gives the answer (`Break`); while it asks to wait
+    /// (`Continue(until)`), wait until `until`, an append to the topic or `stop`, then look again.
+    /// The poll counts as a waiter of the topic while it runs, and arms its wake-up before each
+    /// look, so an append between a look and the wait is not missed.
+    pub(crate) async fn long_poll<T>(
+        &self,
+        stop: &CancellationToken,
+        mut look: impl FnMut() -> ControlFlow<T, Instant>,
+    ) -> T {
+        let _waiting = Waiting::new(self);
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let until = match look() {
+                ControlFlow::Break(answer) => return answer,
+                ControlFlow::Continue(until) => until,
+            };
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+                () = stop.cancelled() => {}
+            }
         }
     }
 
@@ -614,10 +642,10 @@ impl Store {
 }
 
 /// Decrements a topic's waiter count when a long poll ends.
-pub(crate) struct Waiting<'a>(&'a Topic);
+struct Waiting<'a>(&'a Topic);
 
 impl<'a> Waiting<'a> {
-    pub(crate) fn new(t: &'a Topic) -> Self {
+    fn new(t: &'a Topic) -> Self {
         t.waiters.fetch_add(1, Ordering::SeqCst);
         Self(t)
     }
