@@ -287,14 +287,10 @@ fn queue_fields(req: &RemotingCommand) -> Result<(&str, i32), RemotingCommand> {
 
 /// `(min, max)` of a queue of this endpoint; `(0, 0)` for unknown topics and queues.
 fn bounds(conn: &Conn, topic: &str, queue_id: i32) -> (u64, u64) {
-    conn.core
-        .store
-        .topic(topic)
-        .and_then(|t| t.queue(conn.ep.index, queue_id).cloned())
-        .map_or((0, 0), |q| {
-            let st = q.state.lock();
-            (st.base, st.end())
-        })
+    conn.queue(topic, queue_id).map_or((0, 0), |q| {
+        let st = q.state.lock();
+        (st.base, st.end())
+    })
 }
 
 fn offset_reply(req: &RemotingCommand, offset: impl ToString) -> RemotingCommand {
@@ -319,12 +315,7 @@ fn search_offset(conn: &Conn, req: &RemotingCommand) -> Answer {
     let upper = req
         .ext("boundaryType")
         .is_some_and(|b| b.eq_ignore_ascii_case("UPPER"));
-    let Some(q) = conn
-        .core
-        .store
-        .topic(topic)
-        .and_then(|t| t.queue(conn.ep.index, queue_id).cloned())
-    else {
+    let Some(q) = conn.queue(topic, queue_id) else {
         return Ok(offset_reply(req, 0));
     };
     let st = q.state.lock();
@@ -345,12 +336,7 @@ fn query_consumer_offset(conn: &Conn, req: &RemotingCommand) -> Answer {
     let zero_if_missing = req
         .ext("setZeroIfNotFound")
         .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
-    let queue = conn
-        .core
-        .store
-        .topic(topic)
-        .and_then(|t| t.queue(conn.ep.index, queue_id).cloned());
-    let (committed, base) = queue.map_or((None, 0), |q| {
+    let (committed, base) = conn.queue(topic, queue_id).map_or((None, 0), |q| {
         let st = q.state.lock();
         (st.offsets.get(group).copied(), st.base)
     });

@@ -262,11 +262,7 @@ pub(crate) fn offset_msg_id(store_host: SocketAddr, physical: i64) -> String {
     }
     raw.extend_from_slice(&i32::from(store_host.port()).to_be_bytes());
     raw.extend_from_slice(&physical.to_be_bytes());
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    raw.iter()
-        .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xF)]])
-        .map(char::from)
-        .collect()
+    super::send::upper_hex(&raw)
 }
 
 /// The born host of a stored message as a socket address (`host:port`, or a bare IP).
