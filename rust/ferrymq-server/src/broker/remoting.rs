@@ -191,7 +191,8 @@ fn check_signature(creds: &Credentials, req: &RemotingCommand) -> Result<(), Str
     let Some(given) = req.ext("Signature") else {
         return Err("check signature failed.".into());
     };
-    let expected = signature(&creds.secret_key, &req.ext_fields, &req.body);
+    // The client's signer: one implementation of the rule.
+    let expected = crate::remoting::acl::sign(&req.ext_fields, &req.body, &creds.secret_key);
     // Compared without an early exit.
     let same = given.len() == expected.len()
         && given
@@ -204,11 +205,6 @@ fn check_signature(creds: &Credentials, req: &RemotingCommand) -> Result<(), Str
     } else {
         Err("check signature failed.".into())
     }
-}
-
-/// The ACL signature of a request (the client's signer: one implementation of the rule).
-pub(crate) fn signature(secret: &str, fields: &[(String, String)], body: &[u8]) -> String {
-    crate::remoting::acl::sign(fields, body, secret)
 }
 
 // ---- name server ---------------------------------------------------------------------------
@@ -461,28 +457,4 @@ fn heartbeat(conn: &Conn, req: &RemotingCommand) -> Answer {
         }
     }
     Ok(reply(req, rs::SUCCESS, None))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signature_sorts_keys_and_appends_the_body() {
-        use hmac::{Hmac, Mac};
-        use sha1::Sha1;
-
-        let fields = vec![
-            ("b".to_string(), "2".to_string()),
-            ("Signature".to_string(), "ignored".to_string()),
-            ("AccessKey".to_string(), "ak".to_string()),
-            ("a".to_string(), "1".to_string()),
-        ];
-        let mut mac = Hmac::<Sha1>::new_from_slice(b"sk").unwrap();
-        mac.update(b"ak12body");
-        assert_eq!(
-            signature("sk", &fields, b"body"),
-            crate::remoting::acl::base64(&mac.finalize().into_bytes())
-        );
-    }
 }
