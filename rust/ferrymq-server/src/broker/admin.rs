@@ -201,9 +201,7 @@ impl Broker {
     }
 
     async fn listen_again(&self, ep: &Arc<Endpoint>) -> Result<()> {
-        let l = tokio::net::TcpListener::bind(ep.addr).await.map_err(|e| {
-            Error::connection(format!("cannot listen on {} again", ep.addr)).with_source(e)
-        })?;
+        let l = crate::listen(&ep.addr.ip().to_string(), ep.addr.port()).await?;
         ep.start_accepting(l);
         Ok(())
     }

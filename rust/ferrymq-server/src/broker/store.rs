@@ -129,13 +129,8 @@ pub fn ms_of(ts: &prost_types::Timestamp) -> i64 {
         .saturating_add(i64::from(ts.nanos) / 1_000_000)
 }
 
-/// A protobuf duration.
-pub fn proto_duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
-}
+/// A protobuf duration (the client's conversion).
+pub use ferrymq_core::rocketmq::message_view::to_proto_duration as proto_duration;
 
 /// A `std` duration from a protobuf one (negative → `None`).
 pub fn std_duration(d: &prost_types::Duration) -> Option<Duration> {
