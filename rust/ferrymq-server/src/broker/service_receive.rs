@@ -222,7 +222,6 @@ impl EndpointService {
             return refuse(answer, code::BAD_REQUEST, "no entries to ack");
         }
         let g: Arc<str> = group.name.as_str().into();
-        let now = Instant::now();
         let entries: Vec<_> = req
             .entries
             .into_iter()
@@ -239,7 +238,7 @@ impl EndpointService {
                         "malformed receipt handle: parse failed",
                     ),
                     Some((b, q, off, nonce)) => match topic.queue(b, q) {
-                        Some(queue) => match queue.state.lock().ack(&g, off, nonce, now) {
+                        Some(queue) => match queue.state.lock().ack(&g, off, nonce) {
                             Err(err) if group.fifo && err.is_stale() => {
                                 st(code::INVALID_RECEIPT_HANDLE, err.0)
                             }
@@ -357,10 +356,7 @@ impl EndpointService {
                 let queue = topic
                     .queue(b, q)
                     .ok_or_else(|| pop::HandleError("no such queue".into()))?;
-                let r = queue
-                    .state
-                    .lock()
-                    .dead_letter(&g, off, nonce, Instant::now());
+                let r = queue.state.lock().dead_letter(&g, off, nonce);
                 r
             });
         let (stored, attempts) = check!(
