@@ -247,11 +247,6 @@ impl IoControl {
         self.wake_all();
     }
 
-    /// Whether connections are frozen.
-    pub fn frozen(&self) -> bool {
-        self.mode.load(Ordering::SeqCst) == IO_FROZEN
-    }
-
     /// Cut every open connection: they fail at once (their tasks are woken).
     pub fn cut_all(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);

@@ -394,11 +394,6 @@ impl Store {
         }
     }
 
-    /// Number of endpoints.
-    pub fn brokers(&self) -> usize {
-        self.brokers
-    }
-
     /// Create a topic, or change the type of an existing one with the same queue count.
     pub fn create_topic(&self, name: &str, ty: TopicType, queues: usize) -> Result<Arc<Topic>> {
         if !valid_resource_name(name) {
@@ -544,13 +539,6 @@ impl Store {
                 .or_insert_with(|| Arc::new(GroupConfig::new(name)))
                 .clone(),
         )
-    }
-
-    /// All groups, sorted by name.
-    pub fn groups(&self) -> Vec<Arc<GroupConfig>> {
-        let mut v: Vec<_> = self.groups.read().values().cloned().collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
     }
 
     /// Append `msgs` (already validated, system properties filled except offsets) to `queue` of
