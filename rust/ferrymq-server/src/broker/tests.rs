@@ -272,35 +272,6 @@ async fn send_receive_ack_over_two_endpoints() {
 }
 
 #[tokio::test]
-async fn client_id_is_required_and_types_are_enforced() {
-    let broker = Broker::start(fast()).await.unwrap();
-    broker.create_topic("fifo", "FIFO", 2).unwrap();
-    let mut c = Client::connect(broker.addresses()[0], "c1").await;
-    let r = c.route("", "fifo").await;
-    assert_eq!(r.status.unwrap().code, code::CLIENT_ID_REQUIRED);
-    let r = c.send(vec![message("fifo", b"x")]).await;
-    assert_eq!(
-        r.status.unwrap().code,
-        code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
-    );
-    // Unknown topic: the proxy's type check fails first (expected type UNSPECIFIED).
-    let r = c.send(vec![message("nope", b"x")]).await;
-    assert_eq!(
-        r.status.unwrap().code,
-        code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
-    );
-    assert!(r.entries.is_empty());
-    let mut m = message("fifo", b"");
-    m.system_properties.as_mut().unwrap().message_group = Some("g".into());
-    assert_eq!(
-        c.send(vec![m.clone()]).await.status.unwrap().code,
-        code::MESSAGE_BODY_EMPTY
-    );
-    m.body = bytes::Bytes::from_static(b"ok");
-    assert_eq!(c.send(vec![m]).await.status.unwrap().code, code::OK);
-}
-
-#[tokio::test]
 async fn orphaned_transaction_is_checked_back_then_committed() {
     let broker = Broker::start(BrokerConfig {
         transaction_check_delay: Duration::from_millis(50),
@@ -417,62 +388,4 @@ async fn delayed_messages_count_against_the_bound_until_recalled() {
         .into_inner();
     assert_eq!(r.status.unwrap().code, code::OK);
     assert_eq!(c.send(vec![delayed()]).await.status.unwrap().code, code::OK);
-}
-
-#[tokio::test]
-async fn refuse_and_hang_faults() {
-    let broker = Broker::start(fast()).await.unwrap();
-    broker.create_topic("t", "NORMAL", 1).unwrap();
-    let addr = broker.addresses()[0];
-    let mut c = Client::connect(addr, "c").await;
-    let route = |c: &mut Client| {
-        let mut rpc = c.rpc.clone();
-        async move {
-            let mut r = req(
-                "c",
-                proto::QueryRouteRequest {
-                    topic: res("t"),
-                    endpoints: None,
-                },
-            );
-            r.set_timeout(Duration::from_millis(300));
-            rpc.query_route(r).await.map(|r| r.into_inner())
-        }
-    };
-    assert!(route(&mut c).await.is_ok());
-    broker
-        .set_unavailable(0, Some(Unavailable::Hang))
-        .await
-        .unwrap();
-    let e = route(&mut c).await.unwrap_err();
-    assert!(
-        matches!(
-            e.code(),
-            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
-        ),
-        "{e:?}"
-    );
-    broker
-        .set_unavailable(0, Some(Unavailable::Refuse))
-        .await
-        .unwrap();
-    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
-    broker.set_unavailable(0, None).await.unwrap();
-    let mut c2 = Client::connect(addr, "c").await;
-    assert_eq!(route(&mut c2).await.unwrap().status.unwrap().code, code::OK);
-    broker
-        .inject_status(
-            0,
-            StatusFault {
-                count: Some(1),
-                ..StatusFault::new(code::TOO_MANY_REQUESTS)
-            },
-        )
-        .unwrap();
-    assert_eq!(
-        route(&mut c2).await.unwrap().status.unwrap().code,
-        code::TOO_MANY_REQUESTS
-    );
-    assert_eq!(route(&mut c2).await.unwrap().status.unwrap().code, code::OK);
-    assert_eq!(broker.calls(0, Rpc::QueryRoute).unwrap(), 4);
 }
