@@ -53,34 +53,34 @@ impl EndpointService {
         let conn = request
             .remote_addr()
             .and_then(|a| self.ep.faults.io.connection(a));
-        let client_id = admit_or!(self, Rpc::ReceiveMessage, request, |s| receive_status(s));
+        let client_id = admit_or!(self, Rpc::ReceiveMessage, request, receive_status);
         // Without settings (and for an unknown topic, below) the proxy fails with a
         // NullPointerException: INTERNAL_SERVER_ERROR. We answer the same code.
         check!(
             self.require_settings(&client_id)
                 .map_err(|s| st(code::INTERNAL_SERVER_ERROR, s.message)),
-            |s| receive_status(s)
+            receive_status
         );
         let polling = check!(
             self.polling_time(
                 request.get_ref().long_polling_timeout.as_ref(),
                 request.metadata()
             ),
-            |s| receive_status(s)
+            receive_status
         );
         let req = request.into_inner();
         let cfg = &self.core.config;
-        let group = check!(self.group(req.group.as_ref()), |s| receive_status(s));
+        let group = check!(self.group(req.group.as_ref()), receive_status);
         let mq = req.message_queue.as_ref();
         let topic = check!(
             self.topic(mq.and_then(|q| q.topic.as_ref()))
                 .map_err(|s| st(code::INTERNAL_SERVER_ERROR, s.message)),
-            |s| receive_status(s)
+            receive_status
         );
-        let broker = check!(self.broker_of(mq), |s| receive_status(s));
+        let broker = check!(self.broker_of(mq), receive_status);
         let filter = check!(
             Filter::parse(req.filter_expression.as_ref()).map_err(|(c, m)| st(c, m)),
-            |s| receive_status(s)
+            receive_status
         );
         // A batch size of 0 (or less) long-polls for nothing, then MESSAGE_NOT_FOUND, as the
         // proxy does.
@@ -91,20 +91,22 @@ impl EndpointService {
         } else {
             match requested {
                 None => {
-                    return Ok(Response::new(receive_status(st(
+                    return refuse(
+                        receive_status,
                         code::ILLEGAL_INVISIBLE_TIME,
                         "invisible_duration is required without auto_renew",
-                    ))))
+                    )
                 }
                 Some(d) if d < cfg.min_invisible || d > cfg.max_invisible => {
-                    return Ok(Response::new(receive_status(st(
+                    return refuse(
+                        receive_status,
                         code::ILLEGAL_INVISIBLE_TIME,
                         format!(
                             "invisible_duration must be between {} ms and {} ms",
                             cfg.min_invisible.as_millis(),
                             cfg.max_invisible.as_millis()
                         ),
-                    ))))
+                    )
                 }
                 Some(d) => d,
             }
@@ -120,13 +122,14 @@ impl EndpointService {
             .filter(|q| readable(q.permission()))
             .collect();
         if queues.is_empty() {
-            return Ok(Response::new(receive_status(st(
+            return refuse(
+                receive_status,
                 code::FORBIDDEN,
                 format!(
                     "topic {:?} has no readable queue on broker-{broker}",
                     topic.name
                 ),
-            ))));
+            );
         }
         let group_name: Arc<str> = group.name.as_str().into();
         let deadline = crate::duration::deadline(Instant::now(), polling);
@@ -178,10 +181,7 @@ impl EndpointService {
         polled.await;
         let _ = self.to_dlq(&group.name, &topic.name, dead);
         if messages.is_empty() {
-            return Ok(Response::new(receive_status(st(
-                code::MESSAGE_NOT_FOUND,
-                "no new message",
-            ))));
+            return refuse(receive_status, code::MESSAGE_NOT_FOUND, "no new message");
         }
         let mut out = Vec::with_capacity(messages.len() + 2);
         out.push((
@@ -214,10 +214,10 @@ impl EndpointService {
             status: Some(s),
             entries: vec![],
         };
-        admit_or!(self, Rpc::AckMessage, request, |s| answer(s));
+        admit_or!(self, Rpc::AckMessage, request, answer);
         let req = request.into_inner();
-        let group = check!(self.group(req.group.as_ref()), |s| answer(s));
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
+        let group = check!(self.group(req.group.as_ref()), answer);
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
         if req.entries.is_empty() {
             return refuse(answer, code::BAD_REQUEST, "no entries to ack");
         }
@@ -285,10 +285,10 @@ impl EndpointService {
             status: Some(s),
             receipt_handle: String::new(),
         };
-        admit_or!(self, Rpc::ChangeInvisibleDuration, request, |s| answer(s));
+        admit_or!(self, Rpc::ChangeInvisibleDuration, request, answer);
         let req = request.into_inner();
-        let group = check!(self.group(req.group.as_ref()), |s| answer(s));
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
+        let group = check!(self.group(req.group.as_ref()), answer);
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
         let invisible = match req.invisible_duration.as_ref().and_then(std_duration) {
             Some(d) if d <= self.core.config.max_invisible => d,
             _ => {
@@ -343,12 +343,10 @@ impl EndpointService {
         request: Request<proto::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<proto::ForwardMessageToDeadLetterQueueResponse>, Status> {
         let answer = |s| proto::ForwardMessageToDeadLetterQueueResponse { status: Some(s) };
-        admit_or!(self, Rpc::ForwardMessageToDeadLetterQueue, request, |s| {
-            answer(s)
-        });
+        admit_or!(self, Rpc::ForwardMessageToDeadLetterQueue, request, answer);
         let req = request.into_inner();
-        let group = check!(self.group(req.group.as_ref()), |s| answer(s));
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
+        let group = check!(self.group(req.group.as_ref()), answer);
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
         let g: Arc<str> = group.name.as_str().into();
         let result = pop::decode_handle(&req.receipt_handle)
             .ok_or_else(|| pop::HandleError("malformed receipt handle".into()))
@@ -361,10 +359,10 @@ impl EndpointService {
             });
         let (stored, attempts) = check!(
             result.map_err(|pop::HandleError(why)| st(code::INVALID_RECEIPT_HANDLE, why)),
-            |s| answer(s)
+            answer
         );
         let dead = vec![pop::DeadLetter { stored, attempts }];
-        check!(self.to_dlq(&group.name, &topic.name, dead), |s| answer(s));
+        check!(self.to_dlq(&group.name, &topic.name, dead), answer);
         topic.wake();
         Ok(Response::new(answer(ok())))
     }
