@@ -286,11 +286,6 @@ impl JmqServer {
         self.inner.shutdown.cancel();
         self.drop_connections();
     }
-
-    /// The broker id of the coordinator of `app`.
-    pub fn coordinator_of(&self, app: &str) -> i32 {
-        coordinator_of(&self.inner, app).id
-    }
 }
 
 impl Drop for JmqServer {
