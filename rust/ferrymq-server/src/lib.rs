@@ -16,3 +16,12 @@ pub mod jmq;
 pub(crate) use ferrymq_core::{
     duration, error, message, message_id, proto, remoting, selector, status,
 };
+
+/// Bind a listening socket on `host:port` (port 0: any free port).
+pub(crate) async fn listen(host: &str, port: u16) -> error::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind((host, port))
+        .await
+        .map_err(|e| {
+            error::Error::connection(format!("cannot listen on {host}:{port}")).with_source(e)
+        })
+}

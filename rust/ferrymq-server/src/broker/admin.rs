@@ -2,11 +2,12 @@
 //! commands, and inspection (message counts, DLQ contents, calls per RPC, client settings).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::endpoint::{calls_of, Endpoint};
 use super::fault::{Rpc, StatusFault, Unavailable};
-use super::store::{dlq_topic, parse_permission, GroupConfig, Stored, TopicType};
+use super::store::{dlq_topic, parse_permission, GroupConfig, Stored, Topic, TopicType};
 use super::telemetry::{ClientSession, TelemetryReply};
 use super::transaction::recover_command;
 use super::transaction::TxCounts;
@@ -113,6 +114,13 @@ impl Broker {
         })
     }
 
+    fn topic(&self, name: &str) -> Result<Arc<Topic>> {
+        self.core
+            .store
+            .topic(name)
+            .ok_or_else(|| Error::invalid("topic", format!("no topic {name:?}")))
+    }
+
     // ---- topics and groups -------------------------------------------------------------
 
     /// Create a topic of `message_type` (`"NORMAL"`, `"FIFO"`, `"DELAY"`, `"TRANSACTION"`,
@@ -141,11 +149,7 @@ impl Broker {
         permission: &str,
     ) -> Result<()> {
         let p = parse_permission(permission)?;
-        let t = self
-            .core
-            .store
-            .topic(topic)
-            .ok_or_else(|| Error::invalid("topic", format!("no topic {topic:?}")))?;
+        let t = self.topic(topic)?;
         let q = t.queue(endpoint, queue).ok_or_else(|| {
             Error::invalid(
                 "queue",
@@ -177,7 +181,7 @@ impl Broker {
     pub async fn set_unavailable(&self, endpoint: usize, mode: Option<Unavailable>) -> Result<()> {
         let ep = self.endpoint(endpoint)?;
         let ep = self.core.endpoints[ep.index].clone();
-        let previous = ep.unavailable.lock().replace_or_take(mode);
+        let previous = std::mem::replace(&mut *ep.unavailable.lock(), mode);
         match mode {
             Some(Unavailable::Refuse) => ep.refuse().await,
             Some(Unavailable::Hang) => {
@@ -196,10 +200,8 @@ impl Broker {
         Ok(())
     }
 
-    async fn listen_again(&self, ep: &std::sync::Arc<Endpoint>) -> Result<()> {
-        let l = tokio::net::TcpListener::bind(ep.addr).await.map_err(|e| {
-            Error::connection(format!("cannot listen on {} again", ep.addr)).with_source(e)
-        })?;
+    async fn listen_again(&self, ep: &Arc<Endpoint>) -> Result<()> {
+        let l = crate::listen(&ep.addr.ip().to_string(), ep.addr.port()).await?;
         ep.start_accepting(l);
         Ok(())
     }
@@ -402,11 +404,7 @@ impl Broker {
 
     /// Retained messages of a topic, in queue order (at most `limit`).
     pub fn messages(&self, topic: &str, limit: usize) -> Result<Vec<MessageInfo>> {
-        let t = self
-            .core
-            .store
-            .topic(topic)
-            .ok_or_else(|| Error::invalid("topic", format!("no topic {topic:?}")))?;
+        let t = self.topic(topic)?;
         let mut out = Vec::new();
         for q in &t.queues {
             let st = q.state.lock();
@@ -435,15 +433,5 @@ impl Broker {
             }
         }
         None
-    }
-}
-
-trait ReplaceOrTake<T> {
-    fn replace_or_take(&mut self, v: Option<T>) -> Option<T>;
-}
-
-impl<T> ReplaceOrTake<T> for Option<T> {
-    fn replace_or_take(&mut self, v: Option<T>) -> Option<T> {
-        std::mem::replace(self, v)
     }
 }

@@ -27,7 +27,7 @@ pub(crate) struct Endpoint {
     pub(crate) name: String,
     pub(crate) clients: telemetry::Clients,
     pub(crate) faults: fault::Faults,
-    pub(crate) calls: [AtomicU64; 17],
+    pub(crate) calls: [AtomicU64; Rpc::ALL.len()],
     /// gRPC connections accepted since the endpoint started (a client that reconnects shows
     /// here as a new one).
     pub(crate) accepted: AtomicU64,

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use futures::task::AtomicWaker;
@@ -22,10 +22,32 @@ use tokio::net::TcpStream;
 use super::cursor::Liveness;
 use crate::error::{Error, Result};
 
-/// The RPCs of `MessagingService`, for per-RPC faults and call counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum Rpc {
+/// Declares [`Rpc`] with one variant per RPC, its [`Rpc::ALL`] list and [`Rpc::name`], each RPC
+/// named once.
+macro_rules! rpcs {
+    ($($rpc:ident),+ $(,)?) => {
+        /// The RPCs of `MessagingService`, for per-RPC faults and call counters.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[allow(missing_docs)]
+        pub enum Rpc {
+            $($rpc),+
+        }
+
+        impl Rpc {
+            /// Every RPC, in service order.
+            pub const ALL: [Rpc; [$(Rpc::$rpc),+].len()] = [$(Rpc::$rpc),+];
+
+            /// The RPC's name as in `service.proto` (e.g. `"SendMessage"`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Rpc::$rpc => stringify!($rpc)),+
+                }
+            }
+        }
+    };
+}
+
+rpcs!(
     QueryRoute,
     Heartbeat,
     SendMessage,
@@ -43,53 +65,9 @@ pub enum Rpc {
     ChangeInvisibleDuration,
     RecallMessage,
     SyncLiteSubscription,
-}
+);
 
 impl Rpc {
-    /// Every RPC, in service order.
-    pub const ALL: [Rpc; 17] = [
-        Rpc::QueryRoute,
-        Rpc::Heartbeat,
-        Rpc::SendMessage,
-        Rpc::QueryAssignment,
-        Rpc::ReceiveMessage,
-        Rpc::AckMessage,
-        Rpc::ForwardMessageToDeadLetterQueue,
-        Rpc::PullMessage,
-        Rpc::UpdateOffset,
-        Rpc::GetOffset,
-        Rpc::QueryOffset,
-        Rpc::EndTransaction,
-        Rpc::Telemetry,
-        Rpc::NotifyClientTermination,
-        Rpc::ChangeInvisibleDuration,
-        Rpc::RecallMessage,
-        Rpc::SyncLiteSubscription,
-    ];
-
-    /// The RPC's name as in `service.proto` (e.g. `"SendMessage"`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Rpc::QueryRoute => "QueryRoute",
-            Rpc::Heartbeat => "Heartbeat",
-            Rpc::SendMessage => "SendMessage",
-            Rpc::QueryAssignment => "QueryAssignment",
-            Rpc::ReceiveMessage => "ReceiveMessage",
-            Rpc::AckMessage => "AckMessage",
-            Rpc::ForwardMessageToDeadLetterQueue => "ForwardMessageToDeadLetterQueue",
-            Rpc::PullMessage => "PullMessage",
-            Rpc::UpdateOffset => "UpdateOffset",
-            Rpc::GetOffset => "GetOffset",
-            Rpc::QueryOffset => "QueryOffset",
-            Rpc::EndTransaction => "EndTransaction",
-            Rpc::Telemetry => "Telemetry",
-            Rpc::NotifyClientTermination => "NotifyClientTermination",
-            Rpc::ChangeInvisibleDuration => "ChangeInvisibleDuration",
-            Rpc::RecallMessage => "RecallMessage",
-            Rpc::SyncLiteSubscription => "SyncLiteSubscription",
-        }
-    }
-
     /// Parse a name as given by [`Rpc::name`] (case-insensitive).
     pub fn parse(s: &str) -> Result<Rpc> {
         Rpc::ALL
@@ -269,11 +247,6 @@ impl IoControl {
         self.wake_all();
     }
 
-    /// Whether connections are frozen.
-    pub fn frozen(&self) -> bool {
-        self.mode.load(Ordering::SeqCst) == IO_FROZEN
-    }
-
     /// Cut every open connection: they fail at once (their tasks are woken).
     pub fn cut_all(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
@@ -374,11 +347,8 @@ impl AsyncRead for FaultIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        match this.gate_read(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_read(cx, buf),
-            other => other,
-        }
+        ready!(self.gate_read(cx))?;
+        Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
@@ -388,12 +358,8 @@ impl AsyncWrite for FaultIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        match this.gate_write(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_write(cx, buf),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
-        }
+        ready!(self.gate_write(cx))?;
+        Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -401,12 +367,8 @@ impl AsyncWrite for FaultIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        match this.gate_write(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_write_vectored(cx, bufs),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
-        }
+        ready!(self.gate_write(cx))?;
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -414,11 +376,8 @@ impl AsyncWrite for FaultIo {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        match this.gate_write(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
-            other => other,
-        }
+        ready!(self.gate_write(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -86,7 +86,7 @@ pub use store::{GroupConfig, TopicType};
 
 use endpoint::{Core, Endpoint};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A running embedded broker. Dropping it stops the servers.
 #[derive(Debug)]
@@ -99,27 +99,16 @@ impl Broker {
     /// Bind the endpoints' ports and start serving. Must run inside a tokio runtime.
     pub async fn start(config: BrokerConfig) -> Result<Broker> {
         config.validate()?;
+        let host = config.host.to_string();
         let mut listeners = Vec::with_capacity(config.endpoints);
         for i in 0..config.endpoints {
             let port = config.ports.get(i).copied().unwrap_or(0);
-            let l = TcpListener::bind(SocketAddr::new(config.host, port))
-                .await
-                .map_err(|e| {
-                    Error::connection(format!("cannot listen on {}:{port}", config.host))
-                        .with_source(e)
-                })?;
-            listeners.push(l);
+            listeners.push(crate::listen(&host, port).await?);
         }
         let mut remoting_listeners = Vec::new();
         if config.remoting {
             for _ in 0..config.endpoints {
-                let l = TcpListener::bind(SocketAddr::new(config.host, 0))
-                    .await
-                    .map_err(|e| {
-                        Error::connection(format!("cannot listen on {}:0", config.host))
-                            .with_source(e)
-                    })?;
-                remoting_listeners.push(l);
+                remoting_listeners.push(crate::listen(&host, 0).await?);
             }
         }
         let shutdown = CancellationToken::new();

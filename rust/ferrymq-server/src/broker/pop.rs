@@ -275,15 +275,9 @@ impl QueueState {
         group: &Arc<str>,
         offset: u64,
         nonce: u32,
-        now: Instant,
     ) -> Result<Arc<Stored>, HandleError> {
-        let stored = self.get(offset).cloned();
-        let c = self.cursor(group);
-        take_inflight(c, offset, nonce, now)?;
-        *c.slot_mut(offset).expect("checked") = Slot::Done;
-        c.inflight -= 1;
-        c.compact();
-        stored.ok_or_else(|| HandleError("the message was evicted".into()))
+        self.dead_letter(group, offset, nonce)
+            .map(|(stored, _)| stored)
     }
 
     /// Give the message a new invisible duration; returns the new nonce.
@@ -297,7 +291,7 @@ impl QueueState {
         nonces: &AtomicU32,
     ) -> Result<u32, HandleError> {
         let c = self.cursor(group);
-        take_inflight(c, offset, nonce, now)?;
+        take_inflight(c, offset, nonce)?;
         let new = nonces.fetch_add(1, Ordering::Relaxed);
         let visible_at = crate::duration::deadline(now, invisible);
         if let Some(Slot::Inflight(f)) = c.slot_mut(offset) {
@@ -330,17 +324,17 @@ impl QueueState {
         true
     }
 
-    /// Take the message out of circulation for the DLQ; returns it and its delivery attempts.
+    /// Take the message out of circulation (acked, or for the DLQ); returns it and its delivery
+    /// attempts.
     pub fn dead_letter(
         &mut self,
         group: &Arc<str>,
         offset: u64,
         nonce: u32,
-        now: Instant,
     ) -> Result<(Arc<Stored>, u32), HandleError> {
         let stored = self.get(offset).cloned();
         let c = self.cursor(group);
-        let attempts = take_inflight(c, offset, nonce, now)?;
+        let attempts = take_inflight(c, offset, nonce)?;
         *c.slot_mut(offset).expect("checked") = Slot::Done;
         c.inflight -= 1;
         c.compact();
@@ -351,12 +345,7 @@ impl QueueState {
 }
 
 /// Check that `offset` is in flight with `nonce` (not redelivered since); returns its attempts.
-fn take_inflight(
-    c: &mut Cursor,
-    offset: u64,
-    nonce: u32,
-    _now: Instant,
-) -> Result<u32, HandleError> {
+fn take_inflight(c: &mut Cursor, offset: u64, nonce: u32) -> Result<u32, HandleError> {
     let (low, next) = (c.low, c.next);
     match c.slot_mut(offset) {
         // Past its invisible duration but not redelivered yet, the handle still works (the
@@ -666,23 +655,21 @@ mod tests {
         assert_eq!(offsets(&out), vec![0, 1]);
         let d = &out.deliveries[0];
         assert_eq!(d.attempt, 1);
-        assert!(q.ack(&ctx.group, 0, d.nonce + 100, t0).is_err());
-        q.ack(&ctx.group, 0, d.nonce, t0).unwrap();
-        assert!(q.ack(&ctx.group, 0, d.nonce, t0).is_err(), "double ack");
+        assert!(q.ack(&ctx.group, 0, d.nonce + 100).is_err());
+        q.ack(&ctx.group, 0, d.nonce).unwrap();
+        assert!(q.ack(&ctx.group, 0, d.nonce).is_err(), "double ack");
         assert_eq!(q.cursors[&ctx.group].low(), 1);
         // change invisible: new nonce, old one stops working
         let n1 = out.deliveries[1].nonce;
         let n2 = q
             .change_invisible(&ctx.group, 1, n1, Duration::from_secs(1), t0, &ctx.nonces)
             .unwrap();
-        assert!(q.ack(&ctx.group, 1, n1, t0).is_err());
+        assert!(q.ack(&ctx.group, 1, n1).is_err());
         // expires after 1 s: redelivered with attempt 2, the nonce n2 handle is stale afterwards
         let out = ctx.pop(&mut q, false, 5, t0 + Duration::from_secs(2));
         assert_eq!(offsets(&out), vec![1, 2]);
         assert_eq!(out.deliveries[0].attempt, 2);
-        assert!(q
-            .ack(&ctx.group, 1, n2, t0 + Duration::from_secs(2))
-            .is_err());
+        assert!(q.ack(&ctx.group, 1, n2).is_err());
     }
 
     #[test]
@@ -694,11 +681,11 @@ mod tests {
         let t0 = Instant::now();
         let out = ctx.pop(&mut q, false, 2, t0);
         let late = t0 + Duration::from_secs(11);
-        q.ack(&ctx.group, 0, out.deliveries[0].nonce, late).unwrap();
+        q.ack(&ctx.group, 0, out.deliveries[0].nonce).unwrap();
         let again = ctx.pop(&mut q, false, 5, late);
         assert_eq!(offsets(&again), vec![1]);
         assert!(
-            q.ack(&ctx.group, 1, out.deliveries[1].nonce, late).is_err(),
+            q.ack(&ctx.group, 1, out.deliveries[1].nonce).is_err(),
             "stale"
         );
     }
@@ -734,9 +721,9 @@ mod tests {
         assert_eq!(offsets(&second), vec![2, 3, 4]);
         assert!(ctx.pop(&mut q, true, 10, t0).deliveries.is_empty());
         // a stays blocked until every message of its batch is settled
-        q.ack(&ctx.group, 0, first.deliveries[0].nonce, t0).unwrap();
+        q.ack(&ctx.group, 0, first.deliveries[0].nonce).unwrap();
         assert!(ctx.pop(&mut q, true, 10, t0).deliveries.is_empty());
-        q.ack(&ctx.group, 1, first.deliveries[1].nonce, t0).unwrap();
+        q.ack(&ctx.group, 1, first.deliveries[1].nonce).unwrap();
         let third = ctx.pop(&mut q, true, 10, t0);
         assert_eq!(offsets(&third), vec![5]);
         // everything in flight expires: redelivered in offset order, attempts counted
@@ -770,8 +757,7 @@ mod tests {
                 &nonces,
             )
             .unwrap();
-        q.ack(&ctx.group, 1, out.deliveries[1].nonce, later)
-            .unwrap();
+        q.ack(&ctx.group, 1, out.deliveries[1].nonce).unwrap();
         assert!(ctx.pop(&mut q, true, 10, later).deliveries.is_empty());
         let after = ctx.pop(&mut q, true, 10, later + Duration::from_secs(2));
         assert_eq!(offsets(&after), vec![0]);

@@ -191,7 +191,8 @@ fn check_signature(creds: &Credentials, req: &RemotingCommand) -> Result<(), Str
     let Some(given) = req.ext("Signature") else {
         return Err("check signature failed.".into());
     };
-    let expected = signature(&creds.secret_key, &req.ext_fields, &req.body);
+    // The client's signer: one implementation of the rule.
+    let expected = crate::remoting::acl::sign(&req.ext_fields, &req.body, &creds.secret_key);
     // Compared without an early exit.
     let same = given.len() == expected.len()
         && given
@@ -204,11 +205,6 @@ fn check_signature(creds: &Credentials, req: &RemotingCommand) -> Result<(), Str
     } else {
         Err("check signature failed.".into())
     }
-}
-
-/// The ACL signature of a request (the client's signer: one implementation of the rule).
-pub(crate) fn signature(secret: &str, fields: &[(String, String)], body: &[u8]) -> String {
-    crate::remoting::acl::sign(fields, body, secret)
 }
 
 // ---- name server ---------------------------------------------------------------------------
@@ -287,14 +283,10 @@ fn queue_fields(req: &RemotingCommand) -> Result<(&str, i32), RemotingCommand> {
 
 /// `(min, max)` of a queue of this endpoint; `(0, 0)` for unknown topics and queues.
 fn bounds(conn: &Conn, topic: &str, queue_id: i32) -> (u64, u64) {
-    conn.core
-        .store
-        .topic(topic)
-        .and_then(|t| t.queue(conn.ep.index, queue_id).cloned())
-        .map_or((0, 0), |q| {
-            let st = q.state.lock();
-            (st.base, st.end())
-        })
+    conn.queue(topic, queue_id).map_or((0, 0), |q| {
+        let st = q.state.lock();
+        (st.base, st.end())
+    })
 }
 
 fn offset_reply(req: &RemotingCommand, offset: impl ToString) -> RemotingCommand {
@@ -319,12 +311,7 @@ fn search_offset(conn: &Conn, req: &RemotingCommand) -> Answer {
     let upper = req
         .ext("boundaryType")
         .is_some_and(|b| b.eq_ignore_ascii_case("UPPER"));
-    let Some(q) = conn
-        .core
-        .store
-        .topic(topic)
-        .and_then(|t| t.queue(conn.ep.index, queue_id).cloned())
-    else {
+    let Some(q) = conn.queue(topic, queue_id) else {
         return Ok(offset_reply(req, 0));
     };
     let st = q.state.lock();
@@ -345,12 +332,7 @@ fn query_consumer_offset(conn: &Conn, req: &RemotingCommand) -> Answer {
     let zero_if_missing = req
         .ext("setZeroIfNotFound")
         .is_none_or(|v| !v.eq_ignore_ascii_case("false"));
-    let queue = conn
-        .core
-        .store
-        .topic(topic)
-        .and_then(|t| t.queue(conn.ep.index, queue_id).cloned());
-    let (committed, base) = queue.map_or((None, 0), |q| {
+    let (committed, base) = conn.queue(topic, queue_id).map_or((None, 0), |q| {
         let st = q.state.lock();
         (st.offsets.get(group).copied(), st.base)
     });
@@ -475,28 +457,4 @@ fn heartbeat(conn: &Conn, req: &RemotingCommand) -> Answer {
         }
     }
     Ok(reply(req, rs::SUCCESS, None))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signature_sorts_keys_and_appends_the_body() {
-        use hmac::{Hmac, Mac};
-        use sha1::Sha1;
-
-        let fields = vec![
-            ("b".to_string(), "2".to_string()),
-            ("Signature".to_string(), "ignored".to_string()),
-            ("AccessKey".to_string(), "ak".to_string()),
-            ("a".to_string(), "1".to_string()),
-        ];
-        let mut mac = Hmac::<Sha1>::new_from_slice(b"sk").unwrap();
-        mac.update(b"ak12body");
-        assert_eq!(
-            signature("sk", &fields, b"body"),
-            crate::remoting::acl::base64(&mac.finalize().into_bytes())
-        );
-    }
 }

@@ -9,6 +9,7 @@
 //! `PULL_OFFSET_MOVED` for an offset below the retained minimum or above the maximum.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use bytes::{BufMut, BytesMut};
 
 use super::pop::Filter;
 use super::remoting_wire::{field, number, refuse, reply, Answer, Conn, CLUSTER, REGION};
-use super::store::{readable, Stored, Waiting};
+use super::store::{readable, Stored};
 use crate::proto;
 use crate::remoting::codec::RemotingCommand;
 use crate::remoting::codes::response as rs;
@@ -120,26 +121,17 @@ pub(crate) async fn pull(conn: &Conn, req: &RemotingCommand) -> Answer {
         .min(core.config.long_polling_max);
     let deadline = Instant::now() + hold;
     let store_host = conn.local_addr();
-    let _waiting = Waiting::new(&topic);
-    loop {
-        let notified = topic.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
+    let answer = topic.long_poll(&conn.closed, || {
         let (outcome, next, min, max) = {
             let st = queue.state.lock();
             let (min, max) = (st.base, st.end());
             let (outcome, next) = if max == 0 {
-                if offset == 0 {
-                    (
-                        Outcome::Status(rs::PULL_NOT_FOUND, "NO_MESSAGE_IN_QUEUE"),
-                        0,
-                    )
+                let code = if offset == 0 {
+                    rs::PULL_NOT_FOUND
                 } else {
-                    (
-                        Outcome::Status(rs::PULL_OFFSET_MOVED, "NO_MESSAGE_IN_QUEUE"),
-                        0,
-                    )
-                }
+                    rs::PULL_OFFSET_MOVED
+                };
+                (Outcome::Status(code, "NO_MESSAGE_IN_QUEUE"), 0)
             } else if offset < 0 || (offset as u64) < min {
                 (
                     Outcome::Status(rs::PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL"),
@@ -187,31 +179,28 @@ pub(crate) async fn pull(conn: &Conn, req: &RemotingCommand) -> Answer {
             && sys_flag & FLAG_SUSPEND != 0
             && Instant::now() < deadline
             && !conn.closed.is_cancelled();
-        if !may_wait {
-            let mut r = match outcome {
-                Outcome::Found(found) => {
-                    let mut body = BytesMut::with_capacity(found.len() * 256);
-                    for m in &found {
-                        encode_record(&mut body, m, &topic.name, queue_id, store_host);
-                    }
-                    reply(req, rs::SUCCESS, Some("FOUND".into())).with_body(body.freeze())
+        if may_wait {
+            return ControlFlow::Continue(deadline);
+        }
+        let mut r = match outcome {
+            Outcome::Found(found) => {
+                let mut body = BytesMut::with_capacity(found.len() * 256);
+                for m in &found {
+                    encode_record(&mut body, m, &topic.name, queue_id, store_host);
                 }
-                Outcome::Status(code, status) => reply(req, code, Some(status.into())),
-            };
-            r.set_ext("suggestWhichBrokerId", 0);
-            r.set_ext("nextBeginOffset", next);
-            r.set_ext("minOffset", min);
-            r.set_ext("maxOffset", max);
-            r.set_ext("topicSysFlag", 0);
-            r.set_ext("groupSysFlag", 0);
-            return Ok(r);
-        }
-        tokio::select! {
-            () = &mut notified => {}
-            () = tokio::time::sleep_until(deadline.into()) => {}
-            () = conn.closed.cancelled() => {}
-        }
-    }
+                reply(req, rs::SUCCESS, Some("FOUND".into())).with_body(body.freeze())
+            }
+            Outcome::Status(code, status) => reply(req, code, Some(status.into())),
+        };
+        r.set_ext("suggestWhichBrokerId", 0);
+        r.set_ext("nextBeginOffset", next);
+        r.set_ext("minOffset", min);
+        r.set_ext("maxOffset", max);
+        r.set_ext("topicSysFlag", 0);
+        r.set_ext("groupSysFlag", 0);
+        ControlFlow::Break(r)
+    });
+    Ok(answer.await)
 }
 
 /// The tag filter of a pull: from the request with `FLAG_SUBSCRIPTION`, else from the group's
@@ -273,11 +262,7 @@ pub(crate) fn offset_msg_id(store_host: SocketAddr, physical: i64) -> String {
     }
     raw.extend_from_slice(&i32::from(store_host.port()).to_be_bytes());
     raw.extend_from_slice(&physical.to_be_bytes());
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    raw.iter()
-        .flat_map(|b| [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xF)]])
-        .map(char::from)
-        .collect()
+    super::send::upper_hex(&raw)
 }
 
 /// The born host of a stored message as a socket address (`host:port`, or a bare IP).

@@ -18,6 +18,7 @@ use super::remoting_pull::{offset_msg_id, physical_offset, prop};
 use super::remoting_wire::{field, flag_field, number, refuse, reply, Answer, Conn, REGION};
 use super::send::body_digest;
 use super::store::{self, kind_to_proto, now_ms, valid_resource_name, writable, Queue};
+use super::telemetry::DELAY_LEVELS;
 use super::timer::Delayed;
 use crate::message::{MessageKind, RESERVED_PROPERTIES};
 use crate::proto;
@@ -26,10 +27,6 @@ use crate::remoting::codes::{request as rq, response as rs};
 
 /// Bodies of frames smaller than this are copied out of the connection's read buffer.
 const COPY_BODIES_BELOW: usize = 64 * 1024;
-/// Delay of each `DELAY` level (1..=18), in seconds (`messageDelayLevel`).
-const DELAY_LEVELS: [i64; 18] = [
-    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
-];
 
 /// One message of a send, before it becomes a `proto::Message`.
 struct Incoming {
@@ -106,7 +103,7 @@ fn delivery_ms(m: &Incoming, now: i64) -> Option<i64> {
     }
     let level = m.get("DELAY").and_then(|v| v.parse::<usize>().ok())?;
     let level = level.min(DELAY_LEVELS.len());
-    (level > 0).then(|| now + DELAY_LEVELS[level - 1] * 1000)
+    (level > 0).then(|| now + DELAY_LEVELS[level - 1] as i64 * 1000)
 }
 
 /// Whether a property name is the broker's, not the user's.

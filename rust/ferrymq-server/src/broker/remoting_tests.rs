@@ -345,7 +345,13 @@ async fn remoting_batch_send_then_pull_intact_and_grpc_sees_it() {
     assert_eq!(reply.code, rs::SUCCESS, "{:?}", reply.remark);
     assert_eq!(ext_i64(&reply, "queueOffset"), 0);
     assert_eq!(ext_i64(&reply, "queueId"), 0);
-    assert_eq!(reply.ext("msgId").unwrap().split(',').count(), 3);
+    let ids: Vec<String> = reply
+        .ext("msgId")
+        .unwrap()
+        .split(',')
+        .map(String::from)
+        .collect();
+    assert_eq!(ids.len(), 3);
     assert_eq!(reply.ext("MSG_REGION"), Some("DefaultRegion"));
     assert_eq!(reply.ext("TRACE_ON"), Some("true"));
     // A single message without UNIQ_KEY, binary header: the broker gives it an id.
@@ -398,6 +404,14 @@ async fn remoting_batch_send_then_pull_intact_and_grpc_sees_it() {
         assert_eq!(rec.property("UNIQ_KEY").unwrap(), format!("ID{i:04}"));
         assert_eq!(rec.property("color").unwrap(), format!("c{i}"));
         assert_eq!(rec.property("CLUSTER").unwrap(), "DefaultCluster");
+    }
+    // The send reply's offset ids name the records' store host and commit-log position.
+    for (rec, id) in recs.iter().zip(&ids) {
+        let mut raw = vec![127, 0, 0, 1];
+        raw.extend_from_slice(&i32::from(broker.remoting_addresses()[0].port()).to_be_bytes());
+        raw.extend_from_slice(&rec.physical_offset.to_be_bytes());
+        let hex: String = raw.iter().map(|b| format!("{b:02X}")).collect();
+        assert_eq!(&hex, id);
     }
     assert_eq!(recs[3].property("UNIQ_KEY").unwrap(), solo_id);
     assert_eq!(recs[3].property("__SHARDINGKEY").unwrap(), "grp");
@@ -719,17 +733,26 @@ async fn remoting_acl_signature_is_checked() {
     assert_eq!(reply.code, rs::SUCCESS);
     let reply = r.call(offset_cmd(rq::GET_MAX_OFFSET, "t", 0)).await;
     assert_eq!(reply.code, rs::NO_PERMISSION);
-    let signed = |secret: &str, body: &'static [u8]| {
-        let mut c = cmd(rq::HEART_BEAT, &[("AccessKey", "ak"), ("zz", "1")]).with_body(body);
-        let sig = remoting::signature(secret, &c.ext_fields, &c.body);
+    // Signed by the client's signer.
+    let sign = |mut c: RemotingCommand, secret: &str| {
+        c.set_ext("AccessKey", "ak");
+        let sig = crate::remoting::acl::sign(&c.ext_fields, &c.body, secret);
         c.set_ext("Signature", sig);
         c
     };
-    assert_eq!(r.call(signed("sk", b"{}")).await.code, rs::SUCCESS);
-    assert_eq!(r.call(signed("wrong", b"{}")).await.code, rs::NO_PERMISSION);
-    let mut tampered = signed("sk", b"{}");
+    let heartbeat = || cmd(rq::HEART_BEAT, &[("zz", "1")]).with_body(&b"{}"[..]);
+    assert_eq!(r.call(sign(heartbeat(), "sk")).await.code, rs::SUCCESS);
+    assert_eq!(
+        r.call(sign(heartbeat(), "wrong")).await.code,
+        rs::NO_PERMISSION
+    );
+    let mut tampered = sign(heartbeat(), "sk");
     tampered.body = Bytes::from_static(b"{ }");
     assert_eq!(r.call(tampered).await.code, rs::NO_PERMISSION);
+    // Pulls, served on their own task, are checked too.
+    let pull = || pull_cmd("t", 0, 0, 4, "*");
+    assert_eq!(r.call(pull()).await.code, rs::NO_PERMISSION);
+    assert_eq!(r.call(sign(pull(), "sk")).await.code, rs::PULL_NOT_FOUND);
 }
 
 #[tokio::test]
@@ -742,46 +765,4 @@ async fn remoting_can_be_turned_off() {
     .unwrap();
     assert!(broker.remoting_addresses().is_empty());
     assert_eq!(broker.remoting_access_point(), "");
-}
-
-#[tokio::test]
-async fn remoting_pull_body_reads_with_the_client_decoder_and_client_signatures_pass() {
-    let (broker, mut r) = signing().await;
-    let sign = |mut c: RemotingCommand| {
-        c.set_ext("AccessKey", "ak");
-        let sig = crate::remoting::acl::sign(&c.ext_fields, &c.body, "sk");
-        c.set_ext("Signature", sig);
-        c
-    };
-    let msgs: Vec<(&[u8], String)> = vec![
-        (b"a", props(&[("TAGS", "x"), ("UNIQ_KEY", "U1")])),
-        (b"b", props(&[("KEYS", "k"), ("UNIQ_KEY", "U2")])),
-    ];
-    let reply = r.call(sign(batch_cmd("1", &[], &msgs))).await;
-    assert_eq!(reply.code, rs::SUCCESS, "{:?}", reply.remark);
-    let ids: Vec<String> = reply
-        .ext("msgId")
-        .unwrap()
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    let reply = r.call(sign(pull_cmd("t", 0, 0, 4, "*"))).await;
-    assert_eq!(reply.code, rs::SUCCESS);
-    let stored = crate::remoting::stored::decode_stored(&reply.body).unwrap();
-    assert_eq!(stored.len(), 2);
-    // The reply's offset ids point at the records' store host and position.
-    for (m, id) in stored.iter().zip(&ids) {
-        let mut raw = Vec::new();
-        raw.extend_from_slice(&[127, 0, 0, 1]);
-        raw.extend_from_slice(&i32::from(broker.remoting_addresses()[0].port()).to_be_bytes());
-        raw.extend_from_slice(&m.physical_offset.to_be_bytes());
-        let hex: String = raw.iter().map(|b| format!("{b:02X}")).collect();
-        assert_eq!(&hex, id);
-    }
-    assert_eq!(stored[0].msg_id, "U1");
-    assert_eq!(&stored[1].body[..], b"b");
-    assert_eq!(stored[1].queue_offset, 1);
-    assert!(stored[1]
-        .properties
-        .contains(&("UNIQ_KEY".to_string(), "U2".to_string())));
 }

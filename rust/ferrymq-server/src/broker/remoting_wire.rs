@@ -12,6 +12,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::endpoint::{Core, Endpoint};
+use super::store::Queue;
 use crate::remoting::codec::{RemotingCommand, VERSION};
 use crate::remoting::codes::response as rs;
 
@@ -36,6 +37,15 @@ impl Conn {
     /// The endpoint's remoting address (the store host of its messages).
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.ep.remoting.addr.unwrap_or(self.ep.addr)
+    }
+
+    /// Queue `id` of `topic` on this endpoint, when both exist.
+    pub(crate) fn queue(&self, topic: &str, id: i32) -> Option<Arc<Queue>> {
+        self.core
+            .store
+            .topic(topic)?
+            .queue(self.ep.index, id)
+            .cloned()
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::config::BrokerConfig;
+use super::service_wire::st;
 use super::store::{self, writable, Queue, Topic};
 use crate::message::{MessageKind, RESERVED_PROPERTIES};
 use crate::proto;
@@ -13,13 +14,6 @@ use crate::status as code;
 
 /// Longest message group accepted (`maxMessageGroupSize`).
 const MAX_MESSAGE_GROUP: usize = 64;
-
-fn st(c: i32, message: impl Into<String>) -> proto::Status {
-    proto::Status {
-        code: c,
-        message: message.into(),
-    }
-}
 
 /// Check one message of a send and tell its kind.
 pub(crate) fn validate(
@@ -175,17 +169,20 @@ pub(crate) fn pick_queue(
 /// the Java client writes it without leading zeros and the Python client with them.
 pub(crate) fn body_digest(body: &[u8]) -> proto::Digest {
     use md5::{Digest as _, Md5};
-    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
-    let sum = Md5::digest(body);
-    let mut checksum = String::with_capacity(2 * sum.len());
-    for b in sum {
-        checksum.push(char::from(DIGITS[usize::from(b >> 4)]));
-        checksum.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
     proto::Digest {
         r#type: proto::DigestType::Md5 as i32,
-        checksum,
+        checksum: upper_hex(&Md5::digest(body)),
     }
+}
+
+/// `bytes` in upper-case hex, two digits each.
+pub(crate) fn upper_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    bytes
+        .iter()
+        .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xF)]])
+        .map(char::from)
+        .collect()
 }
 
 #[cfg(test)]

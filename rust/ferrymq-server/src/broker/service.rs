@@ -9,6 +9,7 @@
 //! is answered in [`super::service_send`], the receive side in [`super::service_receive`], and
 //! what every handler shares is in [`super::service_wire`].
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ use super::service_wire::{
     admit_or, check, grpc_timeout, namespace, ok, once, pull_status, refuse, resource_name, st,
     BoxStream, EndpointService, MAX_BATCH,
 };
-use super::store::{self, std_duration, valid_resource_name, Waiting};
+use super::store::{self, std_duration, valid_resource_name};
 use super::telemetry::{merge_settings, TelemetryItem, TelemetryReply};
 use super::transaction::Half;
 use crate::proto;
@@ -97,9 +98,9 @@ impl MessagingService for EndpointService {
             status: Some(s),
             message_queues: vec![],
         };
-        admit_or!(self, Rpc::QueryRoute, request, |s| answer(s));
+        admit_or!(self, Rpc::QueryRoute, request, answer);
         let req = request.into_inner();
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
         Ok(Response::new(proto::QueryRouteResponse {
             status: Some(ok()),
             message_queues: route::route(&self.core, &topic, namespace(req.topic.as_ref())),
@@ -111,17 +112,17 @@ impl MessagingService for EndpointService {
         request: Request<proto::HeartbeatRequest>,
     ) -> Result<Response<proto::HeartbeatResponse>, Status> {
         let answer = |s| proto::HeartbeatResponse { status: Some(s) };
-        let client_id = admit_or!(self, Rpc::Heartbeat, request, |s| answer(s));
+        let client_id = admit_or!(self, Rpc::Heartbeat, request, answer);
         let req = request.into_inner();
         if !self.ep.clients.heartbeat(&client_id) {
-            check!(self.require_settings(&client_id), |s| answer(s));
+            check!(self.require_settings(&client_id), answer);
         }
         let consumer = !matches!(
             proto::ClientType::try_from(req.client_type),
             Ok(proto::ClientType::Producer | proto::ClientType::Unspecified)
         );
         if consumer && !resource_name(req.group.as_ref()).is_empty() {
-            check!(self.group(req.group.as_ref()), |s| answer(s));
+            check!(self.group(req.group.as_ref()), answer);
         }
         Ok(Response::new(answer(ok())))
     }
@@ -141,10 +142,10 @@ impl MessagingService for EndpointService {
             status: Some(s),
             assignments: vec![],
         };
-        admit_or!(self, Rpc::QueryAssignment, request, |s| answer(s));
+        admit_or!(self, Rpc::QueryAssignment, request, answer);
         let req = request.into_inner();
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
-        check!(self.group(req.group.as_ref()), |s| answer(s));
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
+        check!(self.group(req.group.as_ref()), answer);
         Ok(Response::new(proto::QueryAssignmentResponse {
             status: Some(ok()),
             assignments: route::assignments(&self.core, &topic, namespace(req.topic.as_ref())),
@@ -180,22 +181,18 @@ impl MessagingService for EndpointService {
         &self,
         request: Request<proto::PullMessageRequest>,
     ) -> Result<Response<Self::PullMessageStream>, Status> {
-        admit_or!(self, Rpc::PullMessage, request, |s| pull_status(s, None));
+        let refused = |s| pull_status(s, None);
+        admit_or!(self, Rpc::PullMessage, request, refused);
         let remaining = grpc_timeout(request.metadata());
         let req = request.into_inner();
-        check!(self.group(req.group.as_ref()), |s| pull_status(s, None));
-        let (topic, queue) = check!(self.queue_of(req.message_queue.as_ref()), |s| pull_status(
-            s, None
-        ));
+        check!(self.group(req.group.as_ref()), refused);
+        let (topic, queue) = check!(self.queue_of(req.message_queue.as_ref()), refused);
         let filter = check!(
             Filter::parse(req.filter_expression.as_ref()).map_err(|(c, m)| st(c, m)),
-            |s| pull_status(s, None)
+            refused
         );
         if req.batch_size <= 0 {
-            return Ok(Response::new(pull_status(
-                st(code::BAD_REQUEST, "batch_size must be positive"),
-                None,
-            )));
+            return refuse(refused, code::BAD_REQUEST, "batch_size must be positive");
         }
         let batch = (req.batch_size as usize).min(MAX_BATCH);
         let mut wait = req
@@ -208,72 +205,62 @@ impl MessagingService for EndpointService {
             wait = wait.min(r.saturating_sub(Duration::from_millis(200)));
         }
         let deadline = crate::duration::deadline(Instant::now(), wait);
-        let _waiting = Waiting::new(&topic);
-        loop {
-            let notified = topic.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let (found, next) = {
-                let st_ = queue.state.lock();
-                let (base, end) = (st_.base, st_.end());
-                if req.offset < 0 || (req.offset as u64) < base || req.offset as u64 > end {
-                    let hint = if req.offset < 0 || (req.offset as u64) < base {
-                        base
-                    } else {
-                        end
-                    };
-                    drop(st_);
-                    return Ok(Response::new(pull_status(
-                        st(
-                            code::ILLEGAL_OFFSET,
-                            format!("offset {} is outside [{base}, {end}]", req.offset),
-                        ),
-                        Some(hint as i64),
-                    )));
-                }
-                let mut found = Vec::new();
-                let mut off = req.offset as u64;
-                while off < end && found.len() < batch {
-                    let m = st_.get(off).expect("in range");
-                    if filter.matches(m) {
-                        found.push(m.clone());
-                    }
-                    off += 1;
-                }
-                (found, off)
-            };
-            if !found.is_empty()
-                || next > req.offset as u64
-                || Instant::now() >= deadline
-                || self.core.shutdown.is_cancelled()
-            {
-                let status = if found.is_empty() {
-                    st(code::MESSAGE_NOT_FOUND, "no new message")
+        let answer = topic.long_poll(&self.core.shutdown, || {
+            let st_ = queue.state.lock();
+            let (base, end) = (st_.base, st_.end());
+            if req.offset < 0 || (req.offset as u64) < base || req.offset as u64 > end {
+                let hint = if req.offset < 0 || (req.offset as u64) < base {
+                    base
                 } else {
-                    ok()
+                    end
                 };
-                let mut out = Vec::with_capacity(found.len() + 2);
-                out.push(proto::PullMessageResponse {
-                    content: Some(proto::pull_message_response::Content::Status(status)),
-                });
-                out.extend(found.into_iter().map(|m| proto::PullMessageResponse {
-                    content: Some(proto::pull_message_response::Content::Message(
-                        m.to_message(&topic.name, queue.id),
-                    )),
-                }));
-                out.push(proto::PullMessageResponse {
-                    content: Some(proto::pull_message_response::Content::NextOffset(
-                        next as i64,
-                    )),
-                });
-                return Ok(Response::new(once(out)));
+                return ControlFlow::Break(pull_status(
+                    st(
+                        code::ILLEGAL_OFFSET,
+                        format!("offset {} is outside [{base}, {end}]", req.offset),
+                    ),
+                    Some(hint as i64),
+                ));
             }
-            tokio::select! {
-                () = &mut notified => {}
-                () = tokio::time::sleep_until(deadline.into()) => {}
-                () = self.core.shutdown.cancelled() => {}
+            let mut found = Vec::new();
+            let mut next = req.offset as u64;
+            while next < end && found.len() < batch {
+                let m = st_.get(next).expect("in range");
+                if filter.matches(m) {
+                    found.push(m.clone());
+                }
+                next += 1;
             }
-        }
+            drop(st_);
+            if found.is_empty()
+                && next == req.offset as u64
+                && Instant::now() < deadline
+                && !self.core.shutdown.is_cancelled()
+            {
+                return ControlFlow::Continue(deadline);
+            }
+            let status = if found.is_empty() {
+                st(code::MESSAGE_NOT_FOUND, "no new message")
+            } else {
+                ok()
+            };
+            let mut out = Vec::with_capacity(found.len() + 2);
+            out.push(proto::PullMessageResponse {
+                content: Some(proto::pull_message_response::Content::Status(status)),
+            });
+            out.extend(found.into_iter().map(|m| proto::PullMessageResponse {
+                content: Some(proto::pull_message_response::Content::Message(
+                    m.to_message(&topic.name, queue.id),
+                )),
+            }));
+            out.push(proto::PullMessageResponse {
+                content: Some(proto::pull_message_response::Content::NextOffset(
+                    next as i64,
+                )),
+            });
+            ControlFlow::Break(once(out))
+        });
+        Ok(Response::new(answer.await))
     }
 
     async fn update_offset(
@@ -281,10 +268,10 @@ impl MessagingService for EndpointService {
         request: Request<proto::UpdateOffsetRequest>,
     ) -> Result<Response<proto::UpdateOffsetResponse>, Status> {
         let answer = |s| proto::UpdateOffsetResponse { status: Some(s) };
-        admit_or!(self, Rpc::UpdateOffset, request, |s| answer(s));
+        admit_or!(self, Rpc::UpdateOffset, request, answer);
         let req = request.into_inner();
-        let group = check!(self.group(req.group.as_ref()), |s| answer(s));
-        let (_, queue) = check!(self.queue_of(req.message_queue.as_ref()), |s| answer(s));
+        let group = check!(self.group(req.group.as_ref()), answer);
+        let (_, queue) = check!(self.queue_of(req.message_queue.as_ref()), answer);
         let mut q = queue.state.lock();
         if req.offset < 0 || req.offset as u64 > q.end() {
             let end = q.end();
@@ -306,10 +293,10 @@ impl MessagingService for EndpointService {
             status: Some(s),
             offset: 0,
         };
-        admit_or!(self, Rpc::GetOffset, request, |s| answer(s));
+        admit_or!(self, Rpc::GetOffset, request, answer);
         let req = request.into_inner();
-        let group = check!(self.group(req.group.as_ref()), |s| answer(s));
-        let (_, queue) = check!(self.queue_of(req.message_queue.as_ref()), |s| answer(s));
+        let group = check!(self.group(req.group.as_ref()), answer);
+        let (_, queue) = check!(self.queue_of(req.message_queue.as_ref()), answer);
         let offset = queue.state.lock().offsets.get(&group.name).copied();
         Ok(Response::new(match offset {
             Some(o) => proto::GetOffsetResponse {
@@ -331,9 +318,9 @@ impl MessagingService for EndpointService {
             status: Some(s),
             offset: 0,
         };
-        admit_or!(self, Rpc::QueryOffset, request, |s| answer(s));
+        admit_or!(self, Rpc::QueryOffset, request, answer);
         let req = request.into_inner();
-        let (_, queue) = check!(self.queue_of(req.message_queue.as_ref()), |s| answer(s));
+        let (_, queue) = check!(self.queue_of(req.message_queue.as_ref()), answer);
         let q = queue.state.lock();
         let offset = match proto::QueryOffsetPolicy::try_from(req.query_offset_policy) {
             Ok(proto::QueryOffsetPolicy::Beginning) => q.base,
@@ -369,9 +356,9 @@ impl MessagingService for EndpointService {
         request: Request<proto::EndTransactionRequest>,
     ) -> Result<Response<proto::EndTransactionResponse>, Status> {
         let answer = |s| proto::EndTransactionResponse { status: Some(s) };
-        admit_or!(self, Rpc::EndTransaction, request, |s| answer(s));
+        admit_or!(self, Rpc::EndTransaction, request, answer);
         let req = request.into_inner();
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
         let resolution = proto::TransactionResolution::try_from(req.resolution)
             .unwrap_or(proto::TransactionResolution::Unspecified);
         if resolution == proto::TransactionResolution::Unspecified {
@@ -457,7 +444,7 @@ impl MessagingService for EndpointService {
         request: Request<proto::NotifyClientTerminationRequest>,
     ) -> Result<Response<proto::NotifyClientTerminationResponse>, Status> {
         let answer = |s| proto::NotifyClientTerminationResponse { status: Some(s) };
-        let client_id = admit_or!(self, Rpc::NotifyClientTermination, request, |s| answer(s));
+        let client_id = admit_or!(self, Rpc::NotifyClientTermination, request, answer);
         let req = request.into_inner();
         if let Some(g) = req.group.as_ref().filter(|g| !g.name.is_empty()) {
             if !valid_resource_name(&g.name) {
@@ -469,7 +456,7 @@ impl MessagingService for EndpointService {
             }
         }
         if !self.ep.clients.remove(&client_id) {
-            check!(self.require_settings(&client_id), |s| answer(s));
+            check!(self.require_settings(&client_id), answer);
         }
         Ok(Response::new(answer(ok())))
     }
@@ -489,9 +476,9 @@ impl MessagingService for EndpointService {
             status: Some(s),
             message_id: String::new(),
         };
-        admit_or!(self, Rpc::RecallMessage, request, |s| answer(s));
+        admit_or!(self, Rpc::RecallMessage, request, answer);
         let req = request.into_inner();
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
         if !super::timer::is_recall_handle(&req.recall_handle) {
             return refuse(answer, code::BAD_REQUEST, "malformed recall handle");
         }
@@ -521,7 +508,7 @@ impl MessagingService for EndpointService {
         request: Request<proto::SyncLiteSubscriptionRequest>,
     ) -> Result<Response<proto::SyncLiteSubscriptionResponse>, Status> {
         let answer = |s| proto::SyncLiteSubscriptionResponse { status: Some(s) };
-        admit_or!(self, Rpc::SyncLiteSubscription, request, |s| answer(s));
+        admit_or!(self, Rpc::SyncLiteSubscription, request, answer);
         refuse(
             answer,
             code::NOT_IMPLEMENTED,

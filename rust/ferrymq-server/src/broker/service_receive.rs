@@ -2,6 +2,7 @@
 //! stream), AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue, and the move
 //! of dead letters to a group's DLQ topic.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +16,7 @@ use super::service_wire::{
     admit_or, check, delivery_timestamp, ok, receive_status, refuse, st, BoxStream,
     EndpointService, MAX_BATCH,
 };
-use super::store::{readable, std_duration, Queue, Stored, Topic, Waiting};
+use super::store::{readable, std_duration, Queue, Stored, Topic};
 use crate::proto;
 use crate::status as code;
 
@@ -52,34 +53,34 @@ impl EndpointService {
         let conn = request
             .remote_addr()
             .and_then(|a| self.ep.faults.io.connection(a));
-        let client_id = admit_or!(self, Rpc::ReceiveMessage, request, |s| receive_status(s));
+        let client_id = admit_or!(self, Rpc::ReceiveMessage, request, receive_status);
         // Without settings (and for an unknown topic, below) the proxy fails with a
         // NullPointerException: INTERNAL_SERVER_ERROR. We answer the same code.
         check!(
             self.require_settings(&client_id)
                 .map_err(|s| st(code::INTERNAL_SERVER_ERROR, s.message)),
-            |s| receive_status(s)
+            receive_status
         );
         let polling = check!(
             self.polling_time(
                 request.get_ref().long_polling_timeout.as_ref(),
                 request.metadata()
             ),
-            |s| receive_status(s)
+            receive_status
         );
         let req = request.into_inner();
         let cfg = &self.core.config;
-        let group = check!(self.group(req.group.as_ref()), |s| receive_status(s));
+        let group = check!(self.group(req.group.as_ref()), receive_status);
         let mq = req.message_queue.as_ref();
         let topic = check!(
             self.topic(mq.and_then(|q| q.topic.as_ref()))
                 .map_err(|s| st(code::INTERNAL_SERVER_ERROR, s.message)),
-            |s| receive_status(s)
+            receive_status
         );
-        let broker = check!(self.broker_of(mq), |s| receive_status(s));
+        let broker = check!(self.broker_of(mq), receive_status);
         let filter = check!(
             Filter::parse(req.filter_expression.as_ref()).map_err(|(c, m)| st(c, m)),
-            |s| receive_status(s)
+            receive_status
         );
         // A batch size of 0 (or less) long-polls for nothing, then MESSAGE_NOT_FOUND, as the
         // proxy does.
@@ -90,20 +91,22 @@ impl EndpointService {
         } else {
             match requested {
                 None => {
-                    return Ok(Response::new(receive_status(st(
+                    return refuse(
+                        receive_status,
                         code::ILLEGAL_INVISIBLE_TIME,
                         "invisible_duration is required without auto_renew",
-                    ))))
+                    )
                 }
                 Some(d) if d < cfg.min_invisible || d > cfg.max_invisible => {
-                    return Ok(Response::new(receive_status(st(
+                    return refuse(
+                        receive_status,
                         code::ILLEGAL_INVISIBLE_TIME,
                         format!(
                             "invisible_duration must be between {} ms and {} ms",
                             cfg.min_invisible.as_millis(),
                             cfg.max_invisible.as_millis()
                         ),
-                    ))))
+                    )
                 }
                 Some(d) => d,
             }
@@ -119,78 +122,66 @@ impl EndpointService {
             .filter(|q| readable(q.permission()))
             .collect();
         if queues.is_empty() {
-            return Ok(Response::new(receive_status(st(
+            return refuse(
+                receive_status,
                 code::FORBIDDEN,
                 format!(
                     "topic {:?} has no readable queue on broker-{broker}",
                     topic.name
                 ),
-            ))));
+            );
         }
         let group_name: Arc<str> = group.name.as_str().into();
         let deadline = crate::duration::deadline(Instant::now(), polling);
         let mut messages = Vec::new();
         let mut dead = Vec::new();
-        {
-            let _waiting = Waiting::new(&topic);
-            loop {
-                let notified = topic.notify.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let now = Instant::now();
-                let mut next_due: Option<Instant> = None;
-                let start = fastrand::usize(..queues.len());
-                for k in 0..queues.len() {
-                    let q = &queues[(start + k) % queues.len()];
-                    let pop = Pop {
-                        group: &group_name,
-                        fifo: group.fifo,
-                        max_attempts: group.max_delivery_attempts,
-                        max: batch - messages.len(),
-                        invisible,
-                        filter: &filter,
-                        now,
-                        renew: renew.as_ref(),
-                        conn: conn.as_ref(),
-                        renew_max: cfg.auto_renew_max,
-                        renew_slice: cfg.auto_renew_invisible,
-                        nonces: &self.core.nonces,
+        let polled = topic.long_poll(&self.core.shutdown, || {
+            let now = Instant::now();
+            let mut next_due: Option<Instant> = None;
+            let start = fastrand::usize(..queues.len());
+            for k in 0..queues.len() {
+                let q = &queues[(start + k) % queues.len()];
+                let pop = Pop {
+                    group: &group_name,
+                    fifo: group.fifo,
+                    max_attempts: group.max_delivery_attempts,
+                    max: batch - messages.len(),
+                    invisible,
+                    filter: &filter,
+                    now,
+                    renew: renew.as_ref(),
+                    conn: conn.as_ref(),
+                    renew_max: cfg.auto_renew_max,
+                    renew_slice: cfg.auto_renew_invisible,
+                    nonces: &self.core.nonces,
+                };
+                let mut out = PopOutcome::default();
+                q.state.lock().pop(&pop, &mut out);
+                for d in &out.deliveries {
+                    let handed = Handed {
+                        queue: q.clone(),
+                        offset: d.stored.offset,
+                        nonce: d.nonce,
                     };
-                    let mut out = PopOutcome::default();
-                    q.state.lock().pop(&pop, &mut out);
-                    for d in &out.deliveries {
-                        let handed = Handed {
-                            queue: q.clone(),
-                            offset: d.stored.offset,
-                            nonce: d.nonce,
-                        };
-                        messages.push((delivered(broker, &topic.name, q, d), Some(handed)));
-                    }
-                    dead.extend(out.dead);
-                    if let Some(due) = out.next_due {
-                        next_due = Some(next_due.map_or(due, |n: Instant| n.min(due)));
-                    }
-                    if messages.len() >= batch {
-                        break;
-                    }
+                    messages.push((delivered(broker, &topic.name, q, d), Some(handed)));
                 }
-                if !messages.is_empty() || now >= deadline || self.core.shutdown.is_cancelled() {
+                dead.extend(out.dead);
+                if let Some(due) = out.next_due {
+                    next_due = Some(next_due.map_or(due, |n: Instant| n.min(due)));
+                }
+                if messages.len() >= batch {
                     break;
                 }
-                let wake = next_due.map_or(deadline, |d| d.min(deadline));
-                tokio::select! {
-                    () = &mut notified => {}
-                    () = tokio::time::sleep_until(wake.into()) => {}
-                    () = self.core.shutdown.cancelled() => {}
-                }
             }
-        }
+            if !messages.is_empty() || now >= deadline || self.core.shutdown.is_cancelled() {
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(next_due.map_or(deadline, |d| d.min(deadline)))
+        });
+        polled.await;
         let _ = self.to_dlq(&group.name, &topic.name, dead);
         if messages.is_empty() {
-            return Ok(Response::new(receive_status(st(
-                code::MESSAGE_NOT_FOUND,
-                "no new message",
-            ))));
+            return refuse(receive_status, code::MESSAGE_NOT_FOUND, "no new message");
         }
         let mut out = Vec::with_capacity(messages.len() + 2);
         out.push((
@@ -223,15 +214,14 @@ impl EndpointService {
             status: Some(s),
             entries: vec![],
         };
-        admit_or!(self, Rpc::AckMessage, request, |s| answer(s));
+        admit_or!(self, Rpc::AckMessage, request, answer);
         let req = request.into_inner();
-        let group = check!(self.group(req.group.as_ref()), |s| answer(s));
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
+        let group = check!(self.group(req.group.as_ref()), answer);
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
         if req.entries.is_empty() {
             return refuse(answer, code::BAD_REQUEST, "no entries to ack");
         }
         let g: Arc<str> = group.name.as_str().into();
-        let now = Instant::now();
         let entries: Vec<_> = req
             .entries
             .into_iter()
@@ -248,7 +238,7 @@ impl EndpointService {
                         "malformed receipt handle: parse failed",
                     ),
                     Some((b, q, off, nonce)) => match topic.queue(b, q) {
-                        Some(queue) => match queue.state.lock().ack(&g, off, nonce, now) {
+                        Some(queue) => match queue.state.lock().ack(&g, off, nonce) {
                             Err(err) if group.fifo && err.is_stale() => {
                                 st(code::INVALID_RECEIPT_HANDLE, err.0)
                             }
@@ -295,10 +285,10 @@ impl EndpointService {
             status: Some(s),
             receipt_handle: String::new(),
         };
-        admit_or!(self, Rpc::ChangeInvisibleDuration, request, |s| answer(s));
+        admit_or!(self, Rpc::ChangeInvisibleDuration, request, answer);
         let req = request.into_inner();
-        let group = check!(self.group(req.group.as_ref()), |s| answer(s));
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
+        let group = check!(self.group(req.group.as_ref()), answer);
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
         let invisible = match req.invisible_duration.as_ref().and_then(std_duration) {
             Some(d) if d <= self.core.config.max_invisible => d,
             _ => {
@@ -353,12 +343,10 @@ impl EndpointService {
         request: Request<proto::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<proto::ForwardMessageToDeadLetterQueueResponse>, Status> {
         let answer = |s| proto::ForwardMessageToDeadLetterQueueResponse { status: Some(s) };
-        admit_or!(self, Rpc::ForwardMessageToDeadLetterQueue, request, |s| {
-            answer(s)
-        });
+        admit_or!(self, Rpc::ForwardMessageToDeadLetterQueue, request, answer);
         let req = request.into_inner();
-        let group = check!(self.group(req.group.as_ref()), |s| answer(s));
-        let topic = check!(self.topic(req.topic.as_ref()), |s| answer(s));
+        let group = check!(self.group(req.group.as_ref()), answer);
+        let topic = check!(self.topic(req.topic.as_ref()), answer);
         let g: Arc<str> = group.name.as_str().into();
         let result = pop::decode_handle(&req.receipt_handle)
             .ok_or_else(|| pop::HandleError("malformed receipt handle".into()))
@@ -366,18 +354,15 @@ impl EndpointService {
                 let queue = topic
                     .queue(b, q)
                     .ok_or_else(|| pop::HandleError("no such queue".into()))?;
-                let r = queue
-                    .state
-                    .lock()
-                    .dead_letter(&g, off, nonce, Instant::now());
+                let r = queue.state.lock().dead_letter(&g, off, nonce);
                 r
             });
         let (stored, attempts) = check!(
             result.map_err(|pop::HandleError(why)| st(code::INVALID_RECEIPT_HANDLE, why)),
-            |s| answer(s)
+            answer
         );
         let dead = vec![pop::DeadLetter { stored, attempts }];
-        check!(self.to_dlq(&group.name, &topic.name, dead), |s| answer(s));
+        check!(self.to_dlq(&group.name, &topic.name, dead), answer);
         topic.wake();
         Ok(Response::new(answer(ok())))
     }

@@ -23,60 +23,46 @@ impl EndpointService {
         request: Request<proto::SendMessageRequest>,
     ) -> Result<Response<proto::SendMessageResponse>, Status> {
         // A refused send carries no entries, only the status (as the proxy answers).
-        let fail =
-            |s: proto::Status, _n: usize, _msgs: &[proto::Message]| proto::SendMessageResponse {
+        let fail = |s| {
+            Ok(Response::new(proto::SendMessageResponse {
                 status: Some(s),
                 entries: Vec::new(),
-            };
+            }))
+        };
         let client_id = match self.admit(Rpc::SendMessage, request.metadata()).await {
             Ok(id) => id,
-            Err(s) => {
-                let msgs = &request.get_ref().messages;
-                return Ok(Response::new(fail(s, msgs.len(), msgs)));
-            }
+            Err(s) => return fail(s),
         };
         let mut msgs = request.into_inner().messages;
         let n = msgs.len();
         if n == 0 {
-            return Ok(Response::new(fail(
-                st(MESSAGE_CORRUPTED, "no message to send"),
-                0,
-                &[],
-            )));
+            return fail(st(MESSAGE_CORRUPTED, "no message to send"));
         }
         let topic_res = msgs[0].topic.clone();
         if msgs
             .iter()
             .any(|m| resource_name(m.topic.as_ref()) != resource_name(topic_res.as_ref()))
         {
-            return Ok(Response::new(fail(
-                st(
-                    code::ILLEGAL_TOPIC,
-                    "every message of a batch must have the same topic",
-                ),
-                n,
-                &msgs,
-            )));
+            return fail(st(
+                code::ILLEGAL_TOPIC,
+                "every message of a batch must have the same topic",
+            ));
         }
         let topic = match self.topic(topic_res.as_ref()) {
             Ok(t) => t,
             // The proxy checks the message type against the topic's before anything else, and an
             // unknown topic has type UNSPECIFIED.
             Err(s) if s.code == code::TOPIC_NOT_FOUND => {
-                return Ok(Response::new(fail(
-                    st(
-                        code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                        format!(
-                            "topic {:?} not found: TopicMessageType validate failed, the expected \
-                             type is UNSPECIFIED",
-                            resource_name(topic_res.as_ref())
-                        ),
+                return fail(st(
+                    code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                    format!(
+                        "topic {:?} not found: TopicMessageType validate failed, the expected \
+                         type is UNSPECIFIED",
+                        resource_name(topic_res.as_ref())
                     ),
-                    n,
-                    &msgs,
-                )))
+                ))
             }
-            Err(s) => return Ok(Response::new(fail(s, n, &msgs))),
+            Err(s) => return fail(s),
         };
         let now = now_ms();
         let mut kinds = Vec::with_capacity(n);
@@ -84,21 +70,17 @@ impl EndpointService {
         for m in &msgs {
             match send::validate(&self.core.config, max_body_size, &topic, m, now) {
                 Ok(k) => kinds.push(k),
-                Err(s) => return Ok(Response::new(fail(s, n, &msgs))),
+                Err(s) => return fail(s),
             }
         }
         let Some(queue) = send::pick_queue(&topic, self.ep.index, &msgs[0]) else {
-            return Ok(Response::new(fail(
-                st(
-                    code::FORBIDDEN,
-                    format!(
-                        "topic {:?} has no writable queue on this endpoint",
-                        topic.name
-                    ),
+            return fail(st(
+                code::FORBIDDEN,
+                format!(
+                    "topic {:?} has no writable queue on this endpoint",
+                    topic.name
                 ),
-                n,
-                &msgs,
-            )));
+            ));
         };
         // Bodies decode as slices of tonic's receive buffer; the store copies each into the
         // message's record, so no stored message keeps a request's buffer alive.
@@ -118,6 +100,11 @@ impl EndpointService {
             transaction_id: tx,
             offset,
             recall_handle: recall,
+        };
+        let refused = |id: String, e: store::AppendError| proto::SendResultEntry {
+            status: Some(st(e.code, e.message)),
+            message_id: id,
+            ..Default::default()
         };
         let id_of = |m: &proto::Message| {
             m.system_properties
@@ -155,7 +142,7 @@ impl EndpointService {
                 .append(&topic, &queue, msgs, &self.core.config)
             {
                 Ok(o) => o,
-                Err(e) => return Ok(Response::new(fail(st(e.code, e.message), n, &[]))),
+                Err(e) => return fail(st(e.code, e.message)),
             };
             if n > 1 {
                 entries.push(entry(
@@ -184,11 +171,7 @@ impl EndpointService {
                     // Held messages count against the topic's bound from now on.
                     let size = store::accounted_size(&m);
                     if let Err(e) = self.core.store.reserve(&topic, size, &self.core.config) {
-                        entries.push(proto::SendResultEntry {
-                            status: Some(st(e.code, e.message)),
-                            message_id: id,
-                            ..Default::default()
-                        });
+                        entries.push(refused(id, e));
                         continue;
                     }
                 }
@@ -229,11 +212,7 @@ impl EndpointService {
                         .append(&topic, &queue, vec![m], &self.core.config)
                     {
                         Ok(o) => entries.push(entry(id, o as i64, String::new(), String::new())),
-                        Err(e) => entries.push(proto::SendResultEntry {
-                            status: Some(st(e.code, e.message)),
-                            message_id: id,
-                            ..Default::default()
-                        }),
+                        Err(e) => entries.push(refused(id, e)),
                     },
                 }
             }

@@ -269,19 +269,19 @@ pub(super) fn pull_status(
 }
 
 macro_rules! admit_or {
-    ($self:ident, $rpc:expr, $req:ident, |$s:ident| $answer:expr) => {
+    ($self:ident, $rpc:expr, $req:ident, $answer:expr) => {
         match $self.admit($rpc, $req.metadata()).await {
             Ok(id) => id,
-            Err($s) => return Ok(::tonic::Response::new($answer)),
+            Err(s) => return Ok(::tonic::Response::new($answer(s))),
         }
     };
 }
 
 macro_rules! check {
-    ($e:expr, |$s:ident| $answer:expr) => {
+    ($e:expr, $answer:expr) => {
         match $e {
             Ok(v) => v,
-            Err($s) => return Ok(::tonic::Response::new($answer)),
+            Err(s) => return Ok(::tonic::Response::new($answer(s))),
         }
     };
 }

@@ -7,12 +7,14 @@
 //! message really holds ([`accounted_size`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::config::{BrokerConfig, WhenFull};
 use super::cursor::Cursor;
@@ -127,13 +129,8 @@ pub fn ms_of(ts: &prost_types::Timestamp) -> i64 {
         .saturating_add(i64::from(ts.nanos) / 1_000_000)
 }
 
-/// A protobuf duration.
-pub fn proto_duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
-}
+/// A protobuf duration (the client's conversion).
+pub use ferrymq_core::rocketmq::message_view::to_proto_duration as proto_duration;
 
 /// A `std` duration from a protobuf one (negative → `None`).
 pub fn std_duration(d: &prost_types::Duration) -> Option<Duration> {
@@ -295,6 +292,32 @@ impl Topic {
         }
     }
 
+    /// A long poll: call `look` until it gives the answer (`Break`); while it asks to wait
+    /// (`Continue(until)`), wait until `until`, an append to the topic or `stop`, then look again.
+    /// The poll counts as a waiter of the topic while it runs, and arms its wake-up before each
+    /// look, so an append between a look and the wait is not missed.
+    pub(crate) async fn long_poll<T>(
+        &self,
+        stop: &CancellationToken,
+        mut look: impl FnMut() -> ControlFlow<T, Instant>,
+    ) -> T {
+        let _waiting = Waiting::new(self);
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let until = match look() {
+                ControlFlow::Break(answer) => return answer,
+                ControlFlow::Continue(until) => until,
+            };
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+                () = stop.cancelled() => {}
+            }
+        }
+    }
+
     /// Total retained messages.
     pub fn message_count(&self) -> u64 {
         self.queues
@@ -369,11 +392,6 @@ impl Store {
             topics: RwLock::new(HashMap::new()),
             groups: RwLock::new(HashMap::new()),
         }
-    }
-
-    /// Number of endpoints.
-    pub fn brokers(&self) -> usize {
-        self.brokers
     }
 
     /// Create a topic, or change the type of an existing one with the same queue count.
@@ -523,13 +541,6 @@ impl Store {
         )
     }
 
-    /// All groups, sorted by name.
-    pub fn groups(&self) -> Vec<Arc<GroupConfig>> {
-        let mut v: Vec<_> = self.groups.read().values().cloned().collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
-    }
-
     /// Append `msgs` (already validated, system properties filled except offsets) to `queue` of
     /// `topic`, enforcing the topic's memory bound. Returns the first offset.
     pub fn append(
@@ -614,10 +625,10 @@ impl Store {
 }
 
 /// Decrements a topic's waiter count when a long poll ends.
-pub(crate) struct Waiting<'a>(&'a Topic);
+struct Waiting<'a>(&'a Topic);
 
 impl<'a> Waiting<'a> {
-    pub(crate) fn new(t: &'a Topic) -> Self {
+    fn new(t: &'a Topic) -> Self {
         t.waiters.fetch_add(1, Ordering::SeqCst);
         Self(t)
     }

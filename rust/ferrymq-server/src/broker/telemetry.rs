@@ -272,14 +272,15 @@ impl Replies {
     }
 }
 
-/// RocketMQ's default customized retry back-off (`1s 5s 10s 30s 1m 2m … 2h`).
+/// The delay of each RocketMQ delay level (1..=18, `messageDelayLevel`: `1s 5s 10s 30s 1m 2m
+/// … 2h`), in seconds: remoting `DELAY` levels, and the default customized retry back-off.
+pub const DELAY_LEVELS: [u64; 18] = [
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+];
+
+/// RocketMQ's default customized retry back-off: one step per delay level.
 pub fn default_backoff() -> Vec<Duration> {
-    [
-        1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
-    ]
-    .iter()
-    .map(|s| Duration::from_secs(*s))
-    .collect()
+    DELAY_LEVELS.map(Duration::from_secs).to_vec()
 }
 
 /// The settings the proxy echoes: the client's, with server values for retry, limits and, for

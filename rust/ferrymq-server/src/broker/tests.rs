@@ -114,15 +114,6 @@ impl Client {
         .await
     }
 
-    /// `QueryRoute` of `topic`, sent with client id `id`.
-    pub async fn route(&mut self, id: &str, topic: &str) -> proto::QueryRouteResponse {
-        let r = proto::QueryRouteRequest {
-            topic: res(topic),
-            endpoints: None,
-        };
-        self.rpc.query_route(req(id, r)).await.unwrap().into_inner()
-    }
-
     pub async fn send(&mut self, msgs: Vec<proto::Message>) -> proto::SendMessageResponse {
         self.rpc
             .send_message(req(&self.id, proto::SendMessageRequest { messages: msgs }))
@@ -196,108 +187,6 @@ pub(super) fn fast() -> BrokerConfig {
         long_polling_min: Duration::from_millis(50),
         ..BrokerConfig::for_tests()
     }
-}
-
-#[tokio::test]
-async fn send_receive_ack_over_two_endpoints() {
-    let broker = Broker::start(BrokerConfig {
-        endpoints: 2,
-        ..fast()
-    })
-    .await
-    .unwrap();
-    broker.create_topic("t", "NORMAL", 4).unwrap();
-    broker.create_group(GroupConfig::new("g")).unwrap();
-    let addrs = broker.addresses();
-    assert_eq!(broker.access_point(), format!("{};{}", addrs[0], addrs[1]));
-
-    let mut c = Client::connect(addrs[0], "c1").await;
-    let route = c.route("c1", "t").await;
-    assert_eq!(route.status.unwrap().code, code::OK);
-    assert_eq!(route.message_queues.len(), 4);
-    let ports: std::collections::BTreeSet<i32> = route
-        .message_queues
-        .iter()
-        .map(|q| {
-            q.broker
-                .as_ref()
-                .unwrap()
-                .endpoints
-                .as_ref()
-                .unwrap()
-                .addresses[0]
-                .port
-        })
-        .collect();
-    assert_eq!(ports.len(), 2, "queues spread over both endpoints");
-
-    // Receive before settings: INTERNAL_SERVER_ERROR, as the proxy (a NullPointerException there).
-    let (status, _) = c.receive("g", "t", 8, Duration::from_secs(30)).await;
-    assert_eq!(status, code::INTERNAL_SERVER_ERROR);
-
-    let merged = c.consumer("g").await;
-    assert_eq!(merged.backoff_policy.unwrap().max_attempts, 17);
-    // A multi-message send is one RocketMQ batch, as on the proxy: one entry, the first
-    // message's id as transaction id, every message stored under the first one's id.
-    let sent = c
-        .send(vec![
-            message("t", b"a"),
-            message("t", b"b"),
-            message("t", b"c"),
-        ])
-        .await;
-    assert_eq!(sent.status.unwrap().code, code::OK);
-    assert_eq!(sent.entries.len(), 1);
-    assert_eq!(sent.entries[0].offset, 0, "a batch goes to one queue");
-
-    let (status, got) = c.receive("g", "t", 2, Duration::from_secs(30)).await;
-    assert_eq!(status, code::OK);
-    assert_eq!(got.len(), 2);
-    let sp = got[0].system_properties.as_ref().unwrap();
-    assert_eq!(sp.delivery_attempt, Some(1));
-    assert_eq!(
-        sp.body_digest.as_ref().unwrap(),
-        &send::body_digest(&got[0].body)
-    );
-    for m in &got {
-        assert_eq!(c.ack("g", "t", m).await, code::OK);
-    }
-    // Acking again has no effect and is OK, as on the proxy.
-    assert_eq!(c.ack("g", "t", &got[0]).await, code::OK);
-    let (_, rest) = c.receive("g", "t", 8, Duration::from_secs(30)).await;
-    assert_eq!(rest.len(), 1);
-    let (status, none) = c.receive("g", "t", 8, Duration::from_secs(30)).await;
-    assert_eq!((status, none.len()), (code::MESSAGE_NOT_FOUND, 0));
-    broker.shutdown().await;
-}
-
-#[tokio::test]
-async fn client_id_is_required_and_types_are_enforced() {
-    let broker = Broker::start(fast()).await.unwrap();
-    broker.create_topic("fifo", "FIFO", 2).unwrap();
-    let mut c = Client::connect(broker.addresses()[0], "c1").await;
-    let r = c.route("", "fifo").await;
-    assert_eq!(r.status.unwrap().code, code::CLIENT_ID_REQUIRED);
-    let r = c.send(vec![message("fifo", b"x")]).await;
-    assert_eq!(
-        r.status.unwrap().code,
-        code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
-    );
-    // Unknown topic: the proxy's type check fails first (expected type UNSPECIFIED).
-    let r = c.send(vec![message("nope", b"x")]).await;
-    assert_eq!(
-        r.status.unwrap().code,
-        code::MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
-    );
-    assert!(r.entries.is_empty());
-    let mut m = message("fifo", b"");
-    m.system_properties.as_mut().unwrap().message_group = Some("g".into());
-    assert_eq!(
-        c.send(vec![m.clone()]).await.status.unwrap().code,
-        code::MESSAGE_BODY_EMPTY
-    );
-    m.body = bytes::Bytes::from_static(b"ok");
-    assert_eq!(c.send(vec![m]).await.status.unwrap().code, code::OK);
 }
 
 #[tokio::test]
@@ -417,62 +306,4 @@ async fn delayed_messages_count_against_the_bound_until_recalled() {
         .into_inner();
     assert_eq!(r.status.unwrap().code, code::OK);
     assert_eq!(c.send(vec![delayed()]).await.status.unwrap().code, code::OK);
-}
-
-#[tokio::test]
-async fn refuse_and_hang_faults() {
-    let broker = Broker::start(fast()).await.unwrap();
-    broker.create_topic("t", "NORMAL", 1).unwrap();
-    let addr = broker.addresses()[0];
-    let mut c = Client::connect(addr, "c").await;
-    let route = |c: &mut Client| {
-        let mut rpc = c.rpc.clone();
-        async move {
-            let mut r = req(
-                "c",
-                proto::QueryRouteRequest {
-                    topic: res("t"),
-                    endpoints: None,
-                },
-            );
-            r.set_timeout(Duration::from_millis(300));
-            rpc.query_route(r).await.map(|r| r.into_inner())
-        }
-    };
-    assert!(route(&mut c).await.is_ok());
-    broker
-        .set_unavailable(0, Some(Unavailable::Hang))
-        .await
-        .unwrap();
-    let e = route(&mut c).await.unwrap_err();
-    assert!(
-        matches!(
-            e.code(),
-            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
-        ),
-        "{e:?}"
-    );
-    broker
-        .set_unavailable(0, Some(Unavailable::Refuse))
-        .await
-        .unwrap();
-    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
-    broker.set_unavailable(0, None).await.unwrap();
-    let mut c2 = Client::connect(addr, "c").await;
-    assert_eq!(route(&mut c2).await.unwrap().status.unwrap().code, code::OK);
-    broker
-        .inject_status(
-            0,
-            StatusFault {
-                count: Some(1),
-                ..StatusFault::new(code::TOO_MANY_REQUESTS)
-            },
-        )
-        .unwrap();
-    assert_eq!(
-        route(&mut c2).await.unwrap().status.unwrap().code,
-        code::TOO_MANY_REQUESTS
-    );
-    assert_eq!(route(&mut c2).await.unwrap().status.unwrap().code, code::OK);
-    assert_eq!(broker.calls(0, Rpc::QueryRoute).unwrap(), 4);
 }

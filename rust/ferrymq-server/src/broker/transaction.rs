@@ -122,11 +122,6 @@ impl Transactions {
         self.halves.lock().get(transaction_id).cloned()
     }
 
-    /// Whether a transaction is pending.
-    pub fn contains(&self, transaction_id: &str) -> bool {
-        self.halves.lock().contains_key(transaction_id)
-    }
-
     /// Half messages due for a check-back at `now` (their counters are advanced), and those to
     /// discard after `max` checks.
     pub fn due(

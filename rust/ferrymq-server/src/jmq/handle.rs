@@ -33,6 +33,17 @@ struct ConnState {
     consumers: HashSet<String>,
 }
 
+impl ConnState {
+    /// The topics noted for producers (`produce`) or for consumers.
+    fn noted(&mut self, produce: bool) -> &mut HashSet<String> {
+        if produce {
+            &mut self.producers
+        } else {
+            &mut self.consumers
+        }
+    }
+}
+
 /// One connection of one node.
 pub(super) struct Ctx {
     pub(super) inner: Arc<Inner>,
@@ -90,14 +101,10 @@ fn add_client<const T: i8>(
             );
         }
     }
-    let mut st = ctx.state.lock();
-    let noted = if produce {
-        &mut st.producers
-    } else {
-        &mut st.consumers
-    };
-    noted.extend(topics.iter().cloned());
-    drop(st);
+    ctx.state
+        .lock()
+        .noted(produce)
+        .extend(topics.iter().cloned());
     let kind = if produce { 'p' } else { 'c' };
     let ids = topics
         .iter()
@@ -109,11 +116,7 @@ fn add_client<const T: i8>(
 /// REMOVE_PRODUCER (`produce`) / REMOVE_CONSUMER: forget the topics on the connection.
 fn remove_client(ctx: &Ctx, topics: &[String], produce: bool) -> Reply {
     let mut st = ctx.state.lock();
-    let noted = if produce {
-        &mut st.producers
-    } else {
-        &mut st.consumers
-    };
+    let noted = st.noted(produce);
     for t in topics {
         noted.remove(t);
     }

@@ -30,7 +30,7 @@ use super::codec::{
 use super::command::AnyRequest;
 use super::handle::{handle, Ctx, Reply};
 use super::store::{JmqStore, StoreConfig};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The app every embedded server knows unless configured otherwise (`bin/topic.sh` always
 /// creates `test_token`, §8.9).
@@ -162,15 +162,7 @@ impl JmqServer {
         let mut infos = Vec::with_capacity(n);
         for i in 0..n {
             let port = config.ports.get(i).copied().unwrap_or(0);
-            let l = TcpListener::bind((config.bind_host.as_str(), port))
-                .await
-                .map_err(|e| {
-                    Error::connection(format!(
-                        "cannot bind the embedded JMQ4 server on {}:{port}",
-                        config.bind_host
-                    ))
-                    .with_source(e)
-                })?;
+            let l = crate::listen(&config.bind_host, port).await?;
             infos.push(NodeInfo {
                 id: i as i32 + 1,
                 addr: l.local_addr()?,
@@ -293,11 +285,6 @@ impl JmqServer {
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
         self.drop_connections();
-    }
-
-    /// The broker id of the coordinator of `app`.
-    pub fn coordinator_of(&self, app: &str) -> i32 {
-        coordinator_of(&self.inner, app).id
     }
 }
 

@@ -128,11 +128,7 @@ impl JmqStore {
         let Some(part) = t.partitions.get(&partition) else {
             return (Vec::new(), codes::CN_PARAM_ERROR);
         };
-        if !t
-            .groups
-            .iter()
-            .any(|g| g.leader == node && g.partitions.contains(&partition))
-        {
+        if !t.local(node).contains(&partition) {
             return (Vec::new(), codes::FW_FETCH_TOPIC_MESSAGE_BROKER_NOT_LEADER);
         }
         let index = if index == -1 {

@@ -251,11 +251,6 @@ impl JmqStore {
         }
     }
 
-    /// Settings.
-    pub fn config(&self) -> &StoreConfig {
-        &self.config
-    }
-
     /// Woken whenever messages become visible or partitions are released.
     pub fn changed(&self) -> &Notify {
         &self.changed
@@ -335,13 +330,6 @@ impl JmqStore {
             },
         );
         Ok(())
-    }
-
-    /// Names of all topics.
-    pub fn topics(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.state.lock().topics.keys().cloned().collect();
-        v.sort();
-        v
     }
 
     /// Move the leadership of partition group `group` of `topic` to broker `node`.
@@ -462,23 +450,6 @@ impl JmqStore {
         } else {
             codes::CN_NO_PERMISSION
         }
-    }
-
-    /// Broker ids that lead at least one partition group of any topic.
-    pub fn nodes(&self) -> Vec<i32> {
-        self.state.lock().nodes.clone()
-    }
-
-    /// All partitions of `topic` (sorted), for tests.
-    pub fn partitions(&self, topic: &str) -> Vec<i16> {
-        let st = self.state.lock();
-        let mut v: Vec<i16> = st
-            .topics
-            .get(topic)
-            .map(|t| t.partitions.keys().copied().collect())
-            .unwrap_or_default();
-        v.sort_unstable();
-        v
     }
 }
 
