@@ -128,3 +128,19 @@ def test_cli_broker_runs_in_foreground(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0
     assert "stopped" in out
+
+
+def test_cli_broker_stops_cleanly_on_sigterm_right_after_its_first_line() -> None:
+    """A supervisor that stops the broker as soon as it announces itself gets a clean stop."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ferrymq", "broker", "--topic", "t1", "--group", "g1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("ferrymq broker listening on ")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert out.rstrip().endswith("ferrymq broker stopped")

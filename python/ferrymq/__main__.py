@@ -86,6 +86,9 @@ def run_broker(args: argparse.Namespace) -> int:
         **options,
     )
     with broker:
+        # Before the first line is printed: whoever waits for that line may stop us right away.
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         topics = list(config.get("topics", [])) + [_parse_topic(t) for t in args.topic]
         for t in topics:
             broker.create_topic(t["name"], t.get("message_type", "NORMAL"), int(t.get("queues", 8)))
@@ -105,8 +108,6 @@ def run_broker(args: argparse.Namespace) -> int:
             print(f"  topic {t['name']} ({t.get('message_type', 'NORMAL')})", flush=True)
         for g in groups:
             print(f"  group {g['name']}{' (fifo)' if g.get('fifo') else ''}", flush=True)
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
             while not stop.wait(0.5):
                 pass
