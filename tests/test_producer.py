@@ -422,29 +422,6 @@ def test_recovers_after_broker_restart(fresh_topic: FreshTopic) -> None:
 # -- produce / poll / flush ------------------------------------------------------------------
 
 
-def test_produce_calls_back_on_the_callers_thread(producer: Producer, topic: str) -> None:
-    results: list[tuple[FerryError | None, ferrymq.SendReceipt | None, str]] = []
-
-    def on_delivery(err: FerryError | None, receipt: ferrymq.SendReceipt | None) -> None:
-        results.append((err, receipt, threading.current_thread().name))
-
-    for i in range(500):
-        producer.produce(Message(topic, b"%d" % i), on_delivery)
-    assert producer.flush(10) == 0
-    assert len(results) == 500
-    assert all(e is None and r is not None for e, r, _ in results)
-    assert {name for _, _, name in results} == {threading.current_thread().name}
-
-
-def test_produce_is_bounded(broker: EmbeddedBroker, topic: str) -> None:
-    delivered = []
-    with Producer(broker.endpoints, topics=[topic], max_pending=4) as p:
-        for i in range(200):
-            p.produce(Message(topic, b"%d" % i), lambda e, r: delivered.append(r))
-            assert p.pending <= 4
-    assert len(delivered) == 200
-
-
 def test_produce_reports_failures_and_callback_errors(fresh_topic: FreshTopic) -> None:
     b, t = fresh_topic()
     errors: list[FerryError | None] = []
