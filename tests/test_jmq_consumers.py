@@ -3,8 +3,6 @@ of ferrymq.testing.EmbeddedBroker: the RocketMQ consumer API, selected by the en
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import threading
 import time
 from collections import Counter
@@ -68,22 +66,6 @@ def test_simple_consumer_receives_and_acks(jmq_broker: EmbeddedBroker, topic: st
     assert "token" not in repr(c)
 
 
-def test_change_invisible_duration_redelivers_through_the_retry_queue(
-    jmq_broker: EmbeddedBroker, topic: str
-) -> None:
-    send(jmq_broker, topic, 1)
-    with consumer(jmq_broker, topic) as c:
-        first = c.receive(16)
-        assert len(first) == 1
-        # JMQ4 has no per-message delay: the broker's retry queue redelivers after its own.
-        c.change_invisible_duration(first[0], 5)
-        again = first_batch(lambda: c.receive(16))
-        assert [m.body for m in again] == [first[0].body]
-        assert again[0].delivery_attempt == 2
-        c.ack(again[0])
-        assert c.receive(16) == []
-
-
 def test_invisible_duration_is_the_ack_timeout(jmq_broker: EmbeddedBroker, topic: str) -> None:
     send(jmq_broker, topic, 1)
     with consumer(jmq_broker, topic) as c:
@@ -93,27 +75,6 @@ def test_invisible_duration_is_the_ack_timeout(jmq_broker: EmbeddedBroker, topic
         again = first_batch(lambda: c.receive(16))
         assert [m.offset for m in again] == [first[0].offset]
         c.ack(again)
-
-
-async def test_simple_consumer_asyncio(jmq_broker: EmbeddedBroker, topic: str) -> None:
-    sent = send(jmq_broker, topic, 5)
-    acked: list[ferrymq.MessageView] = []
-    nacked: list[ferrymq.MessageView] = []
-    async with consumer(jmq_broker, topic) as c:
-        for _ in range(100):
-            if len(acked) >= len(sent):
-                break
-            batch = await c.receive_async(16)
-            if batch and not nacked:
-                await c.change_invisible_duration_async(batch[0], 1)
-                nacked.append(batch[0])
-                batch = batch[1:]
-            await c.ack_async(batch)
-            acked.extend(batch)
-        assert await c.receive_async(16) == []
-    # Every message acked once; the nacked one came back from the retry queue.
-    assert sorted(m.body for m in acked) == sorted(sent)
-    assert [m.body for m in acked if m.delivery_attempt == 2] == [nacked[0].body]
 
 
 def test_push_consumer_consumes_every_message(jmq_broker: EmbeddedBroker, topic: str) -> None:
@@ -187,85 +148,6 @@ def test_push_consumer_unsubscribes_and_subscribes_again(
         pc.subscribe(topic)
         assert set(pc.subscriptions) == {topic}
         wait_for("messages sent while unsubscribed consumed", lambda: later <= seen)
-
-
-async def test_push_consumer_async_listener(jmq_broker: EmbeddedBroker, topic: str) -> None:
-    sent = send(jmq_broker, topic, 50)
-    seen: set[bytes] = set()
-    loop = asyncio.get_running_loop()
-    loops = set()
-
-    async def listener(m: ferrymq.MessageView) -> None:
-        loops.add(asyncio.get_running_loop())
-        await asyncio.sleep(0)
-        seen.add(m.body)
-
-    async with ferrymq.PushConsumer(
-        jmq_broker.jmq_endpoint, APP, subscriptions=[topic], listener=listener, token=TOKEN
-    ) as pc:
-        for _ in range(1500):
-            if seen == sent and pc.stats()["cached_messages"] == 0:
-                break
-            await asyncio.sleep(0.02)
-    assert seen == sent
-    assert loops == {loop}
-
-
-def test_push_consumer_async_listener_from_blocking_code(
-    jmq_broker: EmbeddedBroker, topic: str
-) -> None:
-    sent = send(jmq_broker, topic, 20)
-    seen: set[bytes] = set()
-    threads: set[str] = set()
-
-    async def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
-        threads.add(threading.current_thread().name)
-        seen.add(m.body)
-        return ferrymq.ConsumeResult.SUCCESS
-
-    with ferrymq.PushConsumer(
-        jmq_broker.jmq_endpoint, APP, subscriptions=topic, listener=listener, token=TOKEN
-    ) as pc:
-        wait_for(
-            "every message consumed and the cache empty",
-            lambda: seen == sent and pc.stats()["cached_messages"] == 0,
-        )
-    assert threads == {"ferrymq-listener-loop"}
-
-
-def test_push_listener_failure_is_nacked_and_redelivered(
-    jmq_broker: EmbeddedBroker, topic: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    sent = send(jmq_broker, topic, 10)
-    attempts: Counter[bytes] = Counter()
-    done: set[bytes] = set()
-    lock = threading.Lock()
-
-    def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult | None:
-        with lock:
-            attempts[m.body] += 1
-            if m.delivery_attempt == 1:
-                if m.body.endswith(b"0"):
-                    return ferrymq.ConsumeResult.FAILURE
-                raise RuntimeError(f"boom {m.body!r}")
-            done.add(m.body)
-        return None
-
-    caplog.set_level(logging.ERROR, logger="ferrymq.consumer")
-    with ferrymq.PushConsumer(
-        jmq_broker.jmq_endpoint, APP, subscriptions=topic, listener=listener, token=TOKEN
-    ) as pc:
-        wait_for(
-            "every message consumed and the cache empty",
-            lambda: done == sent and pc.stats()["cached_messages"] == 0,
-        )
-        stats = pc.stats()
-    assert all(n >= 2 for n in attempts.values())
-    assert stats["nacked"] >= 10
-    errors = [r for r in caplog.records if r.name == "ferrymq.consumer" and r.exc_info]
-    assert len(errors) >= 9
-    assert "boom" in caplog.text
-    assert "Traceback" in caplog.text
 
 
 def test_close_with_in_flight_work_loses_nothing(jmq_broker: EmbeddedBroker, topic: str) -> None:
