@@ -70,6 +70,26 @@ def test_simple_consumer_receives_and_acks_each_message_once(backend: Backend) -
     assert all(isinstance(m, ferrymq.ReceivedMessage) for m in got)
 
 
+def test_receipts_and_views_share_one_interface(backend: Backend) -> None:
+    with backend.producer() as p:
+        receipt = p.send(ferrymq.Message(backend.topic, b"typed"))
+    assert isinstance(receipt, ferrymq.Receipt)
+    assert isinstance(receipt, backend.receipt)  # the protocol's own fields behind isinstance
+    assert receipt.topic == backend.topic
+    with backend.simple_consumer() as c:
+        got = first_batch(lambda: c.receive(8))
+        assert [m.body for m in got] == [b"typed"]
+        assert isinstance(got[0], ferrymq.ReceivedMessage)
+        assert isinstance(got[0], ferrymq.MessageView)
+        # a message of another protocol is refused by name, not cast over
+        for bad in (object(), [got[0], "not a message"]):
+            with pytest.raises(ferrymq.InvalidArgumentError, match="message: must be a "):
+                c.ack(bad)  # type: ignore[arg-type]
+        with pytest.raises(ferrymq.InvalidArgumentError, match="message"):
+            c.change_invisible_duration(got, 1.0)  # type: ignore[arg-type]
+        c.ack(got)
+
+
 def test_change_invisible_duration_redelivers(backend: Backend) -> None:
     [body] = backend.send(1)
     with backend.simple_consumer() as c:

@@ -146,30 +146,6 @@ def test_simple_consumer_receives_filters_and_acks(
         assert c.receive(max_messages=8, invisible_duration=30) == []
 
 
-def test_receipts_and_views_share_the_typed_interface(
-    broker: EmbeddedBroker, topic: str, unique: Callable[[str], str]
-) -> None:
-    group = new_group(broker, unique)
-    with ferrymq.Producer(broker.endpoints, topics=[topic]) as producer:
-        receipt = producer.send(ferrymq.Message(topic, b"typed", tag="T"))
-    assert isinstance(receipt, ferrymq.Receipt)
-    assert isinstance(receipt, ferrymq.SendReceipt)  # RocketMQ's own fields behind isinstance
-    assert receipt.topic == topic
-    with ferrymq.SimpleConsumer(
-        broker.endpoints, group, subscriptions={topic: "*"}, await_duration=1.0
-    ) as c:
-        got = first_batch(lambda: c.receive(max_messages=8))
-        assert [m.message_id for m in got] == [receipt.message_id]
-        assert isinstance(got[0], ferrymq.ReceivedMessage)
-        assert isinstance(got[0], ferrymq.MessageView)
-        for bad in (object(), [got[0], "not a message"]):
-            with pytest.raises(ferrymq.InvalidArgumentError, match="message: must be a "):
-                c.ack(bad)  # type: ignore[arg-type]
-        with pytest.raises(ferrymq.InvalidArgumentError, match="message"):
-            c.change_invisible_duration(got, 1.0)  # type: ignore[arg-type]
-        c.ack(got)
-
-
 def test_unacked_message_is_redelivered_and_new_receipt_handle_is_used(
     broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
 ) -> None:

@@ -65,21 +65,6 @@ def test_a_nats_msg_id_property_is_the_message_id(
     assert [(m.message_id, m.body) for m in got] == [("w0", b"0"), ("w1", b"1"), ("w2", b"2")]
 
 
-async def test_async_lifecycle_and_batch(
-    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
-) -> None:
-    js, tok = nats_stream
-    subject = f"s{tok}.b"
-    async with ferrymq.Producer(nats_server.url) as p:
-        one = await p.send_async(Message(subject, b"x"))
-        many = await p.send_batch_async([Message(subject, b"%d" % i) for i in range(20)])
-    assert isinstance(one, NatsSendReceipt)
-    assert one.sequence == 1
-    assert sorted(r.sequence for r in many if isinstance(r, NatsSendReceipt)) == list(range(2, 22))
-    assert p.closed
-    assert len(read_stream(js, f"S{tok}", 21)) == 21
-
-
 def test_constructor_does_not_connect_and_start_does() -> None:
     port = free_port()
     p = ferrymq.Producer(f"nats://u:secret@127.0.0.1:{port}")

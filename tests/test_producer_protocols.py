@@ -1,10 +1,12 @@
-"""``Producer.produce`` over every protocol (``backend``: the embedded broker's RocketMQ and JMQ4
-sides, a real nats-server): the core's one batched produce path, bounded by ``max_pending``,
-reports in produce order through ``poll``/``flush`` on the caller's thread, failures reported,
-``close`` drains."""
+"""``Producer`` over every protocol (``backend``: the embedded broker's RocketMQ and JMQ4 sides, a
+real nats-server): the lifecycle, the asyncio forms, and the core's one batched produce path,
+bounded by ``max_pending``, reporting in produce order through ``poll``/``flush`` on the
+caller's thread, failures reported, ``close`` draining. What only one protocol does is tested
+in its own module (test_producer.py, test_jmq.py, test_producer_nats.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 
@@ -26,6 +28,40 @@ def recorder(reports: list[Report], i: int) -> Callable[[FerryError | None, obje
         reports.append((i, err, receipt))
 
     return on_delivery
+
+
+async def test_start_and_close_in_both_forms(backend: Backend) -> None:
+    p = backend.producer()
+    assert p.start() is p
+    assert p.started
+    assert p.endpoints == backend.endpoint
+    p.close()
+    p.close()
+    assert p.closed
+    with pytest.raises(ferrymq.ClientClosedError):
+        p.send(Message(backend.topic, b"late"))
+    with pytest.raises(ferrymq.ClientClosedError):
+        p.produce(Message(backend.topic, b"late"))
+    with pytest.raises(ferrymq.ClientClosedError):
+        p.start()
+    q = backend.producer()
+    assert await q.start_async() is q
+    await q.close_async()
+    assert q.closed
+
+
+async def test_async_send_and_batch(backend: Backend) -> None:
+    async with backend.producer() as p:
+        one = await p.send_async(Message(backend.topic, b"x"))
+        many = await p.send_batch_async([Message(backend.topic, b"%d" % i) for i in range(20)])
+        more = await asyncio.gather(
+            *(p.send_async(Message(backend.topic, b"g%d" % i)) for i in range(10))
+        )
+    assert p.closed
+    receipts = [one, *many, *more]
+    assert all(isinstance(r, backend.receipt) and r.topic == backend.topic for r in receipts)
+    assert len({r.message_id for r in receipts}) == 31
+    assert backend.stored() == 31
 
 
 def test_produce_is_bounded_and_reports_in_order(backend: Backend) -> None:
