@@ -27,6 +27,8 @@ class Backend:
     stored: Callable[[], int]
     #: the receipt class a send over this protocol returns
     receipt: type[ferrymq.Receipt]
+    #: what a publisher's ack names as its stream (NATS: the stream; others: the topic)
+    stream: str
     #: options every producer / consumer / simple consumer of this protocol needs
     producer_options: dict[str, Any] = field(default_factory=dict)
     consumer_options: dict[str, Any] = field(default_factory=dict)

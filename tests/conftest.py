@@ -232,6 +232,7 @@ def backend(request: pytest.FixtureRequest, unique: _Unique) -> Backend:
             unique("missing"),
             lambda: len(b.messages(topic)),
             ferrymq.SendReceipt,
+            topic,
             receive_options={"await_duration": 1.0},
         )
     if request.param == "jmq":
@@ -245,6 +246,7 @@ def backend(request: pytest.FixtureRequest, unique: _Unique) -> Backend:
             unique("missing"),
             lambda: jb.jmq.message_count(topic),
             ferrymq.JmqSendReceipt,
+            topic,
             producer_options={"app": "test_app", "token": "test_token"},
             consumer_options={"token": "test_token"},
             receive_options={"await_duration": 0.3, "jmq_options": {"long_poll": 0.5}},
@@ -259,6 +261,7 @@ def backend(request: pytest.FixtureRequest, unique: _Unique) -> Backend:
         f"nostream{tok}.a",
         lambda: js.stream_info(f"S{tok}").messages,
         ferrymq.NatsSendReceipt,
+        f"S{tok}",
         receive_options={"await_duration": 0.5},
     )
 
