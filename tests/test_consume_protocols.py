@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -214,3 +215,41 @@ def test_async_listener_from_blocking_code_gets_a_private_loop(backend: Backend)
         wait_for("all acked", lambda: c.stats()["acked"] == 10)
     assert got == set(sent)
     assert names == {"ferrymq-listener-loop"}
+
+
+def test_close_with_in_flight_work_loses_nothing(backend: Backend) -> None:
+    sent = set(backend.send(60))
+    consumed: set[bytes] = set()
+    lock = threading.Lock()
+    started = threading.Event()
+
+    def listener(m: ferrymq.MessageView) -> None:
+        started.set()
+        time.sleep(0.1)
+        with lock:
+            consumed.add(m.body)
+
+    pc = backend.push_consumer(
+        listener, consumption_threads=2, receive_batch_size=4, max_concurrent_receives=1
+    )
+    pc.start()
+    assert started.wait(30)
+    pc.close()
+    stats = pc.stats()
+    assert stats["cached_messages"] == 0
+    assert 0 < len(consumed) < len(sent)
+    assert stats["acked"] == len(consumed)
+    pc.close()  # idempotent
+    # What the push consumer finished was acked; the rest is still there, once.
+    rest: list[bytes] = []
+    with backend.simple_consumer() as c:
+        for _ in range(100):
+            batch = c.receive(32)
+            if batch:
+                c.ack(batch)
+            rest.extend(m.body for m in batch)
+            if len(rest) + len(consumed) >= len(sent) and not batch:
+                break
+    assert not consumed & set(rest)
+    assert consumed | set(rest) == sent
+    assert len(rest) == len(set(rest))

@@ -56,8 +56,11 @@ def test_lifecycle_start_returns_the_client_and_close_ends_it(nats_server: NatsS
     assert js.start() is js  # idempotent: one connection
     assert js.server_version.startswith("2.")
     js.close()
+    js.close()
     with pytest.raises(ferrymq.ClientClosedError):
         js.stream_info("ANY")
+    with pytest.raises(ferrymq.ClientClosedError):
+        js.start()
     never = ferrymq.JetStream(f"nats://127.0.0.1:{free_port()}")
     never.close()  # nothing to close, no connection attempted
     with pytest.raises(ferrymq.ClientClosedError):
