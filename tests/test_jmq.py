@@ -186,8 +186,10 @@ def test_retry_on_not_leader(make_broker: Callable[..., EmbeddedBroker]) -> None
 
 
 def test_bad_input(jmq_broker: EmbeddedBroker, producer: ferrymq.Producer) -> None:
+    wrong = ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token="wrong-s3cret")
+    assert "s3cret" not in repr(wrong)
     with pytest.raises(ferrymq.BrokerError) as e:
-        ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token="wrong").start()
+        wrong.start()
     assert e.value.code == 2
     assert "check app and token" in str(e.value)
     with pytest.raises(ferrymq.BrokerError) as e:
@@ -204,6 +206,10 @@ def test_bad_input(jmq_broker: EmbeddedBroker, producer: ferrymq.Producer) -> No
         )
     with pytest.raises(ferrymq.InvalidArgumentError, match="token"):
         ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token="")
+    with pytest.raises(ferrymq.InvalidArgumentError, match="app"):
+        ferrymq.Producer(jmq_broker.jmq_endpoint)
+    with pytest.raises(ferrymq.InvalidArgumentError, match="recall"):
+        producer.recall("t", "handle")
     with pytest.raises(ferrymq.InvalidArgumentError, match="message"):
         producer.send(b"raw bytes")  # type: ignore[arg-type]
     with pytest.raises(ferrymq.FerryConnectionError):
@@ -221,12 +227,6 @@ def test_closed_producer_raises(jmq_broker: EmbeddedBroker, topic: str) -> None:
     assert p.closed
     with pytest.raises(ferrymq.ClientClosedError):
         p.send(ferrymq.Message(topic, b"late"))
-
-
-def test_token_is_not_in_repr(jmq_broker: EmbeddedBroker) -> None:
-    p = ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token="s3cret-token")
-    assert "s3cret" not in repr(p)
-    p.close()
 
 
 async def test_async_transaction(jmq_broker: EmbeddedBroker, topic: str) -> None:
@@ -276,24 +276,3 @@ def test_other_app_and_app_mismatch(jmq_broker: EmbeddedBroker, topic: str) -> N
     with pytest.raises(ferrymq.BrokerError) as e:
         ferrymq.Producer(jmq_broker.jmq_endpoint, app="other_app", token=TOKEN).start()
     assert e.value.code_name == "CN_AUTHENTICATION_ERROR"
-
-
-def test_producer_facade_dispatches_jmq(jmq_broker: EmbeddedBroker, topic: str) -> None:
-    reports: list[tuple[object, object]] = []
-    with ferrymq.Producer(jmq_broker.jmq_endpoint, app=APP, token=TOKEN) as p:
-        r = p.send(ferrymq.Message(topic, b"via facade"))
-        assert isinstance(r, ferrymq.JmqSendReceipt)
-        assert (
-            len(p.send_batch([ferrymq.Message(topic, b"f1"), ferrymq.Message(topic, b"f2")])) == 2
-        )
-        p.produce(ferrymq.Message(topic, b"produced"), lambda err, rec: reports.append((err, rec)))
-        assert p.flush() == 0
-        with p.begin_transaction() as tx:
-            tx.send(ferrymq.Message(topic, b"facade tx"))
-        with pytest.raises(ferrymq.InvalidArgumentError, match="recall"):
-            p.recall(topic, "handle")
-    assert len(reports) == 1
-    assert reports[0][0] is None
-    assert jmq_broker.jmq.message_count(topic) == 5
-    with pytest.raises(ferrymq.InvalidArgumentError, match="app"):
-        ferrymq.Producer(jmq_broker.jmq_endpoint)
