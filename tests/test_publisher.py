@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 import pytest
 
@@ -113,6 +114,20 @@ async def test_failures_reach_both_the_listener_and_the_futures(backend: Backend
     (failed,) = rec.kinds("completed_exceptionally")
     assert failed == flight
     assert isinstance(failed.exception, ferrymq.FerryError)
+
+
+async def test_lifecycle_start_async_and_close_async(backend: Backend) -> None:
+    producer = await backend.producer().start_async()
+    pub = ferrymq.AsyncPublisher(producer)
+    assert await pub.start_async() is pub
+    flights = [await pub.publish_async(backend.topic, b"%d" % i) for i in range(5)]
+    assert await pub.close_async(timedelta(seconds=10)) is True
+    assert all(f.state == "acked" for f in flights)
+    assert pub.state == "finished"
+    sync = ferrymq.AsyncPublisher(producer)
+    assert sync.start() is sync
+    sync.stop()
+    await producer.close_async()
 
 
 @pytest.mark.parametrize("backend", ["rocketmq", "jmq"], indirect=True)
