@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterator
 
@@ -76,17 +75,10 @@ def test_auto_create(make_broker: Callable[..., EmbeddedBroker]) -> None:
 
 
 def test_telemetry_settings_echo(raw: Wire, names: tuple[str, str], broker: EmbeddedBroker) -> None:
+    # The echoed producer settings are pinned against the proxy in
+    # test_conformance.py::test_producer_settings_echo; here: what the broker records.
     topic, group = names
-    first = raw.producer(topic)
-    assert first.status.code == OK
-    merged = first.settings
-    assert merged.publishing.max_body_size == 4 * 1024 * 1024
-    assert merged.publishing.validate_message_type
-    assert [t.name for t in merged.publishing.topics] == [topic]
-    assert merged.backoff_policy.max_attempts == 3
-    eb = merged.backoff_policy.exponential_backoff
-    assert (eb.initial.ToMilliseconds(), eb.max.ToMilliseconds(), eb.multiplier) == (10, 1000, 2)
-    assert not merged.metric.on
+    assert raw.producer(topic).status.code == OK
     seen = {c["client_id"]: c for c in broker.clients(0)}
     assert seen[raw.client_id]["client_type"] == "PRODUCER"
     assert seen[raw.client_id]["topics"] == [topic]
@@ -201,23 +193,12 @@ def test_receive_ack_and_handles(raw: Wire, names: tuple[str, str]) -> None:
     status, msgs = raw.receive_once(group, topic, batch=2)
     assert status.code == OK
     assert len(msgs) == 2
-    for m in msgs:
-        sp = m.system_properties
-        assert sp.delivery_attempt == 1
-        assert sp.receipt_handle
-        assert not sp.HasField("invisible_duration")  # the proxy does not tell it
-        assert sp.body_digest.type == d.MD5
-        assert sp.body_digest.checksum == hashlib.md5(m.body).hexdigest().upper()
-        assert sp.store_host == raw.target
+    # The message and ack shapes the proxy gives (attempt, handle, digest, acking twice, a
+    # handle that does not parse) are pinned in test_conformance.py; here: the store host and
+    # an ack mixing a good and a bad handle.
+    assert {m.system_properties.store_host for m in msgs} == {raw.target}
     ack = raw.ack(group, topic, *msgs)
-    assert ack.status.code == OK
     assert [e.status.code for e in ack.entries] == [OK, OK]
-    # As the proxy: acking again is OK (no effect); a handle that does not parse is
-    # INTERNAL_SERVER_ERROR.
-    again = raw.ack(group, topic, msgs[0])
-    assert again.status.code == OK
-    mixed = raw.ack(group, topic, handles=["garbage"])
-    assert mixed.entries[0].status.code == C["INTERNAL_SERVER_ERROR"]
     status, rest = raw.receive_once(group, topic)
     assert len(rest) == 1
     both = raw.ack(group, topic, rest[0], handles=["garbage"])
