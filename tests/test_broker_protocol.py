@@ -138,23 +138,15 @@ def test_send_errors(
         assert len(resp.entries) == 0  # the proxy answers a refused send with no entries
         return int(resp.status.code)
 
-    assert code(message(topic, b"")) == C["MESSAGE_BODY_EMPTY"]
+    # Empty body, bad tag, reserved property key, type conflicts, an unknown topic and no
+    # message: pinned against the proxy in test_conformance.py (test_send_errors_carry_no_entries).
     assert code(message(topic, b"x", msg_id="")) == C["ILLEGAL_MESSAGE_ID"]
-    assert code(message(topic, b"x", tag="a|b")) == C["ILLEGAL_MESSAGE_TAG"]
     assert code(message(topic, b"x", keys=[" "])) == C["ILLEGAL_MESSAGE_KEY"]
     assert code(message(topic, b"x", group="g" * 65)) == C["ILLEGAL_MESSAGE_GROUP"]
     assert code(message(topic, b"x", properties={"KEYS": "v"})) == C["ILLEGAL_MESSAGE_PROPERTY_KEY"]
     big_props = {"p": "v" * 20_000}
     assert code(message(topic, b"x", properties=big_props)) == C["MESSAGE_PROPERTIES_TOO_LARGE"]
-    assert code(message(topic, b"x", group="g")) == C["MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"]
-    assert (
-        code(message(topic, b"x", delivery=time.time() + 5))
-        == C["MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"]
-    )
     assert code(message(topic, b"x"), message("other", b"y")) == C["ILLEGAL_TOPIC"]
-    # The proxy's type check runs first: an unknown topic has type UNSPECIFIED.
-    assert code(message("missing-topic", b"x")) == C["MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"]
-    assert raw.send().status.code == C["MESSAGE_CORRUPTED"]
 
     small = make_broker(max_body_size=16)
     small.create_topic("s", "NORMAL", 1)
@@ -214,11 +206,10 @@ def test_receive_errors(
 ) -> None:
     topic, group = names
     raw.consumer(group)
-    assert raw.receive_once(group, topic, invisible=None)[0].code == C["ILLEGAL_INVISIBLE_TIME"]
-    # As the proxy: an unknown group is created on first use; an unknown topic is an
-    # INTERNAL_SERVER_ERROR (a NullPointerException there); batch 0 long-polls for nothing.
+    # No invisible duration, one under the proxy's 10 s floor, an unknown topic: pinned in
+    # test_conformance.py::test_receive_errors. As the proxy: an unknown group is created on
+    # first use; batch 0 long-polls for nothing.
     assert raw.receive_once("missing", topic, long_polling=1)[0].code == C["MESSAGE_NOT_FOUND"]
-    assert raw.receive_once(group, "missing")[0].code == C["INTERNAL_SERVER_ERROR"]
     assert raw.receive_once("bad group!", topic)[0].code == C["ILLEGAL_CONSUMER_GROUP"]
     assert raw.receive_once(group, topic, batch=0, long_polling=1)[0].code == C["MESSAGE_NOT_FOUND"]
     sql = d.FilterExpression(type=d.SQL, expression="a > 1")
@@ -231,13 +222,13 @@ def test_receive_errors(
     raw.client_version = None
     status, _ = raw.receive_once(group, topic, long_polling=5, timeout=0.5)
     assert status.code == C["BAD_REQUEST"]
-    # The proxy's floor of the invisible duration (10 s by default).
+    # Under the proxy's floor of the invisible duration (10 s by default), auto-renewal needs
+    # none.
     b = make_broker(min_invisible=10.0)
     b.create_topic("t", "NORMAL", 1)
     b.create_group("g")
     with Wire(b.addresses[0]) as r:
         r.consumer("g")
-        assert r.receive_once("g", "t", invisible=5)[0].code == C["ILLEGAL_INVISIBLE_TIME"]
         assert (
             r.receive_once("g", "t", invisible=None, auto_renew=True, long_polling=1)[0].code
             == C["MESSAGE_NOT_FOUND"]
