@@ -65,18 +65,6 @@ def test_start_fails_on_unknown_topic(broker: EmbeddedBroker, unique: Callable[[
     assert not p.started
 
 
-def test_start_fails_on_unreachable_endpoint() -> None:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    p = Producer(f"127.0.0.1:{port}", request_timeout=1.0)
-    with pytest.raises((ferrymq.FerryConnectionError, ferrymq.FerryTimeoutError)):
-        p.start()
-
-
 def test_credentials_accepted_and_refused(fresh_topic: FreshTopic) -> None:
     b, t = fresh_topic(access_key="ak", secret_key="sk")
     with Producer(b.endpoints, topics=[t], credentials=("ak", "sk")) as p:
@@ -149,12 +137,6 @@ def test_bad_input(fresh_topic: FreshTopic, unique: Callable[[str], str]) -> Non
         Producer(b.endpoints, max_attempts=0)
     with pytest.raises(InvalidArgumentError, match=r"tls\.ca_file"):
         Producer(b.endpoints, tls="/nonexistent/ca.pem")
-
-
-def test_unstarted_producer_refuses_to_send(broker: EmbeddedBroker, topic: str) -> None:
-    p = Producer(broker.endpoints)
-    with pytest.raises(ClientClosedError, match="start"):
-        p.send(Message(topic, b"x"))
 
 
 # -- retries, isolation, rotation, flow control ----------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 import ferrymq
-from _nats_server import HoldingProxy
+from _nats_server import HoldingProxy, free_port
 from backends import Backend
 from ferrymq import FerryError, Message
 
@@ -48,6 +48,26 @@ async def test_start_and_close_in_both_forms(backend: Backend) -> None:
     assert await q.start_async() is q
     await q.close_async()
     assert q.closed
+
+
+@pytest.mark.parametrize(
+    ("scheme", "unreachable"),
+    [
+        ("", (ferrymq.FerryConnectionError, ferrymq.FerryTimeoutError)),
+        ("nats://", ferrymq.FerryConnectionError),
+    ],
+    ids=["rocketmq", "nats"],
+)
+def test_an_unstarted_producer_refuses_to_send_and_start_connects(
+    scheme: str, unreachable: type[Exception] | tuple[type[Exception], ...]
+) -> None:
+    # (A JMQ4 producer connects on its first call instead: test_jmq.py.)
+    p = ferrymq.Producer(f"{scheme}127.0.0.1:{free_port()}", request_timeout=1.0)
+    assert not p.started
+    with pytest.raises(ferrymq.ClientClosedError, match="start"):
+        p.send(Message("s", b"x"))
+    with pytest.raises(unreachable):
+        p.start()
 
 
 async def test_async_send_and_batch(backend: Backend) -> None:
