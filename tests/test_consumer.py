@@ -216,20 +216,6 @@ def test_bad_arguments_name_the_field(broker: EmbeddedBroker, topic: str) -> Non
 # -- push consumer ---------------------------------------------------------------------------
 
 
-def test_max_attempts_move_the_message_to_the_dlq(
-    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
-) -> None:
-    group = new_group(broker, unique, max_delivery_attempts=3)
-    poison, good = send(topic, 2)
-    rec = Recorder(fail=lambda m: m.message_id == poison)
-    with ferrymq.PushConsumer(broker.endpoints, group, subscriptions=[topic], listener=rec) as c:
-        wait_for("dead letter", lambda: len(broker.dead_letters(group)) == 1)
-        wait_for("good acked", lambda: c.stats()["acked"] == 1)
-    assert [d["message_id"] for d in broker.dead_letters(group)] == [poison]
-    assert sorted(d[1] for d in rec.deliveries if d[0] == poison) == [1, 2, 3]
-    assert [d[1] for d in rec.deliveries if d[0] == good] == [1]
-
-
 @pytest.mark.parametrize("accelerator", [False, True])
 def test_fifo_order_under_failures_and_dlq(
     private: Callable[..., Private], accelerator: bool
