@@ -181,7 +181,12 @@ async def test_no_responders_are_retried_then_failed(
         flight = await pub.publish_async(f"nostream{tok}.x", b"x")
         with pytest.raises(ferrymq.BrokerError) as e:
             await flight
-    assert (e.value.code, e.value.protocol, e.value.retriable) == (503, "nats", True)
+    assert (e.value.code, e.value.code_name, e.value.protocol, e.value.retriable) == (
+        503,
+        "NO_RESPONDERS",
+        "nats",
+        True,
+    )
     assert flight.attempts == 3
     assert flight.state == "failed"
     (failed,) = rec.kinds("completed_exceptionally")
@@ -200,6 +205,10 @@ async def test_expectation_failures_are_never_retried(
         wrong_stream = await pub.publish_async(subject, b"2", expected_stream="ELSEWHERE")
         wrong_seq = await pub.publish_async(subject, b"3", expected_last_sequence=99)
         assert (await ok).sequence == 1
+        both = await pub.publish_async(
+            subject, b"4", expected_last_sequence=1, expected_stream=name
+        )
+        assert (await both).sequence == 2
         for f, code in [(wrong_stream, 10060), (wrong_seq, 10071)]:
             with pytest.raises(ferrymq.BrokerError) as e:
                 await f.ack_future
@@ -207,9 +216,10 @@ async def test_expectation_failures_are_never_retried(
             assert not e.value.retriable
             assert f.attempts == 1
             assert f.expectation_failed
+        assert e.value.code_name == "STREAM_WRONG_LAST_SEQUENCE"
     assert wrong_stream.options == {"expected_stream": "ELSEWHERE"}
     assert {f.id for f in rec.kinds("completed_exceptionally")} == {wrong_stream.id, wrong_seq.id}
-    assert js.stream_info(name).messages == 1
+    assert js.stream_info(name).messages == 2
 
 
 async def test_futures_without_a_listener_get_acks_and_errors(
@@ -335,8 +345,9 @@ def test_invalid_arguments_name_the_field(
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^producer"):
         ferrymq.AsyncPublisher(js)  # the admin client does not publish: Producer("nats://") does
     pub = ferrymq.AsyncPublisher(producer)
-    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
-        pub.submit("bad subject", b"x")
+    for subject in ("bad subject", "a.*"):  # a wildcard is no subject to publish to
+        with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
+            pub.submit(subject, b"x")
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^headers"):
         pub.submit("a.b", b"x", headers={"a:b": "c"})
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^body"):
