@@ -3,10 +3,9 @@
 :func:`open_server`: ``--server embedded`` (an in-process
 :class:`ferrymq.testing.EmbeddedBroker`, the default) or ``--server real`` (a real Apache
 RocketMQ 5 — name server + local-mode proxy — run by ``scripts/rocketmq-server``, started if it
-is not running and stopped again afterwards unless ``--keep-server``).
-
-Both are used the same way: ``endpoints``, ``create_topic(name, kind)``,
-``create_group(name, fifo=False)``.
+is not running and stopped again afterwards unless ``--keep-server``), both as the tests'
+``servers.Server`` (``endpoints``, ``setup(topics, groups, fifo_groups=)``); :func:`run_name`
+makes names unique on a real server.
 
 :func:`broker_process`: the embedded broker in a process of its own (``python -m ferrymq
 broker``), whose CPU time is measured apart from the client's. :func:`nats_server`: a
@@ -33,8 +32,7 @@ from ferrymq.testing import EmbeddedBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _nats_server import run_nats_server
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "rocketmq-server"
+from servers import EmbeddedServer, RealServer, Server
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -49,66 +47,28 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
 
 
-class BenchServer:
-    def __init__(self, kind: str, broker: EmbeddedBroker | None, endpoints: str) -> None:
-        self.kind = kind
-        self.broker = broker
-        self.endpoints = endpoints
-        # Real topics and groups outlive the run: make the names unique.
-        self.suffix = "" if broker is not None else f"-{int(time.time())}"
-
-    def name(self, base: str) -> str:
-        return base + self.suffix
-
-    def create_topic(self, name: str, kind: str = "NORMAL", queues: int = 8) -> None:
-        if self.broker is not None:
-            self.broker.create_topic(name, kind, queues)
-        else:
-            _run("create", f"topic:{name}:{kind}")
-
-    def create_group(self, name: str, fifo: bool = False) -> None:
-        if self.broker is not None:
-            self.broker.create_group(name, fifo=fifo)
-        else:
-            _run("create", f"group:{name}" + (":fifo" if fifo else ""))
-
-    def create_many(self, topics: dict[str, str], groups: dict[str, bool]) -> None:
-        """Create topics (name -> type) and groups (name -> fifo); one admin run if real."""
-        if self.broker is not None:
-            for t, kind in topics.items():
-                self.create_topic(t, kind)
-            for g, fifo in groups.items():
-                self.create_group(g, fifo)
-            return
-        specs = [f"topic:{t}:{kind}" for t, kind in topics.items()]
-        specs += [f"group:{g}" + (":fifo" if fifo else "") for g, fifo in groups.items()]
-        _run("create", *specs)
-
-
-def _run(*args: str) -> str:
-    proc = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"scripts/rocketmq-server {' '.join(args)}: {proc.stdout}{proc.stderr}")
-    return proc.stdout
+def run_name(server: Server, base: str) -> str:
+    """``base``, made unique on a real server (its topics and groups outlive the run)."""
+    return base if server.kind == "embedded" else f"{base}-{int(time.time())}"
 
 
 @contextmanager
-def open_server(args: argparse.Namespace, **embedded: Any) -> Iterator[BenchServer]:
+def open_server(args: argparse.Namespace, **embedded: Any) -> Iterator[Server]:
+    """The server ``--server`` names; ``embedded``: the embedded broker's options."""
     if args.server == "embedded":
         with EmbeddedBroker(**embedded) as broker:
-            yield BenchServer("embedded", broker, broker.endpoints)
+            yield EmbeddedServer(broker)
         return
-    running = subprocess.run([str(SCRIPT), "status"], capture_output=True, check=False)
-    started = running.returncode != 0
+    real = RealServer()
+    started = not real.running()
     if started:
         print("starting the real RocketMQ server (scripts/rocketmq-server start) ...", flush=True)
-        _run("start")
-    endpoints = os.environ.get("FERRYMQ_ROCKETMQ_ENDPOINTS", "127.0.0.1:8081").split(";")[0]
+        real.start()
     try:
-        yield BenchServer("real", None, endpoints.removeprefix("http://"))
+        yield real
     finally:
         if started and not args.keep_server:
-            _run("stop")
+            real.stop()
 
 
 @contextmanager

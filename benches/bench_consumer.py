@@ -392,9 +392,10 @@ def main() -> int:
                 st.topic += suffix
                 st.group += suffix
             server = stack.enter_context(open_server(args))
-            server.create_many(
+            server.setup(
                 {st.topic: "FIFO" if st.fifo else "NORMAL" for st in plan},
-                {st.group: st.fifo for st in plan},
+                [st.group for st in plan if not st.fifo],
+                fifo_groups=[st.group for st in plan if st.fifo],
             )
             endpoints = server.endpoints
         else:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import ferrymq
 from _bench_measure import Span
-from _bench_server import add_arguments, open_server
+from _bench_server import add_arguments, open_server, run_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from java_peer import JavaPeer
@@ -224,8 +224,8 @@ def main() -> None:
     java = None if args.no_java else JavaPeer()
 
     with open_server(args, endpoints=1, when_full="drop_oldest") as server:
-        topic = server.name("bench")
-        server.create_topic(topic, "NORMAL", queues=8)
+        topic = run_name(server, "bench")
+        server.setup({topic: "NORMAL"})
         official = None if args.no_official else official_client(server.endpoints, topic)
         rows: list[Row] = []
         with ferrymq.Producer(server.endpoints, topics=[topic]) as p:

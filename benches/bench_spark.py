@@ -35,6 +35,7 @@ from _bench_measure import parser
 from _bench_server import nats_server
 from ferrymq import _native
 from ferrymq.testing import EmbeddedBroker
+from servers import EmbeddedServer, RealServer
 
 
 def best(f: Any, repeat: int = 3) -> float:
@@ -247,17 +248,6 @@ def bench_nats(spark: Any, n: int, size: int) -> None:
 # RocketMQ over the remoting protocol: the real server next to the embedded broker
 # --------------------------------------------------------------------------------------------
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _real_setup(topics: list[str], groups: list[str]) -> None:
-    import subprocess
-
-    script = os.path.join(ROOT, "scripts", "rocketmq-server")
-    subprocess.run([script, "start"], check=True, capture_output=True, timeout=600)
-    specs = [f"topic:{t}:NORMAL" for t in topics] + [f"group:{g}" for g in groups]
-    subprocess.run([script, "create", *specs], check=True, capture_output=True, timeout=300)
-
 
 def bench_remoting_servers(spark: Any, which: str, n: int, size: int, master: str) -> None:
     import uuid
@@ -272,17 +262,14 @@ def bench_remoting_servers(spark: Any, which: str, n: int, size: int, master: st
     topics = [f"rb-{tag}", f"rs-{tag}"]
     groups = [f"rg-{tag}", f"pg-{tag}"]
     if which == "real":
-        _real_setup(topics, groups)
-        grpc = os.environ.get("FERRYMQ_ROCKETMQ_ENDPOINTS", "127.0.0.1:8081")
-        port = os.environ.get("FERRYMQ_ROCKETMQ_NAMESRV_PORT", "9876")
+        real = RealServer()
+        real.start()  # left running, like a server that was running already
+        real.setup(dict.fromkeys(topics, "NORMAL"), groups)
         results["real"] = bench_remoting(
-            spark, "real", f"remoting://127.0.0.1:{port}", grpc, topics, groups, n, size
+            spark, "real", real.remoting_endpoint, real.endpoints, topics, groups, n, size
         )
     with EmbeddedBroker(endpoints=2, max_topic_bytes=1 << 31) as broker:
-        for t in topics:
-            broker.create_topic(t, "NORMAL", 8)
-        for g in groups:
-            broker.create_group(g)
+        EmbeddedServer(broker).setup(dict.fromkeys(topics, "NORMAL"), groups)
         results["embedded"] = bench_remoting(
             spark, "embedded", broker.remoting_endpoint, broker.endpoints, topics, groups, n, size
         )

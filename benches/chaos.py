@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from chaos_harness import (  # noqa: E402
     run_embedded,
     table_rows,
 )
+from servers import RealServer  # noqa: E402
 
 REAL_ENV = {
     "FERRYMQ_ROCKETMQ_HOME": "/tmp/ferrymq-rocketmq-chaos",
@@ -62,25 +62,15 @@ def embedded(seconds: float, seed: int, pipelining: bool) -> list[Result]:
     ]
 
 
-def real(kills: int, gap: float, seed: int) -> Result:
-    env = {**os.environ, **REAL_ENV}
-    script = str(ROOT / "scripts" / "rocketmq-server")
-    subprocess.run([script, "start"], env=env, check=True)
+def real(server: RealServer, kills: int, gap: float, seed: int) -> Result:
+    server.start()
     suffix = f"{int(time.time())}"
     normal, fifo = f"chaos-normal-{suffix}", f"chaos-fifo-{suffix}"
     groups = {k: f"chaos-{k.replace('_', '-')}-{suffix}" for k in ("push", "simple", "push_fifo")}
-    subprocess.run(
-        [
-            script,
-            "create",
-            f"topic:{normal}:NORMAL",
-            f"topic:{fifo}:FIFO",
-            f"group:{groups['push']}",
-            f"group:{groups['simple']}",
-            f"group:{groups['push_fifo']}:fifo",
-        ],
-        env=env,
-        check=True,
+    server.setup(
+        {normal: "NORMAL", fifo: "FIFO"},
+        [groups["push"], groups["simple"]],
+        fifo_groups=[groups["push_fifo"]],
     )
     sc = Scenario(
         f"proxy SIGKILL x{kills}",
@@ -93,7 +83,7 @@ def real(kills: int, gap: float, seed: int) -> Result:
         simple_await=5.0,
         simple_invisible=15.0,
     )
-    kills_fault = RealServerKills(script, env, kills, gap)
+    kills_fault = RealServerKills(server, kills, gap)
     return run(sc, REAL_ENV["FERRYMQ_ROCKETMQ_ENDPOINTS"], normal, fifo, groups, kills_fault)
 
 
@@ -109,12 +99,13 @@ def main() -> int:
     args = ap.parse_args()
     results = embedded(args.seconds, args.seed, not args.no_pipelining)
     if args.real:
+        server = RealServer()
+        server.env = {**os.environ, **REAL_ENV}  # a server of its own, apart from the default
         try:
-            results.append(real(args.kills, args.kill_gap, args.seed))
+            results.append(real(server, args.kills, args.kill_gap, args.seed))
         finally:
             if args.stop_real:
-                env = {**os.environ, **REAL_ENV}
-                subprocess.run([str(ROOT / "scripts/rocketmq-server"), "stop"], env=env)
+                server.run("stop", check=False)
     print(HEADER)
     bad = False
     for r in results:

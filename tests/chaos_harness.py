@@ -35,7 +35,6 @@ import concurrent.futures
 import contextlib
 import hashlib
 import random
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -45,6 +44,7 @@ from typing import Any
 import ferrymq
 from ferrymq import ConsumeResult, Message, Producer, PushConsumer, SimpleConsumer
 from ferrymq.testing import EmbeddedBroker
+from servers import RealServer
 
 PRODUCERS = ("send", "produce", "publisher")
 CONSUMERS = ("push", "simple", "push_fifo")
@@ -233,8 +233,8 @@ class EmbeddedFaults:
 class RealServerKills:
     """SIGKILLs the real proxy (and name server) and starts it again, ``cycles`` times."""
 
-    def __init__(self, script: str, env: dict[str, str], cycles: int, gap: float) -> None:
-        self.script, self.env, self.cycles, self.gap = script, env, cycles, gap
+    def __init__(self, server: RealServer, cycles: int, gap: float) -> None:
+        self.server, self.cycles, self.gap = server, cycles, gap
         self.injected: collections.Counter[str] = collections.Counter()
         self.downtime: list[float] = []
 
@@ -242,11 +242,9 @@ class RealServerKills:
         for _ in range(self.cycles):
             if stop.wait(self.gap):
                 return
-            subprocess.run([self.script, "stop", "--kill"], env=self.env, check=True)
+            self.server.stop(kill=True)
             self.injected["sigkill"] += 1
-            t = time.monotonic()
-            subprocess.run([self.script, "start"], env=self.env, check=True)
-            self.downtime.append(time.monotonic() - t)
+            self.downtime.append(self.server.start())
             self.injected["restart"] += 1
 
 

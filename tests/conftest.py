@@ -12,6 +12,11 @@ Servers are started once per session. The embedded broker fixtures:
 * ``fresh_topic(kind="NORMAL", queues=8, prefix="t", **kwargs)`` — ``(broker, topic)``: a
   private broker (``make_broker(**kwargs)``) with a fresh topic.
 
+One behaviour over every protocol:
+
+* ``backend`` — parametrized over ``rocketmq``, ``jmq`` and ``nats``: a fresh topic and group
+  on that protocol's server, with its clients' options (:class:`backends.Backend`).
+
 The official Java client (``tests/java``, built by ``scripts/java-peer``):
 
 * ``java_peer`` — a :class:`java_peer.JavaPeer` that starts ``FerryPeer`` commands as
@@ -58,6 +63,7 @@ import ferrymq
 
 # -- NATS JetStream (nats-server) -------------------------------------------------------------
 from _nats_server import HoldingProxy, NatsServer, run_nats_server
+from backends import Backend
 from ferrymq.testing import EmbeddedBroker
 from java_peer import JavaPeer, JavaPeerError
 from servers import (
@@ -203,6 +209,61 @@ def nats_proxy(nats_server: NatsServer) -> Iterator[HoldingProxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+# --------------------------------------------------------------------------------------------
+# One behaviour over every protocol (tests/backends.py).
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["rocketmq", "jmq", pytest.param("nats", marks=pytest.mark.nats)])
+def backend(request: pytest.FixtureRequest, unique: _Unique) -> Backend:
+    """A fresh topic and a consumer group of it on one protocol's server."""
+    if request.param == "rocketmq":
+        b: EmbeddedBroker = request.getfixturevalue("broker")
+        topic, group = unique("t"), unique("g")
+        b.create_topic(topic, "NORMAL", 4)
+        b.create_group(group, retry_backoff=[0.1, 0.2, 0.3])
+        return Backend(
+            "rocketmq",
+            b.endpoints,
+            topic,
+            group,
+            unique("missing"),
+            lambda: len(b.messages(topic)),
+            ferrymq.SendReceipt,
+            topic,
+            receive_options={"await_duration": 1.0},
+        )
+    if request.param == "jmq":
+        jb: EmbeddedBroker = request.getfixturevalue("jmq_broker")
+        topic = request.getfixturevalue("jmq_topic")
+        return Backend(
+            "jmq4",
+            jb.jmq_endpoint,
+            topic,
+            "test_app",
+            unique("missing"),
+            lambda: jb.jmq.message_count(topic),
+            ferrymq.JmqSendReceipt,
+            topic,
+            producer_options={"app": "test_app", "token": "test_token"},
+            consumer_options={"token": "test_token"},
+            receive_options={"await_duration": 0.3, "jmq_options": {"long_poll": 0.5}},
+        )
+    js, tok = request.getfixturevalue("nats_stream")
+    server: NatsServer = request.getfixturevalue("nats_server")
+    return Backend(
+        "nats",
+        server.url,
+        f"s{tok}.a",
+        f"g{tok}",
+        f"nostream{tok}.a",
+        lambda: js.stream_info(f"S{tok}").messages,
+        ferrymq.NatsSendReceipt,
+        f"S{tok}",
+        receive_options={"await_duration": 0.5},
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -225,10 +225,12 @@ def _message_lists(live: Live) -> st.SearchStrategy[Any]:
     return st.one_of(st.lists(messages_of(live), max_size=3), EVERYTHING)
 
 
-def send_cases(name: str, producer: Callable[[Live], Any], examples: int = 40) -> list[Case]:
+def send_cases(
+    name: str, producer: Callable[[Live], Any], examples: int = 40, tx_name: str | None = None
+) -> list[Case]:
     """``send`` and ``send_batch`` of the producer ``name``: one adversarial message, or a
-    list of them."""
-    return [
+    list of them; and, named ``tx_name``, a transaction's ``send`` (25 examples)."""
+    cases = [
         Case(
             f"{name}.send",
             lambda lv, a: producer(lv).send(a["message"]),
@@ -244,6 +246,11 @@ def send_cases(name: str, producer: Callable[[Live], Any], examples: int = 40) -
             examples=examples,
         ),
     ]
+    if tx_name is not None:
+        cases.append(
+            Case(tx_name, _tx_send(producer), _a_message, {"message": messages_of}, examples=25)
+        )
+    return cases
 
 
 def _message(live: Live, a: dict[str, Any]) -> Any:
@@ -365,18 +372,7 @@ CASES = [
         examples=80,
         close_result=True,
     ),
-    Case(
-        "Producer.send",
-        lambda lv, a: lv.producer.send(a["message"]),
-        _a_message,
-        {"message": messages_of},
-    ),
-    Case(
-        "Producer.send_batch",
-        lambda lv, a: lv.producer.send_batch(a["messages"], packed=a["packed"]),
-        lambda lv: {"messages": [ferrymq.Message(lv.topic, b"x")], "packed": False},
-        {"messages": _message_lists},
-    ),
+    *send_cases("Producer", lambda lv: lv.producer, tx_name="Transaction.send"),
     Case(
         "Producer.produce",
         lambda lv, a: (lv.producer.produce(a["message"], a["on_delivery"]), lv.producer.flush(5)),
@@ -629,13 +625,11 @@ CASES = [
     ),
     method("EmbeddedBroker.clients", {}, {"endpoint": "int"}, examples=20),
     method("EmbeddedBroker.drop_telemetry", {"endpoint": 0}, {"endpoint": "int"}, examples=20),
-    *send_cases("Producer(jmq://)", lambda lv: lv.jmq_facade, examples=25),
-    Case(
-        "Producer(jmq://).transaction.send",
-        _tx_send(lambda lv: lv.jmq_facade),
-        _a_message,
-        {"message": messages_of},
+    *send_cases(
+        "Producer(jmq://)",
+        lambda lv: lv.jmq_facade,
         examples=25,
+        tx_name="Producer(jmq://).transaction.send",
     ),
     *send_cases("Producer(remoting://)", lambda lv: lv.remoting_facade, examples=25),
     Case(
@@ -661,13 +655,6 @@ CASES = [
         lambda lv, a: ferrymq.FilterExpression.sql(**a),
         {"expression": "a > 1"},
         {"expression": "str"},
-    ),
-    Case(
-        "Transaction.send",
-        _tx_send(lambda lv: lv.producer),
-        _a_message,
-        {"message": messages_of},
-        examples=25,
     ),
     Case("AsyncPublisher.close", _close_publisher, {}, {"timeout": "wait"}, examples=20),
     Case("PushConsumer.close", _close_push, {}, {"timeout": "wait"}, examples=15),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterator
 
@@ -76,17 +75,10 @@ def test_auto_create(make_broker: Callable[..., EmbeddedBroker]) -> None:
 
 
 def test_telemetry_settings_echo(raw: Wire, names: tuple[str, str], broker: EmbeddedBroker) -> None:
+    # The echoed producer settings are pinned against the proxy in
+    # test_conformance.py::test_producer_settings_echo; here: what the broker records.
     topic, group = names
-    first = raw.producer(topic)
-    assert first.status.code == OK
-    merged = first.settings
-    assert merged.publishing.max_body_size == 4 * 1024 * 1024
-    assert merged.publishing.validate_message_type
-    assert [t.name for t in merged.publishing.topics] == [topic]
-    assert merged.backoff_policy.max_attempts == 3
-    eb = merged.backoff_policy.exponential_backoff
-    assert (eb.initial.ToMilliseconds(), eb.max.ToMilliseconds(), eb.multiplier) == (10, 1000, 2)
-    assert not merged.metric.on
+    assert raw.producer(topic).status.code == OK
     seen = {c["client_id"]: c for c in broker.clients(0)}
     assert seen[raw.client_id]["client_type"] == "PRODUCER"
     assert seen[raw.client_id]["topics"] == [topic]
@@ -146,23 +138,15 @@ def test_send_errors(
         assert len(resp.entries) == 0  # the proxy answers a refused send with no entries
         return int(resp.status.code)
 
-    assert code(message(topic, b"")) == C["MESSAGE_BODY_EMPTY"]
+    # Empty body, bad tag, reserved property key, type conflicts, an unknown topic and no
+    # message: pinned against the proxy in test_conformance.py (test_send_errors_carry_no_entries).
     assert code(message(topic, b"x", msg_id="")) == C["ILLEGAL_MESSAGE_ID"]
-    assert code(message(topic, b"x", tag="a|b")) == C["ILLEGAL_MESSAGE_TAG"]
     assert code(message(topic, b"x", keys=[" "])) == C["ILLEGAL_MESSAGE_KEY"]
     assert code(message(topic, b"x", group="g" * 65)) == C["ILLEGAL_MESSAGE_GROUP"]
     assert code(message(topic, b"x", properties={"KEYS": "v"})) == C["ILLEGAL_MESSAGE_PROPERTY_KEY"]
     big_props = {"p": "v" * 20_000}
     assert code(message(topic, b"x", properties=big_props)) == C["MESSAGE_PROPERTIES_TOO_LARGE"]
-    assert code(message(topic, b"x", group="g")) == C["MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"]
-    assert (
-        code(message(topic, b"x", delivery=time.time() + 5))
-        == C["MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"]
-    )
     assert code(message(topic, b"x"), message("other", b"y")) == C["ILLEGAL_TOPIC"]
-    # The proxy's type check runs first: an unknown topic has type UNSPECIFIED.
-    assert code(message("missing-topic", b"x")) == C["MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"]
-    assert raw.send().status.code == C["MESSAGE_CORRUPTED"]
 
     small = make_broker(max_body_size=16)
     small.create_topic("s", "NORMAL", 1)
@@ -201,23 +185,12 @@ def test_receive_ack_and_handles(raw: Wire, names: tuple[str, str]) -> None:
     status, msgs = raw.receive_once(group, topic, batch=2)
     assert status.code == OK
     assert len(msgs) == 2
-    for m in msgs:
-        sp = m.system_properties
-        assert sp.delivery_attempt == 1
-        assert sp.receipt_handle
-        assert not sp.HasField("invisible_duration")  # the proxy does not tell it
-        assert sp.body_digest.type == d.MD5
-        assert sp.body_digest.checksum == hashlib.md5(m.body).hexdigest().upper()
-        assert sp.store_host == raw.target
+    # The message and ack shapes the proxy gives (attempt, handle, digest, acking twice, a
+    # handle that does not parse) are pinned in test_conformance.py; here: the store host and
+    # an ack mixing a good and a bad handle.
+    assert {m.system_properties.store_host for m in msgs} == {raw.target}
     ack = raw.ack(group, topic, *msgs)
-    assert ack.status.code == OK
     assert [e.status.code for e in ack.entries] == [OK, OK]
-    # As the proxy: acking again is OK (no effect); a handle that does not parse is
-    # INTERNAL_SERVER_ERROR.
-    again = raw.ack(group, topic, msgs[0])
-    assert again.status.code == OK
-    mixed = raw.ack(group, topic, handles=["garbage"])
-    assert mixed.entries[0].status.code == C["INTERNAL_SERVER_ERROR"]
     status, rest = raw.receive_once(group, topic)
     assert len(rest) == 1
     both = raw.ack(group, topic, rest[0], handles=["garbage"])
@@ -233,11 +206,10 @@ def test_receive_errors(
 ) -> None:
     topic, group = names
     raw.consumer(group)
-    assert raw.receive_once(group, topic, invisible=None)[0].code == C["ILLEGAL_INVISIBLE_TIME"]
-    # As the proxy: an unknown group is created on first use; an unknown topic is an
-    # INTERNAL_SERVER_ERROR (a NullPointerException there); batch 0 long-polls for nothing.
+    # No invisible duration, one under the proxy's 10 s floor, an unknown topic: pinned in
+    # test_conformance.py::test_receive_errors. As the proxy: an unknown group is created on
+    # first use; batch 0 long-polls for nothing.
     assert raw.receive_once("missing", topic, long_polling=1)[0].code == C["MESSAGE_NOT_FOUND"]
-    assert raw.receive_once(group, "missing")[0].code == C["INTERNAL_SERVER_ERROR"]
     assert raw.receive_once("bad group!", topic)[0].code == C["ILLEGAL_CONSUMER_GROUP"]
     assert raw.receive_once(group, topic, batch=0, long_polling=1)[0].code == C["MESSAGE_NOT_FOUND"]
     sql = d.FilterExpression(type=d.SQL, expression="a > 1")
@@ -250,13 +222,13 @@ def test_receive_errors(
     raw.client_version = None
     status, _ = raw.receive_once(group, topic, long_polling=5, timeout=0.5)
     assert status.code == C["BAD_REQUEST"]
-    # The proxy's floor of the invisible duration (10 s by default).
+    # Under the proxy's floor of the invisible duration (10 s by default), auto-renewal needs
+    # none.
     b = make_broker(min_invisible=10.0)
     b.create_topic("t", "NORMAL", 1)
     b.create_group("g")
     with Wire(b.addresses[0]) as r:
         r.consumer("g")
-        assert r.receive_once("g", "t", invisible=5)[0].code == C["ILLEGAL_INVISIBLE_TIME"]
         assert (
             r.receive_once("g", "t", invisible=None, auto_renew=True, long_polling=1)[0].code
             == C["MESSAGE_NOT_FOUND"]

@@ -8,7 +8,6 @@ on timing.
 from __future__ import annotations
 
 import asyncio
-import logging
 import subprocess
 import sys
 import threading
@@ -147,30 +146,6 @@ def test_simple_consumer_receives_filters_and_acks(
         assert c.receive(max_messages=8, invisible_duration=30) == []
 
 
-def test_receipts_and_views_share_the_typed_interface(
-    broker: EmbeddedBroker, topic: str, unique: Callable[[str], str]
-) -> None:
-    group = new_group(broker, unique)
-    with ferrymq.Producer(broker.endpoints, topics=[topic]) as producer:
-        receipt = producer.send(ferrymq.Message(topic, b"typed", tag="T"))
-    assert isinstance(receipt, ferrymq.Receipt)
-    assert isinstance(receipt, ferrymq.SendReceipt)  # RocketMQ's own fields behind isinstance
-    assert receipt.topic == topic
-    with ferrymq.SimpleConsumer(
-        broker.endpoints, group, subscriptions={topic: "*"}, await_duration=1.0
-    ) as c:
-        got = first_batch(lambda: c.receive(max_messages=8))
-        assert [m.message_id for m in got] == [receipt.message_id]
-        assert isinstance(got[0], ferrymq.ReceivedMessage)
-        assert isinstance(got[0], ferrymq.MessageView)
-        for bad in (object(), [got[0], "not a message"]):
-            with pytest.raises(ferrymq.InvalidArgumentError, match="message: must be a "):
-                c.ack(bad)  # type: ignore[arg-type]
-        with pytest.raises(ferrymq.InvalidArgumentError, match="message"):
-            c.change_invisible_duration(got, 1.0)  # type: ignore[arg-type]
-        c.ack(got)
-
-
 def test_unacked_message_is_redelivered_and_new_receipt_handle_is_used(
     broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
 ) -> None:
@@ -194,24 +169,6 @@ def test_unacked_message_is_redelivered_and_new_receipt_handle_is_used(
         # OK and nothing happens (tests/test_conformance.py pins this).
         c.ack(first)
         assert c.receive(1, 0.5) == []
-
-
-async def test_simple_consumer_async_api(
-    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
-) -> None:
-    group = new_group(broker, unique)
-    sent = set(send(topic, 5))
-    got: set[str] = set()
-    async with ferrymq.SimpleConsumer(
-        broker.endpoints, group, subscriptions={topic: None}, await_duration=1.0
-    ) as c:
-        deadline = time.monotonic() + 20
-        while got != sent and time.monotonic() < deadline:
-            for m in await c.receive_async(16, 30):
-                await c.change_invisible_duration_async(m, 20)
-                await c.ack_async(m)
-                got.add(m.message_id)
-    assert got == sent
 
 
 def test_sql_filters_reach_the_broker_as_sql(
@@ -257,78 +214,6 @@ def test_bad_arguments_name_the_field(broker: EmbeddedBroker, topic: str) -> Non
 
 
 # -- push consumer ---------------------------------------------------------------------------
-
-
-def test_push_consumer_acks_and_redelivers_failures_with_backoff(
-    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
-) -> None:
-    group = new_group(broker, unique)
-    sent = send(topic, 50)
-    fail_once = set(sent[:5])
-    rec = Recorder(fail=lambda m: m.message_id in fail_once and m.delivery_attempt == 1)
-    with ferrymq.PushConsumer(
-        broker.endpoints, group, subscriptions={topic: "*"}, listener=rec
-    ) as c:
-        wait_for("all acked", lambda: c.stats()["acked"] == 50)
-        assert c.fifo is False
-        stats = c.stats()
-    assert rec.ids() == set(sent)
-    attempts = Counter(d[1] for d in rec.deliveries)
-    assert attempts == {1: 50, 2: 5}
-    assert stats["nacked"] == 5
-    assert stats["consumed_failed"] == 5
-    assert stats["cached_messages"] == 0
-    after = c.stats()
-    assert after["acked"] == 50
-    assert after["process_queues"] == 0
-
-
-def test_exceptions_and_bad_results_are_failures_and_logged(
-    broker: EmbeddedBroker,
-    send: Send,
-    topic: str,
-    unique: Callable[[str], str],
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    group = new_group(broker, unique)
-    boom, odd = send(topic, 2)
-    attempts: Counter[str] = Counter()
-
-    def listener(m: ferrymq.MessageView) -> Any:
-        attempts[m.message_id] += 1
-        if m.delivery_attempt == 1 and m.message_id == boom:
-            raise RuntimeError("listener exploded")
-        if m.delivery_attempt == 1:
-            return "yes please"
-        return None  # None counts as SUCCESS
-
-    with (
-        caplog.at_level(logging.ERROR, logger="ferrymq.consumer"),
-        ferrymq.PushConsumer(
-            broker.endpoints, group, subscriptions=[topic], listener=listener
-        ) as c,
-    ):
-        wait_for("both acked", lambda: c.stats()["acked"] == 2)
-        assert c.stats()["consumed_failed"] == 2
-    assert attempts == {boom: 2, odd: 2}
-    raised = [r for r in caplog.records if r.exc_info and "exploded" in str(r.exc_info[1])]
-    assert raised, caplog.text
-    assert boom in raised[0].getMessage()
-    assert any("yes please" in r.getMessage() for r in caplog.records)
-
-
-def test_max_attempts_move_the_message_to_the_dlq(
-    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
-) -> None:
-    group = new_group(broker, unique, max_delivery_attempts=3)
-    poison, good = send(topic, 2)
-    rec = Recorder(fail=lambda m: m.message_id == poison)
-    with ferrymq.PushConsumer(broker.endpoints, group, subscriptions=[topic], listener=rec) as c:
-        wait_for("dead letter", lambda: len(broker.dead_letters(group)) == 1)
-        wait_for("good acked", lambda: c.stats()["acked"] == 1)
-    assert [d["message_id"] for d in broker.dead_letters(group)] == [poison]
-    assert sorted(d[1] for d in rec.deliveries if d[0] == poison) == [1, 2, 3]
-    assert [d[1] for d in rec.deliveries if d[0] == good] == [1]
 
 
 @pytest.mark.parametrize("accelerator", [False, True])
@@ -480,58 +365,6 @@ def test_broker_restart_is_survived(private: Callable[..., Private]) -> None:
         wait_for("acked", lambda: c.stats()["acked"] >= 20, timeout=60)
         # The restarted broker knows the consumer again (settings re-sent).
         assert any(cl["group"] == group for cl in b.clients(0))
-
-
-async def test_async_listener_runs_on_the_running_loop(
-    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
-) -> None:
-    group = new_group(broker, unique)
-    sent = set(send(topic, 40))
-    loop_thread = threading.get_ident()
-    seen: list[tuple[str, int]] = []
-    running = 0
-    most = 0
-
-    async def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult | None:
-        nonlocal running, most
-        running += 1
-        most = max(most, running)
-        await asyncio.sleep(0.01)
-        running -= 1
-        seen.append((m.message_id, threading.get_ident()))
-        if m.delivery_attempt == 1 and m.body.endswith(b"7"):
-            raise ValueError("async failure")
-        return None
-
-    async with ferrymq.PushConsumer(
-        broker.endpoints, group, subscriptions=[topic], listener=listener, consumption_threads=8
-    ) as c:
-        await async_wait_for("all acked", lambda: c.stats()["acked"] == 40)
-        stats = c.stats()
-    assert {mid for mid, _ in seen} == sent
-    assert {t for _, t in seen} == {loop_thread}
-    assert 1 < most <= 8
-    assert stats["consumed_failed"] == 4
-
-
-def test_async_listener_from_blocking_code_gets_a_private_loop(
-    broker: EmbeddedBroker, send: Send, topic: str, unique: Callable[[str], str]
-) -> None:
-    group = new_group(broker, unique)
-    sent = set(send(topic, 10))
-    names: set[str] = set()
-    got: set[str] = set()
-
-    async def listener(m: ferrymq.MessageView) -> None:
-        names.add(threading.current_thread().name)
-        got.add(m.message_id)
-
-    with ferrymq.PushConsumer(
-        broker.endpoints, group, subscriptions=[topic], listener=listener
-    ) as c:
-        wait_for("all acked", lambda: c.stats()["acked"] == 10)
-    assert got == sent
-    assert names == {"ferrymq-listener-loop"}
 
 
 def test_verify_message_command_runs_the_listener(

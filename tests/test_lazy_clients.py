@@ -45,18 +45,6 @@ def kind(
         yield lambda ep: make(ep, ""), server.port, lambda p: f"nats://127.0.0.1:{p}"
 
 
-def test_start_returns_the_client_and_close_twice_is_fine(
-    kind: tuple[Callable[[str], Any], int, Callable[[int], str]],
-) -> None:
-    make, port, spell = kind
-    client = make(spell(port))
-    assert client.start() is client
-    client.close()
-    client.close()
-    with pytest.raises(ferrymq.ClientClosedError):
-        client.start()
-
-
 def test_an_exception_in_the_with_body_propagates_and_closes(
     kind: tuple[Callable[[str], Any], int, Callable[[int], str]],
 ) -> None:

@@ -1,10 +1,10 @@
 """The NATS JetStream client (stream and consumer admin) against a real nats-server (2.9,
-Debian's package); messages are published with ``AsyncPublisher`` over ``Producer("nats://")``."""
+Debian's package). Publishing (``AsyncPublisher`` over ``Producer("nats://")``) is tested in
+test_publisher_nats.py."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -12,14 +12,6 @@ import ferrymq
 from _nats_server import NatsServer, free_port
 
 pytestmark = pytest.mark.nats
-
-
-@pytest.fixture
-def stream(js: ferrymq.JetStream, tok: str) -> Iterator[str]:
-    name = f"T{tok}"
-    js.create_stream(name, [f"t{tok}.>"])
-    yield name
-    js.delete_stream(name)
 
 
 def test_server_is_2_9_with_jetstream(js: ferrymq.JetStream) -> None:
@@ -56,8 +48,11 @@ def test_lifecycle_start_returns_the_client_and_close_ends_it(nats_server: NatsS
     assert js.start() is js  # idempotent: one connection
     assert js.server_version.startswith("2.")
     js.close()
+    js.close()
     with pytest.raises(ferrymq.ClientClosedError):
         js.stream_info("ANY")
+    with pytest.raises(ferrymq.ClientClosedError):
+        js.start()
     never = ferrymq.JetStream(f"nats://127.0.0.1:{free_port()}")
     never.close()  # nothing to close, no connection attempted
     with pytest.raises(ferrymq.ClientClosedError):
@@ -80,67 +75,7 @@ async def test_async_start_and_context_manager(nats_server: NatsServer) -> None:
         assert js2.server_version.startswith("2.")
 
 
-def test_publish_returns_ack_with_stream_and_sequence(
-    nats_server: NatsServer, js: ferrymq.JetStream, stream: str
-) -> None:
-    subject = f"t{stream[1:]}.a"
-    a1 = nats_server.publish(subject, b"one", headers={"X-Trace": "1"})
-    a2 = nats_server.publish(subject, b"two", message_id="fixed-id")
-    assert (a1.stream, a1.sequence, a1.duplicate) == (stream, 1, False)
-    assert (a2.sequence, a2.message_id) == (2, "fixed-id")
-    # The same Nats-Msg-Id inside the duplicate window is acked as a duplicate, not stored.
-    a3 = nats_server.publish(subject, b"two again", message_id="fixed-id")
-    assert a3.duplicate
-    assert a3.sequence == 2
-    assert js.stream_info(stream).messages == 2
-
-
-def test_no_stream_is_503_and_retriable(
-    nats_server: NatsServer, js: ferrymq.JetStream, tok: str
-) -> None:
-    with pytest.raises(ferrymq.BrokerError) as e:
-        nats_server.publish(f"nostream{tok}.x", b"x")
-    assert e.value.code == 503
-    assert e.value.code_name == "NO_RESPONDERS"
-    assert e.value.protocol == "nats"
-    assert e.value.retriable
-
-
-def test_expectations_fail_with_jetstream_codes(
-    nats_server: NatsServer, js: ferrymq.JetStream, stream: str
-) -> None:
-    subject = f"t{stream[1:]}.c"
-    nats_server.publish(subject, b"1")
-    with pytest.raises(ferrymq.BrokerError) as e:
-        nats_server.publish(subject, b"2", expected_last_sequence=7)
-    assert (e.value.code, e.value.code_name, e.value.retriable) == (
-        10071,
-        "STREAM_WRONG_LAST_SEQUENCE",
-        False,
-    )
-    with pytest.raises(ferrymq.BrokerError) as e:
-        nats_server.publish(subject, b"2", expected_stream="WRONG")
-    assert e.value.code == 10060
-    assert (
-        nats_server.publish(
-            subject, b"2", expected_last_sequence=1, expected_stream=stream
-        ).sequence
-        == 2
-    )
-
-
-def test_bad_input_names_the_field(
-    nats_server: NatsServer, js: ferrymq.JetStream, stream: str
-) -> None:
-    subject = f"t{stream[1:]}.d"
-    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
-        nats_server.publish("a b", b"x")
-    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
-        nats_server.publish("a.*", b"x")
-    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^headers"):
-        nats_server.publish(subject, b"x", headers={"bad:name": "v"})
-    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^body"):
-        nats_server.publish(subject, "text")  # type: ignore[arg-type]
+def test_bad_stream_settings_name_the_field(js: ferrymq.JetStream) -> None:
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^name"):
         js.create_stream("bad.name", ["x.y"])
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^storage"):

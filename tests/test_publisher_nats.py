@@ -1,4 +1,6 @@
-"""The managed async publisher over NATS JetStream, against a real nats-server.
+"""The managed async publisher over NATS JetStream, against a real nats-server: its window,
+timeouts, retries, expectations and drain in detail (what every protocol does alike is in
+test_publisher.py).
 
 Lost or late acks are produced by a loopback proxy that holds back the server's replies (the
 publishes themselves reach the server): nothing is mocked.
@@ -9,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,39 +18,10 @@ import pytest
 
 import ferrymq
 from _nats_server import HoldingProxy, NatsServer, read_stream
+from test_publisher import Recorder, check_window
 from waiting import async_wait_for
 
 pytestmark = pytest.mark.nats
-
-
-class Recorder(ferrymq.PublisherListener):
-    """Records every listener call in order, with the thread it ran on."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, ferrymq.Flight]] = []
-        self.threads: set[str] = set()
-        self.lock = threading.Lock()
-
-    def _add(self, kind: str, flight: ferrymq.Flight) -> None:
-        with self.lock:
-            self.events.append((kind, flight))
-            self.threads.add(threading.current_thread().name)
-
-    def published(self, flight: ferrymq.Flight) -> None:
-        self._add("published", flight)
-
-    def acked(self, flight: ferrymq.Flight) -> None:
-        self._add("acked", flight)
-
-    def completed_exceptionally(self, flight: ferrymq.Flight) -> None:
-        self._add("completed_exceptionally", flight)
-
-    def timeout(self, flight: ferrymq.Flight) -> None:
-        self._add("timeout", flight)
-
-    def kinds(self, kind: str) -> list[ferrymq.Flight]:
-        with self.lock:
-            return [f for k, f in self.events if k == kind]
 
 
 @pytest.fixture
@@ -73,61 +45,20 @@ def stream(js: ferrymq.JetStream, tok: str) -> Iterator[tuple[str, str]]:
     js.delete_stream(name)
 
 
-def check_window(events: list[tuple[str, ferrymq.Flight]], max_in_flight: int, refill: int) -> int:
-    """Replay listener events: the in-flight count never exceeds the window, and once it reaches
-    the window nothing is published until it is back at `refill`. Returns how often it held."""
-    n = 0
-    held = False
-    holds = 0
-    for kind, _ in events:
-        if kind == "published":
-            assert not held, "published while the hold was on"
-            n += 1
-            assert n <= max_in_flight
-            if n == max_in_flight:
-                held = True
-                holds += 1
-        else:
-            n -= 1
-            if n <= refill:
-                held = False
-    assert n == 0
-    return holds
-
-
-async def test_publish_async_acks_every_message_with_stamped_ids(
+async def test_flight_ids_and_headers_are_stored_with_the_message(
     producer: ferrymq.Producer, js: ferrymq.JetStream, stream: tuple[str, str]
 ) -> None:
     name, subject = stream
-    rec = Recorder()
-    async with ferrymq.AsyncPublisher(
-        producer, id_prefix="order", max_in_flight=16, listener=rec
-    ) as pub:
-        assert pub.state == "running"
+    async with ferrymq.AsyncPublisher(producer, id_prefix="order") as pub:
         flights = [
             await pub.publish_async(subject, f"body-{i}".encode(), headers={"X-N": str(i)})
-            for i in range(200)
+            for i in range(20)
         ]
-    assert pub.state == "finished"
-    assert [f.id for f in flights] == [f"order-{i}" for i in range(1, 201)]
     acks = [await f for f in flights]
-    assert [a.sequence for a in acks] == list(range(1, 201))
-    assert all(a.stream == name and not a.duplicate for a in acks)
-    assert [a.message_id for a in acks] == [f.id for f in flights]
-    for f in flights:
-        assert (f.state, f.done, f.attempts) == ("acked", True, 1)
-        assert f.publish_time is not None
-        assert f.exception is None
-        assert f.subject == f.topic == subject
-    assert flights[7].body == b"body-7"
-    assert flights[7].headers == {"X-N": "7"}
-    # The listener saw published then acked for every flight, on the event loop's thread.
-    assert rec.kinds("published") == flights
-    assert sorted(rec.kinds("acked"), key=lambda f: f.id) == sorted(flights, key=lambda f: f.id)
-    assert rec.threads == {threading.current_thread().name}
-    check_window(rec.events, 16, 0)
+    assert [a.sequence for a in acks] == list(range(1, 21))
     # The server stored each once, with the flight id as Nats-Msg-Id.
-    msgs = read_stream(js, name, 200)
+    assert [a.message_id for a in acks] == [f.id for f in flights]
+    msgs = read_stream(js, name, 20)
     assert [m.message_id for m in msgs] == [f.id for f in flights]
     assert [m.body for m in msgs] == [f.body for f in flights]
     assert msgs[3].properties["X-N"] == "3"
@@ -240,7 +171,7 @@ async def test_retried_publish_is_stored_once(
     assert js.stream_info(name).messages == 1
 
 
-async def test_failures_reach_both_the_listener_and_the_futures(
+async def test_no_responders_are_retried_then_failed(
     producer: ferrymq.Producer, js: ferrymq.JetStream, tok: str
 ) -> None:
     rec = Recorder()
@@ -250,7 +181,12 @@ async def test_failures_reach_both_the_listener_and_the_futures(
         flight = await pub.publish_async(f"nostream{tok}.x", b"x")
         with pytest.raises(ferrymq.BrokerError) as e:
             await flight
-    assert (e.value.code, e.value.protocol, e.value.retriable) == (503, "nats", True)
+    assert (e.value.code, e.value.code_name, e.value.protocol, e.value.retriable) == (
+        503,
+        "NO_RESPONDERS",
+        "nats",
+        True,
+    )
     assert flight.attempts == 3
     assert flight.state == "failed"
     (failed,) = rec.kinds("completed_exceptionally")
@@ -269,6 +205,10 @@ async def test_expectation_failures_are_never_retried(
         wrong_stream = await pub.publish_async(subject, b"2", expected_stream="ELSEWHERE")
         wrong_seq = await pub.publish_async(subject, b"3", expected_last_sequence=99)
         assert (await ok).sequence == 1
+        both = await pub.publish_async(
+            subject, b"4", expected_last_sequence=1, expected_stream=name
+        )
+        assert (await both).sequence == 2
         for f, code in [(wrong_stream, 10060), (wrong_seq, 10071)]:
             with pytest.raises(ferrymq.BrokerError) as e:
                 await f.ack_future
@@ -276,9 +216,10 @@ async def test_expectation_failures_are_never_retried(
             assert not e.value.retriable
             assert f.attempts == 1
             assert f.expectation_failed
+        assert e.value.code_name == "STREAM_WRONG_LAST_SEQUENCE"
     assert wrong_stream.options == {"expected_stream": "ELSEWHERE"}
     assert {f.id for f in rec.kinds("completed_exceptionally")} == {wrong_stream.id, wrong_seq.id}
-    assert js.stream_info(name).messages == 1
+    assert js.stream_info(name).messages == 2
 
 
 async def test_futures_without_a_listener_get_acks_and_errors(
@@ -404,8 +345,9 @@ def test_invalid_arguments_name_the_field(
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^producer"):
         ferrymq.AsyncPublisher(js)  # the admin client does not publish: Producer("nats://") does
     pub = ferrymq.AsyncPublisher(producer)
-    with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
-        pub.submit("bad subject", b"x")
+    for subject in ("bad subject", "a.*"):  # a wildcard is no subject to publish to
+        with pytest.raises(ferrymq.InvalidArgumentError, match=r"^subject"):
+            pub.submit(subject, b"x")
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^headers"):
         pub.submit("a.b", b"x", headers={"a:b": "c"})
     with pytest.raises(ferrymq.InvalidArgumentError, match=r"^body"):

@@ -126,40 +126,51 @@ def _write_twice(
         run_available_now(w, 90)
 
 
-def test_batch_round_trip(spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str]) -> None:
-    topic, group = _setup(broker, unique)
-    produce(broker, topic, 0, 200)
-    df = _reader(spark, broker, topic, group).load()
+@pytest.mark.parametrize("protocol", ["rocketmq", "jmq"])
+def test_batch_read(
+    spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str], protocol: str
+) -> None:
+    topic, group, put, reader = _source(protocol, broker, unique)
+    put(0, 200)
+    df = reader(spark, broker, topic, group).load()
     assert df.columns == [
         "key", "value", "topic", "partition", "offset", "timestamp", "properties",
-        "tag", "messageGroup", "messageId",
+        "tag", *(["messageGroup"] if protocol == "rocketmq" else []), "messageId",
     ]  # fmt: skip
     rows = df.collect()
     _assert_numbered(rows, topic, 200)
-    assert all(r.messageId for r in rows)
-    # Offsets are contiguous from 0 in every queue.
-    by_queue: dict[int, list[int]] = {}
+    if protocol == "jmq":
+        assert all(r.messageId == f"id{int(r.value[1:])}" for r in rows)
+    else:
+        assert all(r.messageId for r in rows)
+    # Offsets are contiguous from 0 in every queue; JMQ4's (the partition indices) in send
+    # order too (a RocketMQ batch's sends run side by side).
+    by_queue: dict[int, list[tuple[int, int]]] = {}
     for r in rows:
-        by_queue.setdefault(r.partition, []).append(r.offset)
-    assert len(by_queue) == 4
-    for offs in by_queue.values():
-        assert sorted(offs) == list(range(len(offs)))
+        by_queue.setdefault(r.partition, []).append((r.offset, int(r.value[1:])))
+    assert set(by_queue) == {0, 1, 2, 3}
+    for pairs in by_queue.values():
+        pairs.sort()
+        assert [o for o, _ in pairs] == list(range(len(pairs)))
+        if protocol == "jmq":
+            assert [i for _, i in pairs] == sorted(i for _, i in pairs)
 
-    # A bounded read: queue ids may be given bare when one broker has them.
-    q = min(by_queue)
+    # A bounded read of one queue (JMQ4: starting inside a batch message); queue ids may be
+    # given bare when one broker has them.
+    q = max(by_queue, key=lambda k: len(by_queue[k]))
     bounded = (
-        _reader(spark, broker, topic, group)
-        .option("startingOffsets", f'{{"{topic}": {{"{q}": 2}}}}')
-        .option("endingOffsets", f'{{"{topic}": {{"{q}": 7}}}}')
+        reader(spark, broker, topic, group)
+        .option("startingOffsets", f'{{"{topic}": {{"{q}": 3}}}}')
+        .option("endingOffsets", f'{{"{topic}": {{"{q}": 14}}}}')
         .load()
         .where(f"partition = {q}")
         .collect()
     )
-    assert sorted(r.offset for r in bounded) == [2, 3, 4, 5, 6]
-
-    # A tag filter is applied by the broker.
-    even = _reader(spark, broker, topic, group).option("subExpression", "even").load()
-    assert even.count() == 100
+    assert sorted(r.offset for r in bounded) == list(range(3, 14))
+    if protocol == "rocketmq":
+        # A tag filter is applied by the broker.
+        even = reader(spark, broker, topic, group).option("subExpression", "even").load()
+        assert even.count() == 100
 
 
 def test_write_then_read_back(
@@ -401,41 +412,6 @@ def _jmq_reader(
     for k, v in JMQ_AUTH.items():
         r = r.option(k, v)
     return r
-
-
-def test_jmq_batch_read(spark: Any, broker: EmbeddedBroker, unique: Callable[[str], str]) -> None:
-    topic = unique("jmq")
-    broker.create_topic(topic, queues=4)
-    jmq_produce(broker, topic, 0, 200)
-    df = _jmq_reader(spark, broker, topic).load()
-    assert df.columns == [
-        "key", "value", "topic", "partition", "offset", "timestamp", "properties",
-        "tag", "messageId",
-    ]  # fmt: skip
-    rows = df.collect()
-    _assert_numbered(rows, topic, 200)
-    assert all(r.messageId == f"id{int(r.value[1:])}" for r in rows)
-    # Offsets are the partition indices: contiguous from 0 in every partition, in send order.
-    by_partition: dict[int, list[tuple[int, int]]] = {}
-    for r in rows:
-        by_partition.setdefault(r.partition, []).append((r.offset, int(r.value[1:])))
-    assert set(by_partition) <= {0, 1, 2, 3}
-    for pairs in by_partition.values():
-        pairs.sort()
-        assert [o for o, _ in pairs] == list(range(len(pairs)))
-        assert [i for _, i in pairs] == sorted(i for _, i in pairs)
-
-    # A bounded read of one partition, starting inside a batch message.
-    p = max(by_partition, key=lambda k: len(by_partition[k]))
-    bounded = (
-        _jmq_reader(spark, broker, topic)
-        .option("startingOffsets", f'{{"{topic}": {{"{p}": 3}}}}')
-        .option("endingOffsets", f'{{"{topic}": {{"{p}": 14}}}}')
-        .load()
-        .where(f"partition = {p}")
-        .collect()
-    )
-    assert sorted(r.offset for r in bounded) == list(range(3, 14))
 
 
 def test_jmq_write_then_read_back(

@@ -1,9 +1,9 @@
-"""``ferrymq.SimpleConsumer("nats://…")``: JetStream durable pull consumers behind the one
-consuming API, against a real nats-server (group = durable name, topic = subject)."""
+"""``ferrymq.SimpleConsumer("nats://…")`` and ``ferrymq.PushConsumer("nats://…")``: JetStream
+durable pull consumers behind the one consuming API, against a real nats-server (group =
+durable name, topic = subject). What every protocol does alike is in test_consume_protocols.py."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import uuid
 
@@ -12,7 +12,7 @@ import pytest
 import ferrymq
 from _nats_server import NatsServer
 from ferrymq.exceptions import ClientClosedError, InvalidArgumentError
-from waiting import wait_for
+from waiting import receive_until, wait_for
 
 
 def _consumer(url: str, tok: str, **kw: object) -> ferrymq.SimpleConsumer:
@@ -23,7 +23,7 @@ def _state(js: ferrymq.JetStream, tok: str) -> dict[str, int]:
     return js.consumer_state(f"g{tok}", f"s{tok}.a")
 
 
-def test_receive_and_ack_each_message_once(
+def test_message_ids_are_nats_msg_ids_and_acks_move_the_floor(
     nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
 ) -> None:
     js, tok = nats_stream
@@ -31,38 +31,12 @@ def test_receive_and_ack_each_message_once(
         nats_server.publish(f"s{tok}.a", b"m%d" % i, message_id=f"id-{i}")
     nats_server.publish(f"s{tok}.other", b"not subscribed")
     with _consumer(nats_server.url, tok, await_duration=0.5) as c:
-        assert c.protocol == "nats"
-        got: list[ferrymq.ReceivedMessage] = []
-        while len(got) < 20:
-            batch = c.receive()
-            assert batch, f"only {len(got)} of 20 received"
-            assert len(batch) <= 16
-            got.extend(batch)
-            c.ack(batch)
-        assert [m.message_id for m in got] == [f"id-{i}" for i in range(20)]
-        assert [m.body for m in got] == [b"m%d" % i for i in range(20)]
-        assert {m.topic for m in got} == {f"s{tok}.a"}
-        assert all(m.delivery_attempt == 1 for m in got)
-        assert all(isinstance(m, ferrymq.ReceivedMessage) for m in got)
-        assert c.receive() == []
+        got = receive_until(c, 20, invisible=30)
+    assert [m.message_id for m in got] == [f"id-{i}" for i in range(20)]
     state = _state(js, tok)
     assert (state["num_ack_pending"], state["num_pending"]) == (0, 0)
     # Everything up to the last stored message is settled (the other subject's is skipped).
     assert state["ack_floor_stream_sequence"] == 21
-
-
-def test_change_invisible_duration_redelivers_after_the_delay(
-    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
-) -> None:
-    js, tok = nats_stream
-    nats_server.publish(f"s{tok}.a", b"again", message_id="again")
-    with _consumer(nats_server.url, tok, await_duration=10) as c:
-        (m,) = c.receive()
-        c.change_invisible_duration(m, 0.2)
-        (m2,) = c.receive()
-        assert (m2.message_id, m2.delivery_attempt) == ("again", 2)
-        c.ack(m2)
-    assert _state(js, tok)["num_ack_pending"] == 0
 
 
 def test_receive_returns_with_the_first_message_not_after_the_wait(
@@ -81,29 +55,6 @@ def test_receive_returns_with_the_first_message_not_after_the_wait(
         assert not receiver.is_alive(), "receive waited for a full batch"
         assert [m.message_id for m in got] == ["late"]
         c.ack(got)
-
-
-def test_async_receive_ack_and_nak(
-    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
-) -> None:
-    js, tok = nats_stream
-    for i in range(3):
-        nats_server.publish(f"s{tok}.a", b"%d" % i, message_id=f"a{i}")
-
-    async def run() -> list[tuple[str, int]]:
-        seen: list[tuple[str, int]] = []
-        async with _consumer(nats_server.url, tok, await_duration=5) as c:
-            first = await c.receive_async()
-            seen += [(m.message_id, m.delivery_attempt) for m in first]
-            await c.change_invisible_duration_async(first[0], 0.1)
-            await c.ack_async(first[1:])
-            again = await c.receive_async()
-            seen += [(m.message_id, m.delivery_attempt) for m in again]
-            await c.ack_async(again)
-        return seen
-
-    assert asyncio.run(run()) == [("a0", 1), ("a1", 1), ("a2", 1), ("a0", 2)]
-    assert _state(js, tok)["num_ack_pending"] == 0
 
 
 def test_several_subjects_are_all_read(nats_server: NatsServer) -> None:
@@ -159,3 +110,51 @@ def test_refusals_name_the_parameter(
     c.close()
     with pytest.raises(ClientClosedError):
         c.receive()
+
+
+def test_subscribe_while_running_and_bad_arguments(
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    js, tok = nats_stream
+    # A group reads one subject per stream: the new subscription is another stream's.
+    js.create_stream(f"Q{tok}", [f"q{tok}.>"])
+    seen: set[str] = set()
+    try:
+        with ferrymq.PushConsumer(
+            nats_server.url,
+            f"g{tok}",
+            subscriptions=f"s{tok}.a",
+            listener=lambda m: seen.add(m.message_id),
+        ) as pc:
+            pc.subscribe(f"q{tok}.b")
+            assert set(pc.subscriptions) == {f"s{tok}.a", f"q{tok}.b"}
+            nats_server.publish(f"q{tok}.b", b"on b", message_id="on-b")
+            wait_for("b consumed", lambda: "on-b" in seen)
+            # Refused, nothing changes: a filter, a second subject of a stream already read.
+            with pytest.raises(InvalidArgumentError, match="filter"):
+                pc.subscribe(f"q{tok}.c", "tagA")
+            with pytest.raises(InvalidArgumentError, match="one subject per stream"):
+                pc.subscribe(f"s{tok}.other")
+            assert set(pc.subscriptions) == {f"s{tok}.a", f"q{tok}.b"}
+            pc.unsubscribe(f"s{tok}.a")
+            assert set(pc.subscriptions) == {f"q{tok}.b"}
+    finally:
+        js.delete_stream(f"Q{tok}")
+    for bad, match in [
+        ({"nats_options": {"nope": 1}}, "nats_options"),
+        ({"fifo_accelerator": True}, "fifo_accelerator"),
+        ({"namespace": "ns"}, "namespace"),
+        ({"jmq_options": {}}, "jmq_options"),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=match):
+            ferrymq.PushConsumer(
+                nats_server.url,
+                f"g{tok}",
+                subscriptions=f"s{tok}.a",
+                listener=print,
+                **bad,  # type: ignore[arg-type]
+            )
+    with pytest.raises(InvalidArgumentError, match="nats_options"):
+        ferrymq.PushConsumer(
+            "127.0.0.1:8081", "g", subscriptions="t", listener=print, nats_options={}
+        )
