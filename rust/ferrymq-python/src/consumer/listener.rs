@@ -103,7 +103,8 @@ fn consume_one(py: Python<'_>, f: &Bound<'_, PyAny>, m: &Arc<MessageView>) -> Co
         Ok(view) => match f.call1((view,)) {
             Ok(r) => interpret(py, &r, m),
             Err(e) => {
-                log_listener_error(py, e.value(py).as_any(), m);
+                // `into_value` attaches the traceback, which the fetched value lacks.
+                log_listener_error(py, e.into_value(py).bind(py).as_any(), m);
                 ConsumeResult::Failure
             }
         },
