@@ -239,7 +239,7 @@ def backend(request: pytest.FixtureRequest, unique: _Unique) -> Backend:
         jb: EmbeddedBroker = request.getfixturevalue("jmq_broker")
         topic = request.getfixturevalue("jmq_topic")
         return Backend(
-            "jmq4",
+            "jmq",
             jb.jmq_endpoint,
             topic,
             "test_app",

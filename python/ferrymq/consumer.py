@@ -183,7 +183,7 @@ def _connect_args(
             request_timeout=request_timeout,
             jmq={"app": group, "token": token, **extra},
         )
-        return "jmq4", args
+        return "jmq", args
     refuse(
         "not for nats:// endpoints",
         {
@@ -248,7 +248,7 @@ class _GroupConsumer(Lifecycle):
 
     @property
     def protocol(self) -> str:
-        """``"rocketmq"``, ``"jmq4"`` or ``"nats"``."""
+        """``"rocketmq"``, ``"jmq"`` or ``"nats"``."""
         return self._protocol
 
     def __repr__(self) -> str:

@@ -53,7 +53,7 @@ pub(crate) trait Protocol: Send + Sync + 'static {
 
 /// The facts of one producer that `settings`, `repr` and the refusals show.
 pub(crate) struct Facts {
-    /// `jmq4`, `nats` or `remoting`.
+    /// `jmq`, `nats` or `remoting` (as `ferrymq._endpoints.protocol_of` names them).
     pub(crate) protocol: &'static str,
     /// Why `recall` (and `produce`, where there is no produce path) is refused.
     pub(crate) refused: &'static str,

@@ -236,7 +236,7 @@ pub fn jmq_producer(
     let produce = Arc::new(Produce::new(h.clone(), max_pending, h.rt, receipt_to_py)?);
     let connect = &h.state.options.0.connect;
     let facts = Facts {
-        protocol: "jmq4",
+        protocol: "jmq",
         refused: "JMQ4 has no delayed messages to recall",
         client_id: format!("jmq:{}", connect.app),
         namespace: connect.namespace.clone().unwrap_or_default(),
