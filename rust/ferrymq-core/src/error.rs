@@ -303,6 +303,28 @@ impl From<tokio::time::error::Elapsed> for Error {
     }
 }
 
+/// States a protocol's status codes once: a constant per code (with its doc, if any) and
+/// `fn $name_fn(code) -> &'static str`, the code's symbolic name (`$unknown` for a code the
+/// table does not list).
+macro_rules! code_table {
+    (
+        $(#[$fm:meta])* fn $name_fn:ident -> $unknown:literal;
+        $($(#[$m:meta])* $name:ident = $code:literal,)*
+    ) => {
+        $($(#[$m])* pub const $name: i32 = $code;)*
+
+        $(#[$fm])*
+        pub fn $name_fn(code: i32) -> &'static str {
+            match code {
+                $($code => stringify!($name),)*
+                _ => $unknown,
+            }
+        }
+    };
+}
+
+pub(crate) use code_table;
+
 #[cfg(test)]
 mod tests {
     use super::*;
