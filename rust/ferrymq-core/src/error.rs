@@ -84,6 +84,22 @@ impl Error {
         Self::new(ErrorKind::InvalidArgument, format!("{field}: {why}"))
     }
 
+    /// Refuse a zero count: `field` "must be at least 1".
+    pub fn require_count<T: PartialEq + Default>(field: &str, n: T) -> Result<()> {
+        if n == T::default() {
+            return Err(Self::invalid(field, "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Refuse a zero duration: `field` "must be positive".
+    pub fn require_positive(field: &str, d: std::time::Duration) -> Result<()> {
+        if d.is_zero() {
+            return Err(Self::invalid(field, "must be positive"));
+        }
+        Ok(())
+    }
+
     /// Use of a closed client.
     pub fn closed(what: impl Into<String>) -> Self {
         Self::new(ErrorKind::Closed, what)

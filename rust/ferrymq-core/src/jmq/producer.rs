@@ -230,9 +230,7 @@ fn to_item(m: &Message, max_body: usize) -> Result<(BatchItem, Option<String>)> 
 impl JmqProducer {
     /// Connect (bootstrap, ADD_CONNECTION) and start the feedback poller if a checker is set.
     pub async fn connect(cluster: ClusterOptions, options: ProducerOptions) -> Result<JmqProducer> {
-        if options.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts", "must be at least 1"));
-        }
+        Error::require_count("max_attempts", options.max_attempts)?;
         let cluster = Cluster::connect(cluster).await?;
         Ok(Self::with_cluster(cluster, options))
     }

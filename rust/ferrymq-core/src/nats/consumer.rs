@@ -114,9 +114,7 @@ impl JetStream {
         if let Some(d) = &cfg.durable {
             validate_name("durable", d)?;
         }
-        if cfg.ack_wait.is_zero() {
-            return Err(Error::invalid("ack_wait", "must be positive"));
-        }
+        Error::require_positive("ack_wait", cfg.ack_wait)?;
         if let Some(f) = &cfg.filter_subject {
             if f.is_empty() || f.split('.').any(str::is_empty) || f.contains(char::is_whitespace) {
                 return Err(Error::invalid(
@@ -213,9 +211,7 @@ impl PullConsumer {
     /// Each request ends on the server (full, 404 or 408), so none is left pending to deliver
     /// messages to an inbox nobody reads.
     pub async fn fetch(&self, max: usize, timeout: Duration) -> Result<Vec<JsMessage>> {
-        if max == 0 {
-            return Err(Error::invalid("max_messages", "must be at least 1"));
-        }
+        Error::require_count("max_messages", max)?;
         let got = self.fetch_now(max).await?;
         if !got.is_empty() || timeout.is_zero() {
             return Ok(got);

@@ -129,15 +129,9 @@ impl JsConsumerRpc {
         if let Some(s) = &options.stream {
             super::stream::validate_name("stream", s)?;
         }
-        if options.ack_wait.is_zero() {
-            return Err(Error::invalid("ack_wait", "must be positive"));
-        }
-        if options.receive_batch_size == 0 {
-            return Err(Error::invalid("receive_batch_size", "must be at least 1"));
-        }
-        if options.retry_policy.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts", "must be at least 1"));
-        }
+        Error::require_positive("ack_wait", options.ack_wait)?;
+        Error::require_count("receive_batch_size", options.receive_batch_size)?;
+        Error::require_count("max_attempts", options.retry_policy.max_attempts)?;
         let access = endpoints_of(&js)?;
         Ok(Self {
             js,

@@ -189,9 +189,7 @@ impl RemotingClient {
     /// A client for `options`; no I/O until the first call.
     pub fn new(options: RemotingOptions) -> Result<Self> {
         let addrs = parse_endpoints(&options.endpoints)?;
-        if options.request_timeout.is_zero() {
-            return Err(Error::invalid("request_timeout", "must be positive"));
-        }
+        Error::require_positive("request_timeout", options.request_timeout)?;
         let ns = addrs
             .into_iter()
             .map(|a| Connection::new(a, options.credentials.clone()))

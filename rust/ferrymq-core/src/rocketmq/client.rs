@@ -190,9 +190,7 @@ impl Client {
             (None, false) => None,
         };
         if let Some(t) = options.request_timeout {
-            if t.is_zero() {
-                return Err(Error::invalid("request_timeout", "must be positive"));
-            }
+            Error::require_positive("request_timeout", t)?;
         }
         if options.max_attempts == Some(0) {
             return Err(Error::invalid("max_attempts", "must be at least 1"));
@@ -202,9 +200,7 @@ impl Client {
             ("route_refresh_interval", options.route_refresh_interval),
             ("settings_sync_interval", options.settings_sync_interval),
         ] {
-            if d.is_zero() {
-                return Err(Error::invalid(name, "must be positive"));
-            }
+            Error::require_positive(name, d)?;
         }
         if options
             .namespace
