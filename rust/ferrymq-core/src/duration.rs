@@ -145,6 +145,25 @@ pub fn tokio_deadline(now: tokio::time::Instant, d: Duration) -> tokio::time::In
     tokio::time::Instant::from_std(deadline(now.into_std(), d))
 }
 
+/// Milliseconds from the Unix epoch to `t` (0 before it).
+pub fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    unix_ms(SystemTime::now())
+}
+
+/// A protobuf timestamp from Unix milliseconds.
+pub fn timestamp_ms(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -200,12 +200,8 @@ pub struct Frame {
     pub payload: Bytes,
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+/// Milliseconds since the Unix epoch (the header's send time).
+pub use crate::duration::now_ms as now_millis;
 
 /// Encode a frame whose payload is written by `payload` straight into `dst` (no intermediate
 /// buffer); the length field is patched afterwards.

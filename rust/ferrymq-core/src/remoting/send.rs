@@ -17,10 +17,11 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 
-use super::client::{now_ms, RemotingClient, DEFAULT_TOPIC};
+use super::client::{RemotingClient, DEFAULT_TOPIC};
 use super::codec::RemotingCommand;
 use super::codes::{request, response, status_error};
 use super::stored;
+use crate::duration::now_ms;
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::rocketmq::pull::QueueRef;
