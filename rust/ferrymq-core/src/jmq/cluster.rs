@@ -446,7 +446,7 @@ pub fn weighted_pick(weights: &[f64]) -> Option<usize> {
         return None;
     }
     let total: f64 = weights.iter().filter(|w| **w > 0.0).sum();
-    let r = (super::random_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let r = fastrand::f64();
     if total <= 0.0 {
         return Some(((r * weights.len() as f64) as usize).min(weights.len() - 1));
     }

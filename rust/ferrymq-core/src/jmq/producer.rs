@@ -405,7 +405,7 @@ impl JmqProducer {
         let weights: Vec<f64> = candidates.iter().map(|c| c.1).collect();
         let i = weighted_pick(&weights).unwrap_or(0);
         let g = candidates[i].0;
-        let p = g.partitions[(super::random_u64() % g.partitions.len() as u64) as usize];
+        let p = g.partitions[fastrand::usize(..g.partitions.len())];
         let b = route.leader(g).cloned().expect("filtered on known leaders");
         Ok((p, b))
     }
