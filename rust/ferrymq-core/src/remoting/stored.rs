@@ -19,6 +19,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use crate::duration::timestamp_ms;
 use crate::error::{Error, Result};
 use crate::message::Message;
+use crate::message_id::upper_hex;
 use crate::proto;
 
 /// Magic of stored records with a 1-byte topic length.
@@ -201,16 +202,6 @@ fn host(b: &mut Bytes, v6: bool, what: &str) -> Result<(String, Vec<u8>)> {
     let mut id = raw;
     id.extend_from_slice(&port.to_be_bytes());
     Ok((text, id))
-}
-
-fn upper_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 0xF)]));
-    }
-    s
 }
 
 /// Inflate a compressed body: zlib, or gzip when it starts with the gzip magic. At most
