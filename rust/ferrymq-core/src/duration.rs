@@ -179,26 +179,15 @@ mod tests {
 
     #[test]
     fn floats_in_range() {
-        assert_eq!(
-            seconds_f64("t_field", 1.5, Lower::Positive).unwrap(),
-            Duration::from_millis(1500)
-        );
-        assert_eq!(
-            seconds_f64("t_field", 0.0, Lower::NonNegative).unwrap(),
-            Duration::ZERO
-        );
-        assert_eq!(
-            seconds_f64("t_field", -0.0, Lower::NonNegative).unwrap(),
-            Duration::ZERO
-        );
-        assert_eq!(
-            seconds_f64("t_field", MAX_SECS as f64, Lower::Positive).unwrap(),
-            MAX
-        );
-        assert_eq!(
-            seconds_f64("t_field", 1e-12, Lower::Positive).unwrap(),
-            Duration::from_nanos(1)
-        );
+        for (secs, bound, want) in [
+            (1.5, Lower::Positive, Duration::from_millis(1500)),
+            (0.0, Lower::NonNegative, Duration::ZERO),
+            (-0.0, Lower::NonNegative, Duration::ZERO),
+            (MAX_SECS as f64, Lower::Positive, MAX),
+            (1e-12, Lower::Positive, Duration::from_nanos(1)),
+        ] {
+            assert_eq!(seconds_f64("t_field", secs, bound).unwrap(), want, "{secs}");
+        }
     }
 
     #[test]
@@ -226,23 +215,15 @@ mod tests {
             Duration::ZERO
         );
         refused(seconds_int("t_field", 0, Lower::Positive), "positive");
-        refused(seconds_int("t_field", -1, Lower::NonNegative), "negative");
-        refused(
-            seconds_int("t_field", 1 << 63, Lower::NonNegative),
-            "maximum",
-        );
-        refused(
-            seconds_int("t_field", 1 << 64, Lower::NonNegative),
-            "maximum",
-        );
-        refused(
-            seconds_int("t_field", i128::MAX, Lower::NonNegative),
-            "maximum",
-        );
-        refused(
-            seconds_int("t_field", i128::MIN, Lower::NonNegative),
-            "negative",
-        );
+        for (secs, needle) in [
+            (-1, "negative"),
+            (1 << 63, "maximum"),
+            (1 << 64, "maximum"),
+            (i128::MAX, "maximum"),
+            (i128::MIN, "negative"),
+        ] {
+            refused(seconds_int("t_field", secs, Lower::NonNegative), needle);
+        }
     }
 
     #[test]
