@@ -164,6 +164,14 @@ pub fn timestamp_ms(ms: i64) -> prost_types::Timestamp {
     }
 }
 
+/// A protobuf duration from a `Duration`.
+pub fn to_proto_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

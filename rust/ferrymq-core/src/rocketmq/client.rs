@@ -27,6 +27,7 @@ use super::metadata::{Credentials, RequestMetadata};
 use super::route::{RouteCache, TopicRoute};
 use super::settings::{self, EffectiveSettings};
 use super::telemetry::{CommandStream, Session, SessionOwner};
+use crate::duration::to_proto_duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto;
 use crate::status;
@@ -592,7 +593,7 @@ impl SessionOwner for ClientInner {
                     client_type: Some(self.client_type as i32),
                     access_point: Some(self.access.to_proto()),
                     backoff_policy: Some(local.retry_policy.to_proto()),
-                    request_timeout: Some(settings::to_duration(local.request_timeout)),
+                    request_timeout: Some(to_proto_duration(local.request_timeout)),
                     pub_sub: Some(self.pub_sub.read().clone()),
                     user_agent: Some(proto::Ua {
                         language: proto::Language::Python as i32,

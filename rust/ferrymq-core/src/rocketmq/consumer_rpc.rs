@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
+use crate::duration::to_proto_duration;
 use crate::error::{Error, Result};
 use crate::proto;
 use crate::rocketmq::client::{check_status, deadline, Client, ClientOptions, CommandHandler};
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
-use crate::rocketmq::settings;
 use crate::rocketmq::settings::{Backoff, RetryPolicy};
 use crate::status;
 
@@ -272,9 +272,9 @@ impl ClientRpc {
                 message_queue: Some(request.queue),
                 filter_expression: Some(request.filter.to_proto()),
                 batch_size: i32::try_from(request.batch_size).unwrap_or(i32::MAX),
-                invisible_duration: request.invisible_duration.map(settings::to_duration),
+                invisible_duration: request.invisible_duration.map(to_proto_duration),
                 auto_renew: request.auto_renew,
-                long_polling_timeout: Some(settings::to_duration(request.long_polling_timeout)),
+                long_polling_timeout: Some(to_proto_duration(request.long_polling_timeout)),
                 attempt_id: None,
             },
             timeout,
@@ -448,7 +448,7 @@ impl ConsumerRpc for ClientRpc {
                 group: Some(self.group.clone()),
                 topic: Some(source.topic.clone()),
                 receipt_handle: message.receipt_handle().to_string(),
-                invisible_duration: Some(settings::to_duration(duration)),
+                invisible_duration: Some(to_proto_duration(duration)),
                 message_id: message.message_id().to_string(),
                 lite_topic: message.lite_topic().map(str::to_string),
                 suspend: None,

@@ -19,7 +19,7 @@ use futures::StreamExt;
 use super::client::{check_status, deadline, Client, ClientOptions, NoCommands};
 use super::endpoints::Endpoints;
 use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
-use crate::duration::timestamp_ms;
+use crate::duration::{timestamp_ms, to_proto_duration};
 use crate::error::{Error, Result};
 use crate::proto;
 use crate::status;
@@ -368,10 +368,7 @@ impl PullReader {
                 offset,
                 batch_size: batch_size.max(1),
                 filter_expression: self.filter.clone(),
-                long_polling_timeout: Some(prost_types::Duration {
-                    seconds: i64::try_from(long_polling.as_secs()).unwrap_or(i64::MAX),
-                    nanos: i32::try_from(long_polling.subsec_nanos()).unwrap_or(0),
-                }),
+                long_polling_timeout: Some(to_proto_duration(long_polling)),
             },
             timeout,
         );
