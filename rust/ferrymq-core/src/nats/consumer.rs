@@ -388,12 +388,4 @@ impl JsMessage {
         };
         r.map_err(|e| error::map_boxed("ack", &e))
     }
-
-    /// Send a plain `+ACK` without waiting for the server (fast; used for batches).
-    pub async fn ack_nowait(&self) -> Result<()> {
-        self.acker
-            .ack()
-            .await
-            .map_err(|e| error::map_boxed("ack", &e))
-    }
 }
