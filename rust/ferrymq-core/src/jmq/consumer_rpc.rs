@@ -43,7 +43,7 @@ use super::received::{AckRef, ReceivedMessage};
 use crate::duration::timestamp_ms;
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::consumer_rpc::{ConsumerRpc, ConsumerSettings, ReceiveRequest};
+use crate::rocketmq::consumer_rpc::{leader_queue, ConsumerRpc, ConsumerSettings, ReceiveRequest};
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
@@ -247,20 +247,7 @@ impl ConsumerRpc for JmqRpc {
     }
 
     async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
-        Ok(vec![proto::MessageQueue {
-            topic: Some(proto::Resource {
-                resource_namespace: String::new(),
-                name: topic.to_string(),
-            }),
-            id: 0,
-            permission: proto::Permission::Read as i32,
-            broker: Some(proto::Broker {
-                name: "jmq".into(),
-                id: 0,
-                endpoints: None,
-            }),
-            accept_message_types: vec![],
-        }])
+        Ok(vec![leader_queue(topic, 0, proto::Permission::Read, "jmq")])
     }
 
     async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {

@@ -88,6 +88,30 @@ pub fn subscription_settings(
     })
 }
 
+/// Queue `id` of `topic` on the leader of `broker`, without endpoints: what the backends whose
+/// queues are not RocketMQ queues (a JMQ4 topic, a JetStream stream) and the test broker assign.
+pub fn leader_queue(
+    topic: &str,
+    id: i32,
+    permission: proto::Permission,
+    broker: impl Into<String>,
+) -> proto::MessageQueue {
+    proto::MessageQueue {
+        topic: Some(proto::Resource {
+            resource_namespace: String::new(),
+            name: topic.to_string(),
+        }),
+        id,
+        permission: permission as i32,
+        broker: Some(proto::Broker {
+            name: broker.into(),
+            id: 0,
+            endpoints: None,
+        }),
+        accept_message_types: vec![],
+    }
+}
+
 /// One `ReceiveMessage` call.
 #[derive(Debug, Clone)]
 pub struct ReceiveRequest {
