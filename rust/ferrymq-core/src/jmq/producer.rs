@@ -356,16 +356,7 @@ impl JmqProducer {
                 ));
             }
             let p = parts[(java_string_hash(key).unsigned_abs() as usize) % parts.len()];
-            let g = route
-                .group_of(p)
-                .ok_or_else(|| Error::internal("partition without group"))?;
-            let b = route.leader(g).cloned().ok_or_else(|| {
-                codes::error(
-                    codes::FW_TOPIC_NO_PARTITIONGROUP,
-                    format!("no leader for partition {p} of {:?}", entry.topic),
-                )
-            })?;
-            return Ok((p, b));
+            return Ok((p, route.partition_leader(p)?.clone()));
         }
         let groups: Vec<&PartitionGroupMeta> = match within {
             Some(g) => vec![g],
