@@ -145,6 +145,33 @@ pub fn tokio_deadline(now: tokio::time::Instant, d: Duration) -> tokio::time::In
     tokio::time::Instant::from_std(deadline(now.into_std(), d))
 }
 
+/// Milliseconds from the Unix epoch to `t` (0 before it).
+pub fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    unix_ms(SystemTime::now())
+}
+
+/// A protobuf timestamp from Unix milliseconds.
+pub fn timestamp_ms(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ms.div_euclid(1000),
+        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
+    }
+}
+
+/// A protobuf duration from a `Duration`.
+pub fn to_proto_duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,26 +187,15 @@ mod tests {
 
     #[test]
     fn floats_in_range() {
-        assert_eq!(
-            seconds_f64("t_field", 1.5, Lower::Positive).unwrap(),
-            Duration::from_millis(1500)
-        );
-        assert_eq!(
-            seconds_f64("t_field", 0.0, Lower::NonNegative).unwrap(),
-            Duration::ZERO
-        );
-        assert_eq!(
-            seconds_f64("t_field", -0.0, Lower::NonNegative).unwrap(),
-            Duration::ZERO
-        );
-        assert_eq!(
-            seconds_f64("t_field", MAX_SECS as f64, Lower::Positive).unwrap(),
-            MAX
-        );
-        assert_eq!(
-            seconds_f64("t_field", 1e-12, Lower::Positive).unwrap(),
-            Duration::from_nanos(1)
-        );
+        for (secs, bound, want) in [
+            (1.5, Lower::Positive, Duration::from_millis(1500)),
+            (0.0, Lower::NonNegative, Duration::ZERO),
+            (-0.0, Lower::NonNegative, Duration::ZERO),
+            (MAX_SECS as f64, Lower::Positive, MAX),
+            (1e-12, Lower::Positive, Duration::from_nanos(1)),
+        ] {
+            assert_eq!(seconds_f64("t_field", secs, bound).unwrap(), want, "{secs}");
+        }
     }
 
     #[test]
@@ -207,23 +223,15 @@ mod tests {
             Duration::ZERO
         );
         refused(seconds_int("t_field", 0, Lower::Positive), "positive");
-        refused(seconds_int("t_field", -1, Lower::NonNegative), "negative");
-        refused(
-            seconds_int("t_field", 1 << 63, Lower::NonNegative),
-            "maximum",
-        );
-        refused(
-            seconds_int("t_field", 1 << 64, Lower::NonNegative),
-            "maximum",
-        );
-        refused(
-            seconds_int("t_field", i128::MAX, Lower::NonNegative),
-            "maximum",
-        );
-        refused(
-            seconds_int("t_field", i128::MIN, Lower::NonNegative),
-            "negative",
-        );
+        for (secs, needle) in [
+            (-1, "negative"),
+            (1 << 63, "maximum"),
+            (1 << 64, "maximum"),
+            (i128::MAX, "maximum"),
+            (i128::MIN, "negative"),
+        ] {
+            refused(seconds_int("t_field", secs, Lower::NonNegative), needle);
+        }
     }
 
     #[test]

@@ -84,6 +84,22 @@ impl Error {
         Self::new(ErrorKind::InvalidArgument, format!("{field}: {why}"))
     }
 
+    /// Refuse a zero count: `field` "must be at least 1".
+    pub fn require_count<T: PartialEq + Default>(field: &str, n: T) -> Result<()> {
+        if n == T::default() {
+            return Err(Self::invalid(field, "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Refuse a zero duration: `field` "must be positive".
+    pub fn require_positive(field: &str, d: std::time::Duration) -> Result<()> {
+        if d.is_zero() {
+            return Err(Self::invalid(field, "must be positive"));
+        }
+        Ok(())
+    }
+
     /// Use of a closed client.
     pub fn closed(what: impl Into<String>) -> Self {
         Self::new(ErrorKind::Closed, what)
@@ -302,6 +318,28 @@ impl From<tokio::time::error::Elapsed> for Error {
         Error::timeout("deadline exceeded")
     }
 }
+
+/// States a protocol's status codes once: a constant per code (with its doc, if any) and
+/// `fn $name_fn(code) -> &'static str`, the code's symbolic name (`$unknown` for a code the
+/// table does not list).
+macro_rules! code_table {
+    (
+        $(#[$fm:meta])* fn $name_fn:ident -> $unknown:literal;
+        $($(#[$m:meta])* $name:ident = $code:literal,)*
+    ) => {
+        $($(#[$m])* pub const $name: i32 = $code;)*
+
+        $(#[$fm])*
+        pub fn $name_fn(code: i32) -> &'static str {
+            match code {
+                $($code => stringify!($name),)*
+                _ => $unknown,
+            }
+        }
+    };
+}
+
+pub(crate) use code_table;
 
 #[cfg(test)]
 mod tests {

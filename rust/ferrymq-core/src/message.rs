@@ -4,7 +4,7 @@
 //! broker (body size limits, topic types).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 
@@ -166,10 +166,7 @@ impl Message {
     }
     /// Delivery time in milliseconds since the Unix epoch.
     pub fn delivery_time_millis(&self) -> Option<i64> {
-        self.delivery_time.map(|t| {
-            let d = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-            i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-        })
+        self.delivery_time.map(crate::duration::unix_ms)
     }
     /// The priority of a PRIORITY message.
     pub fn priority(&self) -> Option<i32> {

@@ -77,9 +77,14 @@ pub fn generate_at(now: SystemTime) -> String {
         raw[9..13].copy_from_slice(&(since as u32).to_be_bytes());
     }
     raw[13..17].copy_from_slice(&SEQUENCE.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    upper_hex(&raw)
+}
+
+/// Bytes as upper-case hex, two characters a byte (the layout of every RocketMQ id).
+pub(crate) fn upper_hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut s = String::with_capacity(34);
-    for b in raw {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
         s.push(char::from(HEX[usize::from(b >> 4)]));
         s.push(char::from(HEX[usize::from(b & 0x0f)]));
     }

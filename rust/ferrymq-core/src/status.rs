@@ -1,6 +1,8 @@
 //! RocketMQ v2 status codes (`apache.rocketmq.v2.Code`): names and the retry classification
 //! ferrymq applies to them.
 
+use crate::proto::Code;
+
 /// gRPC status codes that carry no RocketMQ code are reported as `GRPC_BASE + grpc_code`.
 pub const GRPC_BASE: i32 = 1_000_000;
 
@@ -67,68 +69,10 @@ pub const NOT_IMPLEMENTED: i32 = 50100;
 /// `PROXY_TIMEOUT`.
 pub const PROXY_TIMEOUT: i32 = 50400;
 
-const NAMES: &[(i32, &str)] = &[
-    (0, "CODE_UNSPECIFIED"),
-    (20000, "OK"),
-    (30000, "MULTIPLE_RESULTS"),
-    (40000, "BAD_REQUEST"),
-    (40001, "ILLEGAL_ACCESS_POINT"),
-    (40002, "ILLEGAL_TOPIC"),
-    (40003, "ILLEGAL_CONSUMER_GROUP"),
-    (40004, "ILLEGAL_MESSAGE_TAG"),
-    (40005, "ILLEGAL_MESSAGE_KEY"),
-    (40006, "ILLEGAL_MESSAGE_GROUP"),
-    (40007, "ILLEGAL_MESSAGE_PROPERTY_KEY"),
-    (40008, "INVALID_TRANSACTION_ID"),
-    (40009, "ILLEGAL_MESSAGE_ID"),
-    (40010, "ILLEGAL_FILTER_EXPRESSION"),
-    (40011, "ILLEGAL_INVISIBLE_TIME"),
-    (40012, "ILLEGAL_DELIVERY_TIME"),
-    (40013, "INVALID_RECEIPT_HANDLE"),
-    (40014, "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"),
-    (40015, "UNRECOGNIZED_CLIENT_TYPE"),
-    (40016, "MESSAGE_CORRUPTED"),
-    (40017, "CLIENT_ID_REQUIRED"),
-    (40018, "ILLEGAL_POLLING_TIME"),
-    (40019, "ILLEGAL_OFFSET"),
-    (40020, "ILLEGAL_LITE_TOPIC"),
-    (40021, "INVALID_CLIENT_PROPERTIES"),
-    (40100, "UNAUTHORIZED"),
-    (40200, "PAYMENT_REQUIRED"),
-    (40300, "FORBIDDEN"),
-    (40400, "NOT_FOUND"),
-    (40401, "MESSAGE_NOT_FOUND"),
-    (40402, "TOPIC_NOT_FOUND"),
-    (40403, "CONSUMER_GROUP_NOT_FOUND"),
-    (40404, "OFFSET_NOT_FOUND"),
-    (40800, "REQUEST_TIMEOUT"),
-    (41300, "PAYLOAD_TOO_LARGE"),
-    (41301, "MESSAGE_BODY_TOO_LARGE"),
-    (41302, "MESSAGE_BODY_EMPTY"),
-    (42800, "PRECONDITION_FAILED"),
-    (42900, "TOO_MANY_REQUESTS"),
-    (42901, "LITE_TOPIC_QUOTA_EXCEEDED"),
-    (42902, "LITE_SUBSCRIPTION_QUOTA_EXCEEDED"),
-    (43100, "REQUEST_HEADER_FIELDS_TOO_LARGE"),
-    (43101, "MESSAGE_PROPERTIES_TOO_LARGE"),
-    (50000, "INTERNAL_ERROR"),
-    (50001, "INTERNAL_SERVER_ERROR"),
-    (50002, "HA_NOT_AVAILABLE"),
-    (50100, "NOT_IMPLEMENTED"),
-    (50400, "PROXY_TIMEOUT"),
-    (50401, "MASTER_PERSISTENCE_TIMEOUT"),
-    (50402, "SLAVE_PERSISTENCE_TIMEOUT"),
-    (50500, "UNSUPPORTED"),
-    (50501, "VERSION_UNSUPPORTED"),
-    (50502, "VERIFY_FIFO_MESSAGE_UNSUPPORTED"),
-    (60000, "FAILED_TO_CONSUME_MESSAGE"),
-];
-
-/// The symbolic name of a code (`"UNKNOWN"` when the code is not in the protocol).
+/// The symbolic name of a code, as the protocol's `Code` enum spells it (`"UNKNOWN"` when
+/// the code is not in the protocol).
 pub fn name(code: i32) -> &'static str {
-    NAMES
-        .binary_search_by_key(&code, |(c, _)| *c)
-        .map_or("UNKNOWN", |i| NAMES[i].1)
+    Code::try_from(code).map_or("UNKNOWN", |c| c.as_str_name())
 }
 
 /// How ferrymq treats a status code (rocketmq-v2 reference, §4.3).
@@ -194,8 +138,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_are_sorted_for_binary_search() {
-        assert!(NAMES.windows(2).all(|w| w[0].0 < w[1].0));
+    fn names_come_from_the_protocol() {
+        assert_eq!(name(0), "CODE_UNSPECIFIED");
         assert_eq!(name(40013), "INVALID_RECEIPT_HANDLE");
         assert_eq!(name(12345), "UNKNOWN");
     }

@@ -88,6 +88,24 @@ impl TopicRoute {
         self.brokers.get(&group.leader)
     }
 
+    /// The leader broker of `partition`: an invalid argument when the topic has no such
+    /// partition, `FW_TOPIC_NO_PARTITIONGROUP` when its group has no known leader.
+    pub fn partition_leader(&self, partition: i16) -> Result<&BrokerMeta> {
+        let topic = &self.meta.topic;
+        let g = self.group_of(partition).ok_or_else(|| {
+            Error::invalid(
+                "partition",
+                format!("topic {topic:?} has no partition {partition}"),
+            )
+        })?;
+        self.leader(g).ok_or_else(|| {
+            codes::error(
+                codes::FW_TOPIC_NO_PARTITIONGROUP,
+                format!("no leader for partition {partition} of {topic:?}"),
+            )
+        })
+    }
+
     /// Distinct leader brokers of the topic, sorted by id.
     pub fn leaders(&self) -> Vec<BrokerMeta> {
         let mut v: Vec<BrokerMeta> = self
@@ -446,7 +464,7 @@ pub fn weighted_pick(weights: &[f64]) -> Option<usize> {
         return None;
     }
     let total: f64 = weights.iter().filter(|w| **w > 0.0).sum();
-    let r = (super::random_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let r = fastrand::f64();
     if total <= 0.0 {
         return Some(((r * weights.len() as f64) as usize).min(weights.len() - 1));
     }

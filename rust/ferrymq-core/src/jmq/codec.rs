@@ -31,30 +31,48 @@ pub const BOOLEAN_ACK: i8 = -128;
 /// JMQ4 command ids (`JoyQueueCommandType`); responses use the negated id or [`BOOLEAN_ACK`].
 #[allow(missing_docs)]
 pub mod command_type {
-    pub const ADD_CONNECTION: i8 = 1;
-    pub const REMOVE_CONNECTION: i8 = 2;
-    pub const ADD_CONSUMER: i8 = 3;
-    pub const REMOVE_CONSUMER: i8 = 4;
-    pub const ADD_PRODUCER: i8 = 5;
-    pub const REMOVE_PRODUCER: i8 = 6;
-    pub const HEARTBEAT: i8 = 7;
-    pub const FETCH_HEALTH: i8 = 8;
-    pub const FETCH_CLUSTER: i8 = 10;
-    pub const FIND_COORDINATOR: i8 = 20;
-    pub const FETCH_ASSIGNED_PARTITION: i8 = 21;
-    pub const FETCH_TOPIC_MESSAGE: i8 = 30;
-    pub const FETCH_PARTITION_MESSAGE: i8 = 31;
-    pub const COMMIT_ACK: i8 = 32;
-    pub const COMMIT_ACK_INDEX: i8 = 33;
-    /// Listed in the protocol document but commented out of the server's enum: a server closes
-    /// the connection when it receives it.
-    pub const FETCH_ACK_INDEX: i8 = 34;
-    pub const FETCH_INDEX: i8 = 35;
-    pub const PRODUCE_MESSAGE: i8 = 50;
-    pub const PRODUCE_MESSAGE_PREPARE: i8 = 51;
-    pub const PRODUCE_MESSAGE_COMMIT: i8 = 52;
-    pub const PRODUCE_MESSAGE_ROLLBACK: i8 = 53;
-    pub const FETCH_PRODUCE_FEEDBACK: i8 = 54;
+    /// States each command once: its id constant and its name in [`name`].
+    macro_rules! command_types {
+        ($($(#[$m:meta])* $name:ident = $id:literal,)*) => {
+            $($(#[$m])* pub const $name: i8 = $id;)*
+
+            /// The command name, for logs and errors.
+            pub fn name(t: i8) -> &'static str {
+                match t.checked_abs().unwrap_or(t) {
+                    $($id => stringify!($name),)*
+                    _ if t == super::BOOLEAN_ACK => "BOOLEAN_ACK",
+                    _ => "UNKNOWN",
+                }
+            }
+        };
+    }
+
+    command_types! {
+        ADD_CONNECTION = 1,
+        REMOVE_CONNECTION = 2,
+        ADD_CONSUMER = 3,
+        REMOVE_CONSUMER = 4,
+        ADD_PRODUCER = 5,
+        REMOVE_PRODUCER = 6,
+        HEARTBEAT = 7,
+        FETCH_HEALTH = 8,
+        FETCH_CLUSTER = 10,
+        FIND_COORDINATOR = 20,
+        FETCH_ASSIGNED_PARTITION = 21,
+        FETCH_TOPIC_MESSAGE = 30,
+        FETCH_PARTITION_MESSAGE = 31,
+        COMMIT_ACK = 32,
+        COMMIT_ACK_INDEX = 33,
+        /// Listed in the protocol document but commented out of the server's enum: a server
+        /// closes the connection when it receives it.
+        FETCH_ACK_INDEX = 34,
+        FETCH_INDEX = 35,
+        PRODUCE_MESSAGE = 50,
+        PRODUCE_MESSAGE_PREPARE = 51,
+        PRODUCE_MESSAGE_COMMIT = 52,
+        PRODUCE_MESSAGE_ROLLBACK = 53,
+        FETCH_PRODUCE_FEEDBACK = 54,
+    }
 
     /// Request ids the server has a payload decoder for (34 is not one of them).
     pub const KNOWN: &[i8] = &[
@@ -64,36 +82,6 @@ pub mod command_type {
     /// Whether `t` is a request type the server knows.
     pub fn is_known(t: i8) -> bool {
         KNOWN.contains(&t)
-    }
-
-    /// The command name, for logs and errors.
-    pub fn name(t: i8) -> &'static str {
-        match t.checked_abs().unwrap_or(t) {
-            1 => "ADD_CONNECTION",
-            2 => "REMOVE_CONNECTION",
-            3 => "ADD_CONSUMER",
-            4 => "REMOVE_CONSUMER",
-            5 => "ADD_PRODUCER",
-            6 => "REMOVE_PRODUCER",
-            7 => "HEARTBEAT",
-            8 => "FETCH_HEALTH",
-            10 => "FETCH_CLUSTER",
-            20 => "FIND_COORDINATOR",
-            21 => "FETCH_ASSIGNED_PARTITION",
-            30 => "FETCH_TOPIC_MESSAGE",
-            31 => "FETCH_PARTITION_MESSAGE",
-            32 => "COMMIT_ACK",
-            33 => "COMMIT_ACK_INDEX",
-            34 => "FETCH_ACK_INDEX",
-            35 => "FETCH_INDEX",
-            50 => "PRODUCE_MESSAGE",
-            51 => "PRODUCE_MESSAGE_PREPARE",
-            52 => "PRODUCE_MESSAGE_COMMIT",
-            53 => "PRODUCE_MESSAGE_ROLLBACK",
-            54 => "FETCH_PRODUCE_FEEDBACK",
-            _ if t == super::BOOLEAN_ACK => "BOOLEAN_ACK",
-            _ => "UNKNOWN",
-        }
     }
 }
 
@@ -212,12 +200,8 @@ pub struct Frame {
     pub payload: Bytes,
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+/// Milliseconds since the Unix epoch (the header's send time).
+pub use crate::duration::now_ms as now_millis;
 
 /// Encode a frame whose payload is written by `payload` straight into `dst` (no intermediate
 /// buffer); the length field is patched afterwards.

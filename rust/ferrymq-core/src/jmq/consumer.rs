@@ -675,18 +675,7 @@ impl JmqConsumer {
     async fn leader_of(&self, topic: &str, partition: i16) -> Result<Connection> {
         let cluster = &self.inner.cluster;
         let route = cluster.route(topic).await?;
-        let g = route.group_of(partition).ok_or_else(|| {
-            Error::invalid(
-                "partition",
-                format!("topic {topic:?} has no partition {partition}"),
-            )
-        })?;
-        let b = route.leader(g).cloned().ok_or_else(|| {
-            codes::error(
-                codes::FW_TOPIC_NO_PARTITIONGROUP,
-                format!("no leader for partition {partition}"),
-            )
-        })?;
+        let b = route.partition_leader(partition)?.clone();
         cluster.broker_connection(&b).await
     }
 

@@ -40,9 +40,10 @@ use super::command::RetryType;
 use super::consumer::{check_ack_timeout, ConsumerOptions, JmqConsumer};
 use super::message::RETRY_PARTITION;
 use super::received::{AckRef, ReceivedMessage};
+use crate::duration::timestamp_ms;
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::consumer_rpc::{ConsumerRpc, ConsumerSettings, ReceiveRequest};
+use crate::rocketmq::consumer_rpc::{leader_queue, ConsumerRpc, ConsumerSettings, ReceiveRequest};
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
@@ -117,13 +118,6 @@ fn parse_handle(h: &str) -> Result<(u64, (i16, i64))> {
     Ok((fetch, (partition, index)))
 }
 
-fn timestamp(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
-    }
-}
-
 /// The engine's wire form of a received JMQ4 message.
 fn to_wire(m: ReceivedMessage, fetch: u64) -> proto::Message {
     let receipt = handle(fetch, &m.ack_ref());
@@ -140,8 +134,8 @@ fn to_wire(m: ReceivedMessage, fetch: u64) -> proto::Message {
             delivery_attempt: Some(if m.is_retry() { 2 } else { 1 }),
             tag: m.tag,
             keys: m.business_id.into_iter().collect(),
-            born_timestamp: Some(timestamp(m.send_time)),
-            store_timestamp: Some(timestamp(m.store_time)),
+            born_timestamp: Some(timestamp_ms(m.send_time)),
+            store_timestamp: Some(timestamp_ms(m.store_time)),
             ..Default::default()
         }),
         user_properties: m.properties.into_iter().collect(),
@@ -253,20 +247,7 @@ impl ConsumerRpc for JmqRpc {
     }
 
     async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
-        Ok(vec![proto::MessageQueue {
-            topic: Some(proto::Resource {
-                resource_namespace: String::new(),
-                name: topic.to_string(),
-            }),
-            id: 0,
-            permission: proto::Permission::Read as i32,
-            broker: Some(proto::Broker {
-                name: "jmq".into(),
-                id: 0,
-                endpoints: None,
-            }),
-            accept_message_types: vec![],
-        }])
+        Ok(vec![leader_queue(topic, 0, proto::Permission::Read, "jmq")])
     }
 
     async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {

@@ -82,27 +82,11 @@ pub fn parse_endpoint(endpoint: &str) -> Result<String> {
     }
 }
 
-/// A small xorshift generator for load balancing choices (not for anything secret).
+/// A random number for load balancing choices (not for anything secret); the embedded JMQ4
+/// server balances with it too.
 #[doc(hidden)]
 pub fn random_u64() -> u64 {
-    use std::cell::Cell;
-    thread_local! {
-        static STATE: Cell<u64> = Cell::new({
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0x9E37_79B9, |d| d.as_nanos() as u64);
-            let addr = &t as *const u64 as u64;
-            (t ^ addr.rotate_left(32)) | 1
-        });
-    }
-    STATE.with(|s| {
-        let mut x = s.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        s.set(x);
-        x
-    })
+    fastrand::u64(..)
 }
 
 /// Run every JMQ4 decoder over arbitrary bytes: frames, request and response payloads,

@@ -230,9 +230,7 @@ fn to_item(m: &Message, max_body: usize) -> Result<(BatchItem, Option<String>)> 
 impl JmqProducer {
     /// Connect (bootstrap, ADD_CONNECTION) and start the feedback poller if a checker is set.
     pub async fn connect(cluster: ClusterOptions, options: ProducerOptions) -> Result<JmqProducer> {
-        if options.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts", "must be at least 1"));
-        }
+        Error::require_count("max_attempts", options.max_attempts)?;
         let cluster = Cluster::connect(cluster).await?;
         Ok(Self::with_cluster(cluster, options))
     }
@@ -358,16 +356,7 @@ impl JmqProducer {
                 ));
             }
             let p = parts[(java_string_hash(key).unsigned_abs() as usize) % parts.len()];
-            let g = route
-                .group_of(p)
-                .ok_or_else(|| Error::internal("partition without group"))?;
-            let b = route.leader(g).cloned().ok_or_else(|| {
-                codes::error(
-                    codes::FW_TOPIC_NO_PARTITIONGROUP,
-                    format!("no leader for partition {p} of {:?}", entry.topic),
-                )
-            })?;
-            return Ok((p, b));
+            return Ok((p, route.partition_leader(p)?.clone()));
         }
         let groups: Vec<&PartitionGroupMeta> = match within {
             Some(g) => vec![g],
@@ -407,7 +396,7 @@ impl JmqProducer {
         let weights: Vec<f64> = candidates.iter().map(|c| c.1).collect();
         let i = weighted_pick(&weights).unwrap_or(0);
         let g = candidates[i].0;
-        let p = g.partitions[(super::random_u64() % g.partitions.len() as u64) as usize];
+        let p = g.partitions[fastrand::usize(..g.partitions.len())];
         let b = route.leader(g).cloned().expect("filtered on known leaders");
         Ok((p, b))
     }

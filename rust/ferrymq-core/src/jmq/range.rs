@@ -100,15 +100,7 @@ impl JmqRangeReader {
         };
         let mut by_leader: BTreeMap<i32, (super::command::BrokerMeta, Vec<i16>)> = BTreeMap::new();
         for &p in &wanted {
-            let g = route.group_of(p).ok_or_else(|| {
-                Error::invalid("partition", format!("topic {topic:?} has no partition {p}"))
-            })?;
-            let b = route.leader(g).ok_or_else(|| {
-                codes::error(
-                    codes::FW_TOPIC_NO_PARTITIONGROUP,
-                    format!("no leader for partition {p} of {topic:?}"),
-                )
-            })?;
+            let b = route.partition_leader(p)?;
             by_leader
                 .entry(b.id)
                 .or_insert_with(|| (b.clone(), Vec::new()))
@@ -213,18 +205,7 @@ impl JmqRangeReader {
         count: usize,
     ) -> Result<Vec<ReceivedMessage>> {
         let route = self.cluster.route(topic).await?;
-        let g = route.group_of(partition).ok_or_else(|| {
-            Error::invalid(
-                "partition",
-                format!("topic {topic:?} has no partition {partition}"),
-            )
-        })?;
-        let broker = route.leader(g).cloned().ok_or_else(|| {
-            codes::error(
-                codes::FW_TOPIC_NO_PARTITIONGROUP,
-                format!("no leader for partition {partition} of {topic:?}"),
-            )
-        })?;
+        let broker = route.partition_leader(partition)?.clone();
         let conn = self.cluster.broker_connection(&broker).await?;
         let resp = conn
             .call(&FetchPartitionMessage {

@@ -114,9 +114,7 @@ impl JetStream {
         if let Some(d) = &cfg.durable {
             validate_name("durable", d)?;
         }
-        if cfg.ack_wait.is_zero() {
-            return Err(Error::invalid("ack_wait", "must be positive"));
-        }
+        Error::require_positive("ack_wait", cfg.ack_wait)?;
         if let Some(f) = &cfg.filter_subject {
             if f.is_empty() || f.split('.').any(str::is_empty) || f.contains(char::is_whitespace) {
                 return Err(Error::invalid(
@@ -213,9 +211,7 @@ impl PullConsumer {
     /// Each request ends on the server (full, 404 or 408), so none is left pending to deliver
     /// messages to an inbox nobody reads.
     pub async fn fetch(&self, max: usize, timeout: Duration) -> Result<Vec<JsMessage>> {
-        if max == 0 {
-            return Err(Error::invalid("max_messages", "must be at least 1"));
-        }
+        Error::require_count("max_messages", max)?;
         let got = self.fetch_now(max).await?;
         if !got.is_empty() || timeout.is_zero() {
             return Ok(got);
@@ -391,13 +387,5 @@ impl JsMessage {
             AckKind::Term => self.acker.ack_with(K::Term).await,
         };
         r.map_err(|e| error::map_boxed("ack", &e))
-    }
-
-    /// Send a plain `+ACK` without waiting for the server (fast; used for batches).
-    pub async fn ack_nowait(&self) -> Result<()> {
-        self.acker
-            .ack()
-            .await
-            .map_err(|e| error::map_boxed("ack", &e))
     }
 }

@@ -34,7 +34,7 @@ use super::consumer::{JsMessage, PullConsumer, PullConsumerConfig};
 use super::JetStream;
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::consumer_rpc::{ConsumerRpc, ConsumerSettings, ReceiveRequest};
+use crate::rocketmq::consumer_rpc::{leader_queue, ConsumerRpc, ConsumerSettings, ReceiveRequest};
 use crate::rocketmq::endpoints::{Address, Endpoints};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
@@ -129,15 +129,9 @@ impl JsConsumerRpc {
         if let Some(s) = &options.stream {
             super::stream::validate_name("stream", s)?;
         }
-        if options.ack_wait.is_zero() {
-            return Err(Error::invalid("ack_wait", "must be positive"));
-        }
-        if options.receive_batch_size == 0 {
-            return Err(Error::invalid("receive_batch_size", "must be at least 1"));
-        }
-        if options.retry_policy.max_attempts == 0 {
-            return Err(Error::invalid("max_attempts", "must be at least 1"));
-        }
+        Error::require_positive("ack_wait", options.ack_wait)?;
+        Error::require_count("receive_batch_size", options.receive_batch_size)?;
+        Error::require_count("max_attempts", options.retry_policy.max_attempts)?;
         let access = endpoints_of(&js)?;
         Ok(Self {
             js,
@@ -309,20 +303,13 @@ impl ConsumerRpc for JsConsumerRpc {
 
     async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
         let consumer = self.subscribe(topic).await?;
-        Ok(vec![proto::MessageQueue {
-            topic: Some(proto::Resource {
-                resource_namespace: String::new(),
-                name: topic.to_string(),
-            }),
-            id: 0,
-            permission: proto::Permission::ReadWrite as i32,
-            broker: Some(proto::Broker {
-                name: consumer.stream().to_string(),
-                id: 0,
-                endpoints: None,
-            }),
-            accept_message_types: vec![],
-        }])
+        let stream = consumer.stream();
+        Ok(vec![leader_queue(
+            topic,
+            0,
+            proto::Permission::ReadWrite,
+            stream,
+        )])
     }
 
     async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {

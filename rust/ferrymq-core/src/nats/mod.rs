@@ -332,12 +332,8 @@ impl JetStream {
             .iter()
             .map(|e| check_endpoint(e))
             .collect::<Result<Vec<_>>>()?;
-        if opts.connect_timeout.is_zero() {
-            return Err(Error::invalid("connect_timeout", "must be positive"));
-        }
-        if opts.request_timeout.is_zero() {
-            return Err(Error::invalid("request_timeout", "must be positive"));
-        }
+        Error::require_positive("connect_timeout", opts.connect_timeout)?;
+        Error::require_positive("request_timeout", opts.request_timeout)?;
         let mut co = ConnectOptions::new()
             // Subjects are checked where ferrymq takes them (`validate_publish_subject`, with
             // errors that name the field); async-nats need not scan each one again.

@@ -161,9 +161,7 @@ impl<B: ProduceBackend, T: Send + 'static> ProduceQueue<B, T> {
     /// A queue of at most `max_pending` unreported messages, sent with `backend` by a batcher
     /// that the first [`push`](Self::push) starts on `runtime`.
     pub fn new(backend: B, max_pending: usize, runtime: tokio::runtime::Handle) -> Result<Self> {
-        if max_pending == 0 {
-            return Err(Error::invalid("max_pending", "must be at least 1"));
-        }
+        Error::require_count("max_pending", max_pending)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 queue: Mutex::new(Vec::new()),

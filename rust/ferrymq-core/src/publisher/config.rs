@@ -74,9 +74,7 @@ impl PublisherConfig {
             ("hold_pause_time", self.hold_pause_time),
             ("wait_timeout", self.wait_timeout),
         ] {
-            if d.is_zero() {
-                return Err(Error::invalid(field, "must be positive"));
-            }
+            Error::require_positive(field, d)?;
             if d > crate::duration::MAX {
                 return Err(Error::invalid(
                     field,

@@ -284,9 +284,7 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     pub(super) fn validate(&self) -> Result<()> {
-        if self.attempts == 0 {
-            return Err(Error::invalid("retry.attempts", "must be at least 1"));
-        }
+        Error::require_count("retry.attempts", self.attempts)?;
         if self.attempt_timeout == Some(Duration::ZERO) {
             return Err(Error::invalid("retry.attempt_timeout", "must be positive"));
         }

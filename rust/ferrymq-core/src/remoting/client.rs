@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -179,19 +179,11 @@ pub struct RemotingClient {
     pub(super) inner: Arc<Inner>,
 }
 
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0))
-}
-
 impl RemotingClient {
     /// A client for `options`; no I/O until the first call.
     pub fn new(options: RemotingOptions) -> Result<Self> {
         let addrs = parse_endpoints(&options.endpoints)?;
-        if options.request_timeout.is_zero() {
-            return Err(Error::invalid("request_timeout", "must be positive"));
-        }
+        Error::require_positive("request_timeout", options.request_timeout)?;
         let ns = addrs
             .into_iter()
             .map(|a| Connection::new(a, options.credentials.clone()))

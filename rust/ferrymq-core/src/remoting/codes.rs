@@ -44,53 +44,61 @@ pub mod request {
 
 /// Response codes (`ResponseCode`, `RemotingSysResponseCode`).
 pub mod response {
-    /// Success.
-    pub const SUCCESS: i32 = 0;
-    /// An exception on the server (the remark holds its text).
-    pub const SYSTEM_ERROR: i32 = 1;
-    /// Flow control: the server is overloaded.
-    pub const SYSTEM_BUSY: i32 = 2;
-    /// No processor for this request code.
-    pub const REQUEST_CODE_NOT_SUPPORTED: i32 = 3;
-    /// Send: stored, but the disk flush timed out.
-    pub const FLUSH_DISK_TIMEOUT: i32 = 10;
-    /// Send: stored, but no slave was available.
-    pub const SLAVE_NOT_AVAILABLE: i32 = 11;
-    /// Send: stored, but the slave flush timed out.
-    pub const FLUSH_SLAVE_TIMEOUT: i32 = 12;
-    /// The message was refused (too large, bad properties, …).
-    pub const MESSAGE_ILLEGAL: i32 = 13;
-    /// The store is not writable.
-    pub const SERVICE_NOT_AVAILABLE: i32 = 14;
-    /// The request lacks a field this server needs (a proxy without `bname`).
-    pub const VERSION_NOT_SUPPORTED: i32 = 15;
-    /// Permission bits or ACL refused the request.
-    pub const NO_PERMISSION: i32 = 16;
-    /// The topic does not exist.
-    pub const TOPIC_NOT_EXIST: i32 = 17;
-    /// Pull: no new message (after any long-poll hold).
-    pub const PULL_NOT_FOUND: i32 = 19;
-    /// Pull: retry at once from `nextBeginOffset`.
-    pub const PULL_RETRY_IMMEDIATELY: i32 = 20;
-    /// Pull: the offset is not valid; `nextBeginOffset` is the server's suggestion.
-    pub const PULL_OFFSET_MOVED: i32 = 21;
-    /// Query consumer offset: the group never committed.
-    pub const QUERY_NOT_FOUND: i32 = 22;
-    /// The subscription expression does not parse.
-    pub const SUBSCRIPTION_PARSE_FAILED: i32 = 23;
-    /// No subscription registered for this group.
-    pub const SUBSCRIPTION_NOT_EXIST: i32 = 24;
-    /// The registered subscription is older than the request's.
-    pub const SUBSCRIPTION_NOT_LATEST: i32 = 25;
-    /// The consumer group is unknown to the broker.
-    pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 26;
-    /// A bad parameter (queue id out of range, invalid topic name).
-    pub const INVALID_PARAMETER: i32 = 29;
-    /// Flow control on pulls.
-    pub const FLOW_CONTROL: i32 = 215;
-    /// The server is shutting down.
-    pub const GO_AWAY: i32 = 1500;
+    use crate::error::code_table;
+
+    code_table! {
+        /// The name of a response code.
+        fn name -> "UNKNOWN";
+        /// Success.
+        SUCCESS = 0,
+        /// An exception on the server (the remark holds its text).
+        SYSTEM_ERROR = 1,
+        /// Flow control: the server is overloaded.
+        SYSTEM_BUSY = 2,
+        /// No processor for this request code.
+        REQUEST_CODE_NOT_SUPPORTED = 3,
+        /// Send: stored, but the disk flush timed out.
+        FLUSH_DISK_TIMEOUT = 10,
+        /// Send: stored, but no slave was available.
+        SLAVE_NOT_AVAILABLE = 11,
+        /// Send: stored, but the slave flush timed out.
+        FLUSH_SLAVE_TIMEOUT = 12,
+        /// The message was refused (too large, bad properties, …).
+        MESSAGE_ILLEGAL = 13,
+        /// The store is not writable.
+        SERVICE_NOT_AVAILABLE = 14,
+        /// The request lacks a field this server needs (a proxy without `bname`).
+        VERSION_NOT_SUPPORTED = 15,
+        /// Permission bits or ACL refused the request.
+        NO_PERMISSION = 16,
+        /// The topic does not exist.
+        TOPIC_NOT_EXIST = 17,
+        /// Pull: no new message (after any long-poll hold).
+        PULL_NOT_FOUND = 19,
+        /// Pull: retry at once from `nextBeginOffset`.
+        PULL_RETRY_IMMEDIATELY = 20,
+        /// Pull: the offset is not valid; `nextBeginOffset` is the server's suggestion.
+        PULL_OFFSET_MOVED = 21,
+        /// Query consumer offset: the group never committed.
+        QUERY_NOT_FOUND = 22,
+        /// The subscription expression does not parse.
+        SUBSCRIPTION_PARSE_FAILED = 23,
+        /// No subscription registered for this group.
+        SUBSCRIPTION_NOT_EXIST = 24,
+        /// The registered subscription is older than the request's.
+        SUBSCRIPTION_NOT_LATEST = 25,
+        /// The consumer group is unknown to the broker.
+        SUBSCRIPTION_GROUP_NOT_EXIST = 26,
+        /// A bad parameter (queue id out of range, invalid topic name).
+        INVALID_PARAMETER = 29,
+        /// Flow control on pulls.
+        FLOW_CONTROL = 215,
+        /// The server is shutting down.
+        GO_AWAY = 1500,
+    }
 }
+
+pub use response::name;
 
 /// How a response code is treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,44 +111,16 @@ pub struct Class {
     pub flow_control: bool,
 }
 
-/// The name of a response code.
-pub fn name(code: i32) -> &'static str {
-    classify(code).name
-}
-
 /// Classify a response code.
 pub fn classify(code: i32) -> Class {
     use response::*;
-    let (name, retriable, flow_control) = match code {
-        SUCCESS => ("SUCCESS", false, false),
-        SYSTEM_ERROR => ("SYSTEM_ERROR", false, false),
-        SYSTEM_BUSY => ("SYSTEM_BUSY", true, true),
-        REQUEST_CODE_NOT_SUPPORTED => ("REQUEST_CODE_NOT_SUPPORTED", false, false),
-        FLUSH_DISK_TIMEOUT => ("FLUSH_DISK_TIMEOUT", false, false),
-        SLAVE_NOT_AVAILABLE => ("SLAVE_NOT_AVAILABLE", false, false),
-        FLUSH_SLAVE_TIMEOUT => ("FLUSH_SLAVE_TIMEOUT", false, false),
-        MESSAGE_ILLEGAL => ("MESSAGE_ILLEGAL", false, false),
-        SERVICE_NOT_AVAILABLE => ("SERVICE_NOT_AVAILABLE", true, false),
-        VERSION_NOT_SUPPORTED => ("VERSION_NOT_SUPPORTED", false, false),
-        NO_PERMISSION => ("NO_PERMISSION", false, false),
-        TOPIC_NOT_EXIST => ("TOPIC_NOT_EXIST", false, false),
-        PULL_NOT_FOUND => ("PULL_NOT_FOUND", false, false),
-        PULL_RETRY_IMMEDIATELY => ("PULL_RETRY_IMMEDIATELY", true, false),
-        PULL_OFFSET_MOVED => ("PULL_OFFSET_MOVED", false, false),
-        QUERY_NOT_FOUND => ("QUERY_NOT_FOUND", false, false),
-        SUBSCRIPTION_PARSE_FAILED => ("SUBSCRIPTION_PARSE_FAILED", false, false),
-        SUBSCRIPTION_NOT_EXIST => ("SUBSCRIPTION_NOT_EXIST", false, false),
-        SUBSCRIPTION_NOT_LATEST => ("SUBSCRIPTION_NOT_LATEST", false, false),
-        SUBSCRIPTION_GROUP_NOT_EXIST => ("SUBSCRIPTION_GROUP_NOT_EXIST", false, false),
-        INVALID_PARAMETER => ("INVALID_PARAMETER", false, false),
-        FLOW_CONTROL => ("FLOW_CONTROL", true, true),
-        GO_AWAY => ("GO_AWAY", true, false),
-        _ => ("UNKNOWN", false, false),
-    };
     Class {
-        name,
-        retriable,
-        flow_control,
+        name: name(code),
+        retriable: matches!(
+            code,
+            SYSTEM_BUSY | SERVICE_NOT_AVAILABLE | PULL_RETRY_IMMEDIATELY | FLOW_CONTROL | GO_AWAY
+        ),
+        flow_control: matches!(code, SYSTEM_BUSY | FLOW_CONTROL),
     }
 }
 

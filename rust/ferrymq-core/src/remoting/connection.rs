@@ -48,7 +48,6 @@ enum Command {
 struct Inner {
     addr: String,
     credentials: Option<Credentials>,
-    max_frame: usize,
     tx: Mutex<Option<mpsc::Sender<Command>>>,
 }
 
@@ -70,20 +69,10 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     /// A handle to `addr` (`host:port`); nothing is opened until the first request.
     pub fn new(addr: impl Into<String>, credentials: Option<Credentials>) -> Self {
-        Self::with_max_frame(addr, credentials, DEFAULT_MAX_FRAME)
-    }
-
-    /// [`Connection::new`] with a frame size limit for replies.
-    pub fn with_max_frame(
-        addr: impl Into<String>,
-        credentials: Option<Credentials>,
-        max_frame: usize,
-    ) -> Self {
         Connection {
             inner: Arc::new(Inner {
                 addr: addr.into(),
                 credentials,
-                max_frame,
                 tx: Mutex::new(None),
             }),
         }
@@ -100,7 +89,7 @@ impl Connection {
             return tx.clone();
         }
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(run(self.inner.addr.clone(), rx, self.inner.max_frame));
+        tokio::spawn(run(self.inner.addr.clone(), rx));
         *slot = Some(tx.clone());
         tx
     }
@@ -247,7 +236,7 @@ impl Task {
     }
 }
 
-async fn run(addr: String, mut rx: mpsc::Receiver<Command>, max_frame: usize) {
+async fn run(addr: String, mut rx: mpsc::Receiver<Command>) {
     let mut task = Task {
         addr: addr.clone(),
         pending: HashMap::new(),
@@ -258,7 +247,7 @@ async fn run(addr: String, mut rx: mpsc::Receiver<Command>, max_frame: usize) {
         Ok(Err(e)) => format!("cannot connect ({e})"),
         Ok(Ok(stream)) => {
             let _ = stream.set_nodelay(true);
-            serve(&mut task, stream, &mut rx, max_frame).await
+            serve(&mut task, stream, &mut rx).await
         }
     };
     tracing::debug!(target: "ferrymq::remoting", "connection to {addr} ended: {why}");
@@ -276,12 +265,7 @@ async fn run(addr: String, mut rx: mpsc::Receiver<Command>, max_frame: usize) {
     }
 }
 
-async fn serve(
-    task: &mut Task,
-    stream: TcpStream,
-    rx: &mut mpsc::Receiver<Command>,
-    max_frame: usize,
-) -> String {
+async fn serve(task: &mut Task, stream: TcpStream, rx: &mut mpsc::Receiver<Command>) -> String {
     let (mut reader, mut writer) = stream.into_split();
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut wbuf = BytesMut::with_capacity(64 * 1024);
@@ -317,7 +301,7 @@ async fn serve(
                     Ok(_) => {}
                 }
                 loop {
-                    match decode_frame(&mut rbuf, max_frame) {
+                    match decode_frame(&mut rbuf, DEFAULT_MAX_FRAME) {
                         Ok(Some(cmd)) => task.on_frame(cmd, &mut wbuf),
                         Ok(None) => break,
                         Err(e) => return format!("undecodable frame ({e})"),

@@ -375,9 +375,7 @@ impl OffsetConsumer {
     /// Up to `max_messages` messages from the assigned queues, waiting up to `timeout` when
     /// none is available. Positions advance past what is returned.
     pub async fn poll(&self, max_messages: usize, timeout: Duration) -> Result<Vec<Polled>> {
-        if max_messages == 0 {
-            return Err(Error::invalid("max_messages", "must be at least 1"));
-        }
+        Error::require_count("max_messages", max_messages)?;
         self.check_open()?;
         let deadline = Instant::now() + timeout.min(Duration::from_secs(3600));
         // Resolve unknown positions first (committed offset or reset policy).

@@ -183,10 +183,10 @@ impl RemotingReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remoting::codec::{decode_frame, RemotingCommand, DEFAULT_MAX_FRAME};
+    use crate::remoting::codec::RemotingCommand;
     use crate::remoting::stored::{encode_properties, encode_stored, StoredRecord};
+    use crate::test_support::remoting_server;
     use bytes::BytesMut;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A name server and broker in one: topic `t`, one queue on `broker-a` holding offsets
     /// `MIN..MAX` (older ones removed by retention), tags alternating `a` / `b`. Pulls are
@@ -195,31 +195,7 @@ mod tests {
     const MAX: i64 = 60;
 
     async fn fake_cluster() -> String {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let me = addr.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut s, _)) = l.accept().await else {
-                    return;
-                };
-                let me = me.clone();
-                tokio::spawn(async move {
-                    let mut buf = BytesMut::new();
-                    loop {
-                        while let Ok(Some(c)) = decode_frame(&mut buf, DEFAULT_MAX_FRAME) {
-                            let mut out = BytesMut::new();
-                            answer(&c, &me).encode(&mut out);
-                            s.write_all(&out).await.unwrap();
-                        }
-                        if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        addr
+        remoting_server(answer).await
     }
 
     fn answer(c: &RemotingCommand, me: &str) -> RemotingCommand {

@@ -254,6 +254,7 @@ impl RouteCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::remoting_server;
 
     const ROUTE: &str = r#"{"brokerDatas":[{"brokerAddrs":{"0":"127.0.0.1:10911","1":"127.0.0.1:10921"},"brokerName":"broker-a","cluster":"DefaultCluster","enableActingMaster":false},{"brokerAddrs":{"1":"10.0.0.2:10911"},"brokerName":"broker-b","cluster":"c"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":2},{"brokerName":"broker-b","perm":6,"readQueueNums":1,"writeQueueNums":1}]}"#;
 
@@ -280,38 +281,18 @@ mod tests {
 
     #[tokio::test]
     async fn rotates_name_servers_and_caches() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let good = l.local_addr().unwrap().to_string();
         let hits = Arc::new(AtomicUsize::new(0));
         let h = hits.clone();
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            loop {
-                let Ok((mut s, _)) = l.accept().await else {
-                    return;
-                };
-                let h = h.clone();
-                tokio::spawn(async move {
-                    let mut buf = bytes::BytesMut::new();
-                    loop {
-                        while let Ok(Some(c)) = super::super::decode_frame(&mut buf, 1 << 20) {
-                            h.fetch_add(1, Ordering::SeqCst);
-                            let code = if c.ext("topic") == Some("t") { 0 } else { 17 };
-                            let mut resp = RemotingCommand::response(code, c.opaque, None);
-                            if code == 0 {
-                                resp.body = ROUTE.into();
-                            }
-                            let mut out = bytes::BytesMut::new();
-                            resp.encode(&mut out);
-                            s.write_all(&out).await.unwrap();
-                        }
-                        if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                    }
-                });
+        let good = remoting_server(move |c, _| {
+            h.fetch_add(1, Ordering::SeqCst);
+            let code = if c.ext("topic") == Some("t") { 0 } else { 17 };
+            let mut resp = RemotingCommand::response(code, c.opaque, None);
+            if code == 0 {
+                resp.body = ROUTE.into();
             }
-        });
+            resp
+        })
+        .await;
         let cache = RouteCache::new(
             vec![
                 Connection::new("127.0.0.1:1", None),

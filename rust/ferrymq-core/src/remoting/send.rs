@@ -17,10 +17,11 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 
-use super::client::{now_ms, RemotingClient, DEFAULT_TOPIC};
+use super::client::{RemotingClient, DEFAULT_TOPIC};
 use super::codec::RemotingCommand;
 use super::codes::{request, response, status_error};
 use super::stored;
+use crate::duration::now_ms;
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::rocketmq::pull::QueueRef;
@@ -336,6 +337,7 @@ mod tests {
 
     use super::*;
     use crate::remoting::client::RemotingOptions;
+    use crate::test_support::remoting_server;
 
     #[test]
     fn chunks_respect_limits_and_groups() {
@@ -421,35 +423,10 @@ mod tests {
 
     #[tokio::test]
     async fn batch_retries_keep_ids_and_header() {
-        use crate::remoting::codec::{decode_frame, DEFAULT_MAX_FRAME};
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap().to_string();
         let seen: Log = Arc::default();
-        let (me, log) = (addr.clone(), seen.clone());
+        let log = seen.clone();
         let state: Arc<Mutex<(u32, HashMap<String, i64>)>> = Arc::default();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut s, _)) = l.accept().await else {
-                    return;
-                };
-                let (me, log, state) = (me.clone(), log.clone(), state.clone());
-                tokio::spawn(async move {
-                    let mut buf = BytesMut::new();
-                    loop {
-                        while let Ok(Some(c)) = decode_frame(&mut buf, DEFAULT_MAX_FRAME) {
-                            let r = fake_answer(&c, &me, &log, &state);
-                            let mut out = BytesMut::new();
-                            r.encode(&mut out);
-                            s.write_all(&out).await.unwrap();
-                        }
-                        if s.read_buf(&mut buf).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
+        let addr = remoting_server(move |c, me| fake_answer(c, me, &log, &state)).await;
         let client = RemotingClient::new(RemotingOptions::new(&addr)).unwrap();
         let msgs: Vec<Message> = (0..1500)
             .map(|i| Message::builder("t", format!("{i}")).build().unwrap())

@@ -13,12 +13,13 @@ use std::io::Read;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::OnceLock;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use crate::duration::timestamp_ms;
 use crate::error::{Error, Result};
 use crate::message::Message;
+use crate::message_id::upper_hex;
 use crate::proto;
 
 /// Magic of stored records with a 1-byte topic length.
@@ -159,9 +160,9 @@ impl StoredMessage {
                 } else {
                     proto::MessageType::Normal as i32
                 },
-                born_timestamp: Some(timestamp(self.born_timestamp_ms)),
+                born_timestamp: Some(timestamp_ms(self.born_timestamp_ms)),
                 born_host: self.born_host.clone(),
-                store_timestamp: Some(timestamp(self.store_timestamp_ms)),
+                store_timestamp: Some(timestamp_ms(self.store_timestamp_ms)),
                 store_host: self.store_host.clone(),
                 queue_id: self.queue_id,
                 queue_offset: Some(self.queue_offset),
@@ -171,13 +172,6 @@ impl StoredMessage {
             }),
             body: self.body.clone(),
         }
-    }
-}
-
-fn timestamp(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
     }
 }
 
@@ -208,16 +202,6 @@ fn host(b: &mut Bytes, v6: bool, what: &str) -> Result<(String, Vec<u8>)> {
     let mut id = raw;
     id.extend_from_slice(&port.to_be_bytes());
     Ok((text, id))
-}
-
-fn upper_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 0xF)]));
-    }
-    s
 }
 
 /// Inflate a compressed body: zlib, or gzip when it starts with the gzip magic. At most
@@ -601,9 +585,7 @@ pub fn new_unique_id() -> String {
         p[6..].copy_from_slice(&fastrand::u32(..).to_be_bytes());
         p
     });
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(0));
+    let now_ms = crate::duration::now_ms();
     let mut raw = [0u8; 16];
     raw[..10].copy_from_slice(prefix);
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]

@@ -27,6 +27,7 @@ use super::metadata::{Credentials, RequestMetadata};
 use super::route::{RouteCache, TopicRoute};
 use super::settings::{self, EffectiveSettings};
 use super::telemetry::{CommandStream, Session, SessionOwner};
+use crate::duration::to_proto_duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto;
 use crate::status;
@@ -190,9 +191,7 @@ impl Client {
             (None, false) => None,
         };
         if let Some(t) = options.request_timeout {
-            if t.is_zero() {
-                return Err(Error::invalid("request_timeout", "must be positive"));
-            }
+            Error::require_positive("request_timeout", t)?;
         }
         if options.max_attempts == Some(0) {
             return Err(Error::invalid("max_attempts", "must be at least 1"));
@@ -202,9 +201,7 @@ impl Client {
             ("route_refresh_interval", options.route_refresh_interval),
             ("settings_sync_interval", options.settings_sync_interval),
         ] {
-            if d.is_zero() {
-                return Err(Error::invalid(name, "must be positive"));
-            }
+            Error::require_positive(name, d)?;
         }
         if options
             .namespace
@@ -596,7 +593,7 @@ impl SessionOwner for ClientInner {
                     client_type: Some(self.client_type as i32),
                     access_point: Some(self.access.to_proto()),
                     backoff_policy: Some(local.retry_policy.to_proto()),
-                    request_timeout: Some(settings::to_duration(local.request_timeout)),
+                    request_timeout: Some(to_proto_duration(local.request_timeout)),
                     pub_sub: Some(self.pub_sub.read().clone()),
                     user_agent: Some(proto::Ua {
                         language: proto::Language::Python as i32,

@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
+use crate::duration::to_proto_duration;
 use crate::error::{Error, Result};
 use crate::proto;
 use crate::rocketmq::client::{check_status, deadline, Client, ClientOptions, CommandHandler};
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
-use crate::rocketmq::settings;
 use crate::rocketmq::settings::{Backoff, RetryPolicy};
 use crate::status;
 
@@ -86,6 +86,30 @@ pub fn subscription_settings(
             .collect(),
         ..Default::default()
     })
+}
+
+/// Queue `id` of `topic` on the leader of `broker`, without endpoints: what the backends whose
+/// queues are not RocketMQ queues (a JMQ4 topic, a JetStream stream) and the test broker assign.
+pub fn leader_queue(
+    topic: &str,
+    id: i32,
+    permission: proto::Permission,
+    broker: impl Into<String>,
+) -> proto::MessageQueue {
+    proto::MessageQueue {
+        topic: Some(proto::Resource {
+            resource_namespace: String::new(),
+            name: topic.to_string(),
+        }),
+        id,
+        permission: permission as i32,
+        broker: Some(proto::Broker {
+            name: broker.into(),
+            id: 0,
+            endpoints: None,
+        }),
+        accept_message_types: vec![],
+    }
 }
 
 /// One `ReceiveMessage` call.
@@ -272,9 +296,9 @@ impl ClientRpc {
                 message_queue: Some(request.queue),
                 filter_expression: Some(request.filter.to_proto()),
                 batch_size: i32::try_from(request.batch_size).unwrap_or(i32::MAX),
-                invisible_duration: request.invisible_duration.map(settings::to_duration),
+                invisible_duration: request.invisible_duration.map(to_proto_duration),
                 auto_renew: request.auto_renew,
-                long_polling_timeout: Some(settings::to_duration(request.long_polling_timeout)),
+                long_polling_timeout: Some(to_proto_duration(request.long_polling_timeout)),
                 attempt_id: None,
             },
             timeout,
@@ -448,7 +472,7 @@ impl ConsumerRpc for ClientRpc {
                 group: Some(self.group.clone()),
                 topic: Some(source.topic.clone()),
                 receipt_handle: message.receipt_handle().to_string(),
-                invisible_duration: Some(settings::to_duration(duration)),
+                invisible_duration: Some(to_proto_duration(duration)),
                 message_id: message.message_id().to_string(),
                 lite_topic: message.lite_topic().map(str::to_string),
                 suspend: None,

@@ -236,20 +236,7 @@ impl ConsumerRpc for FakeBroker {
 
     async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {
         Ok((0..self.queues)
-            .map(|id| proto::MessageQueue {
-                topic: Some(proto::Resource {
-                    resource_namespace: String::new(),
-                    name: topic.to_string(),
-                }),
-                id,
-                permission: proto::Permission::ReadWrite as i32,
-                broker: Some(proto::Broker {
-                    name: "b".into(),
-                    id: 0,
-                    endpoints: None,
-                }),
-                accept_message_types: vec![],
-            })
+            .map(|id| leader_queue(topic, id, proto::Permission::ReadWrite, "b"))
             .collect())
     }
 

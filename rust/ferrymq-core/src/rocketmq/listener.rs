@@ -274,12 +274,8 @@ impl WorkerPool {
         threads: usize,
         max_batch: usize,
     ) -> Result<Self> {
-        if threads == 0 {
-            return Err(Error::invalid("consumption_threads", "must be at least 1"));
-        }
-        if max_batch == 0 {
-            return Err(Error::invalid("max_batch", "must be at least 1"));
-        }
+        Error::require_count("consumption_threads", threads)?;
+        Error::require_count("max_batch", max_batch)?;
         let shared = Arc::new(PoolShared {
             state: Mutex::new(PoolState {
                 queue: VecDeque::new(),

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::io::Read as _;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -261,24 +260,8 @@ impl MessageView {
     }
 }
 
-/// Convert a `Duration` to its wire form.
-pub fn to_proto_duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
-    }
-}
-
-/// Convert a wire duration to a `Duration` (negative values become zero).
-pub fn from_proto_duration(d: &prost_types::Duration) -> Duration {
-    if d.seconds < 0 || (d.seconds == 0 && d.nanos <= 0) {
-        return Duration::ZERO;
-    }
-    Duration::new(
-        u64::try_from(d.seconds).unwrap_or(0),
-        u32::try_from(d.nanos.max(0)).unwrap_or(0),
-    )
-}
+/// The wire form of a `Duration` (the embedded broker converts with it from here).
+pub use crate::duration::to_proto_duration;
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -403,18 +386,5 @@ pub(crate) mod tests {
         let v = MessageView::from_proto(w, source()).unwrap();
         assert!(!v.is_corrupted());
         assert_eq!(&v.body()[..], b"compressed payload");
-    }
-
-    #[test]
-    fn durations_round_trip() {
-        let d = Duration::from_millis(1500);
-        assert_eq!(from_proto_duration(&to_proto_duration(d)), d);
-        assert_eq!(
-            from_proto_duration(&prost_types::Duration {
-                seconds: -1,
-                nanos: 0
-            }),
-            Duration::ZERO
-        );
     }
 }

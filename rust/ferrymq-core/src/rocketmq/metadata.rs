@@ -168,11 +168,7 @@ pub fn sign(credentials: &Credentials, date_time: &str) -> String {
         credentials.secret_key.as_bytes(),
     );
     let tag = ring::hmac::sign(&key, date_time.as_bytes());
-    let mut hex = String::with_capacity(40);
-    for b in tag.as_ref() {
-        use fmt::Write as _;
-        let _ = write!(hex, "{b:02X}");
-    }
+    let hex = crate::message_id::upper_hex(tag.as_ref());
     format!(
         "{ALGORITHM} Credential={}, SignedHeaders={}, Signature={hex}",
         credentials.access_key,

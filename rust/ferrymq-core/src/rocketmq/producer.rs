@@ -20,7 +20,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use futures::StreamExt as _;
 use tokio::sync::Notify;
@@ -31,6 +30,7 @@ use super::transaction::TransactionHandler;
 pub use super::transaction::{
     end_transaction, Transaction, TransactionChecker, TransactionResolution,
 };
+use crate::duration::timestamp_ms;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Message, MessageKind};
 use crate::{message_id, proto, status};
@@ -76,14 +76,6 @@ pub struct SendReceipt {
     pub transaction_id: Option<String>,
     /// Recall handle of a delayed message.
     pub recall_handle: Option<String>,
-}
-
-/// A protobuf timestamp from Unix milliseconds.
-pub fn timestamp_from_ms(ms: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ms.div_euclid(1000),
-        nanos: i32::try_from(ms.rem_euclid(1000) * 1_000_000).unwrap_or(0),
-    }
 }
 
 struct ProducerInner {
@@ -520,9 +512,9 @@ impl Producer {
             queue_id,
             body_encoding: proto::Encoding::Identity as i32,
             message_type: message_type(kind) as i32,
-            born_timestamp: Some(timestamp_from_ms(born_ms)),
+            born_timestamp: Some(timestamp_ms(born_ms)),
             born_host: super::metadata::hostname().to_string(),
-            delivery_timestamp: m.delivery_time_millis().map(timestamp_from_ms),
+            delivery_timestamp: m.delivery_time_millis().map(timestamp_ms),
             message_group: m.message_group().map(ToString::to_string),
             priority: m.priority(),
             ..Default::default()
@@ -588,9 +580,7 @@ impl Producer {
                 )));
             }
         }
-        let born = SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let born = crate::duration::now_ms();
         // The ids are generated here, once, and kept on every retry. A packed request is one
         // message id: the proxy stores all of its messages under the first one's.
         let ids: Vec<String> = if mode == Mode::Packed {

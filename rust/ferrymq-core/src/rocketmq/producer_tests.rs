@@ -3,7 +3,7 @@
 
 use super::*;
 use ferrymq_server::broker::{Broker, BrokerConfig, Rpc, StatusFault};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 async fn broker(endpoints: usize) -> Broker {
     Broker::start(BrokerConfig {

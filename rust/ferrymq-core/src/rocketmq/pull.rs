@@ -18,8 +18,8 @@ use futures::StreamExt;
 
 use super::client::{check_status, deadline, Client, ClientOptions, NoCommands};
 use super::endpoints::Endpoints;
-use super::producer::timestamp_from_ms;
 use crate::columnar::{MessageColumns, RangeCursor, RangeRead, Row};
+use crate::duration::{timestamp_ms, to_proto_duration};
 use crate::error::{Error, Result};
 use crate::proto;
 use crate::status;
@@ -301,10 +301,9 @@ impl PullReader {
         let (p, ts) = match policy {
             OffsetPolicy::Beginning => (proto::QueryOffsetPolicy::Beginning, None),
             OffsetPolicy::End => (proto::QueryOffsetPolicy::End, None),
-            OffsetPolicy::Timestamp(ms) => (
-                proto::QueryOffsetPolicy::Timestamp,
-                Some(timestamp_from_ms(ms)),
-            ),
+            OffsetPolicy::Timestamp(ms) => {
+                (proto::QueryOffsetPolicy::Timestamp, Some(timestamp_ms(ms)))
+            }
         };
         let timeout = self.client.settings().request_timeout;
         let req = self.client.request_with_timeout(
@@ -369,10 +368,7 @@ impl PullReader {
                 offset,
                 batch_size: batch_size.max(1),
                 filter_expression: self.filter.clone(),
-                long_polling_timeout: Some(prost_types::Duration {
-                    seconds: i64::try_from(long_polling.as_secs()).unwrap_or(i64::MAX),
-                    nanos: i32::try_from(long_polling.subsec_nanos()).unwrap_or(0),
-                }),
+                long_polling_timeout: Some(to_proto_duration(long_polling)),
             },
             timeout,
         );
@@ -554,8 +550,8 @@ mod tests {
                 message_id: "id1".into(),
                 tag: Some("t".into()),
                 keys: vec!["k1".into(), "k2".into()],
-                born_timestamp: Some(timestamp_from_ms(5)),
-                store_timestamp: Some(timestamp_from_ms(7)),
+                born_timestamp: Some(timestamp_ms(5)),
+                store_timestamp: Some(timestamp_ms(7)),
                 queue_id: 2,
                 queue_offset: Some(9),
                 ..Default::default()

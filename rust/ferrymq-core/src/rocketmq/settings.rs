@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::duration::to_proto_duration;
 use crate::proto;
 
 /// Default request timeout (Java `ClientConfiguration.requestTimeout`).
@@ -104,13 +105,13 @@ impl RetryPolicy {
                 max,
                 multiplier,
             } => proto::retry_policy::Strategy::ExponentialBackoff(proto::ExponentialBackoff {
-                initial: Some(to_duration(*initial)),
-                max: Some(to_duration(*max)),
+                initial: Some(to_proto_duration(*initial)),
+                max: Some(to_proto_duration(*max)),
                 multiplier: *multiplier,
             }),
             Backoff::Customized(next) => {
                 proto::retry_policy::Strategy::CustomizedBackoff(proto::CustomizedBackoff {
-                    next: next.iter().map(|d| to_duration(*d)).collect(),
+                    next: next.iter().map(|d| to_proto_duration(*d)).collect(),
                 })
             }
         };
@@ -214,17 +215,20 @@ pub fn duration(d: Option<&prost_types::Duration>) -> Duration {
     }
 }
 
-/// A std duration as a protobuf one.
-pub fn to_duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_round_trip() {
+        let d = Duration::from_millis(1500);
+        assert_eq!(duration(Some(&to_proto_duration(d))), d);
+        let negative = prost_types::Duration {
+            seconds: -1,
+            nanos: 0,
+        };
+        assert_eq!(duration(Some(&negative)), Duration::ZERO);
+    }
 
     #[test]
     fn exponential_schedule_of_the_proxy_default() {
@@ -267,7 +271,7 @@ mod tests {
                 }
                 .to_proto(),
             ),
-            request_timeout: Some(to_duration(Duration::from_secs(5))),
+            request_timeout: Some(to_proto_duration(Duration::from_secs(5))),
             pub_sub: Some(proto::settings::PubSub::Publishing(proto::Publishing {
                 topics: vec![],
                 max_body_size: 1024,

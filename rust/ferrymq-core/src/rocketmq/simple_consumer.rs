@@ -67,9 +67,7 @@ impl SimpleConsumerConfig {
                 crate::message::validate_topic(topic)?;
             }
         }
-        if self.await_duration.is_zero() {
-            return Err(Error::invalid("await_duration", "must be positive"));
-        }
+        Error::require_positive("await_duration", self.await_duration)?;
         Ok(())
     }
 }
@@ -185,9 +183,7 @@ impl SimpleConsumer {
         invisible_duration: Option<Duration>,
     ) -> Result<Vec<Arc<MessageView>>> {
         self.check_running()?;
-        if max_messages == 0 {
-            return Err(Error::invalid("max_messages", "must be at least 1"));
-        }
+        Error::require_count("max_messages", max_messages)?;
         if invisible_duration.is_some_and(|d| d.is_zero()) {
             return Err(Error::invalid("invisible_duration", "must be positive"));
         }
@@ -332,9 +328,7 @@ impl SimpleConsumer {
         duration: Duration,
     ) -> Result<()> {
         self.check_running()?;
-        if duration.is_zero() {
-            return Err(Error::invalid("invisible_duration", "must be positive"));
-        }
+        Error::require_positive("invisible_duration", duration)?;
         let handle = self
             .rpc
             .change_invisible_duration(message, duration)

@@ -238,7 +238,7 @@ async fn fifo_lane<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>, 
                 () = tokio::time::sleep(delay) => {}
             }
             view.increment_delivery_attempt();
-            ctx.stats.on_local_retry();
+            ctx.stats.on_local_retry(1);
             break;
         }
     }

@@ -422,7 +422,7 @@ fn expire_idle<R: ConsumerRpc>(ctx: &Arc<Context<R>>, assigned: &Assignments) {
             key.id, key.topic, key.broker
         );
         a.pq.drop_queue();
-        ctx.stats.on_queue_expired();
+        ctx.stats.on_queue_expired(1);
         false
     });
     ctx.stats.process_queues.store(map.len(), Ordering::Relaxed);

@@ -103,24 +103,13 @@ impl PushConsumerConfig {
         for (topic, _) in &self.subscriptions {
             crate::message::validate_topic(topic)?;
         }
-        if self.max_cache_messages == 0 {
-            return Err(Error::invalid("max_cache_messages", "must be at least 1"));
-        }
-        if self.max_cache_bytes == 0 {
-            return Err(Error::invalid("max_cache_bytes", "must be at least 1"));
-        }
+        Error::require_count("max_cache_messages", self.max_cache_messages)?;
+        Error::require_count("max_cache_bytes", self.max_cache_bytes)?;
         if self.receive_batch_size == Some(0) {
             return Err(Error::invalid("receive_batch_size", "must be at least 1"));
         }
-        if self.max_concurrent_receives == 0 {
-            return Err(Error::invalid(
-                "max_concurrent_receives",
-                "must be at least 1",
-            ));
-        }
-        if self.assignment_interval.is_zero() {
-            return Err(Error::invalid("assignment_interval", "must be positive"));
-        }
+        Error::require_count("max_concurrent_receives", self.max_concurrent_receives)?;
+        Error::require_positive("assignment_interval", self.assignment_interval)?;
         if self.max_idle.is_some_and(|d| d.is_zero()) {
             return Err(Error::invalid("max_idle", "must be positive"));
         }

@@ -73,7 +73,7 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
             )
         };
         if granted == 0 {
-            ctx.stats.on_cache_full();
+            ctx.stats.on_cache_full(1);
             if !primary {
                 return;
             }
@@ -139,7 +139,7 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
                 }
             }
             Err(e) if e.kind() == ErrorKind::FlowControl => {
-                ctx.stats.on_receive_throttled();
+                ctx.stats.on_receive_throttled(1);
                 if !primary {
                     return;
                 }
@@ -147,7 +147,7 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
             }
             Err(e) if e.kind() == ErrorKind::Closed => return,
             Err(e) => {
-                ctx.stats.on_receive_failed();
+                ctx.stats.on_receive_failed(1);
                 if !primary {
                     return;
                 }

@@ -192,7 +192,7 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
                         notify = job.finish_quietly(Settled::Accepted).or(notify);
                     }
                     Some(Err(e)) if is_invalid_handle(&e) => {
-                        ctx.stats.on_invalid_handle();
+                        ctx.stats.on_invalid_handle(1);
                         tracing::warn!(
                             target: "ferrymq::consumer",
                             "ack of message {} refused ({e}); the broker will redeliver it",
@@ -216,7 +216,7 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
             }
         }
         Err(e) if is_invalid_handle(&e) => {
-            ctx.stats.on_invalid_handle();
+            ctx.stats.on_invalid_handle(1);
             tracing::warn!(
                 target: "ferrymq::consumer",
                 "ack of {} messages refused ({e}); the broker will redeliver them", jobs.len()
@@ -265,7 +265,7 @@ async fn nack<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &MessageView) -> Sett
     let op = || ctx.rpc.change_invisible_duration(view, delay);
     until_done(ctx, view, "changing the invisible duration", op, |handle| {
         view.set_receipt_handle(&handle);
-        ctx.stats.on_nacked();
+        ctx.stats.on_nacked(1);
     })
     .await
 }
@@ -280,7 +280,7 @@ pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
 ) -> Settled {
     let op = || ctx.rpc.forward_to_dead_letter_queue(view, max_attempts);
     until_done(ctx, view, "forwarding to the dead-letter queue", op, |()| {
-        ctx.stats.on_dead_lettered();
+        ctx.stats.on_dead_lettered(1);
     })
     .await
 }
@@ -303,7 +303,7 @@ async fn until_done<R: ConsumerRpc, T, F: Future<Output = Result<T>>>(
                 return Settled::Accepted;
             }
             Err(e) if is_invalid_handle(&e) => {
-                ctx.stats.on_invalid_handle();
+                ctx.stats.on_invalid_handle(1);
                 tracing::warn!(
                     target: "ferrymq::consumer",
                     "{what} of message {} was refused ({e}); the broker will redeliver it",
