@@ -276,15 +276,14 @@ class FerryBatchReader(DataSourceReader):
         return _plan(start, end, self.cfg.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        schema = _schema_for(self.cfg.backend, self.names)
-        yield from _emit(self.cfg, _read_range(self.cfg, schema, partition))
+        return _read(self.cfg, self.names, partition)
 
 
-def _schema_for(backend: str, names: Sequence[str]) -> pa.Schema:
-    full = _arrow.arrow_schema(backend)
-    if list(full.names) == list(names):
-        return full
-    return pa.schema([full.field(n) for n in names])
+def _read(cfg: SourceConfig, names: Sequence[str], partition: InputPartition) -> Iterator[Any]:
+    """What a reader's ``read`` yields for ``partition``: the columns ``names`` of its rows."""
+    full = _arrow.arrow_schema(cfg.backend)
+    schema = full if list(full.names) == list(names) else pa.schema([full.field(n) for n in names])
+    yield from _emit(cfg, _read_range(cfg, schema, partition))
 
 
 def _plan(start: Offsets, end: Offsets, min_partitions: int | None) -> list[InputPartition]:
@@ -415,8 +414,7 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
         return _plan(full_start, end, self.cfg.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        schema = _schema_for(self.cfg.backend, self.names)
-        yield from _emit(self.cfg, _read_range(self.cfg, schema, partition))
+        return _read(self.cfg, self.names, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._src().commit(end)
