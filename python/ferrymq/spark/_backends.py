@@ -15,11 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .. import _native
-from ..exceptions import InvalidArgumentError
 from . import _cache
 from ._options import Offsets, SinkConfig, SourceConfig
 
-__all__ = ["OutMessage", "Sink", "Source", "sink_for", "source_for"]
+__all__ = ["OutMessage", "Sink", "Source", "sink_for"]
 
 log = logging.getLogger("ferrymq.spark")
 
@@ -410,25 +409,16 @@ def _fits_business_id(key: str) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def source_for(cfg: SourceConfig) -> Source:
-    """The source adapter for ``cfg``."""
-    if cfg.backend in ("rocketmq", "remoting", "nats", "jmq"):
-        return Source(cfg)
-    raise InvalidArgumentError(
-        f"option 'endpoints': reading from {cfg.backend} is not available in this build"
-    )
+#: The sink adapter of each backend.
+_SINKS: dict[str, Callable[[SinkConfig], Sink]] = {
+    "rocketmq": RocketMQSink,
+    "remoting": RemotingSink,
+    "nats": NatsSink,
+    "jmq": JmqSink,
+}
 
 
 def sink_for(cfg: SinkConfig) -> Sink:
-    """The sink adapter for ``cfg``."""
-    if cfg.backend == "rocketmq":
-        return RocketMQSink(cfg)
-    if cfg.backend == "remoting":
-        return RemotingSink(cfg)
-    if cfg.backend == "nats":
-        return NatsSink(cfg)
-    if cfg.backend == "jmq":
-        return JmqSink(cfg)
-    raise InvalidArgumentError(
-        f"option 'endpoints': writing to {cfg.backend} is not available in this build"
-    )
+    """The sink adapter for ``cfg`` (its backend is one of :data:`_SINKS`: the options parser
+    resolved it from the endpoints)."""
+    return _SINKS[cfg.backend](cfg)

@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 
 from ..exceptions import BrokerError, InvalidArgumentError
 from . import _arrow
-from ._backends import OutMessage, Source, sink_for, source_for
+from ._backends import OutMessage, Source, sink_for
 from ._options import (
     EARLIEST,
     LATEST,
@@ -206,7 +206,7 @@ def _read_range(
     """Yield ``[start, end)`` of one partition as record batches, applying failOnDataLoss."""
     if not isinstance(part, RangePartition) or part.end <= part.start:
         return
-    src = source_for(cfg)
+    src = Source(cfg)
     at = part.start
     while at < part.end:
         try:
@@ -270,7 +270,7 @@ class FerryBatchReader(DataSourceReader):
         self.names = schema.fieldNames()
 
     def partitions(self) -> Sequence[InputPartition]:
-        src = source_for(self.cfg)
+        src = Source(self.cfg)
         start = _starting(src, self.cfg, "earliest")
         end = _resolve(src, self.cfg.topics, self.cfg.ending, "latest")
         return _plan(start, end, self.cfg.min_partitions)
@@ -324,7 +324,7 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
         self._warned = False
 
     def _src(self) -> Source:
-        return source_for(self.cfg)
+        return Source(self.cfg)
 
     def initialOffset(self) -> dict[str, Any]:
         return _starting(self._src(), self.cfg, "latest")
