@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from . import _native
 from ._args import as_list
+from .exceptions import InvalidArgumentError
 
 __all__ = ["STATUS_CODES", "EmbeddedBroker"]
 
@@ -83,14 +84,8 @@ def _code(code: int | str) -> int:
         try:
             return STATUS_CODES[code.upper()]
         except KeyError:
-            raise _native_invalid("code", f"unknown status code name {code!r}") from None
+            raise InvalidArgumentError(f"code: unknown status code name {code!r}") from None
     return code
-
-
-def _native_invalid(field: str, why: str) -> Exception:
-    from .exceptions import InvalidArgumentError
-
-    return InvalidArgumentError(f"{field}: {why}")
 
 
 class EmbeddedBroker:
@@ -240,7 +235,7 @@ class EmbeddedBroker:
         ``set_unavailable``, ``set_health``, ``set_coordinator_available``, ``set_leader``,
         ``restart``) and inspection (``message_count``, ``nodes``)."""
         if self._jmq is None:
-            raise _native_invalid("jmq", "this broker was created with jmq=False")
+            raise InvalidArgumentError("jmq: this broker was created with jmq=False")
         return self._jmq
 
     def add_jmq_app(self, app: str, token: str) -> None:

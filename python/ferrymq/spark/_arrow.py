@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["columns_for", "record_batch", "schema_ddl", "sink_schema_ddl"]
+__all__ = ["columns_for", "record_batch", "schema_ddl"]
 
 _COMMON = [
     ("key", "binary"),
@@ -54,14 +54,6 @@ def columns_for(backend: str) -> list[tuple[str, str]]:
 def schema_ddl(backend: str) -> str:
     """The read schema of ``backend`` as a Spark DDL string."""
     return ", ".join(f"{n} {t}" for n, t in columns_for(backend))
-
-
-def sink_schema_ddl() -> str:
-    """The columns the sink understands (only ``value`` is required)."""
-    return (
-        "value binary, key binary, topic string, properties map<string,string>, tag string, "
-        "messageGroup string"
-    )
 
 
 def arrow_schema(backend: str) -> pa.Schema:

@@ -15,11 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .. import _native
-from ..exceptions import InvalidArgumentError
 from . import _cache
 from ._options import Offsets, SinkConfig, SourceConfig
 
-__all__ = ["OutMessage", "Sink", "Source", "sink_for", "source_for"]
+__all__ = ["OutMessage", "Sink", "Source", "sink_for"]
 
 log = logging.getLogger("ferrymq.spark")
 
@@ -93,34 +92,20 @@ class Source:
             )
         if c.backend == "nats":
             # Streams by sequence; ``filterSubject`` narrows them to a subject.
-            opts = dict(c.extra)
             return _started(
                 "nats-reader",
                 c,
-                (*_nats_identity(opts), c.filter_subject),
+                (*_nats_identity(c), c.filter_subject),
                 lambda: _native.OffsetReader.nats(
-                    c.endpoints,
-                    user=opts.get("user"),
-                    password=opts.get("password"),
-                    token=opts.get("token"),
-                    request_timeout=c.request_timeout or 5.0,
-                    filter_subject=c.filter_subject,
+                    c.endpoints, filter_subject=c.filter_subject, **_nats_args(c)
                 ),
             )
         # JMQ4: FETCH_INDEX bounds, FETCH_PARTITION_MESSAGE from a client-chosen index.
-        settings = _JmqSettings(c.endpoints, c.extra, c.namespace)
         return _started(
             "jmq-range",
             c,
-            settings.key(),
-            lambda: _native.OffsetReader.jmq(
-                settings.endpoint,
-                app=settings.app,
-                token=settings.token,
-                region=settings.region,
-                namespace=settings.namespace,
-                request_timeout=c.request_timeout or 10.0,
-            ),
+            _jmq_identity(c),
+            lambda: _native.OffsetReader.jmq(c.endpoints, **_jmq_args(c)),
         )
 
     def partitions(self, topic: str) -> list[str]:
@@ -209,11 +194,15 @@ def _rocketmq_message(m: OutMessage) -> Any:
     )
 
 
-class RocketMQSink:
-    """Batched sends with the RocketMQ producer; the write id goes into the message keys."""
+class _SinkBase:
+    """A sink of one config."""
 
     def __init__(self, cfg: SinkConfig) -> None:
         self.cfg = cfg
+
+
+class RocketMQSink(_SinkBase):
+    """Batched sends with the RocketMQ producer; the write id goes into the message keys."""
 
     def _producer(self) -> Any:
         c = self.cfg
@@ -221,8 +210,7 @@ class RocketMQSink:
         def make() -> Any:
             import ferrymq
 
-            cls: Any = getattr(ferrymq, "Producer", None) or getattr(_native, "RocketMQProducer")  # noqa: B009
-            return cls(
+            return ferrymq.Producer(
                 c.endpoints,
                 topics=[c.topic] if c.topic else [],
                 credentials=c.credentials(),
@@ -257,13 +245,10 @@ class RocketMQSink:
 # --------------------------------------------------------------------------------------------
 
 
-class RemotingSink:
+class RemotingSink(_SinkBase):
     """Batched writes over the remoting protocol: one ``SEND_BATCH_MESSAGE`` carries many rows,
     each with its own keys (the row's key, then the deterministic write id), tag, properties
     and unique message id; a message group's rows go to the group's queue in order."""
-
-    def __init__(self, cfg: SinkConfig) -> None:
-        self.cfg = cfg
 
     def _producer(self) -> Any:
         c = self.cfg
@@ -290,8 +275,20 @@ class RemotingSink:
 # --------------------------------------------------------------------------------------------
 
 
-def _nats_identity(opts: dict[str, str]) -> tuple[Any, ...]:
+def _nats_args(c: SourceConfig | SinkConfig) -> dict[str, Any]:
+    """The connection arguments of a NATS client (user, password, token, timeout)."""
+    opts = dict(c.extra)
+    return {
+        "user": opts.get("user"),
+        "password": opts.get("password"),
+        "token": opts.get("token"),
+        "request_timeout": c.request_timeout or 5.0,
+    }
+
+
+def _nats_identity(c: SourceConfig | SinkConfig) -> tuple[Any, ...]:
     """The user, and the password and token only as digests (for client cache keys)."""
+    opts = dict(c.extra)
     return (
         opts.get("user"),
         _secret_digest(opts.get("password")),
@@ -305,30 +302,18 @@ KEY_HEADER = "ferrymq-key"
 MSG_ID_HEADER = "Nats-Msg-Id"
 
 
-class NatsSink:
+class NatsSink(_SinkBase):
     """Pipelined JetStream publishes with the NATS producer; the write id is the message's
     ``Nats-Msg-Id``, so a retried task is stored once within the stream's duplicate window."""
 
-    def __init__(self, cfg: SinkConfig) -> None:
-        self.cfg = cfg
-
     def _producer(self) -> Any:
         c = self.cfg
-        opts = dict(c.extra)
-        key = ("nats-producer", c.endpoints, *_nats_identity(opts))
-
-        def make() -> Any:
-            p = _native.nats_producer(
-                c.endpoints,
-                user=opts.get("user"),
-                password=opts.get("password"),
-                token=opts.get("token"),
-                request_timeout=c.request_timeout or 5.0,
-            )
-            p.start()
-            return p
-
-        return _cache.get_or_create(key, make)
+        return _started(
+            "nats-producer",
+            c,
+            _nats_identity(c),
+            lambda: _native.nats_producer(c.endpoints, **_nats_args(c)),
+        )
 
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
@@ -355,50 +340,36 @@ JMQ_KEY_PROPERTY = "ferrymq-key"
 _MAX_BUSINESS_ID = 100
 
 
-class _JmqSettings:
-    """Where and as whom a JMQ4 client connects (``app`` and ``token`` are validated options)."""
-
-    def __init__(
-        self, endpoint: str, extra: tuple[tuple[str, str], ...], namespace: str | None
-    ) -> None:
-        opts = dict(extra)
-        self.endpoint = endpoint
-        self.app = opts["app"]
-        self.token = opts["token"]
-        self.region = opts.get("region")
-        self.namespace = namespace
-
-    def key(self) -> tuple[Any, ...]:
-        """The identity part of a client cache key (the token only as a digest)."""
-        return (self.app, _secret_digest(self.token), self.region)
+def _jmq_args(c: SourceConfig | SinkConfig) -> dict[str, Any]:
+    """As whom a JMQ4 client connects (``app`` and ``token`` are validated options)."""
+    opts = dict(c.extra)
+    return {
+        "app": opts["app"],
+        "token": opts["token"],
+        "region": opts.get("region"),
+        "namespace": c.namespace,
+        "request_timeout": c.request_timeout or 10.0,
+    }
 
 
-class JmqSink:
+def _jmq_identity(c: SourceConfig | SinkConfig) -> tuple[Any, ...]:
+    """The identity part of a JMQ4 client cache key (the token only as a digest)."""
+    opts = dict(c.extra)
+    return (opts["app"], _secret_digest(opts["token"]), opts.get("region"))
+
+
+class JmqSink(_SinkBase):
     """Batched sends with the JMQ4 producer: the deterministic write id is the ``businessId``
     (the key JMQ4 consumers de-duplicate by), the row's key travels as property
     ``ferrymq-key``. Rows of one message group go to one partition, in order."""
 
-    def __init__(self, cfg: SinkConfig) -> None:
-        self.cfg = cfg
-
     def _producer(self) -> Any:
-        settings = _JmqSettings(self.cfg.endpoints, self.cfg.extra, self.cfg.namespace)
-        timeout = self.cfg.request_timeout
-
-        def make() -> Any:
-            p = _native.jmq_producer(
-                settings.endpoint,
-                app=settings.app,
-                token=settings.token,
-                region=settings.region,
-                namespace=settings.namespace,
-                request_timeout=timeout or 10.0,
-            )
-            p.start()
-            return p
-
-        return _cache.get_or_create(
-            ("jmq-producer", settings.endpoint, *settings.key(), settings.namespace), make
+        c = self.cfg
+        return _started(
+            "jmq-producer",
+            c,
+            _jmq_identity(c),
+            lambda: _native.jmq_producer(c.endpoints, **_jmq_args(c)),
         )
 
     def send(self, messages: Sequence[OutMessage]) -> None:
@@ -438,25 +409,16 @@ def _fits_business_id(key: str) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def source_for(cfg: SourceConfig) -> Source:
-    """The source adapter for ``cfg``."""
-    if cfg.backend in ("rocketmq", "remoting", "nats", "jmq"):
-        return Source(cfg)
-    raise InvalidArgumentError(
-        f"option 'endpoints': reading from {cfg.backend} is not available in this build"
-    )
+#: The sink adapter of each backend.
+_SINKS: dict[str, Callable[[SinkConfig], Sink]] = {
+    "rocketmq": RocketMQSink,
+    "remoting": RemotingSink,
+    "nats": NatsSink,
+    "jmq": JmqSink,
+}
 
 
 def sink_for(cfg: SinkConfig) -> Sink:
-    """The sink adapter for ``cfg``."""
-    if cfg.backend == "rocketmq":
-        return RocketMQSink(cfg)
-    if cfg.backend == "remoting":
-        return RemotingSink(cfg)
-    if cfg.backend == "nats":
-        return NatsSink(cfg)
-    if cfg.backend == "jmq":
-        return JmqSink(cfg)
-    raise InvalidArgumentError(
-        f"option 'endpoints': writing to {cfg.backend} is not available in this build"
-    )
+    """The sink adapter for ``cfg`` (its backend is one of :data:`_SINKS`: the options parser
+    resolved it from the endpoints)."""
+    return _SINKS[cfg.backend](cfg)

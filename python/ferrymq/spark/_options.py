@@ -16,7 +16,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .._endpoints import Protocol, protocol_of
 from ..exceptions import InvalidArgumentError
@@ -203,7 +203,16 @@ def _topics(opts: dict[str, str]) -> tuple[str, ...]:
     return topics
 
 
-def _endpoints(opts: dict[str, str]) -> str:
+#: The options :func:`_connection` reads (lower case), shared by sources and sinks.
+_CONNECTION_OPTIONS = {
+    "endpoints", "nameserver", "servers", "accesskey", "secretkey", "namespace",
+    "requesttimeoutms", "path",
+}  # fmt: skip
+
+
+def _connection(opts: dict[str, str]) -> dict[str, Any]:
+    """The config fields every source and sink has: where (``endpoints`` and the backend they
+    name) and as whom (``accessKey``/``secretKey``, JMQ4's ``app``/``token``) to connect."""
     e = opts.get("endpoints") or opts.get("nameserver") or opts.get("servers")
     if not e or not e.strip():
         raise _bad(
@@ -211,7 +220,27 @@ def _endpoints(opts: dict[str, str]) -> str:
             "is required, e.g. endpoints=remoting://127.0.0.1:9876 (RocketMQ name server), "
             "127.0.0.1:8081 (RocketMQ proxy) or nats://host:4222",
         )
-    return e.strip()
+    backend = backend_of(e.strip())
+    if backend == "jmq":
+        _check_jmq(opts)
+    ak = opts.get("accesskey")
+    sk = opts.get("secretkey")
+    if (ak is None) != (sk is None):
+        raise _bad("accessKey", "accessKey and secretKey go together")
+    timeout_ms = _int(opts, "requestTimeoutMs", None)
+    return {
+        "backend": backend,
+        "endpoints": e.strip(),
+        "access_key": ak,
+        "secret_key": sk,
+        "namespace": opts.get("namespace"),
+        "request_timeout": None if timeout_ms is None else timeout_ms / 1000.0,
+    }
+
+
+def _extra(opts: dict[str, str], known: set[str]) -> tuple[tuple[str, str], ...]:
+    """The options neither the config nor :func:`_connection` reads (backend-specific ones)."""
+    return tuple(sorted((k, v) for k, v in opts.items() if k not in known | _CONNECTION_OPTIONS))
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceConfig:
@@ -221,10 +250,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     group for brokers that do not create groups on demand.
     """
     opts = _lower(options)
-    endpoints = _endpoints(opts)
-    backend = backend_of(endpoints)
-    if backend == "jmq":
-        _check_jmq(opts)
+    conn = _connection(opts)
+    backend = conn["backend"]
     starting = parse_offsets(
         "startingOffsets",
         opts.get("startingoffsets"),
@@ -255,23 +282,14 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
                 "readMode=receive needs a directory for its write-ahead log of received "
                 "messages (put it next to the query's checkpoint)",
             )
-    ak = opts.get("accesskey")
-    sk = opts.get("secretkey")
-    if (ak is None) != (sk is None):
-        raise _bad("accessKey", "accessKey and secretKey go together")
     known = {
-        "endpoints", "nameserver", "servers", "subscribe", "topic", "topics", "group",
-        "startingoffsets", "endingoffsets", "failondataloss", "maxoffsetspertrigger",
-        "maxrowsperbatch", "pullbatchsize", "minpartitions", "subexpression", "filtersubject",
-        "readmode", "wallocation", "invisibledurationms", "polltimeoutms", "accesskey",
-        "secretkey", "namespace", "requesttimeoutms", "path", "startingtimestamp",
-        "commitoffsets",
+        "subscribe", "topic", "topics", "group", "startingoffsets", "endingoffsets",
+        "failondataloss", "maxoffsetspertrigger", "maxrowsperbatch", "pullbatchsize",
+        "minpartitions", "subexpression", "filtersubject", "readmode", "wallocation",
+        "invisibledurationms", "polltimeoutms", "startingtimestamp", "commitoffsets",
     }  # fmt: skip
-    extra = tuple(sorted((k, v) for k, v in opts.items() if k not in known))
-    timeout_ms = _int(opts, "requestTimeoutMs", None)
     return SourceConfig(
-        backend=backend,
-        endpoints=endpoints,
+        **conn,
         topics=_topics(opts),
         group=(opts.get("group") or "").strip() or f"spark-{uuid.uuid4().hex[:12]}",
         starting=starting,
@@ -289,11 +307,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         wal_location=wal,
         invisible_duration=_float(opts, "invisibleDurationMs", 60_000.0) / 1000.0,
         poll_timeout=_float(opts, "pollTimeoutMs", 5_000.0) / 1000.0,
-        access_key=ak,
-        secret_key=sk,
-        namespace=opts.get("namespace"),
-        request_timeout=None if timeout_ms is None else timeout_ms / 1000.0,
-        extra=extra,
+        extra=_extra(opts, known),
     )
 
 
@@ -318,37 +332,20 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkConfig:
     """Validate the options of ``df.write`` / ``df.writeStream``. The ``topic`` option
     overrides a ``topic`` column; one of them is required (checked per row)."""
     opts = _lower(options)
-    endpoints = _endpoints(opts)
-    if backend_of(endpoints) == "jmq":
-        _check_jmq(opts)
+    conn = _connection(opts)
     idem = opts.get("idempotencekey", "auto").strip().lower()
     if idem not in ("auto", "none"):
         raise _bad("idempotenceKey", f"{idem!r} is not 'auto' or 'none'")
-    ak = opts.get("accesskey")
-    sk = opts.get("secretkey")
-    if (ak is None) != (sk is None):
-        raise _bad("accessKey", "accessKey and secretKey go together")
-    known = {
-        "endpoints", "nameserver", "servers", "topic", "idempotencekey", "batchsize",
-        "batchbytes", "accesskey", "secretkey", "namespace", "requesttimeoutms", "path",
-        "checkpointlocation",
-    }  # fmt: skip
-    timeout_ms = _int(opts, "requestTimeoutMs", None)
-    backend = backend_of(endpoints)
+    known = {"topic", "idempotencekey", "batchsize", "batchbytes", "checkpointlocation"}
     # Remoting sends a batch in one request, so larger batches pay off there.
-    default_batch = 1024 if backend == "remoting" else 256
+    default_batch = 1024 if conn["backend"] == "remoting" else 256
     return SinkConfig(
-        backend=backend,
-        endpoints=endpoints,
+        **conn,
         topic=(opts.get("topic") or "").strip() or None,
         idempotence_key=idem == "auto",
         batch_size=_int(opts, "batchSize", default_batch) or default_batch,
         batch_bytes=_int(opts, "batchBytes", 1 << 20) or (1 << 20),
-        access_key=ak,
-        secret_key=sk,
-        namespace=opts.get("namespace"),
-        request_timeout=None if timeout_ms is None else timeout_ms / 1000.0,
-        extra=tuple(sorted((k, v) for k, v in opts.items() if k not in known)),
+        extra=_extra(opts, known),
     )
 
 

@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 
 from ..exceptions import BrokerError, InvalidArgumentError
 from . import _arrow
-from ._backends import OutMessage, Source, sink_for, source_for
+from ._backends import OutMessage, Source, sink_for
 from ._options import (
     EARLIEST,
     LATEST,
@@ -206,7 +206,7 @@ def _read_range(
     """Yield ``[start, end)`` of one partition as record batches, applying failOnDataLoss."""
     if not isinstance(part, RangePartition) or part.end <= part.start:
         return
-    src = source_for(cfg)
+    src = Source(cfg)
     at = part.start
     while at < part.end:
         try:
@@ -270,21 +270,20 @@ class FerryBatchReader(DataSourceReader):
         self.names = schema.fieldNames()
 
     def partitions(self) -> Sequence[InputPartition]:
-        src = source_for(self.cfg)
+        src = Source(self.cfg)
         start = _starting(src, self.cfg, "earliest")
         end = _resolve(src, self.cfg.topics, self.cfg.ending, "latest")
         return _plan(start, end, self.cfg.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        schema = _schema_for(self.cfg.backend, self.names)
-        yield from _emit(self.cfg, _read_range(self.cfg, schema, partition))
+        return _read(self.cfg, self.names, partition)
 
 
-def _schema_for(backend: str, names: Sequence[str]) -> pa.Schema:
-    full = _arrow.arrow_schema(backend)
-    if list(full.names) == list(names):
-        return full
-    return pa.schema([full.field(n) for n in names])
+def _read(cfg: SourceConfig, names: Sequence[str], partition: InputPartition) -> Iterator[Any]:
+    """What a reader's ``read`` yields for ``partition``: the columns ``names`` of its rows."""
+    full = _arrow.arrow_schema(cfg.backend)
+    schema = full if list(full.names) == list(names) else pa.schema([full.field(n) for n in names])
+    yield from _emit(cfg, _read_range(cfg, schema, partition))
 
 
 def _plan(start: Offsets, end: Offsets, min_partitions: int | None) -> list[InputPartition]:
@@ -325,7 +324,7 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
         self._warned = False
 
     def _src(self) -> Source:
-        return source_for(self.cfg)
+        return Source(self.cfg)
 
     def initialOffset(self) -> dict[str, Any]:
         return _starting(self._src(), self.cfg, "latest")
@@ -415,8 +414,7 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
         return _plan(full_start, end, self.cfg.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        schema = _schema_for(self.cfg.backend, self.names)
-        yield from _emit(self.cfg, _read_range(self.cfg, schema, partition))
+        return _read(self.cfg, self.names, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._src().commit(end)

@@ -130,9 +130,7 @@ class WriteAheadLog:
         """``(message id, log offset)`` of every retained row."""
         out: list[tuple[str, int]] = []
         for s, _, path in self.segments():
-            with pa.memory_map(path) as src:
-                ids = pa.ipc.open_file(src).read_all().column("messageId").to_pylist()
-            out.extend((i, s + n) for n, i in enumerate(ids) if i)
+            out.extend((i, s + n) for n, i in enumerate(_message_ids(path)) if i)
         return out
 
     def _acked_file(self) -> str:
@@ -151,18 +149,11 @@ class WriteAheadLog:
         if not ids:
             return
         path = self._acked_file()
-        with open(path, "a") as f:
-            f.write("".join(f"{i}\n" for i in ids))
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(path, "a", "".join(f"{i}\n" for i in ids))
         known = self.remembered()
         if len(known) > 2 * _REMEMBER_ACKED:
-            tmp = path + ".tmp"
-            with open(tmp, "w") as f:
-                f.write("".join(f"{i}\n" for i in known[-_REMEMBER_ACKED:]))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            _write_synced(path + ".tmp", "w", "".join(f"{i}\n" for i in known[-_REMEMBER_ACKED:]))
+            os.replace(path + ".tmp", path)
 
     def truncate(self, upto: int) -> None:
         """Delete segments wholly below ``upto`` (remembering their message ids, so that a
@@ -174,19 +165,28 @@ class WriteAheadLog:
         ids: list[str] = []
         for _, e, path in segs:
             if e <= upto:
-                with pa.memory_map(path) as src:
-                    col = pa.ipc.open_file(src).read_all().column("messageId").to_pylist()
-                ids.extend(i for i in col if i)
+                ids.extend(i for i in _message_ids(path) if i)
         self.remember(ids)
-        tmp = self._marker() + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(str(keep_end))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._marker())
+        _write_synced(self._marker() + ".tmp", "w", str(keep_end))
+        os.replace(self._marker() + ".tmp", self._marker())
         for _, e, path in segs:
             if e <= upto:
                 os.unlink(path)
+
+
+def _message_ids(segment: str) -> list[str | None]:
+    """The ``messageId`` column of a log segment."""
+    with pa.memory_map(segment) as src:
+        ids: list[str | None] = pa.ipc.open_file(src).read_all().column("messageId").to_pylist()
+    return ids
+
+
+def _write_synced(path: str, mode: str, text: str) -> None:
+    """Write ``text`` to ``path`` (``mode`` "w" or "a") and fsync it before returning."""
+    with open(path, mode) as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _fsync_dir(path: str) -> None:
@@ -302,12 +302,7 @@ class _ReceiveState:
         self.schema = _arrow.arrow_schema("rocketmq")
         self.wal = WriteAheadLog(cfg.wal_location or "", self.schema)
         filt = cfg.tag_filter or "*"
-        consumer_cls: Any = getattr(ferrymq, "SimpleConsumer", None)
-        if consumer_cls is None:
-            from .. import _native
-
-            consumer_cls = _native.SimpleConsumer
-        self.consumer = consumer_cls(
+        self.consumer = ferrymq.SimpleConsumer(
             cfg.endpoints,
             cfg.group,
             subscriptions={t: filt for t in cfg.topics},

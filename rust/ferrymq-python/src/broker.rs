@@ -2,7 +2,6 @@
 //! development and benchmarks. The public face is `ferrymq.testing.EmbeddedBroker`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ferrymq_core::proto;
 use ferrymq_server::broker::admin::MessageInfo;
@@ -113,12 +112,6 @@ impl EmbeddedBroker {
             ports: ports.unwrap_or_default(),
             ..BrokerConfig::default()
         };
-        if let Some(v) = max_body_size {
-            c.max_body_size = v;
-        }
-        if let Some(v) = max_topic_bytes {
-            c.max_topic_bytes = v;
-        }
         c.when_full = match when_full {
             "reject" => WhenFull::Reject,
             "drop_oldest" => WhenFull::DropOldest,
@@ -129,47 +122,38 @@ impl EmbeddedBroker {
                 ))
             }
         };
-        let durations: [(&str, Option<&Bound<'_, PyAny>>, &mut Duration); 8] = [
-            (
-                "long_polling_min",
-                long_polling_min,
-                &mut c.long_polling_min,
-            ),
-            (
-                "long_polling_max",
-                long_polling_max,
-                &mut c.long_polling_max,
-            ),
-            ("min_invisible", min_invisible, &mut c.min_invisible),
-            ("max_invisible", max_invisible, &mut c.max_invisible),
-            (
-                "auto_renew_invisible",
-                auto_renew_invisible,
-                &mut c.auto_renew_invisible,
-            ),
-            (
-                "transaction_check_delay",
-                transaction_check_delay,
-                &mut c.transaction_check_delay,
-            ),
-            (
-                "transaction_check_interval",
-                transaction_check_interval,
-                &mut c.transaction_check_interval,
-            ),
-            ("max_delay", max_delay, &mut c.max_delay),
-        ];
-        for (field, v, slot) in durations {
-            if let Some(d) = durations::optional(field, v, Lower::NonNegative)? {
-                *slot = d;
-            }
+        // Each option given overrides the field of the same name.
+        macro_rules! given {
+            ($($field:ident),*) => {$(
+                if let Some(v) = $field {
+                    c.$field = v;
+                }
+            )*};
         }
-        if let Some(v) = transaction_check_max {
-            c.transaction_check_max = v;
+        macro_rules! given_durations {
+            ($($field:ident),*) => {$(
+                let d = durations::optional(stringify!($field), $field, Lower::NonNegative)?;
+                if let Some(d) = d {
+                    c.$field = d;
+                }
+            )*};
         }
-        if let Some(v) = auto_create_queues {
-            c.auto_create_queues = v;
-        }
+        given!(
+            max_body_size,
+            max_topic_bytes,
+            transaction_check_max,
+            auto_create_queues
+        );
+        given_durations!(
+            long_polling_min,
+            long_polling_max,
+            min_invisible,
+            max_invisible,
+            auto_renew_invisible,
+            transaction_check_delay,
+            transaction_check_interval,
+            max_delay
+        );
         c.credentials = match (access_key, secret_key) {
             (None, None) => None,
             (Some(access_key), Some(secret_key)) => Some(Credentials {
