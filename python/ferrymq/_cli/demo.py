@@ -8,34 +8,37 @@ throughput of both sides. Every message is counted: the demo fails if one is mis
 
 from __future__ import annotations
 
-import sys
+import argparse
 import threading
 import time
+from typing import Any
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
+
+from ._common import EXIT_INCOMPLETE, positive_int, progress
 
 TOPIC = "ferrymq-demo"
 GROUP = "ferrymq-demo-group"
 
 
-def _bar(label: str, done: int, total: int, started: float) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    elapsed = max(time.perf_counter() - started, 1e-9)
-    rate = done / elapsed
-    sys.stdout.write(
-        f"\r{label:<8} [{'#' * filled}{'.' * (width - filled)}] "
-        f"{done:>9,}/{total:,}  {rate:>11,.0f} msg/s"
+def add_parser(sub: Any) -> None:
+    d = sub.add_parser("demo", help="send and receive messages on an embedded broker")
+    d.add_argument(
+        "--messages", type=positive_int, default=200_000, help="how many (default 200000)"
     )
-    sys.stdout.flush()
+    d.add_argument(
+        "--body-size", type=positive_int, default=100, help="bytes per message (default 100)"
+    )
+    d.add_argument(
+        "--batch", type=positive_int, default=500, help="messages per send (default 500)"
+    )
+    d.set_defaults(func=run)
 
 
-def run(messages: int = 200_000, body_size: int = 100, batch: int = 500) -> int:
-    """Run the demo; returns a process exit code."""
-    if messages <= 0 or body_size < 1 or batch <= 0:
-        raise ferrymq.InvalidArgumentError("messages, body_size and batch must be positive")
-    body = b"x" * body_size
+def run(args: argparse.Namespace) -> int:
+    messages: int = args.messages
+    body = b"x" * args.body_size
     received = 0
     lock = threading.Lock()
     all_in = threading.Event()
@@ -47,7 +50,7 @@ def run(messages: int = 200_000, body_size: int = 100, batch: int = 500) -> int:
             if received >= messages:
                 all_in.set()
 
-    print(f"ferrymq {ferrymq.__version__}: {messages:,} messages of {body_size} B")
+    print(f"ferrymq {ferrymq.__version__}: {messages:,} messages of {args.body_size} B")
     with EmbeddedBroker(endpoints=2) as broker:
         broker.create_topic(TOPIC, "NORMAL", queues=8)
         broker.create_group(GROUP)
@@ -60,24 +63,24 @@ def run(messages: int = 200_000, body_size: int = 100, batch: int = 500) -> int:
         ):
             started = time.perf_counter()
             sent = 0
-            while sent < messages:
-                n = min(batch, messages - sent)
-                producer.send_batch([ferrymq.Message(TOPIC, body) for _ in range(n)])
-                sent += n
-                _bar("sent", sent, messages, started)
+            with progress(messages, "sent") as bar:
+                while sent < messages:
+                    n = min(args.batch, messages - sent)
+                    producer.send_batch([ferrymq.Message(TOPIC, body) for _ in range(n)])
+                    sent += n
+                    bar.update(n)
             send_secs = time.perf_counter() - started
-            print()
             deadline = time.monotonic() + 120
-            while not all_in.wait(0.1):
-                with lock:
-                    got = received
-                _bar("received", got, messages, started)
-                if time.monotonic() > deadline:
-                    print(f"\nonly {got:,} of {messages:,} messages arrived within 120 s")
-                    return 1
+            with progress(messages, "received") as bar:
+                while not all_in.wait(0.1):
+                    with lock:
+                        got = received
+                    bar.update(got - bar.n)
+                    if time.monotonic() > deadline:
+                        print(f"only {got:,} of {messages:,} messages arrived within 120 s")
+                        return EXIT_INCOMPLETE
+                bar.update(messages - bar.n)
             total_secs = time.perf_counter() - started
-            _bar("received", messages, messages, started)
-            print()
     print(
         f"sent {messages:,} in {send_secs:.2f} s ({messages / send_secs:,.0f} msg/s); "
         f"all received after {total_secs:.2f} s ({messages / total_secs:,.0f} msg/s end to end)"
