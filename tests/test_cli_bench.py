@@ -200,6 +200,25 @@ def test_publish_only_then_consume_only_and_incomplete_exits_3(
     assert short["complete"] is False
 
 
+def test_consumers_short_of_what_was_sent_exit_3(
+    make_broker: Callable[..., EmbeddedBroker], unique: Callable[[str], str]
+) -> None:
+    b = make_broker()
+    topic = unique("bench")
+    b.create_topic(topic, "NORMAL", 4)
+    # Queue 0 takes sends but is never read: its share of the messages never arrives.
+    b.set_queue_permission(topic, 0, 0, "WRITE")
+    done = bench(b.endpoints, "--topic", topic, "--count", "400", "--timeout", "2")
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr
+    [verdict] = [line for line in done.stdout.splitlines() if line.startswith("INCOMPLETE")]
+    assert verdict.startswith("INCOMPLETE: ")
+    assert verdict.endswith("of 400 messages received (none for 2 s)")
+    received = int(verdict.split()[1].replace(",", ""))
+    assert 0 < received < 400
+    assert b.stats()["topics"][topic]["messages"] == 400
+
+
 def test_sigint_prints_the_summary_so_far_and_exits_130(
     broker: EmbeddedBroker, unique: Callable[[str], str]
 ) -> None:

@@ -77,6 +77,15 @@ def _tick_duration(us: float) -> str:
     return f"{us * 1000:.3g} ns"
 
 
+def _nice(value: float, *, down: bool) -> float:
+    """The 1-2-5 step (1, 2, 5, 10, 20, ...) at or below (``down``) or above ``value``."""
+    exponent = math.floor(math.log10(value))
+    steps = [m * 10.0**e for e in (exponent - 1, exponent, exponent + 1) for m in (1, 2, 5)]
+    if down:
+        return max(v for v in steps if v <= value)
+    return min(v for v in steps if v >= value)
+
+
 def _round3(value: float) -> float:
     """``value`` to three significant digits."""
     return float(f"{value:.3g}")
@@ -100,11 +109,12 @@ def _percentile_label(q_x: float) -> str:
 def _title(summary: dict[str, Any]) -> tuple[str, str]:
     s = summary
     where = f"{s['protocol']} ({'embedded broker' if s['embedded'] else s['endpoint']})"
-    mode = s["mode"]
-    if mode == "async":
-        mode += f", window {s['window']:,}"
-    elif mode in ("batch", "packed"):
-        mode += f", batch {s['batch']:,}"
+    mode = {
+        "sync": "sync sends",
+        "async": f"async, window {s['window']:,}",
+        "batch": f"send_batch of {s['batch']:,}",
+        "packed": f"packed send_batch of {s['batch']:,}",
+    }[s["mode"]]
     amount = f"{s['count']:,}" if s["count"] is not None else f"{s['duration']:g} s"
     first = f"ferrymq bench  ·  {where}  ·  {mode}  ·  {amount} messages of {s['size']:,} B"
     parts = []
@@ -179,11 +189,13 @@ def plot(path: str, summary: dict[str, Any], outcome: Outcome) -> None:
             (summary["consumer"]["latency_us"], merged(outcome.consumers), CONSUMER_COLOR)
         )
     top_x = 10.0
+    low_y, high_y = math.inf, 0.0
     for figures, hist, color in curves:
         xs, ys = percentile_curve(hist)
         if not xs:
             continue
         top_x = max(top_x, xs[-1])
+        low_y, high_y = min(low_y, min(ys)), max(high_y, max(ys))
         shown = ", ".join(
             f"{label} {duration_text(figures[label])}" for label, _ in PERCENTILES[::2]
         )
@@ -208,6 +220,9 @@ def plot(path: str, summary: dict[str, Any], outcome: Outcome) -> None:
     right.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _tick_duration(v)))
     right.yaxis.set_minor_locator(NullLocator())
     right.set_xlim(1, top_x)
+    if high_y > 0:
+        # From a labelled tick below the fastest to one above the slowest.
+        right.set_ylim(_nice(max(low_y, 1e-3), down=True), _nice(high_y * 1.05, down=False))
     right.set_title("Latency by percentile (HDR histogram)", fontsize=10)
     right.set_xlabel("percentile")
     right.set_ylabel("latency (log scale)")

@@ -191,14 +191,14 @@ class Bench:
                 if not consume:
                     self.complete = True
                     break
-                if self.producers:
-                    want: int | None = sent
-                else:
-                    want = self.count
-                    if self.duration is not None and now - self.started >= self.duration:
+                if not self.producers and self.count is None:
+                    # Consume only, for --duration: whatever arrives in that time.
+                    if now - self.started >= (self.duration or 0.0):
                         self.complete = True
                         break
-                if want is not None and received >= want:
+                    continue
+                want = sent if self.producers else (self.count or 0)
+                if received >= want:
                     self.complete = True
                     break
                 if now - max(last_progress, producers_done) >= self.timeout:
