@@ -117,12 +117,18 @@ def add_parser(sub: Any) -> None:
         "--count",
         type=positive_int,
         metavar="N",
-        help="messages to send, over all producers (default 100000)",
+        help="messages to send over all producers (consume only: to receive) (default 100000)",
     )
     amount.add_argument(
         "--duration", type=_seconds, metavar="SECONDS", help="send for this long instead"
     )
-    b.add_argument("--producers", type=_count, default=1, metavar="N", help="default 1")
+    b.add_argument(
+        "--producers",
+        type=_count,
+        default=1,
+        metavar="N",
+        help="default 1; 0: consume only (messages of any bench run count)",
+    )
     b.add_argument(
         "--consumers", type=_count, default=1, metavar="N", help="default 1; 0: publish only"
     )
