@@ -23,12 +23,12 @@ from collections.abc import Sequence
 
 import ferrymq
 
-from . import broker, demo
+from . import bench, broker, demo
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
 
 __all__ = ["main"]
 
-_COMMANDS = (broker, demo)
+_COMMANDS = (broker, demo, bench)
 
 
 def _parser() -> argparse.ArgumentParser:

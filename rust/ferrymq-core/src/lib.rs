@@ -8,6 +8,7 @@ pub mod columnar;
 pub mod consumer_backend;
 pub mod duration;
 pub mod error;
+pub mod histogram;
 pub mod jmq;
 pub mod message;
 pub mod message_id;

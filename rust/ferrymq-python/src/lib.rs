@@ -16,6 +16,7 @@ mod consumer;
 mod durations;
 mod errors;
 mod exit;
+mod histogram;
 mod ints;
 mod jmq;
 mod lazy;
@@ -67,6 +68,8 @@ mod _native {
     };
     #[pymodule_export]
     use crate::durations::seconds;
+    #[pymodule_export]
+    use crate::histogram::PyLatencyHistogram;
     #[pymodule_export]
     use crate::jmq::{jmq_producer, JmqOrphan, JmqServer, JmqTransaction, PyJmqSendReceipt};
     #[pymodule_export]
