@@ -41,15 +41,16 @@ def positive_int(text: str) -> int:
     return value
 
 
-def progress(total: int | None, desc: str, *, delay: float = 0.0) -> tqdm[Any]:
+def progress(total: int | None, desc: str, *, delay: float = 0.0, quiet: bool = False) -> tqdm[Any]:
     """A progress bar on stderr, shown only when stderr is a terminal (and, with ``delay``,
-    only once the run has lasted that many seconds)."""
+    only once the run has lasted that many seconds; never when ``quiet``, e.g. while the
+    command prints its output lines on the same terminal)."""
     return tqdm(
         total=total,
         desc=desc,
         unit="msg",
         unit_scale=True,
-        disable=None,
+        disable=True if quiet else None,
         leave=False,
         delay=delay,
     )

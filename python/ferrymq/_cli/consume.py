@@ -284,6 +284,8 @@ def _summary(received: int, args: argparse.Namespace, took: float, why: str) -> 
     of = f" of {args.count:,}" if args.count is not None and received < args.count else ""
     noun = "message" if received == 1 and not of else "messages"
     text = f"received {received:,}{of} {noun} in {took:.2f} s"
+    if received > 1 and took > 0:
+        text += f" ({received / took:,.0f} msg/s)"
     if args.no_ack and received:
         text += " (not acknowledged)"
     return f"{text}: {why}" if why else text
@@ -309,8 +311,8 @@ def _consume(
     try:
         source.start()
         started = last = time.perf_counter()
-        with progress(args.count, "received", delay=1.0) as bar:
-            write = print if bar.disable else bar.write
+        # The messages printed on a terminal show the progress themselves.
+        with progress(args.count, "received", delay=1.0, quiet=sys.stdout.isatty()) as bar:
             while args.count is None or received < args.count:
                 want = _BATCH if args.count is None else min(_BATCH, args.count - received)
                 messages = source.receive(want)
@@ -325,7 +327,7 @@ def _consume(
                 last = now
                 with interrupts.hold():  # printed means counted
                     for m in messages:
-                        write(render(m))
+                        print(render(m))
                         received += 1
                     sys.stdout.flush()
                     bar.update(len(messages))

@@ -431,7 +431,7 @@ def _summary(tally: _Tally, unconfirmed: int, skipped: _Skipped, interrupted: bo
     took = max(0.0, end - started) if started is not None else 0.0
     noun = "message" if tally.sent == 1 else "messages"
     text = f"sent {tally.sent:,} {noun} in {took:.2f} s"
-    if tally.sent and took > 0:
+    if tally.sent > 1 and took > 0:
         text += f" ({tally.sent / took:,.0f} msg/s)"
     if tally.failed:
         text += f", {tally.failed:,} failed"
@@ -455,7 +455,7 @@ def run(args: argparse.Namespace) -> int:
     with (
         Interrupts() as interrupts,
         ferrymq.Producer(args.endpoint, **options) as producer,
-        progress(_total(args), "sent", delay=1.0) as bar,
+        progress(_total(args), "sent", delay=1.0, quiet=args.json and sys.stdout.isatty()) as bar,
     ):
         tally = _Tally(args.json, bar, interrupts)
         sender: _Producing | _Batching = (
@@ -471,6 +471,7 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(KeyboardInterrupt):
                 sender.finish(_DRAIN_ON_INTERRUPT)
         sys.stdout.flush()
+        bar.close()  # before the summary, on the line it held
         summary = _summary(tally, sender.unconfirmed, skipped, interrupted)
         if tally.error is not None:
             if tally.sent:
