@@ -270,6 +270,23 @@ def test_no_ack_messages_come_back(target: Target) -> None:
         assert all(m["delivery_attempt"] >= 2 for m in again), again
 
 
+@pytest.mark.parametrize(
+    "target", ["rocketmq", pytest.param("nats", marks=pytest.mark.nats)], indirect=True
+)
+def test_count_takes_no_more_than_it_prints(target: Target) -> None:
+    assert target.produce("m1", "m2", "m3").code == 0
+    first = target.consume("--count", "2", "--timeout", "30", "--json")
+    assert first.code == 0, first
+    assert len(first.json_lines()) == 2
+    # The third was not received (and left invisible for 30 s): the next run gets it at once.
+    rest = target.consume("--count", "1", "--timeout", "5", "--json")
+    assert rest.code == 0, rest
+    [third] = rest.json_lines()
+    assert third["delivery_attempt"] == 1
+    seen = sorted([m["body"] for m in first.json_lines()] + [third["body"]])
+    assert seen == ["m1", "m2", "m3"]
+
+
 @pytest.mark.parametrize("target", ["rocketmq", "jmq"], indirect=True)
 def test_fewer_than_count_before_the_timeout_exits_3(target: Target) -> None:
     assert target.produce("only").code == 0

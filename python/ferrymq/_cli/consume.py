@@ -12,6 +12,7 @@ import argparse
 import base64
 import contextlib
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -69,6 +70,8 @@ before --timeout, 130 interrupted (Ctrl-C; the summary says how many were receiv
 _BATCH = 32
 #: The longest wait of one receive (the clients' default long-polling time).
 _MAX_WAIT = 20.0
+#: A receive may come back empty this much before its wait is over.
+_SLACK = 0.1
 #: A RocketMQ receive's call deadline is its wait plus 3 s, and a proxy refuses a deadline
 #: below its minimum long-polling time (5 s): waits shorter than this cannot be asked for.
 _ROCKETMQ_MIN_WAIT = 2.0
@@ -205,7 +208,6 @@ class _Receiving:
         elif args.stream is not None:
             raise ferrymq.InvalidArgumentError("--stream: only for nats:// endpoints")
         self._protocol = protocol
-        self._topic = args.topic
         self._consumer = ferrymq.SimpleConsumer(
             args.endpoint,
             args.group,
@@ -239,10 +241,10 @@ class _Polling:
 
     def __init__(self, args: argparse.Namespace, wait: float) -> None:
         options = connection_options(args)
-        for name, value in (("--app", args.app), ("--token", options.get("token"))):
+        for name, value in (("--app", args.app), ("--token", args.token)):
             if value is not None:
                 raise ferrymq.InvalidArgumentError(f"{name}: not used by remoting:// endpoints")
-        options.pop("token", None)
+        options.pop("token", None)  # $FERRYMQ_TOKEN, meant for another endpoint
         for name, value in (
             ("--sql", args.sql),
             ("--stream", args.stream),
@@ -293,7 +295,8 @@ def _summary(received: int, args: argparse.Namespace, took: float, why: str) -> 
 
 def run(args: argparse.Namespace) -> int:
     protocol = protocol_of(args.endpoint, "ENDPOINT")
-    wait = min(args.timeout, _MAX_WAIT) if args.timeout is not None else _MAX_WAIT
+    # Receives that wait --timeout in total, in whole steps of at most _MAX_WAIT.
+    wait = args.timeout / math.ceil(args.timeout / _MAX_WAIT) if args.timeout else _MAX_WAIT
     source = _Polling(args, wait) if protocol == "remoting" else _Receiving(args, protocol, wait)
     with Interrupts() as interrupts:
         return _consume(args, source, interrupts)
@@ -318,7 +321,7 @@ def _consume(
                 messages = source.receive(want)
                 now = time.perf_counter()
                 if not messages:
-                    if args.timeout is not None and now - last >= args.timeout:
+                    if args.timeout is not None and now - last >= args.timeout - _SLACK:
                         if args.count is not None:
                             why = f"nothing more arrived within {args.timeout:g} s"
                             code = EXIT_INCOMPLETE

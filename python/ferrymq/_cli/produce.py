@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import queue
 import sys
 import threading
@@ -204,7 +205,7 @@ def _stdin_lines() -> Iterator[bytes | _Idle]:
 def _bodies(args: argparse.Namespace, skipped: _Skipped) -> Iterator[_Body]:
     """Every message body of the input, in order (``_IDLE`` in between while stdin is slow)."""
     for text in args.messages:
-        yield text.encode()
+        yield os.fsencode(text)  # the argument's own bytes, UTF-8 or not
     for path in args.file:
         if args.lines:
             with open(path, "rb") as f:
@@ -266,7 +267,7 @@ def _check_fields(args: argparse.Namespace, protocol: str) -> None:
                 ("--message-group", args.message_group),
                 ("--delay", args.delay),
             )
-            if value
+            if value is not None and value != []
         ]
         if given:
             raise ferrymq.InvalidArgumentError(
