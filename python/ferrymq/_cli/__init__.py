@@ -23,12 +23,12 @@ from collections.abc import Sequence
 
 import ferrymq
 
-from . import bench, broker, demo
+from . import bench, broker, consume, demo, produce
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail
 
 __all__ = ["main"]
 
-_COMMANDS = (broker, demo, bench)
+_COMMANDS = (broker, demo, produce, consume, bench)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -83,29 +83,39 @@ impl Connection {
         &self.inner.addr
     }
 
-    fn sender(&self) -> mpsc::Sender<Command> {
-        let mut slot = self.inner.tx.lock();
-        if let Some(tx) = slot.as_ref().filter(|tx| !tx.is_closed()) {
-            return tx.clone();
-        }
-        let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-        tokio::spawn(run(self.inner.addr.clone(), rx));
-        *slot = Some(tx.clone());
-        tx
-    }
-
+    /// Hand `command` to the connection task, starting one when there is none (or the last
+    /// one ended).
     async fn enqueue(&self, mut command: Command) -> Result<()> {
-        // A task that is just ending refuses the command; a fresh one takes it.
-        for _ in 0..2 {
-            match self.sender().send(command).await {
+        loop {
+            let running = {
+                let mut slot = self.inner.tx.lock();
+                if let Some(tx) = slot.as_ref().filter(|tx| !tx.is_closed()) {
+                    tx.clone()
+                } else {
+                    // Queued before the task starts: a task whose connect fails at once (a
+                    // refused loopback port) answers it with the reason, instead of closing
+                    // the channel before it arrives.
+                    let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+                    tx.try_send(command).map_err(|_| {
+                        Error::internal("a new remoting request channel refused a request")
+                    })?;
+                    tokio::spawn(run(self.inner.addr.clone(), rx));
+                    *slot = Some(tx);
+                    return Ok(());
+                }
+            };
+            match running.send(command).await {
                 Ok(()) => return Ok(()),
-                Err(mpsc::error::SendError(c)) => command = c,
+                // That task was just ending (it closes its channel first): start a new one.
+                Err(mpsc::error::SendError(c)) => {
+                    command = c;
+                    let mut slot = self.inner.tx.lock();
+                    if slot.as_ref().is_some_and(|tx| tx.same_channel(&running)) {
+                        *slot = None;
+                    }
+                }
             }
         }
-        Err(Error::connection(format!(
-            "remoting connection to {} is closing",
-            self.inner.addr
-        )))
     }
 
     fn prepare(&self, cmd: &mut RemotingCommand) {
@@ -472,5 +482,34 @@ mod tests {
             .unwrap();
         assert_eq!(r.ext("AccessKey"), Some("AK"));
         assert!(r.ext("Signature").is_some());
+    }
+
+    #[test]
+    fn a_refused_connection_says_so_every_time() {
+        // A refused loopback connect fails within microseconds, on a runtime worker that may
+        // run the new connection task before the request reaches its channel: the request must
+        // still get the reason, never a bare "is closing". Driven from a thread outside the
+        // runtime, as the Python binding does, with pauses that let the workers park.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let reused = Connection::new(format!("127.0.0.1:{port}"), None);
+        for i in 0..100 {
+            let fresh = Connection::new(format!("127.0.0.1:{port}"), None);
+            for c in [&fresh, &reused] {
+                let e = rt
+                    .block_on(ask(c, "i", i, Duration::from_secs(5)))
+                    .unwrap_err();
+                assert_eq!(e.kind(), crate::ErrorKind::Connection, "{e}");
+                assert!(e.to_string().contains("cannot connect"), "attempt {i}: {e}");
+            }
+            std::thread::sleep(Duration::from_millis([0, 1, 20][i % 3]));
+        }
     }
 }
