@@ -29,7 +29,7 @@ def test_version_names_the_features() -> None:
 def test_help_lists_the_commands_and_the_exit_codes() -> None:
     done = ferrymq("--help")
     assert done.returncode == 0
-    for command in ("version", "broker", "demo"):
+    for command in ("version", "broker", "demo", "produce", "consume", "bench"):
         assert command in done.stdout
     assert "130 interrupted" in done.stdout
 

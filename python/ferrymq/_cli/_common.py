@@ -30,15 +30,24 @@ def fail(command: str, error: BaseException, code: int) -> int:
     return code
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number above zero."""
+def _whole(text: str, minimum: int, rule: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be above zero")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} {rule}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number above zero."""
+    return _whole(text, 1, "must be above zero")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number, zero or more."""
+    return _whole(text, 0, "must not be negative")
 
 
 def progress(total: int | None, desc: str, *, delay: float = 0.0, quiet: bool = False) -> tqdm[Any]:

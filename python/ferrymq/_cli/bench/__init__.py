@@ -10,13 +10,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import sys
 from typing import Any
 
 import ferrymq
 
-from .._common import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, fail, positive_int
+from .._common import (
+    EXIT_FAILED,
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    fail,
+    non_negative_int,
+    positive_int,
+    seconds,
+)
 from ._run import Bench, Target, connect_target, new_run_id
 from ._workers import HEADER_SIZE, MODES, Plan
 
@@ -52,27 +60,6 @@ missing topic), 2 bad usage (a bad option or ENDPOINT, --plot without matplotlib
 3 incomplete (consumers got fewer messages than were sent, none arriving for --timeout
 seconds), 130 interrupted (Ctrl-C; the figures so far are printed).
 """
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return value
-
-
-def _count(text: str) -> int:
-    """An argparse type: zero or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return value
 
 
 def _size(text: str) -> int:
@@ -120,17 +107,21 @@ def add_parser(sub: Any) -> None:
         help="messages to send over all producers (consume only: to receive) (default 100000)",
     )
     amount.add_argument(
-        "--duration", type=_seconds, metavar="SECONDS", help="send for this long instead"
+        "--duration", type=seconds, metavar="SECONDS", help="send for this long instead"
     )
     b.add_argument(
         "--producers",
-        type=_count,
+        type=non_negative_int,
         default=1,
         metavar="N",
         help="default 1; 0: consume only (messages of any bench run count)",
     )
     b.add_argument(
-        "--consumers", type=_count, default=1, metavar="N", help="default 1; 0: publish only"
+        "--consumers",
+        type=non_negative_int,
+        default=1,
+        metavar="N",
+        help="default 1; 0: publish only",
     )
     b.add_argument("--mode", choices=MODES, default="async", help="how to send (default async)")
     b.add_argument(
@@ -149,7 +140,7 @@ def add_parser(sub: Any) -> None:
     )
     b.add_argument(
         "--timeout",
-        type=_seconds,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="give up (exit 3) when nothing arrived for this long after sending (default 10)",
