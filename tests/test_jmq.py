@@ -200,6 +200,9 @@ def test_bad_input(jmq_broker: EmbeddedBroker, producer: ferrymq.Producer) -> No
         consumer(jmq_broker, "no-such-topic").start()
     with pytest.raises(ferrymq.InvalidArgumentError, match="body"):
         producer.send(ferrymq.Message("t", b"x" * (3 * 1024 * 1024 + 1)))
+    # One key is the JMQ4 businessId; a second would be lost, so it is refused.
+    with pytest.raises(ferrymq.InvalidArgumentError, match="keys"):
+        producer.send(ferrymq.Message("t", b"x", keys=["a", "b"]))
     with pytest.raises(ferrymq.InvalidArgumentError, match="qos"):
         ferrymq.Producer(
             jmq_broker.jmq_endpoint, app=APP, token=TOKEN, jmq_options={"qos": "ack_flush"}

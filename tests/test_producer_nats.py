@@ -4,6 +4,7 @@ nats-server), with the receipts typed by the shared ``Receipt`` interface."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,33 @@ def test_transactions_and_recall_are_refused_by_name(nats_server: NatsServer) ->
             p.poll(timedelta(days=-1))
         with pytest.raises(InvalidArgumentError, match="timeout"):
             p.flush(1e20)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"keys": ["k"]}, "keys"),
+        ({"tag": "t"}, "tag"),
+        ({"message_group": "g"}, "message_group"),
+        ({"delivery_time": 60.0}, "delivery_time"),
+    ],
+)
+def test_what_jetstream_cannot_carry_is_refused_not_dropped(
+    nats_server: NatsServer,
+    nats_stream: tuple[ferrymq.JetStream, str],
+    fields: dict[str, Any],
+    named: str,
+) -> None:
+    js, tok = nats_stream
+    subject = f"s{tok}.refused"
+    m = Message(subject, b"x", **fields)
+    with ferrymq.Producer(nats_server.url) as p:
+        with pytest.raises(InvalidArgumentError, match=named):
+            p.send(m)
+        with pytest.raises(InvalidArgumentError, match=named):
+            p.send_batch([Message(subject, b"ok"), m])
+        with pytest.raises(InvalidArgumentError, match=named):
+            p.produce(m)
+        # Nothing of the refused calls was published; a plain message still is.
+        p.send(Message(subject, b"plain"))
+    assert [g.body for g in read_stream(js, f"S{tok}", 1)] == [b"plain"]

@@ -166,6 +166,10 @@ impl Protocol for NatsSend {
         self.connected().map(|_| ())
     }
 
+    fn check(&self, m: &Message) -> Result<(), Error> {
+        ferrymq_core::nats::check_message(m)
+    }
+
     fn send(&self, m: Message) -> BoxFuture<'static, Result<Receipt, Error>> {
         let s = self.clone();
         async move {

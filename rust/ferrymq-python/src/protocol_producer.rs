@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::durations::{self, Lower};
-use crate::errors::invalid;
+use crate::errors::{invalid, to_pyerr};
 use crate::jmq::PyJmqSendReceipt;
 use crate::lazy::LazyClient;
 use crate::message::extract_message;
@@ -34,6 +34,11 @@ pub(crate) enum Receipt {
 pub(crate) trait Protocol: Send + Sync + 'static {
     /// Refuse sending now, before the arguments are looked at (NATS before `start()`).
     fn ready(&self) -> PyResult<()> {
+        Ok(())
+    }
+    /// Refuse a message this protocol cannot carry whole, before it is queued.
+    fn check(&self, message: &Message) -> Result<(), Error> {
+        let _ = message;
         Ok(())
     }
     fn send(&self, message: Message) -> BoxFuture<'static, Result<Receipt, Error>>;
@@ -102,7 +107,9 @@ impl ProtocolProducer {
         message: &Bound<'_, PyAny>,
     ) -> PyResult<BoxFuture<'static, Result<Receipt, Error>>> {
         self.protocol.ready()?;
-        Ok(self.protocol.send(extract_message(message)?))
+        let message = extract_message(message)?;
+        self.protocol.check(&message).map_err(to_pyerr)?;
+        Ok(self.protocol.send(message))
     }
 
     fn many(
@@ -110,7 +117,11 @@ impl ProtocolProducer {
         messages: &Bound<'_, PyAny>,
     ) -> PyResult<BoxFuture<'static, Result<Vec<Receipt>, Error>>> {
         self.protocol.ready()?;
-        Ok(self.protocol.send_batch(extract_messages(messages)?))
+        let messages = extract_messages(messages)?;
+        for m in &messages {
+            self.protocol.check(m).map_err(to_pyerr)?;
+        }
+        Ok(self.protocol.send_batch(messages))
     }
 }
 
@@ -131,7 +142,9 @@ pymethods_with_async! {
                 .as_ref()
                 .ok_or_else(|| invalid("produce", self.facts.refused))?;
             self.protocol.ready()?;
-            p.produce(py, extract_message(message)?, on_delivery)
+            let message = extract_message(message)?;
+            self.protocol.check(&message).map_err(to_pyerr)?;
+            p.produce(py, message, on_delivery)
         }
 
         /// Run the callbacks of finished deliveries (waiting up to `timeout` seconds for one);

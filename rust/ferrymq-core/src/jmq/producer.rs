@@ -182,6 +182,15 @@ fn to_item(m: &Message, max_body: usize) -> Result<(BatchItem, Option<String>)> 
             ),
         ));
     }
+    if m.keys().len() > 1 {
+        return Err(Error::invalid(
+            "keys",
+            format!(
+                "a JMQ4 message carries one key (its businessId), not {}",
+                m.keys().len()
+            ),
+        ));
+    }
     let business_id = m.keys().first().cloned();
     if let Some(b) = &business_id {
         if b.chars().count() > MAX_BUSINESS_ID || b.len() > 127 {

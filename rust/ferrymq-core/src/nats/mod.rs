@@ -196,6 +196,29 @@ fn header_value(field: &str, v: &str) -> Result<HeaderValue> {
         .map_err(|_| Error::invalid(field, format!("{v:?} contains CR or LF")))
 }
 
+/// Refuse what a JetStream message cannot carry, rather than drop it: keys, a tag, a message
+/// group and a delivery time are RocketMQ's (properties travel as headers).
+pub fn check_message(m: &crate::message::Message) -> Result<()> {
+    let refused = if !m.keys().is_empty() {
+        Some("keys")
+    } else if m.tag().is_some() {
+        Some("tag")
+    } else if m.message_group().is_some() {
+        Some("message_group")
+    } else if m.delivery_time().is_some() {
+        Some("delivery_time")
+    } else {
+        None
+    };
+    match refused {
+        Some(field) => Err(Error::invalid(
+            field,
+            "NATS JetStream messages have none; put it in the properties (sent as headers)",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Check user headers and options the way the wire needs them (no panics later).
 pub fn validate_headers(headers: &[(String, String)], options: &PublishOptions) -> Result<()> {
     for (k, v) in headers {

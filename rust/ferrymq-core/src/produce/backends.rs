@@ -50,6 +50,10 @@ impl ProduceBackend for JetStream {
             // order); their acks are awaited together.
             let mut acks = Vec::with_capacity(messages.len());
             for m in messages {
+                if let Err(e) = crate::nats::check_message(&m) {
+                    acks.push(Err(e));
+                    continue;
+                }
                 let headers: Vec<(String, String)> = m
                     .properties()
                     .iter()
