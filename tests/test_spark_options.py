@@ -171,3 +171,21 @@ def test_cap_properties_hold_on_many_shapes() -> None:
         for p in latest["t"]:
             assert start["t"][p] <= capped["t"][p] <= latest["t"][p]
         assert capped == cap_offsets(start, latest, limit)  # deterministic
+
+
+def test_a_jetstream_sink_refuses_columns_it_would_drop() -> None:
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from ferrymq.spark._source import _check_sink_schema
+
+    def schema(*extra: str) -> StructType:
+        fields = [StructField("value", BinaryType()), StructField("topic", StringType())]
+        return StructType(fields + [StructField(name, StringType()) for name in extra])
+
+    nats = parse_sink_options({"endpoints": "nats://h:4222"})
+    _check_sink_schema(nats, schema("key", "headers"))
+    for column in ("tag", "messageGroup"):
+        with pytest.raises(InvalidArgumentError, match=column.lower()):
+            _check_sink_schema(nats, schema(column))
+        # RocketMQ carries both.
+        _check_sink_schema(parse_sink_options({"endpoints": "h:1"}), schema(column))

@@ -441,6 +441,13 @@ def _check_sink_schema(cfg: SinkConfig, schema: StructType) -> None:
         raise InvalidArgumentError(
             "option 'topic': give the topic as an option or as a 'topic' column"
         )
+    if cfg.backend == "nats":
+        # A JetStream message is a subject, headers and a body: refuse, rather than drop.
+        refused = sorted(names & {"tag", "messagegroup"})
+        if refused:
+            raise InvalidArgumentError(
+                f"column {refused[0]!r}: NATS JetStream messages have none; put it in 'headers'"
+            )
     ignored = names - _SINK_COLUMNS
     if ignored:
         log.debug("columns ignored by the ferrymq sink: %s", sorted(ignored))
