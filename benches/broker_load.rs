@@ -10,7 +10,10 @@
 //!   one received message, each awaited before the next, from the bench's main thread through
 //!   ferrymq's own HTTP/2 channel with a RocketMQ client's headers (what a blocking
 //!   `Producer.send` and a simple consumer's `ack` do from Python): per call, the broker's and
-//!   the client's CPU and context switches (voluntary + involuntary, summed over the threads).
+//!   the client's CPU and context switches (voluntary + involuntary, summed over the threads);
+//! * the floors under one call at a time, on the broker's runtime: `floor_tcp`, a bare TCP round
+//!   trip of about a send's sizes (what the kernel and tokio cost), and `floor_h2`, an `h2`
+//!   server answering every SendMessage with one canned answer (what HTTP/2 adds).
 //!
 //! Targets (issue 3, 2 cores): >= 1M msg/s batched, >= 100k unary RPC/s.
 //!
@@ -438,6 +441,154 @@ async fn sync_ack(secs: f64, access_point: &str, body: &bytes::Bytes) -> SyncRat
     one_at_a_time(secs, timed.len(), |i| ack(&mut stub, &timed[i])).await
 }
 
+/// The floor under one call at a time: a bare TCP round trip of about a sync send's sizes (a
+/// 400-byte request, a 150-byte answer) to a task on the broker's runtime that reads a request
+/// and writes the answer: what the kernel and the runtime cost without HTTP/2 or gRPC.
+async fn floor_tcp(secs: f64, broker_rt: &tokio::runtime::Handle) -> SyncRate {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const REQUEST: usize = 400;
+    const ANSWER: usize = 150;
+    let listener = broker_rt
+        .spawn(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .await
+        .unwrap()
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    broker_rt.spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        sock.set_nodelay(true).unwrap();
+        let mut buf = vec![0u8; 16 << 10];
+        let answer = vec![7u8; ANSWER];
+        let mut have = 0;
+        loop {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => have += n,
+            }
+            while have >= REQUEST {
+                have -= REQUEST;
+                if sock.write_all(&answer).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.set_nodelay(true).unwrap();
+    let request = vec![1u8; REQUEST];
+    let mut answer = vec![0u8; ANSWER];
+    for _ in 0..SYNC_WARMUP {
+        sock.write_all(&request).await.unwrap();
+        sock.read_exact(&mut answer).await.unwrap();
+    }
+    // Each call borrows the one connection (uncontended: one call at a time).
+    let conn = tokio::sync::Mutex::new((sock, answer));
+    one_at_a_time(secs, usize::MAX, |_| async {
+        let mut conn = conn.lock().await;
+        let (sock, answer) = &mut *conn;
+        sock.write_all(&request).await.unwrap();
+        sock.read_exact(answer).await.unwrap();
+    })
+    .await
+}
+
+/// Another floor: an `h2` server on the broker's runtime answering every request with one
+/// canned SendMessage answer, read and answered in the connection's task (no gRPC service).
+async fn floor_h2(secs: f64, broker_rt: &tokio::runtime::Handle, body: &bytes::Bytes) -> SyncRate {
+    use futures::StreamExt as _;
+    let listener = broker_rt
+        .spawn(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .await
+        .unwrap()
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answer = {
+        use prost::Message as _;
+        let msg = proto::SendMessageResponse {
+            status: Some(proto::Status {
+                code: 20000,
+                message: "OK".into(),
+            }),
+            entries: vec![proto::SendResultEntry {
+                status: Some(proto::Status {
+                    code: 20000,
+                    message: "OK".into(),
+                }),
+                message_id: "01AABBCCDDEEFF00112233445566".into(),
+                offset: 12345,
+                ..Default::default()
+            }],
+        };
+        let mut b = vec![0u8; 5];
+        msg.encode(&mut b).unwrap();
+        let n = (b.len() - 5) as u32;
+        b[1..5].copy_from_slice(&n.to_be_bytes());
+        bytes::Bytes::from(b)
+    };
+    broker_rt.spawn(async move {
+        let (sock, _) = listener.accept().await.unwrap();
+        sock.set_nodelay(true).unwrap();
+        let mut conn = h2::server::Builder::new()
+            .initial_window_size(8 << 20)
+            .initial_connection_window_size(16 << 20)
+            .handshake::<_, bytes::Bytes>(sock)
+            .await
+            .unwrap();
+        let mut inflight = futures::stream::FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                biased;
+                Some(()) = inflight.next(), if !inflight.is_empty() => {}
+                r = conn.accept() => {
+                    let Some(Ok((req, mut respond))) = r else { return };
+                    let answer = answer.clone();
+                    inflight.push(async move {
+                        let mut body = req.into_body();
+                        while let Some(Ok(d)) = body.data().await {
+                            let _ = body.flow_control().release_capacity(d.len());
+                        }
+                        let head = http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .body(())
+                            .unwrap();
+                        let mut send = respond.send_response(head, false).unwrap();
+                        send.send_data(answer, false).unwrap();
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                        send.send_trailers(trailers).unwrap();
+                    });
+                }
+            }
+        }
+    });
+    let access_point = addr.to_string();
+    let endpoints = Endpoints::parse_access_point(&access_point)
+        .unwrap()
+        .endpoints;
+    let stub = Connections::new(ConnectionOptions::default())
+        .unwrap()
+        .stub(&endpoints)
+        .unwrap();
+    let md = RequestMetadata::new("bench-client", "", None).unwrap();
+    let send = |_| {
+        let mut stub = stub.clone();
+        let r = client_request(
+            &md,
+            proto::SendMessageRequest {
+                messages: vec![message("sync", body, 0)],
+            },
+        );
+        async move {
+            let resp = stub.send_message(r).await.unwrap().into_inner();
+            assert_eq!(resp.status.unwrap().code, 20000);
+        }
+    };
+    for i in 0..SYNC_WARMUP {
+        send(i).await;
+    }
+    one_at_a_time(secs, usize::MAX, send).await
+}
+
 /// Whether `BENCH_PHASES` (comma-separated; all when unset) names `phase`.
 fn wanted(phase: &str) -> bool {
     std::env::var("BENCH_PHASES").map_or(true, |v| v.split(',').any(|p| p.trim() == phase))
@@ -487,7 +638,7 @@ async fn send_phase(
     .await
 }
 
-async fn run(secs: f64, broker: &Broker) {
+async fn run(secs: f64, broker: &Broker, broker_rt: tokio::runtime::Handle) {
     for topic in ["batch", "unary", "recv", "sync", "acks"] {
         broker.create_topic(topic, "NORMAL", 8).unwrap();
     }
@@ -587,6 +738,22 @@ async fn run(secs: f64, broker: &Broker) {
     if wanted("sync_ack") {
         let r = sync_ack(secs, &access_point, &body).await;
         report_sync("sync_ack", &r, "AckMessage of 1 message, 1 in flight");
+    }
+    if wanted("floor_h2") {
+        let r = floor_h2(secs, &broker_rt, &body).await;
+        report_sync(
+            "floor_h2",
+            &r,
+            "h2 server, one canned SendMessage answer, 1 in flight",
+        );
+    }
+    if wanted("floor_tcp") {
+        let r = floor_tcp(secs, &broker_rt).await;
+        report_sync(
+            "floor_tcp",
+            &r,
+            "bare TCP round trip, 400 B request, 150 B answer, 1 in flight",
+        );
     }
 
     let verdict = |r: Option<Rate>, target: f64| match r {
@@ -726,6 +893,6 @@ fn main() {
         .await
         .unwrap()
     });
-    client_rt.block_on(run(secs, &broker));
+    client_rt.block_on(run(secs, &broker, broker_rt.handle().clone()));
     broker_rt.block_on(broker.shutdown());
 }
