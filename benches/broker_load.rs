@@ -27,6 +27,7 @@
 //! measures with the system allocator).
 //! `BENCH_SECS` (default 3) sets the duration of each phase; `BENCH_THREADS` (default 2) the
 //! worker threads of each runtime (`BENCH_BROKER_THREADS` the broker's alone);
+//! `BENCH_SIGNED=1` gives the broker credentials and signs the one-at-a-time phases' requests;
 //! `BENCH_PHASES` (comma-separated names, default all) the phases to run; `BENCH_SYNC_CALLS`
 //! makes the one-at-a-time phases a fixed number of calls instead of `BENCH_SECS` (for
 //! `valgrind --tool=callgrind --separate-threads=yes`, which counts instructions per thread).
@@ -48,7 +49,7 @@ use ferrymq_core::proto::telemetry_command::Command;
 use ferrymq_core::rocketmq::connection::{ConnectionOptions, Connections, Stub};
 use ferrymq_core::rocketmq::metadata::RequestMetadata;
 use ferrymq_core::rocketmq::{ClientOptions, Endpoints, Producer};
-use ferrymq_server::broker::{Broker, BrokerConfig, GroupConfig, WhenFull};
+use ferrymq_server::broker::{Broker, BrokerConfig, Credentials, GroupConfig, WhenFull};
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 
@@ -61,6 +62,12 @@ fn req<T>(msg: T) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
     r.metadata_mut()
         .insert("x-mq-client-id", MetadataValue::from_static("bench-client"));
+    if signed() {
+        static SIGNER: std::sync::OnceLock<RequestMetadata> = std::sync::OnceLock::new();
+        SIGNER
+            .get_or_init(|| RequestMetadata::new("bench-client", "", client_credentials()).unwrap())
+            .apply(r.metadata_mut());
+    }
     r
 }
 
@@ -300,12 +307,25 @@ fn sync_calls() -> Option<usize> {
         .and_then(|s| s.parse().ok())
 }
 
+/// `BENCH_SIGNED=1`: the broker checks signatures, and the one-at-a-time phases sign.
+fn signed() -> bool {
+    std::env::var("BENCH_SIGNED").is_ok_and(|v| v == "1")
+}
+
+/// The client credentials of the one-at-a-time phases (`None` unless [`signed`]).
+fn client_credentials() -> Option<ferrymq_core::rocketmq::Credentials> {
+    signed()
+        .then(|| ferrymq_core::rocketmq::Credentials::new("bench-ak", "bench-sk", None).unwrap())
+}
+
 /// Warm-up calls before each one-at-a-time phase (connection, routes, allocator).
 const SYNC_WARMUP: usize = 300;
 
 /// `Producer::send` of one 100-byte message after another (a blocking `Producer.send`).
 async fn sync_send(secs: f64, access_point: &str, body: &bytes::Bytes) -> SyncRate {
-    let p = Producer::new(ClientOptions::new(access_point), vec!["sync".into()], None).unwrap();
+    let mut options = ClientOptions::new(access_point);
+    options.credentials = client_credentials();
+    let p = Producer::new(options, vec!["sync".into()], None).unwrap();
     p.start().await.unwrap();
     let msg = || {
         ferrymq_core::Message::builder("sync", body.clone())
@@ -416,7 +436,7 @@ async fn sync_ack(secs: f64, access_point: &str, body: &bytes::Bytes) -> SyncRat
         .unwrap()
         .stub(&endpoints)
         .unwrap();
-    let md = RequestMetadata::new("bench-client", "", None).unwrap();
+    let md = RequestMetadata::new("bench-client", "", client_credentials()).unwrap();
     let want = sync_calls().unwrap_or((secs * 20_000.0) as usize) + SYNC_WARMUP;
     let entries = received(&mut stub, &md, "acks", want, body).await;
     let ack = |stub: &mut Stub, e: &proto::AckMessageEntry| {
@@ -888,6 +908,10 @@ fn main() {
             when_full: WhenFull::DropOldest,
             long_polling_min: Duration::from_millis(100),
             min_invisible: Duration::ZERO,
+            credentials: signed().then(|| Credentials {
+                access_key: "bench-ak".into(),
+                secret_key: "bench-sk".into(),
+            }),
             ..BrokerConfig::default()
         })
         .await

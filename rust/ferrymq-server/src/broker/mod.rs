@@ -153,6 +153,7 @@ impl Broker {
             timer: timer::Timer::default(),
             txs: transaction::Transactions::default(),
             replies: telemetry::Replies::default(),
+            verified: auth::Verified::default(),
             shutdown,
         });
         let mut servers = Vec::new();
