@@ -437,7 +437,9 @@ async fn sync_ack(secs: f64, access_point: &str, body: &bytes::Bytes) -> SyncRat
         .stub(&endpoints)
         .unwrap();
     let md = RequestMetadata::new("bench-client", "", client_credentials()).unwrap();
-    let want = sync_calls().unwrap_or((secs * 20_000.0) as usize) + SYNC_WARMUP;
+    // With a fixed number of calls, as many messages for any number up to 3000, so that two
+    // callgrind runs of different lengths differ only by their acks.
+    let want = sync_calls().map_or((secs * 20_000.0) as usize, |n| n.max(3000)) + SYNC_WARMUP;
     let entries = received(&mut stub, &md, "acks", want, body).await;
     let ack = |stub: &mut Stub, e: &proto::AckMessageEntry| {
         let r = client_request(
