@@ -13,7 +13,9 @@
 //!   the client's CPU and context switches (voluntary + involuntary, summed over the threads);
 //! * the floors under one call at a time, on the broker's runtime: `floor_tcp`, a bare TCP round
 //!   trip of about a send's sizes (what the kernel and tokio cost), and `floor_h2`, an `h2`
-//!   server answering every SendMessage with one canned answer (what HTTP/2 adds).
+//!   server answering every SendMessage with one canned answer (what HTTP/2 adds; read its
+//!   instructions, not its context switches: its task wakes itself while it runs, which
+//!   tokio answers with a yield and a wake-up of another worker).
 //!
 //! Targets (issue 3, 2 cores): >= 1M msg/s batched, >= 100k unary RPC/s.
 //!

@@ -234,27 +234,25 @@ fn call(
     let (mut parts, mut stream) = request.into_parts();
     let deadline = grpc_timeout(&parts.headers);
     parts.extensions.insert(info.clone());
-    let mut first = None;
+    let mut read = Read::default();
     if unary::serves(parts.uri.path()) && !parts.headers.contains_key("grpc-encoding") {
         match whole(&mut stream) {
             Ok(payload) => match unary::start(&service.svc, parts, &payload) {
                 Ok(reply) => return answer(Reply::Unary(reply), deadline, respond),
                 Err(given_back) => {
                     parts = *given_back;
-                    first = Some(payload);
+                    read = Read {
+                        data: Some(payload),
+                        data_done: true,
+                        trailers: None,
+                        ended: true,
+                    };
                 }
             },
-            Err(read) => first = read,
+            Err(partly) => read = *partly,
         }
     }
-    let request = http::Request::from_parts(
-        parts,
-        RecvBody {
-            first,
-            stream,
-            data_done: false,
-        },
-    );
+    let request = http::Request::from_parts(parts, RecvBody { read, stream });
     answer(Reply::Grpc(service.grpc.call(request)), deadline, respond)
 }
 
@@ -274,32 +272,44 @@ fn answer(
 }
 
 /// The whole body of a request if it has all arrived (its data frames, no trailers), else
-/// what was read of it.
-fn whole(stream: &mut h2::RecvStream) -> Result<Bytes, Option<Bytes>> {
+/// what was read of it (boxed: the rare way).
+fn whole(stream: &mut h2::RecvStream) -> Result<Bytes, Box<Read>> {
     let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-    let mut read: Option<Bytes> = None;
+    let mut data: Option<Bytes> = None;
     loop {
         match stream.poll_data(&mut cx) {
-            Poll::Ready(Some(Ok(data))) => {
-                let _ = stream.flow_control().release_capacity(data.len());
-                read = Some(match read {
-                    None => data,
+            Poll::Ready(Some(Ok(chunk))) => {
+                let _ = stream.flow_control().release_capacity(chunk.len());
+                data = Some(match data {
+                    None => chunk,
                     Some(before) => {
-                        let mut joined = BytesMut::with_capacity(before.len() + data.len());
+                        let mut joined = BytesMut::with_capacity(before.len() + chunk.len());
                         joined.extend_from_slice(&before);
-                        joined.extend_from_slice(&data);
+                        joined.extend_from_slice(&chunk);
                         joined.freeze()
                     }
                 });
             }
             Poll::Ready(None) => break,
-            Poll::Ready(Some(Err(_))) | Poll::Pending => return Err(read),
+            Poll::Ready(Some(Err(_))) | Poll::Pending => {
+                return Err(Box::new(Read {
+                    data,
+                    ..Read::default()
+                }))
+            }
         }
     }
-    match stream.poll_trailers(&mut cx) {
-        Poll::Ready(Ok(None)) => Ok(read.unwrap_or_default()),
-        _ => Err(read),
-    }
+    let trailers = match stream.poll_trailers(&mut cx) {
+        Poll::Ready(Ok(None)) => return Ok(data.unwrap_or_default()),
+        Poll::Ready(Ok(Some(trailers))) => Some(trailers),
+        Poll::Ready(Err(_)) | Poll::Pending => None,
+    };
+    Err(Box::new(Read {
+        data,
+        data_done: true,
+        trailers,
+        ended: false,
+    }))
 }
 
 type GrpcFuture = <Grpc as tower_service::Service<http::Request<RecvBody>>>::Future;
@@ -501,12 +511,24 @@ impl Pipe {
     }
 }
 
+/// What was read of a request's body before it was handed to tonic's server (by [`whole`]).
+#[derive(Default)]
+struct Read {
+    /// Its data frames, joined.
+    data: Option<Bytes>,
+    /// Every data frame was read.
+    data_done: bool,
+    /// Its trailers.
+    trailers: Option<http::HeaderMap>,
+    /// Nothing more to read: the stream has ended.
+    ended: bool,
+}
+
 /// A request's body: what was read of it before, then its data frames (their flow-control
 /// capacity given back as they are read), then its trailers.
 pub(crate) struct RecvBody {
-    first: Option<Bytes>,
+    read: Read,
     stream: h2::RecvStream,
-    data_done: bool,
 }
 
 impl Body for RecvBody {
@@ -518,10 +540,10 @@ impl Body for RecvBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
         let me = &mut *self;
-        if let Some(data) = me.first.take() {
+        if let Some(data) = me.read.data.take() {
             return Poll::Ready(Some(Ok(Frame::data(data))));
         }
-        if !me.data_done {
+        if !me.read.data_done {
             match ready!(me.stream.poll_data(cx)) {
                 Some(Ok(data)) => {
                     let _ = me.stream.flow_control().release_capacity(data.len());
@@ -533,18 +555,33 @@ impl Body for RecvBody {
                     return Poll::Ready(None)
                 }
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => me.data_done = true,
+                None => me.read.data_done = true,
             }
         }
+        if let Some(trailers) = me.read.trailers.take() {
+            me.read.ended = true;
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+        }
+        if me.read.ended {
+            return Poll::Ready(None);
+        }
         match ready!(me.stream.poll_trailers(cx)) {
-            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Ok(None) => Poll::Ready(None),
+            Ok(Some(trailers)) => {
+                me.read.ended = true;
+                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+            }
+            Ok(None) => {
+                me.read.ended = true;
+                Poll::Ready(None)
+            }
             Err(e) => Poll::Ready(Some(Err(e))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.stream.is_end_stream()
+        self.read.data.is_none()
+            && self.read.trailers.is_none()
+            && (self.read.ended || self.stream.is_end_stream())
     }
 }
 

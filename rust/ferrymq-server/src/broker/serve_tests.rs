@@ -43,6 +43,9 @@ enum Body {
     Whole,
     /// After the headers have arrived: the server sees the call before its body.
     Late,
+    /// With trailers that carry the client id (not in the headers): tonic's server merges
+    /// request trailers into the call's metadata.
+    IdInTrailers,
 }
 
 /// `message` framed as one gRPC message (`flag` 1 says compressed).
@@ -77,9 +80,12 @@ async fn call(
     ))
     .header("content-type", "application/grpc")
     .header("te", "trailers")
-    .header("x-mq-client-id", "wire-client")
     .body(())
     .unwrap();
+    let id = http::HeaderValue::from_static("wire-client");
+    if !matches!(how, Body::IdInTrailers) {
+        request.headers_mut().insert("x-mq-client-id", id.clone());
+    }
     for (k, v) in extra {
         request
             .headers_mut()
@@ -91,7 +97,14 @@ async fn call(
         // Long enough for the headers to be read and the call started without its body.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    stream.send_data(body, true).unwrap();
+    if let Body::IdInTrailers = how {
+        stream.send_data(body, false).unwrap();
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-mq-client-id", id);
+        stream.send_trailers(trailers).unwrap();
+    } else {
+        stream.send_data(body, true).unwrap();
+    }
     let (head, mut recv) = response.await.unwrap().into_parts();
     let mut data = BytesMut::new();
     while let Some(chunk) = recv.data().await {
@@ -126,7 +139,7 @@ async fn a_unary_answer_is_the_same_whether_its_body_came_whole_or_late() {
     broker.create_topic("wire", "NORMAL", 1).unwrap();
     let mut send = connect(&broker).await;
     let mut offsets = Vec::new();
-    for how in [Body::Whole, Body::Late, Body::Whole] {
+    for how in [Body::Whole, Body::Late, Body::IdInTrailers, Body::Whole] {
         let a = call(
             &mut send,
             "SendMessage",
@@ -146,7 +159,7 @@ async fn a_unary_answer_is_the_same_whether_its_body_came_whole_or_late() {
         assert_eq!(answer.status.unwrap().code, code::OK);
         offsets.push(answer.entries[0].offset);
     }
-    assert_eq!(offsets, [0, 1, 2], "each one stored once");
+    assert_eq!(offsets, [0, 1, 2, 3], "each one stored once");
     broker.shutdown().await;
 }
 
