@@ -11,7 +11,8 @@ Patterns, each over the same producer with ``--window`` sends in flight:
   of waiting tasks);
 * ``sync send`` — one blocking ``send`` after another (context switches per round trip).
 
-Prints msg/s, the client process's CPU time per message and its context switches per message.
+Prints msg/s, the client process's CPU time per message and its context switches per message,
+and the broker process's CPU time per message.
 Build in release mode first (``maturin develop --release``), then
 ``python benches/bench_asyncio.py [--messages 30000] [--window 1000] [--rounds 2]``.
 """
@@ -21,31 +22,43 @@ from __future__ import annotations
 import asyncio
 
 import ferrymq
-from _bench_measure import Span, parser
+from _bench_measure import Span, parser, process_cpu_seconds
 from _bench_server import broker_process
 
 
 class Timer(Span):
-    def __init__(self, name: str, n: int) -> None:
+    """A round's figures, with the CPU time the broker's process (``broker_pid``) spent."""
+
+    def __init__(self, name: str, n: int, broker_pid: int) -> None:
+        self.broker_pid = broker_pid
+        self.broker0 = process_cpu_seconds(broker_pid)
         super().__init__()
         self.name, self.n = name, n
 
     def report(self) -> None:
         rate, cpu_us, switches = self.rate(self.n)
+        broker1 = process_cpu_seconds(self.broker_pid)
+        broker = (
+            f"{(broker1 - self.broker0) / self.n * 1e6:6.1f}"
+            if broker1 is not None and self.broker0 is not None
+            else "     ?"
+        )
         print(
             f"{self.name:26s} {rate:10,.0f} msg/s  {cpu_us:6.1f} CPU us/msg  "
-            f"{switches:5.2f} context switches/msg",
+            f"{switches:5.2f} context switches/msg  broker {broker} CPU us/msg",
             flush=True,
         )
 
 
-def run(producer: ferrymq.Producer, msg: ferrymq.Message, n: int, window: int) -> None:
-    t = Timer("sync send", max(n // 10, 1))
+def run(
+    producer: ferrymq.Producer, msg: ferrymq.Message, n: int, window: int, broker_pid: int
+) -> None:
+    t = Timer("sync send", max(n // 10, 1), broker_pid)
     for _ in range(t.n):
         producer.send(msg)
     t.report()
 
-    t = Timer("produce+flush", n)
+    t = Timer("produce+flush", n, broker_pid)
     for _ in range(n):
         producer.produce(msg)
     producer.flush()
@@ -58,12 +71,12 @@ def run(producer: ferrymq.Producer, msg: ferrymq.Message, n: int, window: int) -
             for _ in todo:
                 await producer.send_async(msg)
 
-        t = Timer("coroutines send_async", n)
+        t = Timer("coroutines send_async", n, broker_pid)
         await asyncio.gather(*(worker() for _ in range(window)))
         t.report()
 
     async def sliding() -> None:
-        t = Timer("wait-window send_async", n)
+        t = Timer("wait-window send_async", n, broker_pid)
         pending: set[asyncio.Future[ferrymq.SendReceipt]] = set()
         for _ in range(n):
             if len(pending) >= window:
@@ -79,7 +92,7 @@ def run(producer: ferrymq.Producer, msg: ferrymq.Message, n: int, window: int) -
             async with sem:
                 return await producer.send_async(msg)
 
-        t = Timer("gather+sem send_async", n)
+        t = Timer("gather+sem send_async", n, broker_pid)
         await asyncio.gather(*(one() for _ in range(n)))
         t.report()
 
@@ -92,7 +105,7 @@ def main() -> None:
     ap = parser(__doc__, messages=30_000, window=1000, rounds=2, body=100)
     args = ap.parse_args()
     with (
-        broker_process({"auto_create": True}) as (_proc, endpoints),
+        broker_process({"auto_create": True}) as (proc, endpoints),
         ferrymq.Producer(endpoints, topics=["bench-asyncio"]) as producer,
     ):
         msg = ferrymq.Message("bench-asyncio", b"x" * args.body)
@@ -100,7 +113,7 @@ def main() -> None:
             producer.send(msg)
         for r in range(args.rounds):
             print(f"round {r + 1}", flush=True)
-            run(producer, msg, args.messages, args.window)
+            run(producer, msg, args.messages, args.window, proc.pid)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,16 @@
 //! `MQv2-HMAC-SHA1 Credential=<AK>[/…], SignedHeaders=x-mq-date-time, Signature=<hex>` where the
 //! signature is HMAC-SHA1 keyed by the secret over the `x-mq-date-time` value. The hex is compared
 //! without regard to case; the date is not parsed and clock skew is not checked (as the server).
+//!
+//! The proxy checks every request's signature. [`Verified`] gives the same answers with fewer
+//! HMACs: the answer depends only on the two headers (the secret is fixed), and a client signs
+//! once per second and sends that signature with every request of the second, so a pair found
+//! valid is remembered and found valid again without the HMAC.
+
+use std::collections::VecDeque;
 
 use hmac::{Hmac, Mac};
+use parking_lot::Mutex;
 use sha1::Sha1;
 use tonic::metadata::MetadataMap;
 
@@ -69,6 +77,35 @@ pub fn authorize(md: &MetadataMap, creds: &Credentials) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// How many valid `(authorization, x-mq-date-time)` pairs [`Verified`] remembers: a few
+/// clients signing in the same second.
+const REMEMBERED: usize = 16;
+
+/// The last header pairs [`authorize`] found valid with the broker's credentials.
+#[derive(Debug, Default)]
+pub struct Verified(Mutex<VecDeque<(String, String)>>);
+
+impl Verified {
+    /// What [`authorize`] answers, computed only for a pair of headers not found valid lately.
+    pub fn authorize(&self, md: &MetadataMap, creds: &Credentials) -> Result<(), Refusal> {
+        let header = md.get("authorization").and_then(|v| v.to_str().ok());
+        let date = md.get("x-mq-date-time").and_then(|v| v.to_str().ok());
+        let (Some(header), Some(date)) = (header, date) else {
+            return authorize(md, creds);
+        };
+        if self.0.lock().iter().any(|(h, d)| h == header && d == date) {
+            return Ok(());
+        }
+        authorize(md, creds)?;
+        let mut valid = self.0.lock();
+        if valid.len() >= REMEMBERED {
+            valid.pop_front();
+        }
+        valid.push_back((header.to_string(), date.to_string()));
+        Ok(())
+    }
+}
+
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
     if s.len() % 2 != 0 {
         return None;
@@ -114,6 +151,45 @@ mod tests {
         assert!(authorize(&MetadataMap::new(), &creds).is_err());
         let wrong_ak = signed.replace("Credential=ak,", "Credential=other,");
         assert!(authorize(&with(wrong_ak, &date), &creds).is_err());
+    }
+
+    #[test]
+    fn remembered_signatures_answer_as_the_check_does() {
+        let creds = Credentials {
+            access_key: "ak".into(),
+            secret_key: "sk".into(),
+        };
+        let client = ferrymq_core::rocketmq::Credentials::new("ak", "sk", None).unwrap();
+        let verified = Verified::default();
+        let with = |header: &str, date: &str| {
+            md(&[
+                ("x-mq-date-time", date.into()),
+                ("authorization", header.into()),
+            ])
+        };
+        let dates: Vec<String> = (0..20).map(|i| format!("20240101T0000{i:02}Z")).collect();
+        for _ in 0..2 {
+            for date in &dates {
+                let signed = ferrymq_core::rocketmq::metadata::sign(&client, date);
+                assert!(verified.authorize(&with(&signed, date), &creds).is_ok());
+                // The same signature with another date, or another key's, is refused however
+                // often the valid pair was seen.
+                let other_date = format!("{date}0");
+                let refused = verified.authorize(&with(&signed, &other_date), &creds);
+                assert_eq!(refused.unwrap_err().0, status::UNAUTHORIZED);
+                let wrong_ak = signed.replace("Credential=ak,", "Credential=other,");
+                let refused = verified.authorize(&with(&wrong_ak, date), &creds);
+                assert_eq!(refused.unwrap_err().0, status::UNAUTHORIZED);
+            }
+        }
+        assert_eq!(verified.0.lock().len(), REMEMBERED);
+        let other = Credentials {
+            access_key: "ak".into(),
+            secret_key: "other".into(),
+        };
+        let signed = ferrymq_core::rocketmq::metadata::sign(&client, &dates[0]);
+        assert!(authorize(&with(&signed, &dates[0]), &other).is_err());
+        assert!(verified.authorize(&MetadataMap::new(), &creds).is_err());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::BrokerConfig;
 use super::fault::{self, Rpc, Unavailable};
-use super::{live, store, telemetry, timer, transaction};
+use super::{auth, live, store, telemetry, timer, transaction};
 
 /// One endpoint: a port, its client sessions, its faults and call counters.
 #[derive(Debug)]
@@ -99,6 +99,8 @@ pub(crate) struct Core {
     pub(crate) replies: telemetry::Replies,
     /// Server settings changed at run time (answered to clients at their next settings sync).
     pub(crate) live: live::LiveSettings,
+    /// Request signatures found valid lately (checked once, not once per request).
+    pub(crate) verified: auth::Verified,
     pub(crate) shutdown: CancellationToken,
 }
 

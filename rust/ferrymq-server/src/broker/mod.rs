@@ -27,9 +27,11 @@
 //! | [`timer`] | delayed delivery and RecallMessage |
 //! | [`fault`] | fault injection per endpoint |
 //! | [`auth`] | client id and HMAC-SHA1 signature checks |
+//! | `serve` | the HTTP/2 server: one task per connection drives it and its gRPC calls |
 //! | [`service`] | the `MessagingService` implementation: server, routes, offsets, transactions, telemetry |
 //! | `service_send` | SendMessage: batches, transaction and delay messages |
 //! | `service_receive` | ReceiveMessage, AckMessage, ChangeInvisibleDuration, dead letters |
+//! | `unary` | the unary calls answered without tonic's codec (decode, handler, encode) |
 //! | `service_wire` | what the service's handlers share: admission, lookups, statuses, answer streams |
 //! | [`remoting`] | the classic remoting protocol: listener, connections, name server, offsets, ACL |
 //! | [`remoting_pull`] | remoting pulls (result codes, long polling) and the stored-record format |
@@ -53,6 +55,7 @@ pub mod remoting_send;
 pub mod remoting_wire;
 pub mod route;
 pub mod send;
+pub(crate) mod serve;
 pub mod service;
 pub(crate) mod service_receive;
 pub(crate) mod service_send;
@@ -61,11 +64,14 @@ pub mod store;
 pub mod telemetry;
 pub mod timer;
 pub mod transaction;
+pub(crate) mod unary;
 
 #[cfg(test)]
 mod receive_tests;
 #[cfg(test)]
 mod remoting_tests;
+#[cfg(test)]
+mod serve_tests;
 #[cfg(test)]
 mod tests;
 
@@ -147,6 +153,7 @@ impl Broker {
             timer: timer::Timer::default(),
             txs: transaction::Transactions::default(),
             replies: telemetry::Replies::default(),
+            verified: auth::Verified::default(),
             shutdown,
         });
         let mut servers = Vec::new();

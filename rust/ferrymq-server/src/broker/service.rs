@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::endpoint::{Core, Endpoint};
 use super::fault::{FaultIo, Rpc};
 use super::pop::Filter;
 use super::route;
+use super::serve;
 use super::service_wire::{
     admit_or, check, grpc_timeout, namespace, ok, once, pull_status, refuse, resource_name, st,
     BoxStream, EndpointService, MAX_BATCH,
@@ -32,11 +32,8 @@ use super::store::{self, std_duration, valid_resource_name};
 use super::telemetry::{merge_settings, TelemetryItem, TelemetryReply};
 use super::transaction::Half;
 use crate::proto;
-use crate::proto::messaging_service_server::{MessagingService, MessagingServiceServer};
+use crate::proto::messaging_service_server::MessagingService;
 use crate::status as code;
-
-/// Largest request the server decodes (a batch of big messages).
-const MAX_DECODE: usize = 256 * 1024 * 1024;
 
 /// Start serving `ep` on the connections its accept loop hands over.
 pub(crate) fn spawn_server(
@@ -45,23 +42,7 @@ pub(crate) fn spawn_server(
     conns: mpsc::Receiver<FaultIo>,
 ) -> JoinHandle<()> {
     let shutdown = core.shutdown.clone();
-    let svc = MessagingServiceServer::new(EndpointService { core, ep })
-        .max_decoding_message_size(MAX_DECODE)
-        .max_encoding_message_size(usize::MAX);
-    let incoming = ReceiverStream::new(conns).map(Ok::<_, std::io::Error>);
-    tokio::spawn(async move {
-        // The one service is served directly, without a router: a router would match every
-        // request's path to pick a service, and box the service and its response future.
-        // Unknown methods are answered UNIMPLEMENTED by the service itself.
-        let result = tonic::transport::Server::builder()
-            .initial_connection_window_size(Some(16 * 1024 * 1024))
-            .initial_stream_window_size(Some(8 * 1024 * 1024))
-            .serve_with_incoming_shutdown(svc, incoming, shutdown.cancelled_owned())
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(target: "ferrymq::broker", "server stopped: {e}");
-        }
-    })
+    serve::spawn(Arc::new(EndpointService { core, ep }), conns, shutdown)
 }
 
 /// Ask a producer of the half message's topic to resolve it.

@@ -95,7 +95,10 @@ impl EndpointService {
         let client_id = auth::client_id(md).map_err(|(c, m)| st(c, m))?;
         if let Some(creds) = &self.core.config.credentials {
             if !matches!(rpc, Rpc::QueryRoute | Rpc::QueryAssignment) {
-                auth::authorize(md, creds).map_err(|(c, m)| st(c, m))?;
+                self.core
+                    .verified
+                    .authorize(md, creds)
+                    .map_err(|(c, m)| st(c, m))?;
             }
         }
         Ok(client_id)
