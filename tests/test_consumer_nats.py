@@ -4,6 +4,9 @@ durable name, topic = subject). What every protocol does alike is in test_consum
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 import threading
 import uuid
 
@@ -54,6 +57,32 @@ def test_receive_returns_with_the_first_message_not_after_the_wait(
         receiver.join(10)
         assert not receiver.is_alive(), "receive waited for a full batch"
         assert [m.message_id for m in got] == ["late"]
+        c.ack(got)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="signals")
+def test_ctrl_c_during_a_parked_receive_raises_keyboard_interrupt(
+    nats_server: NatsServer, nats_stream: tuple[ferrymq.JetStream, str]
+) -> None:
+    # The cancelled receive drops its JetStream subscription on the caller's thread, which is
+    # not a runtime worker: that drop must neither panic across the FFI nor lose the consumer.
+    js, tok = nats_stream
+
+    def interrupt_once_parked() -> None:
+        wait_for("the long pull", lambda: _state(js, tok)["num_waiting"] > 0, timeout=10)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    with _consumer(nats_server.url, tok, await_duration=20) as c:
+        interrupter = threading.Thread(target=interrupt_once_parked)
+        interrupter.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                c.receive()
+        finally:
+            interrupter.join()
+        nats_server.publish(f"s{tok}.a", b"after", message_id="after")
+        got = receive_until(c, 1, invisible=30)
+        assert [m.body for m in got] == [b"after"]
         c.ack(got)
 
 

@@ -184,8 +184,24 @@ where
             Some(Ok(v)) => return v.map_err(to_pyerr),
             Some(Err(panic)) => return Err(to_pyerr(panic_error(&*panic))),
             // A pending signal raises here; dropping the future cancels the operation.
-            None => py.check_signals()?,
+            None => {
+                if let Err(interrupted) = py.check_signals() {
+                    py.detach(|| cancel(rt, fut));
+                    return Err(interrupted);
+                }
+            }
         }
+    }
+}
+
+/// Drop a cancelled operation inside the runtime's context: the state it held (a NATS
+/// subscription, a pending call) may clean up by spawning a task, which needs a runtime, and
+/// this thread is not one of its workers. A panic while dropping is logged, never raised
+/// across the FFI.
+fn cancel<F>(rt: RuntimeRef, fut: F) {
+    let _context = rt.handle().enter();
+    if std::panic::catch_unwind(AssertUnwindSafe(move || drop(fut))).is_err() {
+        tracing::warn!(target: "ferrymq", "a cancelled operation panicked while being dropped");
     }
 }
 
