@@ -391,3 +391,33 @@ fn max_idle_must_be_positive() {
     let err = cfg.validate().unwrap_err();
     assert!(err.to_string().contains("max_idle"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receives_settles_and_listener_calls_are_recorded_in_the_metrics() {
+    use crate::metrics::{Operation, PROCESS_FAILURE};
+    let broker = loaded(2, 100, b"x");
+    broker.fail_receives.store(2, Ordering::Relaxed);
+    // m7 fails once (nacked, then redelivered and acked).
+    let c = start(&broker, config(), 2, |m| {
+        if m.message_id() == "m7" && m.delivery_attempt() == 1 {
+            ConsumeResult::Failure
+        } else {
+            ConsumeResult::Success
+        }
+    });
+    wait_for("all acked", || broker.acked.lock().len() == 100).await;
+    wait_for("cache drained", || c.stats().cached_messages == 0).await;
+    let sum = c.metrics().summary(&[50.0, 99.0]).unwrap();
+    let receive = sum.get(Operation::Receive).unwrap();
+    assert_eq!(receive.ok_messages(), 101);
+    assert_eq!(receive.errors, [("connection", 2)]);
+    assert_eq!(sum.ok_messages(Operation::Ack), 100);
+    assert_eq!(sum.ok_messages(Operation::Nack), 1);
+    let process = sum.get(Operation::Process).unwrap();
+    assert_eq!((process.messages, process.failed), (101, 1));
+    assert_eq!(process.errors, [(PROCESS_FAILURE, 1)]);
+    let lat = process.latency_ms.as_ref().unwrap();
+    assert!(lat.percentiles[0].1 <= lat.percentiles[1].1 && lat.percentiles[1].1 <= lat.max);
+    assert_eq!(c.metrics().identity().consumer_group.as_deref(), Some("g"));
+    c.shutdown(Duration::from_secs(5)).await;
+}
