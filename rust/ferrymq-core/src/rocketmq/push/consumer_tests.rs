@@ -239,6 +239,15 @@ async fn fifo_keeps_group_order_under_failures_and_dead_letters_after_max_attemp
         let s = c.stats();
         assert_eq!(s.local_retries, 3);
         assert_eq!(s.dead_lettered, 1);
+        // Every listener call is recorded: 30 messages, 4 failed attempts (g1-04 once, g2-05
+        // three times), then the dead-letter forward and the acks (recorded before their
+        // messages leave the cache).
+        wait_for("cache drained", || c.stats().cached_messages == 0).await;
+        let m = c.metrics().summary(&[50.0]).unwrap();
+        let process = m.get(crate::metrics::Operation::Process).unwrap();
+        assert_eq!((process.messages, process.failed_messages), (33, 4));
+        assert_eq!(m.ok_messages(crate::metrics::Operation::DeadLetter), 1);
+        assert_eq!(m.ok_messages(crate::metrics::Operation::Ack), 29);
         c.shutdown(Duration::from_secs(5)).await;
     }
 }
