@@ -14,11 +14,14 @@ use crate::error::Result;
 use crate::jmq::cluster::ClusterOptions;
 use crate::jmq::consumer::ConsumerOptions;
 use crate::jmq::consumer_rpc::JmqRpc;
+use crate::metrics::{ClientIdentity, System};
 use crate::nats::consumer_rpc::{JsConsumerOptions, JsConsumerRpc};
 use crate::nats::{JetStream, NatsOptions};
 use crate::proto;
 use crate::rocketmq::client::ClientOptions;
-use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc, ConsumerSettings, ReceiveRequest};
+use crate::rocketmq::consumer_rpc::{
+    identity_at, ClientRpc, ConsumerRpc, ConsumerSettings, ReceiveRequest,
+};
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::listener::Listener;
@@ -139,6 +142,16 @@ impl ConsumerRpc for ConsumerBackend {
 
     fn access_endpoints(&self) -> Endpoints {
         dispatch!(self, r => r.access_endpoints())
+    }
+
+    /// The protocol's system, [`ConsumerBackend::client_id`], and the first access address.
+    fn client_identity(&self) -> ClientIdentity {
+        let system = match self {
+            Self::RocketMq(_) => System::RocketMq,
+            Self::Jmq(_) => System::Jmq,
+            Self::Nats(_) => System::Nats,
+        };
+        identity_at(system, self.client_id(), &self.access_endpoints())
     }
 
     async fn query_assignment(&self, topic: &str) -> Result<Vec<proto::MessageQueue>> {

@@ -12,6 +12,7 @@ pub mod histogram;
 pub mod jmq;
 pub mod message;
 pub mod message_id;
+pub mod metrics;
 pub mod nats;
 pub mod produce;
 pub mod proto;

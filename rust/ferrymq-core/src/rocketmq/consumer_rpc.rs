@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use crate::duration::to_proto_duration;
 use crate::error::{Error, Result};
+use crate::metrics::{ClientIdentity, System};
 use crate::proto;
 use crate::rocketmq::client::{check_status, deadline, Client, ClientOptions, CommandHandler};
 use crate::rocketmq::endpoints::Endpoints;
@@ -112,6 +113,16 @@ pub fn leader_queue(
     }
 }
 
+/// The identity of a `system` client known as `client_id` whose server is the first address
+/// of `endpoints`.
+pub fn identity_at(system: System, client_id: String, endpoints: &Endpoints) -> ClientIdentity {
+    let identity = ClientIdentity::new(system, client_id);
+    match endpoints.addresses().first() {
+        Some(a) => identity.with_server(a.host.clone(), a.port),
+        None => identity,
+    }
+}
+
 /// One `ReceiveMessage` call.
 #[derive(Debug, Clone)]
 pub struct ReceiveRequest {
@@ -137,6 +148,12 @@ pub trait ConsumerRpc: Send + Sync + 'static {
 
     /// The access point, which settles messages of queues whose route names no broker.
     fn access_endpoints(&self) -> Endpoints;
+
+    /// Who the consumer is, for its metrics (the consumer adds its group). The default: a
+    /// RocketMQ client without a client id at the first address of the access point.
+    fn client_identity(&self) -> ClientIdentity {
+        identity_at(System::RocketMq, String::new(), &self.access_endpoints())
+    }
 
     /// `QueryAssignment`: the queues of `topic` this consumer group should read.
     fn query_assignment(

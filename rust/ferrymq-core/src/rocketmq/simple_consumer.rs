@@ -11,6 +11,9 @@
 //! duration when the queue is empty. A backend whose receives return with the first messages
 //! ([`ConsumerRpc::receive_slice`]: JMQ4, JetStream) has every subscription polled within one
 //! receive instead: each once at once, then in turn for at most a slice each.
+//!
+//! Every receive, ack and change of invisible duration is recorded in the consumer's
+//! [`ClientMetrics`] (one record per RPC, its messages counted), whatever the protocol.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use parking_lot::RwLock;
 
 use crate::consumer_backend::{ConsumerBackend, ConsumerTarget};
 use crate::error::{Error, Result};
+use crate::metrics::{ClientMetrics, Operation};
 use crate::proto;
 use crate::rocketmq::client::NoCommands;
 use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc, ReceiveRequest};
@@ -85,6 +89,7 @@ pub struct SimpleConsumer {
     next_topic: AtomicUsize,
     next_queue: AtomicUsize,
     full_streak: AtomicUsize,
+    metrics: ClientMetrics,
 }
 
 impl SimpleConsumer {
@@ -104,7 +109,9 @@ impl SimpleConsumer {
             )
         })
         .await?;
+        let metrics = ClientMetrics::new(rpc.client_identity().with_group(config.group.clone()));
         Ok(Self {
+            metrics,
             rpc,
             closed: AtomicBool::new(false),
             group: config.group,
@@ -125,6 +132,11 @@ impl SimpleConsumer {
     /// The client id the broker knows this consumer by.
     pub fn client_id(&self) -> String {
         self.rpc.client_id()
+    }
+
+    /// What the consumer recorded of its receives, acks and changes of invisible duration.
+    pub fn metrics(&self) -> &ClientMetrics {
+        &self.metrics
     }
 
     fn check_running(&self) -> Result<()> {
@@ -245,6 +257,7 @@ impl SimpleConsumer {
             &queue,
             &self.rpc.access_endpoints(),
         ));
+        let timing = self.metrics.begin(Operation::Receive);
         let result = self
             .rpc
             .receive(ReceiveRequest {
@@ -256,6 +269,11 @@ impl SimpleConsumer {
                 long_polling_timeout: wait,
             })
             .await;
+        timing.finish(
+            topic,
+            result.as_ref().map_or(0, |m| m.len() as u64),
+            result.as_ref().map(|_| ()),
+        );
         let full = result
             .as_ref()
             .is_ok_and(|m| m.len() >= max_messages as usize);
@@ -306,7 +324,14 @@ impl SimpleConsumer {
     pub async fn ack(&self, messages: &[&MessageView]) -> Result<()> {
         self.check_running()?;
         for run in messages.chunk_by(|a, b| a.source() == b.source()) {
-            let results = self.rpc.ack(run[0].source(), run).await?;
+            let timing = self.metrics.begin(Operation::Ack);
+            let topic = &run[0].source().topic.name;
+            let results = self.rpc.ack(run[0].source(), run).await;
+            match &results {
+                Ok(r) => timing.finish_entries(topic, r.iter().map(|r| r.as_ref().err())),
+                Err(e) => timing.finish(topic, run.len() as u64, Err(e)),
+            }
+            let results = results?;
             if results.len() != run.len() {
                 return Err(Error::protocol(format!(
                     "the broker answered {} ack results for {} messages",
@@ -329,16 +354,15 @@ impl SimpleConsumer {
     ) -> Result<()> {
         self.check_running()?;
         Error::require_positive("invisible_duration", duration)?;
-        let handle = self
-            .rpc
-            .change_invisible_duration(message, duration)
-            .await
-            .map_err(|e| {
-                e.context(format!(
-                    "change invisible duration of message {}",
-                    message.message_id()
-                ))
-            })?;
+        let timing = self.metrics.begin(Operation::ChangeInvisibleDuration);
+        let handle = self.rpc.change_invisible_duration(message, duration).await;
+        timing.finish(&message.source().topic.name, 1, handle.as_ref().map(|_| ()));
+        let handle = handle.map_err(|e| {
+            e.context(format!(
+                "change invisible duration of message {}",
+                message.message_id()
+            ))
+        })?;
         message.set_receipt_handle(&handle);
         Ok(())
     }

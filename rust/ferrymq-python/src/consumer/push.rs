@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrymq_core::consumer_backend::{ConsumerBackend, ConsumerTarget};
+use ferrymq_core::metrics::ClientMetrics;
 use ferrymq_core::rocketmq::listener::{Listener, WorkerPool};
 use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, StatsSnapshot};
 use ferrymq_core::Error;
@@ -20,7 +21,10 @@ use crate::runtime::RuntimeRef;
 use super::life::{closed_during_start, Life, Starting};
 use super::listener::{PyAsyncListener, PySyncListener};
 use super::target::{endpoints_repr, without_groups, TargetArgs};
-use super::{extract_filter, extract_subscriptions, stats_dict, subscriptions_dict};
+use super::{
+    extract_filter, extract_subscriptions, metrics_into, percentiles_arg, stats_dict,
+    subscriptions_dict,
+};
 
 /// How long `PushConsumer.close` waits for running callbacks and their acks by default.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,7 +50,8 @@ pub struct PyPushConsumer {
     shutdown_timeout: Duration,
     /// The running consumer and the private loop of its listener, if any.
     life: Life<(Consumer, PrivateLoop)>,
-    last_stats: Mutex<Option<StatsSnapshot>>,
+    /// The counters and metrics of the consumer once closed (`stats()` still shows them).
+    last_stats: Mutex<Option<(StatsSnapshot, ClientMetrics)>>,
 }
 
 impl PyPushConsumer {
@@ -319,16 +324,35 @@ impl PyPushConsumer {
         })
     }
 
-    /// Live counters: cache (`cached_messages`, `cached_bytes` and their maxima), `received`,
-    /// `consumed_ok`, `consumed_failed`, `acked`, `nacked`, `dead_lettered`, receive failures
-    /// and throttling, listener queue and running callbacks.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.life.map_running(|(c, _)| c.stats());
-        let s = match s {
-            Some(s) => s,
-            None => self.last_stats.lock().clone().unwrap_or_default(),
+    /// Live counters as a plain dict (every protocol): cache (`process_queues`,
+    /// `cached_messages`, `cached_bytes` and their maxima), `received`, `consumed_ok`,
+    /// `consumed_failed`, `local_retries`, `acked`, `nacked`, `dead_lettered`, settle
+    /// refusals, retries and abandons, receive failures and throttling, listener queue and
+    /// running callbacks; then the metrics: `failed` (receives, settle calls and listener
+    /// calls that failed), `in_flight` (calls running), `overflowed`, `client` and
+    /// `operations` (per operation: calls, messages, failures by error type, calls in
+    /// flight, `latency_ms` with mean, min, max and `p<q>` for each of `percentiles`,
+    /// default 50, 90 and 99). Kept after `close()`; zeros before `start()`.
+    #[pyo3(signature = (percentiles=None))]
+    fn stats<'py>(
+        &self,
+        py: Python<'py>,
+        percentiles: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let qs = percentiles_arg(percentiles)?;
+        let s = self
+            .life
+            .map_running(|(c, _)| (c.stats(), c.metrics().clone()));
+        let (s, metrics) = match s {
+            Some((s, m)) => (s, Some(m)),
+            None => match self.last_stats.lock().clone() {
+                Some((s, m)) => (s, Some(m)),
+                None => (StatsSnapshot::default(), None),
+            },
         };
-        stats_dict(py, &s)
+        let d = stats_dict(py, &s)?;
+        metrics_into(&d, metrics.as_ref(), &qs)?;
+        Ok(d)
     }
 
     /// Whether the broker configured the group for FIFO consumption (known once started).
@@ -396,7 +420,7 @@ impl PyPushConsumer {
             c2.close(t).await;
             Ok(())
         });
-        *self.last_stats.lock() = Some(c.stats());
+        *self.last_stats.lock() = Some((c.stats(), c.metrics().clone()));
         if let Some(l) = private {
             stop_private_loop(py, &l);
         }
@@ -417,7 +441,7 @@ impl PyPushConsumer {
         future_into_py(py, me.rt, async move {
             if let Some((c, private)) = taken {
                 c.close(t).await;
-                let stats = c.stats();
+                let stats = (c.stats(), c.metrics().clone());
                 Python::attach(|py| {
                     *this.get().last_stats.lock() = Some(stats);
                     if let Some(l) = private {

@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use ferrymq_core::consumer_backend::ConsumerTarget;
+use ferrymq_core::metrics::{ClientMetrics, Operation};
 use ferrymq_core::rocketmq::simple_consumer::{SimpleConsumer, SimpleConsumerConfig};
 use ferrymq_core::Error;
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -17,7 +19,10 @@ use crate::runtime::RuntimeRef;
 
 use super::life::{closed_during_start, Life};
 use super::target::{endpoints_repr, TargetArgs};
-use super::{extract_filter, extract_subscriptions, message_arg, messages_arg, subscriptions_dict};
+use super::{
+    extract_filter, extract_subscriptions, message_arg, messages_arg, metrics_into,
+    percentiles_arg, subscriptions_dict,
+};
 
 // ---------------------------------------------------------------------------------------------
 // SimpleConsumer
@@ -30,9 +35,17 @@ pub struct PySimpleConsumer {
     target: ConsumerTarget,
     config: SimpleConsumerConfig,
     life: Life<Arc<SimpleConsumer>>,
+    /// The metrics of the consumer once closed (`stats()` still shows them).
+    last_metrics: Mutex<Option<ClientMetrics>>,
 }
 
 impl PySimpleConsumer {
+    fn keep_metrics(&self, closed: Option<&SimpleConsumer>) {
+        if let Some(c) = closed {
+            *self.last_metrics.lock() = Some(c.metrics().clone());
+        }
+    }
+
     fn running(&self) -> PyResult<Arc<SimpleConsumer>> {
         self.life.running(Arc::clone)
     }
@@ -97,6 +110,7 @@ pymethods_with_async! {
                 target,
                 config,
                 life: Life::new(),
+                last_metrics: Mutex::new(None),
             })
         }
 
@@ -182,7 +196,9 @@ pymethods_with_async! {
 
         /// Tell the brokers this consumer is gone. Idempotent.
         fn close(&self, py: Python<'_>) -> PyResult<()> {
-            match self.life.close() {
+            let c = self.life.close();
+            self.keep_metrics(c.as_deref());
+            match c {
                 Some(c) => self.rt.block_on(py, async move {
                     c.close().await;
                     Ok(())
@@ -194,12 +210,41 @@ pymethods_with_async! {
         /// Async form of `close`.
         fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
             let c = self.life.close();
+            self.keep_metrics(c.as_deref());
             future_into_py(py, self.rt, async move {
                 if let Some(c) = c {
                     c.close().await;
                 }
                 Ok(())
             })
+        }
+
+        /// Live figures as a plain dict (every protocol): `received`, `acked` and `nacked`
+        /// (messages of successful receives, acks and changes of invisible duration),
+        /// `failed` (calls that failed), `in_flight` (calls running), `overflowed`, `client`
+        /// and `operations` (per operation: calls, messages, failures by error type, calls in
+        /// flight, `latency_ms` with mean, min, max and `p<q>` for each of `percentiles`,
+        /// default 50, 90 and 99). Kept after `close()`; zeros before `start()`.
+        #[pyo3(signature = (percentiles=None))]
+        fn stats<'py>(
+            &self,
+            py: Python<'py>,
+            percentiles: Option<&Bound<'py, PyAny>>,
+        ) -> PyResult<Bound<'py, PyDict>> {
+            let qs = percentiles_arg(percentiles)?;
+            let metrics = self
+                .life
+                .map_running(|c| c.metrics().clone())
+                .or_else(|| self.last_metrics.lock().clone());
+            let d = PyDict::new(py);
+            let summary = metrics_into(&d, metrics.as_ref(), &qs)?;
+            d.set_item("received", summary.ok_messages(Operation::Receive))?;
+            d.set_item("acked", summary.ok_messages(Operation::Ack))?;
+            d.set_item(
+                "nacked",
+                summary.ok_messages(Operation::ChangeInvisibleDuration),
+            )?;
+            Ok(d)
         }
 
         fn __repr__(&self) -> String {

@@ -24,12 +24,14 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 
 use super::context::{Context, Job, Settled};
 use super::process_queue::{ProcessQueue, Rewind};
 use super::settle;
+use crate::metrics::{Operation, PROCESS_FAILURE};
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::listener::{ConsumeResult, Delivery, Run};
 use crate::rocketmq::message_view::MessageView;
@@ -53,6 +55,7 @@ fn dispatch_standard<R: ConsumerRpc>(
     views: Vec<Arc<MessageView>>,
 ) {
     let mut batch = Vec::with_capacity(views.len());
+    let handed = Instant::now();
     for view in views {
         if view.is_corrupted() {
             tracing::warn!(
@@ -66,10 +69,14 @@ fn dispatch_standard<R: ConsumerRpc>(
         let pq = pq.clone();
         let settle = ctx.settle.clone();
         let stats = ctx.stats.clone();
+        let metrics = ctx.metrics.clone();
         let v = view.clone();
         batch.push(Delivery::new(view, move |outcome| match outcome {
             Some(result) => {
                 stats.on_consumed(result);
+                // A message is the listener's unit of work here: one record each.
+                let error = (result == ConsumeResult::Failure).then_some(PROCESS_FAILURE);
+                metrics.record_outcome(Operation::Process, v.topic(), 1, handed.elapsed(), error);
                 let job = match result {
                     ConsumeResult::Success => Job::ack(pq, v),
                     ConsumeResult::Failure => Job::nack(pq, v),
@@ -192,6 +199,7 @@ async fn fifo_lane<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>, 
             .cloned()
             .collect();
         let (tx, rx) = oneshot::channel();
+        let timing = ctx.metrics.begin(Operation::Process);
         ctx.listener.submit_run(Run::new(run, move |outcome| {
             let _ = tx.send(outcome);
         }));
@@ -202,6 +210,12 @@ async fn fifo_lane<R: ConsumerRpc>(ctx: Arc<Context<R>>, pq: Arc<ProcessQueue>, 
             }
             continue;
         };
+        timing.finish_types(
+            &pq.source.topic.name,
+            results
+                .iter()
+                .map(|r| (*r == ConsumeResult::Failure).then_some(PROCESS_FAILURE)),
+        );
         for result in results {
             ctx.stats.on_consumed(result);
             if result == ConsumeResult::Success {

@@ -27,6 +27,7 @@ use super::receive::receive_loop;
 use super::settle;
 use super::stats::{ConsumerStats, StatsSnapshot};
 use crate::error::Result;
+use crate::metrics::ClientMetrics;
 use crate::proto;
 use crate::rocketmq::client::{Client, ClientOptions, CommandHandler};
 use crate::rocketmq::consumer_rpc::{ClientRpc, ConsumerRpc};
@@ -107,7 +108,9 @@ impl<R: ConsumerRpc> PushConsumer<R> {
         config.validate()?;
         let fifo = rpc.settings().fifo;
         let (settle, settle_rx) = SettleHandle::channel();
+        let metrics = ClientMetrics::new(rpc.client_identity().with_group(config.group.clone()));
         let ctx = Arc::new(Context {
+            metrics,
             rpc,
             subscriptions: RwLock::new(config.subscriptions.clone()),
             rescan: Notify::new(),
@@ -145,6 +148,11 @@ impl<R: ConsumerRpc> PushConsumer<R> {
     /// The configuration.
     pub fn config(&self) -> &PushConsumerConfig {
         &self.ctx.config
+    }
+
+    /// What the consumer recorded of its receives, settle RPCs and listener calls.
+    pub fn metrics(&self) -> &ClientMetrics {
+        &self.ctx.metrics
     }
 
     /// Live counters.

@@ -239,6 +239,15 @@ async fn fifo_keeps_group_order_under_failures_and_dead_letters_after_max_attemp
         let s = c.stats();
         assert_eq!(s.local_retries, 3);
         assert_eq!(s.dead_lettered, 1);
+        // Every listener call is recorded: 30 messages, 4 failed attempts (g1-04 once, g2-05
+        // three times), then the dead-letter forward and the acks (recorded before their
+        // messages leave the cache).
+        wait_for("cache drained", || c.stats().cached_messages == 0).await;
+        let m = c.metrics().summary(&[50.0]).unwrap();
+        let process = m.get(crate::metrics::Operation::Process).unwrap();
+        assert_eq!((process.messages, process.failed_messages), (33, 4));
+        assert_eq!(m.ok_messages(crate::metrics::Operation::DeadLetter), 1);
+        assert_eq!(m.ok_messages(crate::metrics::Operation::Ack), 29);
         c.shutdown(Duration::from_secs(5)).await;
     }
 }
@@ -390,4 +399,34 @@ fn max_idle_must_be_positive() {
     cfg.max_idle = Some(Duration::ZERO);
     let err = cfg.validate().unwrap_err();
     assert!(err.to_string().contains("max_idle"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receives_settles_and_listener_calls_are_recorded_in_the_metrics() {
+    use crate::metrics::{Operation, PROCESS_FAILURE};
+    let broker = loaded(2, 100, b"x");
+    broker.fail_receives.store(2, Ordering::Relaxed);
+    // m7 fails once (nacked, then redelivered and acked).
+    let c = start(&broker, config(), 2, |m| {
+        if m.message_id() == "m7" && m.delivery_attempt() == 1 {
+            ConsumeResult::Failure
+        } else {
+            ConsumeResult::Success
+        }
+    });
+    wait_for("all acked", || broker.acked.lock().len() == 100).await;
+    wait_for("cache drained", || c.stats().cached_messages == 0).await;
+    let sum = c.metrics().summary(&[50.0, 99.0]).unwrap();
+    let receive = sum.get(Operation::Receive).unwrap();
+    assert_eq!(receive.ok_messages(), 101);
+    assert_eq!(receive.errors, [("connection", 2)]);
+    assert_eq!(sum.ok_messages(Operation::Ack), 100);
+    assert_eq!(sum.ok_messages(Operation::Nack), 1);
+    let process = sum.get(Operation::Process).unwrap();
+    assert_eq!((process.messages, process.failed), (101, 1));
+    assert_eq!(process.errors, [(PROCESS_FAILURE, 1)]);
+    let lat = process.latency_ms.as_ref().unwrap();
+    assert!(lat.percentiles[0].1 <= lat.percentiles[1].1 && lat.percentiles[1].1 <= lat.max);
+    assert_eq!(c.metrics().identity().consumer_group.as_deref(), Some("g"));
+    c.shutdown(Duration::from_secs(5)).await;
 }

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::process_queue::ProcessQueue;
 use super::stats::ConsumerStats;
 use crate::error::{Error, Result};
+use crate::metrics::ClientMetrics;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::listener::Listener;
@@ -127,6 +128,8 @@ pub(crate) struct Context<R: ConsumerRpc> {
     /// Wakes the assignment scan early (a subscription changed).
     pub(crate) rescan: Notify,
     pub(crate) stats: Arc<ConsumerStats>,
+    /// Receives, settle RPCs and listener calls, timed (see [`crate::metrics`]).
+    pub(crate) metrics: ClientMetrics,
     pub(crate) listener: Arc<dyn Listener>,
     pub(crate) settle: SettleHandle,
     /// FIFO consumption (decided by the broker's settings at start).

@@ -13,6 +13,7 @@ use super::consume_service;
 use super::context::Context;
 use super::process_queue::ProcessQueue;
 use crate::error::ErrorKind;
+use crate::metrics::Operation;
 use crate::rocketmq::consumer_rpc::{ConsumerRpc, ReceiveRequest};
 use crate::rocketmq::message_view::MessageView;
 
@@ -91,6 +92,8 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
             auto_renew: true,
             long_polling_timeout: settings.long_polling_timeout,
         };
+        // A receive cancelled with its queue is in flight until then, and not recorded.
+        let timing = ctx.metrics.begin(Operation::Receive);
         let result = tokio::select! {
             () = pq.cancel.cancelled() => {
                 ctx.stats.unreserve(granted);
@@ -98,6 +101,11 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
             }
             r = ctx.rpc.receive(request) => r,
         };
+        timing.finish(
+            &pq.source.topic.name,
+            result.as_ref().map_or(0, |m| m.len() as u64),
+            result.as_ref().map(|_| ()),
+        );
         pq.mark_active();
         if result.as_ref().map_or(true, Vec::is_empty) {
             ctx.stats.unreserve(granted);
@@ -187,11 +195,13 @@ async fn hand_back<R: ConsumerRpc>(
         let Ok(view) = MessageView::from_proto(m, pq.source.clone()) else {
             continue;
         };
-        if let Err(e) = ctx
+        let timing = ctx.metrics.begin(Operation::Nack);
+        let result = ctx
             .rpc
             .change_invisible_duration(&view, HAND_BACK_DELAY)
-            .await
-        {
+            .await;
+        timing.finish(view.topic(), 1, result.as_ref().map(|_| ()));
+        if let Err(e) = result {
             tracing::debug!(
                 target: "ferrymq::consumer",
                 "handing back message {} of retired queue {} of {} failed (the broker \

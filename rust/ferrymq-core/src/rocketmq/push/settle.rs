@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 use super::context::{Context, Job, Kind, Settled};
 use crate::error::{Error, Result};
+use crate::metrics::Operation;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
 use crate::status;
@@ -177,7 +178,12 @@ pub(crate) async fn run<R: ConsumerRpc>(
 async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
     let source = jobs[0].view.source().clone();
     let views: Vec<&MessageView> = jobs.iter().map(|j| &*j.view).collect();
+    let timing = ctx.metrics.begin(Operation::Ack);
     let result = ctx.rpc.ack(&source, &views).await;
+    match &result {
+        Ok(r) => timing.finish_entries(&source.topic.name, r.iter().map(|r| r.as_ref().err())),
+        Err(e) => timing.finish(&source.topic.name, views.len() as u64, Err(e)),
+    }
     drop(views);
     let mut retry = Vec::new();
     match result {
@@ -263,7 +269,8 @@ async fn nack<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &MessageView) -> Sett
         .retry_policy
         .delay(u32::try_from(view.delivery_attempt()).unwrap_or(1));
     let op = || ctx.rpc.change_invisible_duration(view, delay);
-    until_done(ctx, view, "changing the invisible duration", op, |handle| {
+    let what = (Operation::Nack, "changing the invisible duration");
+    until_done(ctx, view, what, op, |handle| {
         view.set_receipt_handle(&handle);
         ctx.stats.on_nacked(1);
     })
@@ -279,25 +286,29 @@ pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
     max_attempts: u32,
 ) -> Settled {
     let op = || ctx.rpc.forward_to_dead_letter_queue(view, max_attempts);
-    until_done(ctx, view, "forwarding to the dead-letter queue", op, |()| {
+    let what = (Operation::DeadLetter, "forwarding to the dead-letter queue");
+    until_done(ctx, view, what, op, |()| {
         ctx.stats.on_dead_lettered(1);
     })
     .await
 }
 
-/// Run `op` (`what`, for the logs) on `view` every [`SETTLE_RETRY_INTERVAL`] until it
-/// succeeds (its result goes to `accepted`), the broker refuses the receipt handle, or the
-/// consumer gives up.
+/// Run `op` (`what`: the operation it records each attempt as, and its description for the
+/// logs) on `view` every [`SETTLE_RETRY_INTERVAL`] until it succeeds (its result goes to
+/// `accepted`), the broker refuses the receipt handle, or the consumer gives up.
 async fn until_done<R: ConsumerRpc, T, F: Future<Output = Result<T>>>(
     ctx: &Arc<Context<R>>,
     view: &MessageView,
-    what: &str,
+    (operation, what): (Operation, &str),
     mut op: impl FnMut() -> F,
     accepted: impl FnOnce(T),
 ) -> Settled {
     let mut failures = 0u32;
     loop {
-        match op().await {
+        let timing = ctx.metrics.begin(operation);
+        let result = op().await;
+        timing.finish(view.topic(), 1, result.as_ref().map(|_| ()));
+        match result {
             Ok(v) => {
                 accepted(v);
                 return Settled::Accepted;

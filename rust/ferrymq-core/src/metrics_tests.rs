@@ -1,0 +1,312 @@
+//! Unit tests of [`super`]: counts, exact buckets, percentiles, overflow, concurrency.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::error::Protocol;
+
+fn metrics() -> ClientMetrics {
+    ClientMetrics::new(
+        ClientIdentity::new(System::RocketMq, "client-1")
+            .with_server("127.0.0.1", 8081)
+            .with_group("g"),
+    )
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn series<'a>(
+    snap: &'a MetricsSnapshot,
+    op: Operation,
+    dest: Option<&str>,
+    error: Option<&str>,
+) -> &'a SeriesSnapshot {
+    snap.series
+        .iter()
+        .find(|s| s.operation == op && s.destination.as_deref() == dest && s.error_type == error)
+        .unwrap_or_else(|| panic!("no series {op:?} {dest:?} {error:?} in {snap:#?}"))
+}
+
+#[test]
+fn operations_have_their_convention_names_and_types() {
+    let names: Vec<_> = OPERATIONS
+        .iter()
+        .map(|o| (o.name(), o.kind().as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("send", "send"),
+            ("receive", "receive"),
+            ("ack", "settle"),
+            ("nack", "settle"),
+            ("change_invisible_duration", "settle"),
+            ("dead_letter", "settle"),
+            ("process", "process"),
+        ]
+    );
+    assert_eq!(
+        [System::RocketMq, System::Jmq, System::Nats].map(System::as_str),
+        ["rocketmq", "jmq", "nats"]
+    );
+}
+
+#[test]
+fn a_record_counts_one_operation_and_its_messages_per_series() {
+    let m = metrics();
+    m.record(Operation::Receive, "t1", 32, ms(3), Ok(()));
+    m.record(Operation::Receive, "t1", 0, ms(20), Ok(()));
+    m.record(Operation::Receive, "t2", 5, ms(1), Ok(()));
+    m.record(Operation::Ack, "t1", 32, ms(2), Ok(()));
+    let snap = m.snapshot();
+    assert_eq!(snap.series.len(), 3);
+    assert_eq!(snap.identity.client_id, "client-1");
+    assert_eq!(snap.identity.consumer_group.as_deref(), Some("g"));
+    assert_eq!(snap.identity.server_port, Some(8081));
+    let r1 = series(&snap, Operation::Receive, Some("t1"), None);
+    assert_eq!((r1.operations, r1.messages), (2, 32));
+    assert_eq!(r1.duration.count, 2);
+    assert!(
+        (r1.duration.sum - 0.023).abs() < 1e-12,
+        "{}",
+        r1.duration.sum
+    );
+    assert!((r1.duration.min - 0.003).abs() < 1e-12);
+    assert!((r1.duration.max - 0.020).abs() < 1e-12);
+    let r2 = series(&snap, Operation::Receive, Some("t2"), None);
+    assert_eq!((r2.operations, r2.messages), (1, 5));
+    assert!(!r2.overflow);
+    assert_eq!(snap.overflowed, 0);
+}
+
+#[test]
+fn buckets_are_exact_at_the_boundaries() {
+    let m = metrics();
+    // Each boundary exactly, and one nanosecond above it: upper bounds are inclusive.
+    for ns in BUCKETS_NS {
+        m.record(Operation::Send, "t", 1, Duration::from_nanos(ns), Ok(()));
+        m.record(
+            Operation::Send,
+            "t",
+            1,
+            Duration::from_nanos(ns + 1),
+            Ok(()),
+        );
+    }
+    m.record(Operation::Send, "t", 1, Duration::ZERO, Ok(()));
+    m.record(Operation::Send, "t", 1, Duration::from_secs(7200), Ok(()));
+    let snap = m.snapshot();
+    let b = series(&snap, Operation::Send, Some("t"), None)
+        .duration
+        .buckets;
+    // Bucket 0: zero and 5 ms; each next bucket: the previous boundary + 1 ns and its own.
+    let mut want = [2u64; 15];
+    want[14] = 2; // 10 s + 1 ns and two hours
+    assert_eq!(b, want);
+    assert_eq!(b.iter().sum::<u64>(), 30);
+    assert_eq!(DURATION_BUCKETS.len(), BUCKETS_NS.len());
+    for (s, ns) in DURATION_BUCKETS.iter().zip(BUCKETS_NS) {
+        assert_eq!((s * 1e9).round() as u64, ns);
+    }
+}
+
+#[test]
+fn percentiles_follow_the_recorded_durations() {
+    let m = metrics();
+    for i in 1..=1000u64 {
+        m.record(
+            Operation::Process,
+            "t",
+            1,
+            Duration::from_micros(i * 100),
+            Ok(()),
+        );
+    }
+    let snap = m.snapshot();
+    let d = &series(&snap, Operation::Process, Some("t"), None).duration;
+    let near = |got: f64, want: f64| (got - want).abs() <= want * 0.01 + 1e-6;
+    assert!(near(d.p50, 0.050), "{}", d.p50);
+    assert!(near(d.p90, 0.090), "{}", d.p90);
+    assert!(near(d.p99, 0.099), "{}", d.p99);
+    assert!((d.max - 0.1).abs() < 1e-12);
+    let sum = m.summary(&[50.0, 99.9]).unwrap();
+    let lat = sum
+        .get(Operation::Process)
+        .unwrap()
+        .latency_ms
+        .clone()
+        .unwrap();
+    assert_eq!(lat.percentiles.len(), 2);
+    assert!(near(lat.percentiles[0].1, 50.0), "{lat:?}");
+    assert!(near(lat.percentiles[1].1, 99.9), "{lat:?}");
+    assert!(lat.percentiles[0].1 <= lat.percentiles[1].1 && lat.percentiles[1].1 <= lat.max);
+    assert!((lat.max - 100.0).abs() < 1e-9 && (lat.min - 0.1).abs() < 1e-9);
+    assert!((lat.mean - 50.05).abs() < 1e-9);
+}
+
+#[test]
+fn failures_are_their_own_series_named_by_status_or_kind() {
+    let m = metrics();
+    let handle = Error::rocketmq_status(crate::status::INVALID_RECEIPT_HANDLE, "expired");
+    let timeout = Error::timeout("no answer");
+    let jmq = Error::broker_status(
+        BrokerStatus {
+            protocol: Protocol::Jmq,
+            code: 132,
+            name: "FW_TOPIC_NOT_EXIST",
+            retriable: false,
+        },
+        false,
+        "x",
+    );
+    m.record(Operation::Ack, "t", 3, ms(1), Err(&handle));
+    m.record(Operation::Ack, "t", 1, ms(1), Err(&handle));
+    m.record(Operation::Ack, "t", 2, ms(1), Err(&timeout));
+    m.record(Operation::Ack, "t", 4, ms(1), Err(&jmq));
+    m.record(Operation::Ack, "t", 10, ms(1), Ok(()));
+    m.record_outcome(Operation::Process, "t", 1, ms(1), Some(PROCESS_FAILURE));
+    assert_eq!(error_type(&handle), "INVALID_RECEIPT_HANDLE");
+    assert_eq!(error_type(&timeout), "timeout");
+    assert_eq!(error_type(&Error::connection("x")), "connection");
+    let snap = m.snapshot();
+    let s = series(
+        &snap,
+        Operation::Ack,
+        Some("t"),
+        Some("INVALID_RECEIPT_HANDLE"),
+    );
+    assert_eq!((s.operations, s.messages), (2, 4));
+    let sum = m.summary(&DEFAULT_PERCENTILES).unwrap();
+    let ack = sum.get(Operation::Ack).unwrap();
+    assert_eq!((ack.operations, ack.messages), (5, 20));
+    assert_eq!(
+        (ack.failed, ack.failed_messages, ack.ok_messages()),
+        (4, 10, 10)
+    );
+    assert_eq!(
+        ack.errors,
+        [
+            ("FW_TOPIC_NOT_EXIST", 1),
+            ("INVALID_RECEIPT_HANDLE", 2),
+            ("timeout", 1)
+        ]
+    );
+    assert_eq!(sum.failed(), 5);
+    assert_eq!(
+        sum.get(Operation::Process).unwrap().errors,
+        [(PROCESS_FAILURE, 1)]
+    );
+    assert!(sum.get(Operation::Receive).is_none());
+}
+
+#[test]
+fn series_beyond_the_bound_fold_into_overflow_series_counted_not_dropped() {
+    let m = ClientMetrics::with_max_series(ClientIdentity::new(System::Nats, "c"), 3);
+    let e = Error::timeout("x");
+    for t in 0..10 {
+        m.record(Operation::Receive, &format!("t{t}"), 2, ms(1), Ok(()));
+    }
+    m.record(Operation::Receive, "t9", 1, ms(1), Err(&e));
+    m.record(Operation::Ack, "t0", 7, ms(1), Ok(()));
+    // An existing series still takes its records.
+    m.record(Operation::Receive, "t0", 1, ms(1), Ok(()));
+    let snap = m.snapshot();
+    assert_eq!(snap.series.iter().filter(|s| !s.overflow).count(), 3);
+    assert_eq!(snap.overflowed, 9);
+    let over = series(&snap, Operation::Receive, None, None);
+    assert!(over.overflow);
+    assert_eq!((over.operations, over.messages), (7, 14));
+    let over_err = series(&snap, Operation::Receive, None, Some(OVERFLOW_ERROR_TYPE));
+    assert_eq!(over_err.operations, 1);
+    assert_eq!(series(&snap, Operation::Ack, None, None).messages, 7);
+    assert_eq!(
+        series(&snap, Operation::Receive, Some("t0"), None).messages,
+        3
+    );
+    let total: u64 = snap.series.iter().map(|s| s.operations).sum();
+    assert_eq!(total, 13);
+    let sum = m.summary(&DEFAULT_PERCENTILES).unwrap();
+    assert_eq!(sum.overflowed, 9);
+    assert_eq!(sum.get(Operation::Receive).unwrap().operations, 12);
+    assert_eq!(
+        sum.get(Operation::Receive).unwrap().errors,
+        [(OVERFLOW_ERROR_TYPE, 1)]
+    );
+}
+
+#[test]
+fn in_flight_counts_begun_operations_until_finished_or_dropped() {
+    let m = metrics();
+    let a = m.begin(Operation::Receive);
+    let b = m.begin(Operation::Receive);
+    assert_eq!(m.in_flight(Operation::Receive), 2);
+    let sum = m.summary(&DEFAULT_PERCENTILES).unwrap();
+    let r = sum.get(Operation::Receive).unwrap();
+    assert_eq!((r.in_flight, r.operations), (2, 0));
+    assert!(r.latency_ms.is_none());
+    a.finish("t", 4, Ok(()));
+    drop(b);
+    assert_eq!(m.in_flight(Operation::Receive), 0);
+    let snap = m.snapshot();
+    assert_eq!(
+        series(&snap, Operation::Receive, Some("t"), None).messages,
+        4
+    );
+    assert_eq!(snap.series.len(), 1);
+    m.begin(Operation::Process)
+        .finish_with("t", 1, Some(PROCESS_FAILURE));
+    assert_eq!(
+        m.summary(&[])
+            .unwrap()
+            .get(Operation::Process)
+            .unwrap()
+            .failed,
+        1
+    );
+}
+
+#[test]
+fn bad_percentiles_are_refused_naming_the_parameter() {
+    let m = metrics();
+    for bad in [&[0.0][..], &[100.0], &[-1.0], &[f64::NAN], &[50.0; 17]] {
+        let e = m.summary(bad).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.to_string().starts_with("percentiles: "), "{e}");
+    }
+}
+
+#[test]
+fn concurrent_records_are_all_counted() {
+    let m = metrics();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                for i in 0..10_000u64 {
+                    let dest = if i % 2 == 0 { "even" } else { "odd" };
+                    m.record(
+                        Operation::Ack,
+                        dest,
+                        2,
+                        Duration::from_micros(t * 10 + i % 7),
+                        Ok(()),
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let snap = m.snapshot();
+    let ops: u64 = snap.series.iter().map(|s| s.operations).sum();
+    let msgs: u64 = snap.series.iter().map(|s| s.messages).sum();
+    assert_eq!((ops, msgs), (80_000, 160_000));
+    for s in &snap.series {
+        assert_eq!(s.duration.buckets.iter().sum::<u64>(), s.operations);
+    }
+    assert_eq!(Arc::strong_count(&m.inner), 1);
+}
