@@ -480,3 +480,37 @@ def test_transaction_id_and_check_back_properties(
             "TRANSACTION_CHECK_TIMES": "1",
         }
         telemetry.close()
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_trace_context_survives_send_and_receive(
+    proxy_server: Server, unique: Callable[[str], str], wire: Callable[[], Wire]
+) -> None:
+    # The system field `trace_context` comes back as it was sent, and the proxy repeats it as the
+    # user property `TRACE_CONTEXT` (the stored message's property); `traceparent` /
+    # `tracestate` user properties (what the OpenTelemetry Java instrumentation writes) come
+    # back as user properties and fill no system field.
+    topic, group = normal_topic(proxy_server, unique)
+    p = producer(wire, topic)
+    with_field = message(topic, b"field", properties={"k": "v"})
+    with_field.system_properties.trace_context = TRACEPARENT
+    as_props = message(
+        topic, b"props", properties={"traceparent": TRACEPARENT, "tracestate": "a=1,b=2"}
+    )
+    for m in (with_field, as_props, message(topic, b"none")):
+        assert code_name(p.send(m).status.code) == "OK"
+    c = consumer(wire, group, topic)
+    got = c.receive_messages(group, topic, 3, long_polling=5)
+    while len(got) < 3:
+        got += c.receive_messages(group, topic, 3 - len(got), long_polling=5)
+    by_body = {m.body: m for m in got}
+    field = by_body[b"field"]
+    assert field.system_properties.trace_context == TRACEPARENT
+    assert dict(field.user_properties) == {"k": "v", "TRACE_CONTEXT": TRACEPARENT}
+    props = by_body[b"props"]
+    assert not props.system_properties.HasField("trace_context")
+    assert dict(props.user_properties) == {"traceparent": TRACEPARENT, "tracestate": "a=1,b=2"}
+    assert not by_body[b"none"].system_properties.HasField("trace_context")
+    assert code_name(c.ack(group, topic, *got).status.code) == "OK"

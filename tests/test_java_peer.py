@@ -339,3 +339,28 @@ def test_simple_consumer_receive_and_ack(
             if q["max_offset"] > q["min_offset"]:
                 assert g is not None
                 assert (g["acked_offset"], g["inflight"]) == (q["max_offset"], 0)
+
+
+def test_java_messages_with_a_traceparent_property_are_read_as_trace_context(
+    server: Server, unique: Callable[[str], str], java_peer: JavaPeer, closing: list[Any]
+) -> None:
+    # What the OpenTelemetry instrumentation of the Java client writes: `traceparent` and
+    # `tracestate` user properties (the client itself has no trace-context API).
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    topic, group = unique("t"), unique("gf")
+    server.setup({topic: "NORMAL"}, [group])
+    fc = Collector(server.endpoints, group, topic, closing)
+    jp = java_peer.start(
+        "produce",
+        endpoints=server.endpoints,
+        topic=topic,
+        body_prefix="j",
+        count=3,
+        props=f"traceparent={tp},tracestate=rojo=00f067aa0ba902b7,origin=java",
+    )
+    jp.finish()
+    got = fc.wait(3)
+    assert {m.body for m in got} == {b"j0", b"j1", b"j2"}
+    for m in got:
+        assert (m.trace_context, m.trace_state) == (tp, "rojo=00f067aa0ba902b7")
+        assert m.properties == {"origin": "java", "seq": m.body[1:].decode()}

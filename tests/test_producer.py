@@ -279,6 +279,16 @@ def test_packed_batch_is_one_request_and_checks_its_messages(
         (Message(topic, b"x", tag="u", keys=["k"]), "tag"),
         (Message(topic, b"x", tag="t", keys=["other"]), "keys"),
         (Message(topic, b"x", tag="t", keys=["k"], properties={"a": "b"}), "properties"),
+        (
+            Message(
+                topic,
+                b"x",
+                tag="t",
+                keys=["k"],
+                trace_context="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+            "trace_context",
+        ),
     ]:
         with pytest.raises(ferrymq.InvalidArgumentError, match=f"message 1 .*{field}"):
             producer.send_batch([Message(topic, b"y", tag="t", keys=["k"]), odd], packed=True)

@@ -59,6 +59,18 @@ class ReceivedMessage(Protocol):
     @property
     def message_group(self) -> str | None: ...
     @property
+    def trace_context(self) -> str | None:
+        """The W3C ``traceparent`` the producer propagated, as received, or None (RocketMQ:
+        the ``trace_context`` field, else a ``traceparent`` property as OpenTelemetry's Java
+        instrumentation writes it; NATS: the header; JMQ4: the attribute)."""
+        ...
+
+    @property
+    def trace_state(self) -> str | None:
+        """The W3C ``tracestate`` that came with the trace context, or None."""
+        ...
+
+    @property
     def delivery_attempt(self) -> int:
         """1 on the first delivery, then counting redeliveries."""
         ...

@@ -24,6 +24,7 @@ pub mod selector;
 pub mod status;
 #[cfg(test)]
 mod test_support;
+pub mod trace_context;
 
 pub use error::{Error, ErrorKind, Result};
 pub use message::{Message, MessageBuilder, MessageKind};

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::trace_context::{self, TraceContext};
 
 /// Longest topic name accepted (RocketMQ's limit).
 pub const MAX_TOPIC_LEN: usize = 127;
@@ -117,6 +118,8 @@ pub struct Message {
     message_group: Option<String>,
     delivery_time: Option<SystemTime>,
     priority: Option<i32>,
+    /// Boxed: a message without one stays as small as before.
+    trace_context: Option<Box<TraceContext>>,
 }
 
 impl Message {
@@ -132,7 +135,10 @@ impl Message {
                 message_group: None,
                 delivery_time: None,
                 priority: None,
+                trace_context: None,
             },
+            trace_parent: None,
+            trace_state: None,
         }
     }
 
@@ -173,6 +179,11 @@ impl Message {
         self.priority
     }
 
+    /// The W3C trace context (`traceparent`, and `tracestate` if any) the message carries.
+    pub fn trace_context(&self) -> Option<&TraceContext> {
+        self.trace_context.as_deref()
+    }
+
     /// The kind implied by the message's fields (a transaction is decided by the send path).
     pub fn kind(&self) -> MessageKind {
         if self.message_group.is_some() {
@@ -191,6 +202,8 @@ impl Message {
 #[derive(Debug, Clone)]
 pub struct MessageBuilder {
     msg: Message,
+    trace_parent: Option<String>,
+    trace_state: Option<String>,
 }
 
 impl MessageBuilder {
@@ -235,9 +248,32 @@ impl MessageBuilder {
         self
     }
 
+    /// Set the W3C `traceparent` the message carries.
+    #[must_use]
+    pub fn trace_context(mut self, traceparent: impl Into<String>) -> Self {
+        self.trace_parent = Some(traceparent.into());
+        self
+    }
+    /// Set the W3C `tracestate` that goes with the trace context.
+    #[must_use]
+    pub fn trace_state(mut self, tracestate: impl Into<String>) -> Self {
+        self.trace_state = Some(tracestate.into());
+        self
+    }
+
     /// Validate and build.
     pub fn build(self) -> Result<Message> {
-        let m = self.msg;
+        let mut m = self.msg;
+        m.trace_context = match (self.trace_parent, self.trace_state) {
+            (Some(p), state) => Some(Box::new(TraceContext::new(p, state)?)),
+            (None, Some(_)) => {
+                return Err(Error::invalid(
+                    "trace_state",
+                    "a tracestate needs a trace_context (traceparent) to go with it",
+                ))
+            }
+            (None, None) => None,
+        };
         validate_topic(&m.topic)?;
         for k in &m.keys {
             check_short("keys", k)?;
@@ -257,6 +293,12 @@ impl MessageBuilder {
                 return Err(Error::invalid(
                     "properties",
                     "property names must not be blank",
+                ));
+            }
+            if trace_context::is_carrier(k) {
+                return Err(Error::invalid(
+                    "properties",
+                    format!("{k:?} carries the trace context; set trace_context / trace_state"),
                 ));
             }
             if RESERVED_PROPERTIES.contains(&k.as_str()) {
@@ -386,5 +428,36 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.message().contains("limit"), "{e}");
+    }
+
+    #[test]
+    fn trace_context_is_checked_and_kept() {
+        const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let m = Message::builder("t", "x").build().unwrap();
+        assert!(m.trace_context().is_none());
+        let m = Message::builder("t", "x")
+            .trace_context(TP)
+            .trace_state("a=1")
+            .build()
+            .unwrap();
+        let tc = m.trace_context().unwrap();
+        assert_eq!((tc.parent(), tc.state()), (TP, Some("a=1")));
+        let e = Message::builder("t", "x")
+            .trace_context("00-0-0-0")
+            .build()
+            .unwrap_err();
+        assert!(e.message().starts_with("trace_context:"), "{e}");
+        let e = Message::builder("t", "x")
+            .trace_state("a=1")
+            .build()
+            .unwrap_err();
+        assert!(e.message().starts_with("trace_state:"), "{e}");
+        for name in ["traceparent", "Tracestate", "TRACE_CONTEXT"] {
+            let e = Message::builder("t", "x")
+                .property(name, TP)
+                .build()
+                .unwrap_err();
+            assert!(e.message().contains("trace_context"), "{e}");
+        }
     }
 }

@@ -70,6 +70,19 @@ pub(crate) fn str_pairs(
     Ok(out)
 }
 
+/// Read an optional str argument named `param` (`None` = not given).
+fn opt_text(param: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    match v.filter(|v| !v.is_none()) {
+        None => Ok(None),
+        Some(v) => {
+            let s = v
+                .cast::<PyString>()
+                .map_err(|_| invalid(param, format!("must be a str, not {}", v.get_type())))?;
+            crate::errors::text(param, s).map(Some)
+        }
+    }
+}
+
 /// Read a `ferrymq.Message` argument.
 pub(crate) fn extract_message(m: &Bound<'_, PyAny>) -> PyResult<Message> {
     m.cast::<PyMessage>()
@@ -80,7 +93,7 @@ pub(crate) fn extract_message(m: &Bound<'_, PyAny>) -> PyResult<Message> {
 #[pymethods]
 impl PyMessage {
     #[new]
-    #[pyo3(signature = (topic, body, *, keys=None, tag=None, properties=None, message_group=None, delivery_time=None, priority=None))]
+    #[pyo3(signature = (topic, body, *, keys=None, tag=None, properties=None, message_group=None, delivery_time=None, priority=None, trace_context=None, trace_state=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         topic: &Bound<'_, PyAny>,
@@ -91,6 +104,8 @@ impl PyMessage {
         message_group: Option<String>,
         delivery_time: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = crate::ints::priority)] priority: Option<i32>,
+        trace_context: Option<&Bound<'_, PyAny>>,
+        trace_state: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let topic: String = topic
             .extract()
@@ -119,6 +134,12 @@ impl PyMessage {
         }
         if let Some(p) = priority {
             b = b.priority(p);
+        }
+        if let Some(t) = opt_text("trace_context", trace_context)? {
+            b = b.trace_context(t);
+        }
+        if let Some(t) = opt_text("trace_state", trace_state)? {
+            b = b.trace_state(t);
         }
         Ok(Self {
             inner: b.build().map_err(to_pyerr)?,
@@ -162,6 +183,16 @@ impl PyMessage {
     fn priority(&self) -> Option<i32> {
         self.inner.priority()
     }
+    /// The W3C `traceparent` the message carries, or None.
+    #[getter]
+    fn trace_context(&self) -> Option<&str> {
+        self.inner.trace_context().map(|t| t.parent())
+    }
+    /// The W3C `tracestate` that goes with the trace context, or None.
+    #[getter]
+    fn trace_state(&self) -> Option<&str> {
+        self.inner.trace_context().and_then(|t| t.state())
+    }
     /// "NORMAL", "FIFO", "DELAY" or "PRIORITY".
     #[getter]
     fn kind(&self) -> &'static str {
@@ -199,6 +230,9 @@ impl PyMessage {
         }
         if let Some(p) = m.priority() {
             s += &format!(", priority={p}");
+        }
+        if let Some(t) = m.trace_context() {
+            s += &format!(", trace_context={:?}", t.parent());
         }
         s + ")"
     }

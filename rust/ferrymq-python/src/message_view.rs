@@ -92,6 +92,17 @@ impl PyMessageView {
     fn transaction_id(&self) -> Option<&str> {
         self.transaction_id.as_deref()
     }
+    /// The W3C `traceparent` the producer propagated (RocketMQ `trace_context`, or a
+    /// `traceparent` property, header or attribute), as received, or None.
+    #[getter]
+    fn trace_context(&self) -> Option<&str> {
+        self.inner.trace_context()
+    }
+    /// The W3C `tracestate` that came with the trace context, or None.
+    #[getter]
+    fn trace_state(&self) -> Option<&str> {
+        self.inner.trace_state()
+    }
     /// Whether the body failed its digest check.
     #[getter]
     fn corrupted(&self) -> bool {

@@ -87,11 +87,7 @@ pub fn extract_outgoing(
             ));
         }
         let msg = m.get().inner.clone();
-        let mut hs: Vec<(String, String)> = msg
-            .properties()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let mut hs = ferrymq_core::nats::message_headers(&msg);
         hs.extend(str_pairs("headers", "names", headers)?);
         return Ok(Outgoing {
             subject: msg.topic().to_string(),

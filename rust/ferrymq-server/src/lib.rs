@@ -14,7 +14,7 @@ pub mod broker;
 pub mod jmq;
 
 pub(crate) use ferrymq_core::{
-    duration, error, message, message_id, proto, remoting, selector, status,
+    duration, error, message, message_id, proto, remoting, selector, status, trace_context,
 };
 
 /// Bind a listening socket on `host:port` (port 0: any free port).

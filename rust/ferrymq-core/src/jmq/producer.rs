@@ -214,6 +214,9 @@ fn to_item(m: &Message, max_body: usize) -> Result<(BatchItem, Option<String>)> 
     if let Some(tag) = m.tag() {
         props.insert(TAG_ATTRIBUTE.to_string(), tag.to_string());
     }
+    if let Some(tc) = m.trace_context() {
+        props.extend(tc.pairs().map(|(k, v)| (k.to_string(), v.to_string())));
+    }
     let attributes = encode_properties(&props);
     if attributes
         .as_ref()

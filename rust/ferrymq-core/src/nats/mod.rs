@@ -219,6 +219,20 @@ pub fn check_message(m: &crate::message::Message) -> Result<()> {
     }
 }
 
+/// The headers a message is published with: its properties, then its trace context
+/// (`traceparent`, `tracestate`).
+pub fn message_headers(m: &crate::message::Message) -> Vec<(String, String)> {
+    let pairs = m
+        .trace_context()
+        .into_iter()
+        .flat_map(crate::trace_context::TraceContext::pairs);
+    m.properties()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(pairs.map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
 /// Check user headers and options the way the wire needs them (no panics later).
 pub fn validate_headers(headers: &[(String, String)], options: &PublishOptions) -> Result<()> {
     for (k, v) in headers {

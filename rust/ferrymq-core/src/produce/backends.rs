@@ -54,11 +54,7 @@ impl ProduceBackend for JetStream {
                     acks.push(Err(e));
                     continue;
                 }
-                let headers: Vec<(String, String)> = m
-                    .properties()
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
+                let headers = crate::nats::message_headers(&m);
                 // A `Nats-Msg-Id` property names the message (a resend is then de-duplicated by
                 // the stream); without one the message gets a fresh id.
                 let id = match m.properties().get(NATS_MESSAGE_ID.as_ref() as &str) {

@@ -135,7 +135,8 @@ impl StoredMessage {
 
     /// The message in the gRPC model: user properties are the properties minus the system
     /// ones; keys, tag, group, id, hosts, times and the queue position become system
-    /// properties.
+    /// properties. `TRACE_CONTEXT` (the gRPC `trace_context` as a broker stores it) fills the
+    /// system field and stays a user property, as a proxy delivers it.
     pub fn to_proto(&self) -> proto::Message {
         let user_properties = self
             .properties
@@ -168,6 +169,9 @@ impl StoredMessage {
                 queue_offset: Some(self.queue_offset),
                 delivery_attempt: Some(self.reconsume_times.saturating_add(1)),
                 message_group,
+                trace_context: self
+                    .property(crate::trace_context::ROCKETMQ_TRACE_CONTEXT)
+                    .map(str::to_string),
                 ..Default::default()
             }),
             body: self.body.clone(),
@@ -402,6 +406,11 @@ pub fn message_properties(m: &Message, id: &str) -> Result<String> {
     }
     for (k, v) in m.properties() {
         p.push((k, v));
+    }
+    if let Some(tc) = m.trace_context() {
+        for (k, v) in tc.pairs() {
+            p.push((k, v));
+        }
     }
     for (k, v) in &p {
         if k.contains(['\u{1}', '\u{2}']) || v.contains(['\u{1}', '\u{2}']) {

@@ -72,6 +72,7 @@ pub struct MessageView {
     delivery_timestamp_ms: Option<i64>,
     born_host: String,
     trace_context: Option<String>,
+    trace_state: Option<String>,
     lite_topic: Option<String>,
     corrupted: bool,
     receipt_handle: Mutex<Arc<str>>,
@@ -111,15 +112,49 @@ fn digest_matches(d: &proto::Digest, body: &[u8]) -> bool {
     }
 }
 
+/// The trace context of a received message and its `tracestate`: the RocketMQ system field
+/// first, else a `traceparent` property (JetStream headers, JMQ4 attributes, remoting
+/// properties, and what the OpenTelemetry instrumentation of the Java clients writes). What was
+/// taken leaves the properties: the `traceparent` used, a proxy's repeat of the system field as
+/// `TRACE_CONTEXT`, and the `tracestate` (only together with a trace context). A message
+/// without properties costs no lookup.
+fn take_trace_context(
+    system: Option<String>,
+    props: &mut HashMap<String, String>,
+) -> (Option<String>, Option<String>) {
+    use crate::trace_context::{ROCKETMQ_TRACE_CONTEXT, TRACEPARENT, TRACESTATE};
+    let system = system.filter(|s| !s.is_empty());
+    if props.is_empty() {
+        return (system, None);
+    }
+    let parent = match system {
+        Some(s) => {
+            if props.get(ROCKETMQ_TRACE_CONTEXT) == Some(&s) {
+                props.remove(ROCKETMQ_TRACE_CONTEXT);
+            }
+            Some(s)
+        }
+        None => props.remove(TRACEPARENT),
+    };
+    let state = if parent.is_some() {
+        props.remove(TRACESTATE)
+    } else {
+        None
+    };
+    (parent, state)
+}
+
 impl MessageView {
     /// Decode a wire message received from `source`.
     ///
     /// A GZIP body is inflated; a body whose CRC32 digest does not match (or that does not
     /// inflate) is kept as received and flagged [`MessageView::is_corrupted`].
-    pub fn from_proto(msg: proto::Message, source: Arc<MessageSource>) -> Result<Self> {
-        let sp = msg
+    pub fn from_proto(mut msg: proto::Message, source: Arc<MessageSource>) -> Result<Self> {
+        let mut sp = msg
             .system_properties
             .ok_or_else(|| Error::protocol("received message without system properties"))?;
+        let (trace_context, trace_state) =
+            take_trace_context(sp.trace_context.take(), &mut msg.user_properties);
         let receipt_handle = sp.receipt_handle.unwrap_or_default();
         let mut corrupted = false;
         let mut body = msg.body;
@@ -145,7 +180,9 @@ impl MessageView {
                 .iter()
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>()
-            + sp.message_group.as_ref().map_or(0, String::len);
+            + sp.message_group.as_ref().map_or(0, String::len)
+            + trace_context.as_ref().map_or(0, String::len)
+            + trace_state.as_ref().map_or(0, String::len);
         Ok(Self {
             message_id: sp.message_id,
             topic,
@@ -161,7 +198,8 @@ impl MessageView {
             store_timestamp_ms: millis(sp.store_timestamp.as_ref()),
             delivery_timestamp_ms: millis(sp.delivery_timestamp.as_ref()),
             born_host: sp.born_host,
-            trace_context: sp.trace_context,
+            trace_context,
+            trace_state,
             lite_topic: sp.lite_topic,
             corrupted,
             receipt_handle: Mutex::new(Arc::from(receipt_handle)),
@@ -230,9 +268,13 @@ impl MessageView {
     pub fn born_host(&self) -> &str {
         &self.born_host
     }
-    /// The trace context propagated by the producer, if any.
+    /// The W3C `traceparent` the producer propagated, if any, as received (not validated).
     pub fn trace_context(&self) -> Option<&str> {
         self.trace_context.as_deref()
+    }
+    /// The W3C `tracestate` that came with the trace context, if any.
+    pub fn trace_state(&self) -> Option<&str> {
+        self.trace_state.as_deref()
     }
     /// The lite topic (RocketMQ 5.5 lite consumers), if any.
     pub fn lite_topic(&self) -> Option<&str> {
@@ -340,6 +382,52 @@ pub(crate) mod tests {
         let mut w = wire_message("M2", b"hello", None);
         w.body = Bytes::from_static(b"hellO");
         assert!(MessageView::from_proto(w, source()).unwrap().is_corrupted());
+    }
+
+    #[test]
+    fn trace_context_from_the_system_field_or_the_properties() {
+        const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let view = |system: Option<&str>, props: &[(&str, &str)]| {
+            let mut w = wire_message("M", b"x", None);
+            w.system_properties.as_mut().unwrap().trace_context = system.map(Into::into);
+            w.user_properties = props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            MessageView::from_proto(w, source()).unwrap()
+        };
+        let names = |v: &MessageView| {
+            let mut k: Vec<String> = v.properties().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        // The system field, as a proxy delivers it (repeated as TRACE_CONTEXT).
+        let v = view(
+            Some(TP),
+            &[("TRACE_CONTEXT", TP), ("tracestate", "a=1"), ("k", "v")],
+        );
+        assert_eq!(
+            (v.trace_context(), v.trace_state()),
+            (Some(TP), Some("a=1"))
+        );
+        assert_eq!(names(&v), ["k"]);
+        // A `traceparent` property (OpenTelemetry's Java instrumentation, headers, attributes).
+        let v = view(None, &[("traceparent", TP), ("tracestate", "a=1")]);
+        assert_eq!(
+            (v.trace_context(), v.trace_state()),
+            (Some(TP), Some("a=1"))
+        );
+        assert!(v.properties().is_empty());
+        // The system field wins; a differing property stays a property.
+        let v = view(Some(TP), &[("traceparent", "other")]);
+        assert_eq!(v.trace_context(), Some(TP));
+        assert_eq!(names(&v), ["traceparent"]);
+        // Nothing, an empty field, a tracestate alone: no trace context, properties untouched.
+        assert_eq!(view(None, &[]).trace_context(), None);
+        assert_eq!(view(Some(""), &[]).trace_context(), None);
+        let v = view(None, &[("tracestate", "a=1")]);
+        assert_eq!((v.trace_context(), v.trace_state()), (None, None));
+        assert_eq!(names(&v), ["tracestate"]);
     }
 
     #[test]

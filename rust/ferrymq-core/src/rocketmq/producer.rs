@@ -18,6 +18,7 @@
 //! messages differ only in their bodies can ask for exactly that: [`Producer::send_packed`] puts
 //! up to [`PACK_MAX_MESSAGES`] of them in one `SendMessage` under one message id.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -33,6 +34,7 @@ pub use super::transaction::{
 use crate::duration::timestamp_ms;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Message, MessageKind};
+use crate::trace_context::{TraceContext, TRACESTATE};
 use crate::{message_id, proto, status};
 
 /// Messages of one [`Producer::send_batch`] in flight at once.
@@ -517,15 +519,21 @@ impl Producer {
             delivery_timestamp: m.delivery_time_millis().map(timestamp_ms),
             message_group: m.message_group().map(ToString::to_string),
             priority: m.priority(),
+            trace_context: m.trace_context().map(|t| t.parent().to_string()),
             ..Default::default()
         };
+        let mut user_properties: HashMap<String, String> = m
+            .properties()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // The traceparent has its system field; a tracestate travels as a user property.
+        if let Some(state) = m.trace_context().and_then(TraceContext::state) {
+            user_properties.insert(TRACESTATE.to_string(), state.to_string());
+        }
         proto::Message {
             topic: Some(self.client.resource(m.topic())),
-            user_properties: m
-                .properties()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            user_properties,
             system_properties: Some(system_properties),
             body: m.body().clone(),
         }
@@ -729,6 +737,8 @@ fn validate_packed(messages: &[Message], kind: MessageKind) -> Result<()> {
             "keys"
         } else if m.properties() != first.properties() {
             "properties"
+        } else if m.trace_context() != first.trace_context() {
+            "trace_context"
         } else {
             continue;
         };

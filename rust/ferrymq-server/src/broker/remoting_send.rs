@@ -372,6 +372,8 @@ fn to_proto(
         store_host: conn.ep.addr_str.clone(),
         delivery_timestamp: due.map(store::timestamp_ms),
         message_group: group,
+        // What a proxy makes of the stored property (it stays a user property too).
+        trace_context: non_empty(m.get(crate::trace_context::ROCKETMQ_TRACE_CONTEXT)),
         ..Default::default()
     };
     proto::Message {

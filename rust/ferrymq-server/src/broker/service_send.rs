@@ -13,6 +13,7 @@ use super::transaction::Half;
 use crate::message::MessageKind;
 use crate::proto;
 use crate::status as code;
+use crate::trace_context::ROCKETMQ_TRACE_CONTEXT;
 
 /// `MESSAGE_CORRUPTED`: what the proxy answers a SendMessage without messages.
 const MESSAGE_CORRUPTED: i32 = 40016;
@@ -92,6 +93,17 @@ impl EndpointService {
                 sp.body_digest = Some(digest);
                 sp.receipt_handle = None;
                 sp.delivery_attempt = None;
+                // The proxy keeps a trace context as the stored property `TRACE_CONTEXT`, which
+                // it delivers both in the system field and among the user properties (remoting
+                // pulls see the property). An empty one is not kept.
+                match sp.trace_context.take().filter(|t| !t.is_empty()) {
+                    Some(t) => {
+                        m.user_properties
+                            .insert(ROCKETMQ_TRACE_CONTEXT.to_string(), t.clone());
+                        sp.trace_context = Some(t);
+                    }
+                    None => sp.trace_context = None,
+                }
             }
         }
         let entry = |id: String, offset: i64, tx: String, recall: String| proto::SendResultEntry {
