@@ -23,6 +23,7 @@ mod lazy;
 mod logging;
 mod message;
 mod message_view;
+mod metrics;
 mod nats;
 mod nats_producer;
 mod offset_consumer;

@@ -16,15 +16,13 @@ use pyo3::types::PyDict;
 use crate::aio::future_into_py;
 use crate::durations::timeout_or;
 use crate::errors::{invalid, to_pyerr};
+use crate::metrics::{metrics_into, percentiles_arg};
 use crate::runtime::RuntimeRef;
 
 use super::life::{closed_during_start, Life, Starting};
 use super::listener::{PyAsyncListener, PySyncListener};
 use super::target::{endpoints_repr, without_groups, TargetArgs};
-use super::{
-    extract_filter, extract_subscriptions, metrics_into, percentiles_arg, stats_dict,
-    subscriptions_dict,
-};
+use super::{extract_filter, extract_subscriptions, stats_dict, subscriptions_dict};
 
 /// How long `PushConsumer.close` waits for running callbacks and their acks by default.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);

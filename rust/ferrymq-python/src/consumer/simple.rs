@@ -15,14 +15,12 @@ use crate::aio::future_into_py;
 use crate::durations::{optional, positive, timeout_or, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::message_view::PyMessageView;
+use crate::metrics::{metrics_into, percentiles_arg};
 use crate::runtime::RuntimeRef;
 
 use super::life::{closed_during_start, Life};
 use super::target::{endpoints_repr, TargetArgs};
-use super::{
-    extract_filter, extract_subscriptions, message_arg, messages_arg, metrics_into,
-    percentiles_arg, subscriptions_dict,
-};
+use super::{extract_filter, extract_subscriptions, message_arg, messages_arg, subscriptions_dict};
 
 // ---------------------------------------------------------------------------------------------
 // SimpleConsumer
