@@ -184,6 +184,14 @@ impl Message {
         self.trace_context.as_deref()
     }
 
+    /// The same message carrying `context` (replacing any it had): what a tracing send puts
+    /// on the wire.
+    #[must_use]
+    pub fn with_trace_context(mut self, context: TraceContext) -> Self {
+        self.trace_context = Some(Box::new(context));
+        self
+    }
+
     /// The kind implied by the message's fields (a transaction is decided by the send path).
     pub fn kind(&self) -> MessageKind {
         if self.message_group.is_some() {
