@@ -10,6 +10,8 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from . import _hooks
+
 
 class _Completion(Protocol):
     def done(self, i: int, result: object) -> None: ...
@@ -20,11 +22,17 @@ def run_batch(
     listener: Callable[[Any], Awaitable[object]],
     views: Sequence[object],
     completion: _Completion,
+    attributes: dict[str, object] | None = None,
 ) -> None:
-    """Start one task per message on the running loop; each reports to ``completion``."""
+    """Start one task per message on the running loop; each reports to ``completion``. While
+    tracing is enabled, each call runs inside its process span (``_hooks.process_async``,
+    given the consumer's span ``attributes``)."""
+    hook = _hooks.process_async
     for i, view in enumerate(views):
         try:
-            task = asyncio.ensure_future(listener(view))
+            task = asyncio.ensure_future(
+                listener(view) if hook is None else hook(listener, view, attributes or {})
+            )
         except BaseException as exc:  # the listener raised before its first await
             completion.error(i, exc)
             continue

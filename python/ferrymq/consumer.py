@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from . import _exit, _native
+from . import _exit, _hooks, _native, _registry
 from ._args import known_options, nonblank, refuse
 from ._endpoints import first_endpoint, protocol_of
 from ._lifecycle import Lifecycle
@@ -318,6 +318,7 @@ class SimpleConsumer(_GroupConsumer):
             nats_options=nats_options,
         )
         self._impl = _native.SimpleConsumer(group=group, await_duration=await_duration, **args)
+        _registry.register(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -345,13 +346,21 @@ class SimpleConsumer(_GroupConsumer):
     ) -> list[MessageView]:
         """Up to ``max_messages`` messages, waiting up to ``await_duration`` (GIL released);
         each stays invisible to other consumers for ``invisible_duration`` (default 30 s;
-        JMQ4: the consumer's ack timeout; JetStream: ``ack_wait``) unless acked."""
-        return self._impl.receive(max_messages, invisible_duration)
+        JMQ4: the consumer's ack timeout; JetStream: ``ack_wait``) unless acked. With
+        :mod:`ferrymq.telemetry` tracing, the call is a ``receive`` span linked to each
+        message's creation context."""
+        hook = _hooks.receive
+        if hook is None:
+            return self._impl.receive(max_messages, invisible_duration)
+        return hook(self, lambda: self._impl.receive(max_messages, invisible_duration))
 
     async def receive_async(
         self, max_messages: int = 16, invisible_duration: _Seconds | None = None
     ) -> list[MessageView]:
-        return await self._impl.receive_async(max_messages, invisible_duration)
+        hook = _hooks.receive_async
+        if hook is None:
+            return await self._impl.receive_async(max_messages, invisible_duration)
+        return await hook(self, lambda: self._impl.receive_async(max_messages, invisible_duration))
 
     def ack(self, message: _Messages) -> None:
         """Acknowledge a message, or a list of them. RocketMQ: one ``AckMessage`` per run of
@@ -497,6 +506,7 @@ class PushConsumer(_GroupConsumer):
             shutdown_timeout=shutdown_timeout,
             **args,
         )
+        _registry.register(self)
 
     def start(self) -> PushConsumer:
         """Connect and start consuming."""

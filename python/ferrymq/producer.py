@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import _native
+from . import _hooks, _native
 from ._args import as_list, known_options, refuse
 from ._endpoints import first_endpoint, protocol_of
 from ._lifecycle import Lifecycle
@@ -218,11 +218,22 @@ class Producer(Lifecycle):
 
     def send(self, message: Message) -> Receipt:
         """Send one message; blocks (GIL released) until the broker stored it. The receipt is a
-        :class:`SendReceipt` (RocketMQ), :class:`JmqSendReceipt` or :class:`NatsSendReceipt`."""
-        return self._impl.send(message)
+        :class:`SendReceipt` (RocketMQ), :class:`JmqSendReceipt` or :class:`NatsSendReceipt`.
+
+        With :mod:`ferrymq.telemetry` tracing, the send is a PRODUCER span ``send {topic}``
+        whose context the message carries (unless it carries one already)."""
+        hook = _hooks.send
+        if hook is None:
+            return self._impl.send(message)
+        receipt: Receipt = hook(message, self._impl.send)
+        return receipt
 
     async def send_async(self, message: Message) -> Receipt:
-        return await self._impl.send_async(message)
+        hook = _hooks.send_async
+        if hook is None:
+            return await self._impl.send_async(message)
+        receipt: Receipt = await hook(message, self._impl.send_async)
+        return receipt
 
     def send_batch(self, messages: Iterable[Message], *, packed: bool = False) -> list[Receipt]:
         """Send many messages of one topic (and one kind); the receipts are in order.
@@ -240,18 +251,32 @@ class Producer(Lifecycle):
         Every receipt carries the id consumers will see and the message's own offset. (JMQ4
         always sends a batch in one request per topic; there ``packed`` changes nothing.)
 
-        Not atomic: if some fail, the error says how many of the batch were sent."""
+        Not atomic: if some fail, the error says how many of the batch were sent.
+
+        With :mod:`ferrymq.telemetry` tracing, each message without a trace context carries
+        the current span's (no span per message)."""
+        stamp = _hooks.stamp
+        if stamp is not None:
+            messages = stamp(messages)
         return list(self._impl.send_batch(messages, packed=packed))
 
     async def send_batch_async(
         self, messages: Iterable[Message], *, packed: bool = False
     ) -> list[Receipt]:
+        stamp = _hooks.stamp
+        if stamp is not None:
+            messages = stamp(messages)
         return list(await self._impl.send_batch_async(messages, packed=packed))
 
     def produce(self, message: Message, on_delivery: DeliveryCallback | None = None) -> None:
         """Queue ``message`` without waiting; messages are sent in batches in the background.
         ``on_delivery(err, receipt)`` runs on this thread inside :meth:`poll`/:meth:`flush`.
-        Blocks, serving callbacks, while ``max_pending`` messages are unreported."""
+        Blocks, serving callbacks, while ``max_pending`` messages are unreported. With
+        :mod:`ferrymq.telemetry` tracing, a message without a trace context carries the current
+        span's (no span per message)."""
+        stamp = _hooks.stamp
+        if stamp is not None:
+            (message,) = stamp((message,))
         self._impl.produce(message, on_delivery)
 
     def poll(self, timeout: float | timedelta = 0.0) -> int:

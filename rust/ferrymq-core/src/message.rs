@@ -184,6 +184,14 @@ impl Message {
         self.trace_context.as_deref()
     }
 
+    /// The same message carrying `context` (replacing any it had): what a tracing send puts
+    /// on the wire.
+    #[must_use]
+    pub fn with_trace_context(mut self, context: TraceContext) -> Self {
+        self.trace_context = Some(Box::new(context));
+        self
+    }
+
     /// The kind implied by the message's fields (a transaction is decided by the send path).
     pub fn kind(&self) -> MessageKind {
         if self.message_group.is_some() {
@@ -428,6 +436,27 @@ mod tests {
             .build()
             .unwrap_err();
         assert!(e.message().contains("limit"), "{e}");
+    }
+
+    #[test]
+    fn with_trace_context_replaces_the_context_and_keeps_the_rest() {
+        const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        const TP2: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let m = Message::builder("t", "body")
+            .tag("a")
+            .trace_context(TP)
+            .trace_state("x=1")
+            .build()
+            .unwrap();
+        let ctx = TraceContext::new(TP2.to_string(), None).unwrap();
+        let m2 = m.clone().with_trace_context(ctx);
+        let tc = m2.trace_context().unwrap();
+        assert_eq!((tc.parent(), tc.state()), (TP2, None));
+        assert_eq!(
+            (m2.topic(), m2.body(), m2.tag()),
+            (m.topic(), m.body(), m.tag())
+        );
+        assert_eq!(m.trace_context().unwrap().parent(), TP);
     }
 
     #[test]

@@ -64,6 +64,8 @@ mod _native {
     #[pymodule_export]
     use crate::columns::PyMessageColumns;
     #[pymodule_export]
+    use crate::consumer::set_process_hook;
+    #[pymodule_export]
     use crate::consumer::{
         PyCompletion, PyConsumeResult, PyFilterExpression, PyPushConsumer, PySimpleConsumer,
     };

@@ -193,6 +193,25 @@ impl PyMessage {
     fn trace_state(&self) -> Option<&str> {
         self.inner.trace_context().and_then(|t| t.state())
     }
+    /// A copy of this message carrying the W3C trace context `trace_context` (a
+    /// `traceparent`) and `trace_state` (a `tracestate`, or None), replacing any it had; the
+    /// body is shared, not copied. Invalid values raise `InvalidArgumentError` naming them.
+    #[pyo3(signature = (trace_context, trace_state=None))]
+    fn with_trace_context(
+        &self,
+        trace_context: &Bound<'_, PyAny>,
+        trace_state: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let Some(parent) = opt_text("trace_context", Some(trace_context))? else {
+            return Err(invalid("trace_context", "must be a traceparent str"));
+        };
+        let state = opt_text("trace_state", trace_state)?;
+        let context =
+            ferrymq_core::trace_context::TraceContext::new(parent, state).map_err(to_pyerr)?;
+        Ok(Self {
+            inner: self.inner.clone().with_trace_context(context),
+        })
+    }
     /// "NORMAL", "FIFO", "DELAY" or "PRIORITY".
     #[getter]
     fn kind(&self) -> &'static str {

@@ -6,7 +6,7 @@ use ferrymq_core::metrics::{
     check_percentiles, ClientMetrics, MetricsSummary, DEFAULT_PERCENTILES,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::errors::{invalid, to_pyerr};
 
@@ -94,4 +94,55 @@ pub(crate) fn metrics_into(
     }
     d.set_item("operations", ops)?;
     Ok(summary)
+}
+
+/// The one converter of a client's metrics into the plain data `metrics_snapshot()` returns
+/// to exporters (`ferrymq.telemetry`): `closed` (the client was closed: these are its final
+/// figures), the identity (`system`, `client_id`,
+/// `server_address`, `server_port`, `group`), `series` (one dict per series: `operation`,
+/// `type`, `destination`, `error_type`, `overflow`, `calls`, `messages`, and the durations in
+/// seconds: `count`, `sum`, `min`, `max`, `buckets`, the 15 non-cumulative counts of the
+/// conventions' explicit buckets), `overflowed` and `gauges` (`gauges`: the caller's current
+/// values by name). Nothing is computed here; the cost is per series, never per message.
+pub(crate) fn snapshot_dict<'py>(
+    py: Python<'py>,
+    metrics: &ClientMetrics,
+    closed: bool,
+    gauges: &[(&str, u64)],
+) -> PyResult<Bound<'py, PyDict>> {
+    let snap = metrics.snapshot();
+    let d = PyDict::new(py);
+    d.set_item("closed", closed)?;
+    let id = &snap.identity;
+    d.set_item("system", id.system.as_str())?;
+    d.set_item("client_id", &id.client_id)?;
+    d.set_item("server_address", &id.server_address)?;
+    d.set_item("server_port", id.server_port)?;
+    d.set_item("group", &id.consumer_group)?;
+    let series = PyList::empty(py);
+    for s in &snap.series {
+        let o = PyDict::new(py);
+        o.set_item("operation", s.operation.name())?;
+        o.set_item("type", s.operation.kind().as_str())?;
+        o.set_item("destination", &s.destination)?;
+        o.set_item("error_type", s.error_type)?;
+        o.set_item("overflow", s.overflow)?;
+        o.set_item("calls", s.operations)?;
+        o.set_item("messages", s.messages)?;
+        let t = &s.duration;
+        o.set_item("count", t.count)?;
+        o.set_item("sum", t.sum)?;
+        o.set_item("min", t.min)?;
+        o.set_item("max", t.max)?;
+        o.set_item("buckets", PyTuple::new(py, t.buckets)?)?;
+        series.append(o)?;
+    }
+    d.set_item("series", series)?;
+    d.set_item("overflowed", snap.overflowed)?;
+    let g = PyDict::new(py);
+    for (name, v) in gauges {
+        g.set_item(*name, v)?;
+    }
+    d.set_item("gauges", g)?;
+    Ok(d)
 }

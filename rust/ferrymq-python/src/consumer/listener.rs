@@ -2,7 +2,7 @@
 //! threads, `async def` listeners on an event loop, and the completions they report through.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -86,13 +86,60 @@ fn interpret(py: Python<'_>, r: &Bound<'_, PyAny>, message: &MessageView) -> Con
     ConsumeResult::Failure
 }
 
+// ---------------------------------------------------------------------------------------------
+// The process hook of `ferrymq.telemetry`
+
+/// Whether a process hook is set: read once per batch, so that no hook costs one relaxed load.
+static HOOK_SET: AtomicBool = AtomicBool::new(false);
+
+/// The hook `ferrymq.telemetry` sets while tracing (its process span around the listener
+/// call): called as `hook(listener, message, attributes)` in place of `listener(message)`
+/// (`attributes`: the consumer's span attributes, a dict made once per consumer), returning
+/// what the listener returned.
+static PROCESS_HOOK: Mutex<Option<Py<PyAny>>> = parking_lot::const_mutex(None);
+
+/// Set (or, with None, remove) the process hook of every plain-callable listener; an
+/// `async def` listener's is set in `ferrymq._consumer`. Takes effect from the next batch.
+#[pyfunction]
+pub(crate) fn set_process_hook(hook: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+    if let Some(h) = &hook {
+        if !h.is_callable() {
+            return Err(crate::errors::invalid("hook", "must be callable or None"));
+        }
+    }
+    let old = {
+        let mut slot = PROCESS_HOOK.lock();
+        HOOK_SET.store(hook.is_some(), Ordering::Release);
+        std::mem::replace(&mut *slot, hook.map(Bound::unbind))
+    };
+    // Released outside the lock: its finaliser may run Python.
+    drop(old);
+    Ok(())
+}
+
+/// The hook for one batch, if set.
+fn process_hook(py: Python<'_>) -> Option<Py<PyAny>> {
+    if !HOOK_SET.load(Ordering::Acquire) {
+        return None;
+    }
+    PROCESS_HOOK.lock().as_ref().map(|h| h.clone_ref(py))
+}
+
 /// A plain callable, run on the consumption threads.
 pub(super) struct PySyncListener {
     pub(super) callback: Py<PyAny>,
+    /// The consumer's span attributes, for the process hook.
+    pub(super) attributes: Py<PyAny>,
 }
 
-/// Call the listener with one message; exceptions are logged and count as failure.
-fn consume_one(py: Python<'_>, f: &Bound<'_, PyAny>, m: &Arc<MessageView>) -> ConsumeResult {
+/// Call the listener with one message (through the process hook, if set); exceptions are
+/// logged and count as failure.
+fn consume_one(
+    py: Python<'_>,
+    f: &Bound<'_, PyAny>,
+    hook: Option<(&Bound<'_, PyAny>, &Bound<'_, PyAny>)>,
+    m: &Arc<MessageView>,
+) -> ConsumeResult {
     match Bound::new(
         py,
         PyMessageView {
@@ -100,7 +147,7 @@ fn consume_one(py: Python<'_>, f: &Bound<'_, PyAny>, m: &Arc<MessageView>) -> Co
             transaction_id: None,
         },
     ) {
-        Ok(view) => match f.call1((view,)) {
+        Ok(view) => match hook.map_or_else(|| f.call1((&view,)), |(h, a)| h.call1((f, &view, a))) {
             Ok(r) => interpret(py, &r, m),
             Err(e) => {
                 // `into_value` attaches the traceback, which the fetched value lacks.
@@ -120,7 +167,10 @@ impl BatchListener for PySyncListener {
         crate::exit::park_if_exiting();
         Python::attach(|py| {
             let f = self.callback.bind(py);
-            results.extend(messages.iter().map(|m| consume_one(py, f, m)));
+            let hook = process_hook(py);
+            let attributes = self.attributes.bind(py);
+            let hook = hook.as_ref().map(|h| (h.bind(py), attributes));
+            results.extend(messages.iter().map(|m| consume_one(py, f, hook, m)));
         });
     }
 
@@ -129,9 +179,12 @@ impl BatchListener for PySyncListener {
         crate::exit::park_if_exiting();
         Python::attach(|py| {
             let f = self.callback.bind(py);
+            let hook = process_hook(py);
+            let attributes = self.attributes.bind(py);
+            let hook = hook.as_ref().map(|h| (h.bind(py), attributes));
             for (run, out) in runs.iter().zip(results.iter_mut()) {
                 for m in *run {
-                    let r = consume_one(py, f, m);
+                    let r = consume_one(py, f, hook, m);
                     out.push(r);
                     if r == ConsumeResult::Failure {
                         break;

@@ -22,6 +22,8 @@ mod push;
 mod simple;
 mod target;
 
+pub(crate) use listener::set_process_hook;
+
 use std::sync::Arc;
 
 use ferrymq_core::rocketmq::filter::{FilterExpression, FilterType};

@@ -11,12 +11,12 @@ use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, StatsSnapsh
 use ferrymq_core::Error;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{IntoPyDict, PyDict};
 
 use crate::aio::future_into_py;
 use crate::durations::timeout_or;
 use crate::errors::{invalid, to_pyerr};
-use crate::metrics::{metrics_into, percentiles_arg};
+use crate::metrics::{metrics_into, percentiles_arg, snapshot_dict};
 use crate::runtime::RuntimeRef;
 
 use super::life::{closed_during_start, Life, Starting};
@@ -57,6 +57,20 @@ impl PyPushConsumer {
         self.life.running(|(c, _)| Arc::clone(c))
     }
 
+    /// The attributes of the consumer's process spans (`ferrymq.telemetry`), made once:
+    /// `messaging.system` and `messaging.consumer.group.name`.
+    fn span_attributes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let system = match &self.target {
+            ConsumerTarget::RocketMq(_) => "rocketmq",
+            ConsumerTarget::Jmq(..) => "jmq",
+            ConsumerTarget::Nats(..) => "nats",
+        };
+        let d = PyDict::new(py);
+        d.set_item("messaging.system", system)?;
+        d.set_item("messaging.consumer.group.name", &self.config.group)?;
+        Ok(d)
+    }
+
     /// Build the listener side. `event_loop` is the loop of an async listener (None: start a
     /// private loop thread).
     fn make_listener(
@@ -64,10 +78,12 @@ impl PyPushConsumer {
         py: Python<'_>,
         event_loop: Option<Bound<'_, PyAny>>,
     ) -> PyResult<(Arc<dyn Listener>, PrivateLoop)> {
+        let attributes = self.span_attributes(py)?;
         if !self.is_async {
             let pool = WorkerPool::start(
                 Arc::new(PySyncListener {
                     callback: self.listener.clone_ref(py),
+                    attributes: attributes.into_any().unbind(),
                 }),
                 self.consumption_threads,
                 1024,
@@ -86,7 +102,13 @@ impl PyPushConsumer {
         let listener = PyAsyncListener::start(
             event_loop.unbind(),
             self.listener.clone_ref(py),
-            helpers.getattr("run_batch")?.unbind(),
+            py.import("functools")?
+                .call_method(
+                    "partial",
+                    (helpers.getattr("run_batch")?,),
+                    Some(&[("attributes", attributes)].into_py_dict(py)?),
+                )?
+                .unbind(),
             self.consumption_threads,
         )?;
         Ok((Arc::new(listener), private))
@@ -351,6 +373,25 @@ impl PyPushConsumer {
         let d = stats_dict(py, &s)?;
         metrics_into(&d, metrics.as_ref(), &qs)?;
         Ok(d)
+    }
+
+    /// The consumer's metrics as plain data for exporters (`ferrymq.telemetry`; the layout
+    /// of `metrics.rs`'s `snapshot_dict`, gauges `cached_messages` and `cached_bytes`): None
+    /// before `start()`; kept after `close()`.
+    fn metrics_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let s = self
+            .life
+            .map_running(|(c, _)| (c.stats(), c.metrics().clone()))
+            .or_else(|| self.last_stats.lock().clone());
+        let Some((s, metrics)) = s else {
+            return Ok(None);
+        };
+        let gauges = [
+            ("cached_messages", s.cached_messages as u64),
+            ("cached_bytes", s.cached_bytes as u64),
+        ];
+        let closed = self.life.name() == "closed";
+        snapshot_dict(py, &metrics, closed, &gauges).map(Some)
     }
 
     /// Whether the broker configured the group for FIFO consumption (known once started).

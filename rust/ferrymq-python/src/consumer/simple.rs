@@ -15,7 +15,7 @@ use crate::aio::future_into_py;
 use crate::durations::{optional, positive, timeout_or, Lower};
 use crate::errors::{invalid, to_pyerr};
 use crate::message_view::PyMessageView;
-use crate::metrics::{metrics_into, percentiles_arg};
+use crate::metrics::{metrics_into, percentiles_arg, snapshot_dict};
 use crate::runtime::RuntimeRef;
 
 use super::life::{closed_during_start, Life};
@@ -243,6 +243,18 @@ pymethods_with_async! {
                 summary.ok_messages(Operation::ChangeInvisibleDuration),
             )?;
             Ok(d)
+        }
+
+        /// The consumer's metrics as plain data for exporters (`ferrymq.telemetry`; the
+        /// layout of `metrics.rs`'s `snapshot_dict`, no gauges): None before `start()`; kept
+        /// after `close()`.
+        fn metrics_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+            let metrics = self
+                .life
+                .map_running(|c| c.metrics().clone())
+                .or_else(|| self.last_metrics.lock().clone());
+            let closed = self.life.name() == "closed";
+            metrics.map(|m| snapshot_dict(py, &m, closed, &[])).transpose()
         }
 
         fn __repr__(&self) -> String {
