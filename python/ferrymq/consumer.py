@@ -39,6 +39,7 @@ from ._native import (
     TlsConfig,
 )
 from ._nats import user_password
+from ._stats import StatsCallback, StatsReporter, stats_reporter
 from .exceptions import InvalidArgumentError
 
 __all__ = ["Listener", "PushConsumer", "SimpleConsumer"]
@@ -219,6 +220,11 @@ class _GroupConsumer(Lifecycle):
 
     _protocol: str
     _impl: _native.SimpleConsumer | _native.PushConsumer
+    _stats_reporter: StatsReporter | None
+
+    def _stop_stats(self) -> None:
+        if self._stats_reporter is not None:
+            self._stats_reporter.stop()
 
     def subscribe(self, topic: str, filter: _Filter = None) -> None:
         """Read ``topic`` (``filter``: a tag expression, a :class:`FilterExpression` or
@@ -301,7 +307,10 @@ class SimpleConsumer(_GroupConsumer):
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
         nats_options: Mapping[str, Any] | None = None,
+        stats_callback: StatsCallback | None = None,
+        stats_interval: _Seconds | None = None,
     ) -> None:
+        reporter = stats_reporter(self, stats_callback, stats_interval)
         self._protocol, args = _connect_args(
             endpoints,
             group,
@@ -319,6 +328,9 @@ class SimpleConsumer(_GroupConsumer):
         )
         self._impl = _native.SimpleConsumer(group=group, await_duration=await_duration, **args)
         _registry.register(self)
+        self._stats_reporter = reporter
+        if reporter is not None:
+            reporter.start()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -333,11 +345,14 @@ class SimpleConsumer(_GroupConsumer):
         return self
 
     def close(self) -> None:
-        """Close the connection (unacked messages are delivered again later). Idempotent."""
+        """Close the connection (unacked messages are delivered again later); stops the
+        ``stats_callback``. Idempotent."""
         self._impl.close()
+        self._stop_stats()
 
     async def close_async(self) -> None:
         await self._impl.close_async()
+        self._stop_stats()
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -477,7 +492,10 @@ class PushConsumer(_GroupConsumer):
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
         nats_options: Mapping[str, Any] | None = None,
+        stats_callback: StatsCallback | None = None,
+        stats_interval: _Seconds | None = None,
     ) -> None:
+        reporter = stats_reporter(self, stats_callback, stats_interval)
         self._protocol, args = _connect_args(
             endpoints,
             group,
@@ -507,6 +525,9 @@ class PushConsumer(_GroupConsumer):
             **args,
         )
         _registry.register(self)
+        self._stats_reporter = reporter
+        if reporter is not None:
+            reporter.start()
 
     def start(self) -> PushConsumer:
         """Connect and start consuming."""
@@ -527,11 +548,14 @@ class PushConsumer(_GroupConsumer):
 
     def close(self, timeout: _Seconds | None = None) -> None:
         """Stop receiving, wait for running callbacks and their acks (up to ``timeout``,
-        default ``shutdown_timeout``), then disconnect. Idempotent."""
+        default ``shutdown_timeout``), then disconnect; stops the ``stats_callback``.
+        Idempotent."""
         self._impl.close(timeout)
+        self._stop_stats()
 
     async def close_async(self, timeout: _Seconds | None = None) -> None:
         await self._impl.close_async(timeout)
+        self._stop_stats()
 
     def stats(self, percentiles: Sequence[float] | None = None) -> dict[str, Any]:
         """Live figures as a plain dict, the same keys for every protocol.

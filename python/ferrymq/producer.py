@@ -28,6 +28,7 @@ from ._endpoints import first_endpoint, protocol_of
 from ._lifecycle import Lifecycle
 from ._native import Credentials, Message, MessageView, TlsConfig
 from ._nats import user_password
+from ._stats import StatsCallback, stats_reporter
 from ._views import Receipt
 from .exceptions import FerryError
 
@@ -94,6 +95,10 @@ class Producer(Lifecycle):
         jmq_options: further JMQ4 options for ``jmq://`` (``qos``, ``compression``,
             ``compress_threshold``, ``transaction_timeout``, ``feedback_interval``,
             ``region`` …).
+        stats_callback: ``f(stats)``, called with :meth:`stats` every ``stats_interval``
+            seconds on a ferrymq thread (never under a ferrymq lock) from construction until
+            :meth:`close`; an exception in it is logged on the ``ferrymq`` logger.
+        stats_interval: seconds (or timedelta) between two calls, above 0 (default 5).
     """
 
     def __init__(
@@ -114,8 +119,11 @@ class Producer(Lifecycle):
         app: str | None = None,
         token: str | None = None,
         jmq_options: Mapping[str, Any] | None = None,
+        stats_callback: StatsCallback | None = None,
+        stats_interval: float | timedelta | None = None,
     ) -> None:
         self._impl: _Producer[Receipt, _Transaction[Receipt]]
+        reporter = stats_reporter(self, stats_callback, stats_interval)
         protocol = protocol_of(endpoints)
         if protocol == "nats":
             refuse(
@@ -178,6 +186,9 @@ class Producer(Lifecycle):
                 route_refresh_interval=route_refresh_interval,
                 settings_sync_interval=settings_sync_interval,
             )
+        self._stats_reporter = reporter
+        if reporter is not None:
+            reporter.start()
 
     def _publisher_target(self) -> object:
         """The native client an :class:`ferrymq.AsyncPublisher` over this producer drives (it
@@ -197,11 +208,13 @@ class Producer(Lifecycle):
 
     def close(self) -> None:
         """Flush :meth:`produce`'d messages (running their callbacks), wait for in-flight
-        sends, then tell the broker. Idempotent."""
+        sends, then tell the broker; stops the ``stats_callback``. Idempotent."""
         self._impl.close()
+        self._stop_stats()
 
     async def close_async(self) -> None:
         await self._impl.close_async()
+        self._stop_stats()
         self._impl.poll(0)
 
     def __enter__(self) -> Producer:
@@ -300,6 +313,38 @@ class Producer(Lifecycle):
         return await self._impl.recall_async(topic, recall_handle)
 
     # -- introspection -----------------------------------------------------------------------
+
+    def stats(self, percentiles: Sequence[float] | None = None) -> dict[str, Any]:
+        """Live figures as a plain dict, the same keys for every protocol.
+
+        * ``sent``: messages of the successful sends; ``failed``: calls that failed (sends,
+          transaction ends); ``retried``: attempts beyond the first (a send retried after a
+          retriable error; the managed publisher's retries are counted here too);
+          ``in_flight``: calls running now; ``pending`` (not for ``remoting://``): messages
+          :meth:`produce`'d and not yet reported;
+        * ``client``: ``system`` (``"rocketmq"`` for gRPC and remoting, ``"jmq"``,
+          ``"nats"``), ``client_id``, ``server_address``, ``server_port``, ``group`` (None);
+          ``None`` until a ``jmq://``, ``nats://`` or ``remoting://`` producer connects;
+        * ``operations``: per operation name (``send``; ``end_transaction`` for a commit or
+          rollback) a dict of ``type`` (``send``), ``calls``, ``messages``, ``failed``,
+          ``failed_messages``, ``errors`` (failed calls by error type: the broker's status
+          name, such as ``"TOO_MANY_REQUESTS"``, or the kind of failure: ``"timeout"``,
+          ``"connection"``, …), ``in_flight``, ``retried`` and ``latency_ms`` (``mean``,
+          ``min``, ``max`` and ``p50``, ``p90``, ``p99``, or one ``p<q>`` per entry of
+          ``percentiles``; within 1%);
+        * ``overflowed``: calls counted in an overflow series (beyond 64 series of operation,
+          topic and error type).
+
+        A call is one request: a message, a packed request or a JMQ4 batch per topic (its
+        messages counted in ``messages``), a JetStream publish per message; it is timed over
+        its retries. ``percentiles``: numbers above 0 and below 100 (at most 16); anything
+        else raises :class:`InvalidArgumentError`. Readable after :meth:`close`.
+        """
+        return self._impl.stats(percentiles)
+
+    def _stop_stats(self) -> None:
+        if self._stats_reporter is not None:
+            self._stats_reporter.stop()
 
     @property
     def pending(self) -> int:

@@ -18,7 +18,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from operator import attrgetter
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Union
 from . import _exit, _native
 from ._lifecycle import Lifecycle
 from ._native import EventBatch, FlightCore, PublishAck
+from ._stats import StatsCallback, stats_reporter
 from .exceptions import FerryTimeoutError, InvalidArgumentError
 from .producer import Producer
 
@@ -294,6 +295,11 @@ class AsyncPublisher(Lifecycle):
             future fails with :class:`ferrymq.FerryTimeoutError` and the listener's ``timeout``
             is called.
         listener: an object with any of the :class:`PublisherListener` methods.
+        stats_callback: ``f(stats)``, called with :meth:`stats` every ``stats_interval``
+            seconds on a ferrymq thread (never under a ferrymq lock) from construction until
+            :meth:`close`, :meth:`stop` or the end of :meth:`drain`; an exception in it is
+            logged on the ``ferrymq`` logger.
+        stats_interval: seconds (or timedelta) between two calls, above 0 (default 5).
 
     Use it as ``async with AsyncPublisher(producer) as pub:`` (drains on exit) or call
     :meth:`start` and then :meth:`drain` / :meth:`close` / :meth:`stop`. A publisher still
@@ -314,7 +320,10 @@ class AsyncPublisher(Lifecycle):
         hold_pause_time: float | timedelta = 0.1,
         wait_timeout: float | timedelta = 5.0,
         listener: PublisherListener | Any | None = None,
+        stats_callback: StatsCallback | None = None,
+        stats_interval: float | timedelta | None = None,
     ) -> None:
+        reporter = stats_reporter(self, stats_callback, stats_interval)
         if retry is not None and not isinstance(retry, RetryConfig):
             raise InvalidArgumentError(
                 f"retry: must be a ferrymq.RetryConfig, not {type(retry).__name__}"
@@ -351,6 +360,9 @@ class AsyncPublisher(Lifecycle):
         self._pump_lock = threading.Lock()
         self._pump: threading.Thread | None = None
         self._pump_done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stats_reporter = reporter
+        if reporter is not None:
+            reporter.start()
 
     # -- properties ------------------------------------------------------------------------
 
@@ -379,6 +391,22 @@ class AsyncPublisher(Lifecycle):
     def state(self) -> str:
         """``"idle"``, ``"running"``, ``"draining"``, ``"stopping"`` or ``"finished"``."""
         return self._core.state
+
+    def stats(self, percentiles: Sequence[float] | None = None) -> dict[str, Any]:
+        """Live figures as a plain dict: those of its producer's ``stats()`` (``sent``,
+        ``failed``, ``retried``, ``in_flight``, ``client``, ``operations``, ``overflowed``;
+        every attempt is one ``send`` there, recorded once by the producer, and the
+        publisher's retries count in ``retried``; no ``pending``) plus what only the
+        publisher knows: ``state``, ``queued`` (accepted, waiting for room in the window),
+        ``in_flight_messages`` (published and not yet acked, failed or timed out) and
+        ``max_in_flight`` (the bound of its intake and window). The producer's figures
+        include its other sends. ``percentiles`` as for ``Producer.stats``.
+        """
+        return self._core.stats(percentiles)
+
+    def _stop_stats(self) -> None:
+        if self._stats_reporter is not None:
+            self._stats_reporter.stop()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -425,6 +453,7 @@ class AsyncPublisher(Lifecycle):
         :class:`ferrymq.ClientClosedError` (futures and listener still hear about each)."""
         self._ensure_pump()
         self._core.stop()
+        self._stop_stats()
 
     async def drain(self) -> None:
         """Refuse new messages, publish what is queued, and return once every flight has been
@@ -433,6 +462,7 @@ class AsyncPublisher(Lifecycle):
         self._ensure_pump()
         await self._core.drain_async()
         await asyncio.wrap_future(self._pump_done)
+        self._stop_stats()
 
     def close(self, timeout: float | timedelta | None = None) -> bool:
         """Blocking drain for code without asyncio: wait up to `timeout` seconds, then
@@ -446,6 +476,7 @@ class AsyncPublisher(Lifecycle):
         if not finished:
             self._core.stop()
         self._pump_done.result()
+        self._stop_stats()
         return finished
 
     async def close_async(self, timeout: float | timedelta | None = None) -> bool:

@@ -149,10 +149,13 @@ pub enum Operation {
     DeadLetter,
     /// User code consuming messages (the push consumer's listener).
     Process,
+    /// The end of a producer's transaction (commit or rollback of its half messages; one
+    /// record per transaction carrying its messages): a send-side operation.
+    EndTransaction,
 }
 
 /// Every operation, in [`Operation`] order.
-pub const OPERATIONS: [Operation; 7] = [
+pub const OPERATIONS: [Operation; 8] = [
     Operation::Send,
     Operation::Receive,
     Operation::Ack,
@@ -160,11 +163,12 @@ pub const OPERATIONS: [Operation; 7] = [
     Operation::ChangeInvisibleDuration,
     Operation::DeadLetter,
     Operation::Process,
+    Operation::EndTransaction,
 ];
 
 impl Operation {
     /// The attribute value (`send`, `receive`, `ack`, `nack`, `change_invisible_duration`,
-    /// `dead_letter`, `process`).
+    /// `dead_letter`, `process`, `end_transaction`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Send => "send",
@@ -174,13 +178,14 @@ impl Operation {
             Self::ChangeInvisibleDuration => "change_invisible_duration",
             Self::DeadLetter => "dead_letter",
             Self::Process => "process",
+            Self::EndTransaction => "end_transaction",
         }
     }
 
     /// Its `messaging.operation.type`.
     pub fn kind(self) -> OperationType {
         match self {
-            Self::Send => OperationType::Send,
+            Self::Send | Self::EndTransaction => OperationType::Send,
             Self::Receive => OperationType::Receive,
             Self::Process => OperationType::Process,
             Self::Ack | Self::Nack | Self::ChangeInvisibleDuration | Self::DeadLetter => {
@@ -246,6 +251,22 @@ impl ClientIdentity {
         self.server_address = Some(address.into());
         self.server_port = Some(port);
         self
+    }
+
+    /// The same with its server given as `host:port` (an IPv6 host in brackets, which are
+    /// removed); the server stays unknown when `address` has no numeric port.
+    #[must_use]
+    pub fn with_address(self, address: &str) -> Self {
+        match address.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() => match port.parse::<u16>() {
+                Ok(port) => {
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    self.with_server(host, port)
+                }
+                Err(_) => self,
+            },
+            _ => self,
+        }
     }
 
     /// The same with its consumer group.
@@ -323,6 +344,7 @@ struct Inner {
     identity: ClientIdentity,
     table: Mutex<Table>,
     in_flight: [AtomicU64; OPERATIONS.len()],
+    retried: [AtomicU64; OPERATIONS.len()],
     max_series: usize,
 }
 
@@ -419,6 +441,7 @@ impl ClientMetrics {
                 identity,
                 table: Mutex::new(Table::default()),
                 in_flight: Default::default(),
+                retried: Default::default(),
                 max_series: max_series.max(1),
             }),
         }
@@ -504,6 +527,19 @@ impl ClientMetrics {
         }
     }
 
+    /// Count `attempts` more attempts of `operation` beyond the first (a retried send): a
+    /// relaxed atomic add, no lock.
+    pub fn retried(&self, operation: Operation, attempts: u64) {
+        if attempts > 0 {
+            self.inner.retried[operation.index()].fetch_add(attempts, Ordering::Relaxed);
+        }
+    }
+
+    /// Attempts of `operation` beyond the first, counted by [`retried`](Self::retried).
+    pub fn retries(&self, operation: Operation) -> u64 {
+        self.inner.retried[operation.index()].load(Ordering::Relaxed)
+    }
+
     /// Operations started with [`begin`](Self::begin) and not finished yet.
     pub fn in_flight(&self, operation: Operation) -> u64 {
         self.inner.in_flight[operation.index()].load(Ordering::Relaxed)
@@ -541,6 +577,7 @@ impl ClientMetrics {
             series,
             overflowed,
             in_flight: OPERATIONS.map(|o| (o, self.in_flight(o))).to_vec(),
+            retried: OPERATIONS.map(|o| (o, self.retries(o))).to_vec(),
         }
     }
 
@@ -588,15 +625,17 @@ impl ClientMetrics {
         let mut operations = Vec::new();
         for op in OPERATIONS {
             let in_flight = self.in_flight(op);
+            let retried = self.retries(op);
             let (mut sum, hist) = match merged.iter().position(|(o, ..)| *o == op) {
                 Some(i) => {
                     let (_, s, h) = merged.swap_remove(i);
                     (s, Some(h))
                 }
-                None if in_flight > 0 => (OperationSummary::empty(op), None),
+                None if in_flight > 0 || retried > 0 => (OperationSummary::empty(op), None),
                 None => continue,
             };
             sum.in_flight = in_flight;
+            sum.retried = retried;
             sum.errors.sort_unstable();
             if let Some(h) = hist.filter(|h| h.count() > 0) {
                 let ms = |ns: u64| ns as f64 / 1e6;
@@ -715,6 +754,8 @@ pub struct MetricsSnapshot {
     pub overflowed: u64,
     /// Operations in flight, per operation.
     pub in_flight: Vec<(Operation, u64)>,
+    /// Attempts beyond the first (retries), per operation.
+    pub retried: Vec<(Operation, u64)>,
 }
 
 /// Durations of one operation in milliseconds.
@@ -747,6 +788,8 @@ pub struct OperationSummary {
     pub errors: Vec<(&'static str, u64)>,
     /// Operations started and not finished.
     pub in_flight: u64,
+    /// Attempts beyond the first (retries; a retried operation is recorded once).
+    pub retried: u64,
     /// Durations; `None` before the first record.
     pub latency_ms: Option<LatencySummary>,
 }
@@ -761,6 +804,7 @@ impl OperationSummary {
             failed_messages: 0,
             errors: Vec::new(),
             in_flight: 0,
+            retried: 0,
             latency_ms: None,
         }
     }
@@ -799,6 +843,11 @@ impl MetricsSummary {
     /// Operations in flight, all operations together.
     pub fn in_flight(&self) -> u64 {
         self.operations.iter().map(|s| s.in_flight).sum()
+    }
+
+    /// Retries (attempts beyond the first), all operations together.
+    pub fn retried(&self) -> u64 {
+        self.operations.iter().map(|s| s.retried).sum()
     }
 }
 

@@ -46,6 +46,7 @@ fn operations_have_their_convention_names_and_types() {
             ("change_invisible_duration", "settle"),
             ("dead_letter", "settle"),
             ("process", "process"),
+            ("end_transaction", "send"),
         ]
     );
     assert_eq!(
@@ -266,6 +267,36 @@ fn in_flight_counts_begun_operations_until_finished_or_dropped() {
             .failed,
         1
     );
+}
+
+#[test]
+fn retries_are_counted_per_operation_beside_its_records() {
+    let m = metrics();
+    m.retried(Operation::Send, 0);
+    assert!(m.summary(&[]).unwrap().operations.is_empty());
+    m.retried(Operation::Send, 2);
+    let sum = m.summary(&[]).unwrap();
+    let s = sum.get(Operation::Send).unwrap();
+    assert_eq!((s.retried, s.operations), (2, 0));
+    m.record(Operation::Send, "t", 1, ms(2), Ok(()));
+    m.retried(Operation::Send, 1);
+    let sum = m.summary(&[]).unwrap();
+    assert_eq!(sum.retried(), 3);
+    assert_eq!(sum.get(Operation::Send).unwrap().operations, 1);
+    let snap = m.snapshot();
+    assert!(snap.retried.contains(&(Operation::Send, 3)));
+    assert!(snap.retried.contains(&(Operation::Receive, 0)));
+}
+
+#[test]
+fn an_identity_takes_its_server_from_host_and_port() {
+    let id = |a: &str| ClientIdentity::new(System::Nats, "c").with_address(a);
+    let s = |i: ClientIdentity| (i.server_address, i.server_port);
+    assert_eq!(s(id("h:4222")), (Some("h".into()), Some(4222)));
+    assert_eq!(s(id("[::1]:80")), (Some("::1".into()), Some(80)));
+    assert_eq!(s(id("h")), (None, None));
+    assert_eq!(s(id("h:x")), (None, None));
+    assert_eq!(s(id(":1")), (None, None));
 }
 
 #[test]

@@ -144,6 +144,12 @@ impl Publisher {
     pub fn id_prefix(&self) -> &str {
         &self.id_prefix
     }
+    /// The metrics of the backend producer (every attempt a `send`, the retries counted
+    /// there), if it records any: the publisher's sends are recorded once, by its producer.
+    pub fn backend_metrics(&self) -> Option<crate::metrics::ClientMetrics> {
+        self.backend.metrics()
+    }
+
     /// The backend's description.
     pub fn describe_backend(&self) -> String {
         self.backend.describe()

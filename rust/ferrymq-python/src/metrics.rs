@@ -3,7 +3,7 @@
 //! client, every protocol; nothing is computed here, the core summarises).
 
 use ferrymq_core::metrics::{
-    check_percentiles, ClientMetrics, MetricsSummary, DEFAULT_PERCENTILES,
+    check_percentiles, ClientMetrics, MetricsSummary, Operation, DEFAULT_PERCENTILES,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -32,7 +32,7 @@ pub(crate) fn percentiles_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>
 /// The one converter of a client's metrics (every client, every protocol): adds `client`
 /// (system, client id, server address and port, group; None before the start), `failed`,
 /// `in_flight`, `overflowed` and `operations` (per operation name: `type`, `calls`,
-/// `messages`, `failed`, `failed_messages`, `errors` by error type, `in_flight`,
+/// `messages`, `failed`, `failed_messages`, `errors` by error type, `in_flight`, `retried`,
 /// `latency_ms` with `mean`, `min`, `max` and a `p<q>` per percentile, None before the first
 /// record) to `d`. Returns the summary for the caller's own keys.
 pub(crate) fn metrics_into(
@@ -77,6 +77,7 @@ pub(crate) fn metrics_into(
         }
         o.set_item("errors", errors)?;
         o.set_item("in_flight", s.in_flight)?;
+        o.set_item("retried", s.retried)?;
         match &s.latency_ms {
             Some(l) => {
                 let lat = PyDict::new(py);
@@ -144,5 +145,25 @@ pub(crate) fn snapshot_dict<'py>(
         g.set_item(*name, v)?;
     }
     d.set_item("gauges", g)?;
+    Ok(d)
+}
+
+/// The `stats()` dict of a producer (every protocol) or of the managed publisher over one:
+/// [`metrics_into`] plus `sent` (messages of the successful sends), `retried` (attempts beyond
+/// the first) and, where there is a produce path, `pending` (messages produced and not yet
+/// reported).
+pub(crate) fn producer_stats<'py>(
+    py: Python<'py>,
+    metrics: Option<&ClientMetrics>,
+    percentiles: &[f64],
+    pending: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let summary = metrics_into(&d, metrics, percentiles)?;
+    d.set_item("sent", summary.ok_messages(Operation::Send))?;
+    d.set_item("retried", summary.retried())?;
+    if let Some(n) = pending {
+        d.set_item("pending", n)?;
+    }
     Ok(d)
 }

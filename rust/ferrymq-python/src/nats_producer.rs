@@ -212,4 +212,8 @@ impl Protocol for NatsSend {
     fn publish_backend(&self) -> PyResult<Arc<dyn PublishBackend>> {
         Ok(Arc::new(self.connected()?))
     }
+
+    fn metrics(&self) -> Option<ferrymq_core::metrics::ClientMetrics> {
+        self.0.state.connected().map(|js| js.metrics().clone())
+    }
 }

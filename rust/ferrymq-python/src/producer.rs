@@ -24,6 +24,7 @@ use crate::client_options::client_options;
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::message_view::PyMessageView;
+use crate::metrics::{percentiles_arg, producer_stats};
 use crate::produce::{Produce, Produces};
 use crate::runtime::RuntimeRef;
 
@@ -309,6 +310,22 @@ pymethods_with_async! {
         #[getter]
         fn pending(&self) -> usize {
             self.produce.pending()
+        }
+
+        /// Live statistics as a plain dict (see `producer_stats`).
+        #[pyo3(signature = (percentiles=None))]
+        fn stats<'py>(
+            &self,
+            py: Python<'py>,
+            percentiles: Option<&Bound<'py, PyAny>>,
+        ) -> PyResult<Bound<'py, PyDict>> {
+            let qs = percentiles_arg(percentiles)?;
+            producer_stats(
+                py,
+                Some(self.producer.metrics()),
+                &qs,
+                Some(self.produce.pending()),
+            )
         }
 
         /// Start a transaction.

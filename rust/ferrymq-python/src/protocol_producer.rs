@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use ferrymq_core::metrics::ClientMetrics;
 use ferrymq_core::publisher::PublishBackend;
 use ferrymq_core::{Error, Message};
 use futures::future::BoxFuture;
@@ -17,6 +18,7 @@ use crate::errors::{invalid, to_pyerr};
 use crate::jmq::PyJmqSendReceipt;
 use crate::lazy::LazyClient;
 use crate::message::extract_message;
+use crate::metrics::{percentiles_arg, producer_stats};
 use crate::nats_producer::PyNatsSendReceipt;
 use crate::produce::Produces;
 use crate::producer::{extract_messages, PySendReceipt};
@@ -54,6 +56,8 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     }
     /// This producer as the backend of a managed publisher.
     fn publish_backend(&self) -> PyResult<Arc<dyn PublishBackend>>;
+    /// The metrics of the connected client (`None` before it connects).
+    fn metrics(&self) -> Option<ClientMetrics>;
 }
 
 /// The facts of one producer that `settings`, `repr` and the refusals show.
@@ -173,6 +177,19 @@ pymethods_with_async! {
         #[getter]
         fn pending(&self) -> usize {
             self.produce.as_ref().map_or(0, |p| p.pending())
+        }
+
+        /// Live statistics as a plain dict (see `producer_stats`); `client` is None and the
+        /// counts zero until the client connects.
+        #[pyo3(signature = (percentiles=None))]
+        fn stats<'py>(
+            &self,
+            py: Python<'py>,
+            percentiles: Option<&Bound<'py, PyAny>>,
+        ) -> PyResult<Bound<'py, PyDict>> {
+            let qs = percentiles_arg(percentiles)?;
+            let pending = self.produce.as_ref().map(|p| p.pending());
+            producer_stats(py, self.protocol.metrics().as_ref(), &qs, pending)
         }
 
         fn begin_transaction(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {

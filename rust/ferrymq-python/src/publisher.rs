@@ -20,6 +20,7 @@ use crate::aio::future_into_py;
 use crate::durations::{self, Lower};
 use crate::errors::{invalid, to_pyerr, to_pyerr_ref};
 use crate::message::PyMessage;
+use crate::metrics::{percentiles_arg, producer_stats};
 use crate::publish_args::{extract_outgoing, PyPublishAck};
 use crate::runtime::RuntimeRef;
 
@@ -590,5 +591,24 @@ impl PublisherCore {
     #[getter]
     fn backend(&self) -> String {
         self.inner.describe_backend()
+    }
+
+    /// Live statistics as a plain dict: the backend producer's (`producer_stats`, where every
+    /// attempt is a `send` and the publisher's retries are counted) plus what only the
+    /// publisher knows: `state`, `queued` (accepted, not yet sent), `in_flight_messages`
+    /// (published and not yet done) and `max_in_flight` (the bound of its intake and window).
+    #[pyo3(signature = (percentiles=None))]
+    fn stats<'py>(
+        &self,
+        py: Python<'py>,
+        percentiles: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let qs = percentiles_arg(percentiles)?;
+        let d = producer_stats(py, self.inner.backend_metrics().as_ref(), &qs, None)?;
+        d.set_item("state", self.state())?;
+        d.set_item("queued", self.inner.queued())?;
+        d.set_item("in_flight_messages", self.inner.in_flight())?;
+        d.set_item("max_in_flight", self.inner.config().max_in_flight)?;
+        Ok(d)
     }
 }

@@ -176,4 +176,8 @@ impl Protocol for Handle<RemotingClient> {
              (host:port), jmq:// or nats://",
         ))
     }
+
+    fn metrics(&self) -> Option<ferrymq_core::metrics::ClientMetrics> {
+        self.state.connected().map(|c| c.metrics().clone())
+    }
 }

@@ -31,6 +31,7 @@ use super::message::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Message;
+use crate::metrics::{ClientIdentity, ClientMetrics, Operation, System};
 
 /// The attribute that carries a message's tag.
 pub const TAG_ATTRIBUTE: &str = "TAGS";
@@ -132,6 +133,7 @@ pub(super) struct Inner {
     pub(super) tx_seq: AtomicI64,
     pub(super) feedback_topics: Mutex<HashSet<String>>,
     pub(super) cancel: CancellationToken,
+    pub(super) metrics: ClientMetrics,
 }
 
 impl Drop for Inner {
@@ -251,7 +253,10 @@ impl JmqProducer {
     pub fn with_cluster(cluster: Cluster, options: ProducerOptions) -> JmqProducer {
         let topics: HashSet<String> = options.transaction_topics.iter().cloned().collect();
         let has_checker = options.checker.is_some();
+        let identity = ClientIdentity::new(System::Jmq, format!("jmq:{}", cluster.app()))
+            .with_address(&cluster.options().bootstrap);
         let inner = Arc::new(Inner {
+            metrics: ClientMetrics::new(identity),
             cluster,
             options,
             tx_seq: AtomicI64::new(0),
@@ -267,6 +272,13 @@ impl JmqProducer {
     /// The session.
     pub fn cluster(&self) -> &Cluster {
         &self.inner.cluster
+    }
+
+    /// The producer's metrics: one `send` per request sent for the caller (a message, a batch
+    /// per topic, a transaction's messages), timed over its retries, which are counted apart;
+    /// one `end_transaction` per commit or rollback.
+    pub fn metrics(&self) -> &ClientMetrics {
+        &self.inner.metrics
     }
 
     pub(super) fn check_open(&self) -> Result<()> {
@@ -501,6 +513,7 @@ impl JmqProducer {
         let mut last: Option<Error> = None;
         for attempt in 0..attempts {
             if attempt > 0 {
+                self.inner.metrics.retried(Operation::Send, 1);
                 tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
             }
             let route = cluster.route(&entry.topic).await?;
@@ -559,18 +572,43 @@ impl JmqProducer {
     pub async fn send(&self, message: &Message) -> Result<SendReceipt> {
         self.check_open()?;
         let entry = self.build_entry(message.topic(), &[message])?;
-        let mut r = self.send_entry(entry).await?;
-        r.pop().ok_or_else(|| Error::internal("no receipt"))
+        let op = self.inner.metrics.begin(Operation::Send);
+        let r = self.send_entry(entry).await;
+        op.finish(message.topic(), 1, r.as_ref().map(drop));
+        r?.pop().ok_or_else(|| Error::internal("no receipt"))
     }
 
     /// Send several messages in one PRODUCE_MESSAGE per leader: the messages of each topic go
     /// as one batch MESSAGE (one partition, consecutive indices), several topics as several
     /// topic entries. Receipts come back in input order.
+    ///
+    /// Recorded as one `send` per topic of the batch, carrying that topic's messages.
     pub async fn send_batch(&self, messages: &[Message]) -> Result<Vec<SendReceipt>> {
         self.check_open()?;
         if messages.is_empty() {
             return Ok(Vec::new());
         }
+        let op = self.inner.metrics.begin(Operation::Send);
+        let started = std::time::Instant::now();
+        let r = self.send_batch_grouped(messages).await;
+        let elapsed = started.elapsed();
+        let mut counts: Vec<(&str, u64)> = Vec::new();
+        for m in messages {
+            match counts.iter_mut().find(|(t, _)| *t == m.topic()) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((m.topic(), 1)),
+            }
+        }
+        for (topic, n) in counts {
+            self.inner
+                .metrics
+                .record(Operation::Send, topic, n, elapsed, r.as_ref().map(drop));
+        }
+        drop(op);
+        r
+    }
+
+    async fn send_batch_grouped(&self, messages: &[Message]) -> Result<Vec<SendReceipt>> {
         // Group by topic, keeping the first-seen order and each message's position.
         let mut order: Vec<String> = Vec::new();
         let mut by_topic: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -647,6 +685,9 @@ impl JmqProducer {
                 Err(e) => return Err(e),
             }
         }
+        self.inner
+            .metrics
+            .retried(Operation::Send, retry.len() as u64);
         for e in retry {
             let topic = e.topic.clone();
             let receipts = self.send_entry(e).await?;

@@ -3,7 +3,7 @@
 //! answered by a user callback, polled in the background while a checker is set).
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -17,6 +17,7 @@ use super::message::WireMessage;
 use super::producer::{Entry, JmqProducer, SendReceipt, TxResolution};
 use crate::error::{Error, Result};
 use crate::message::Message;
+use crate::metrics::Operation;
 
 impl JmqProducer {
     /// Begin a transaction on `topic`: PREPARE on the leader of a partition group chosen by
@@ -70,6 +71,7 @@ impl JmqProducer {
             broker,
             group,
             state: Arc::new(Mutex::new(TxState::Open)),
+            sent: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -140,6 +142,8 @@ pub struct JmqTransaction {
     broker: BrokerMeta,
     group: PartitionGroupMeta,
     state: Arc<Mutex<TxState>>,
+    /// Messages sent in the transaction (what its end is recorded with).
+    sent: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for JmqTransaction {
@@ -193,8 +197,19 @@ impl JmqTransaction {
             return Ok(Vec::new());
         }
         let refs: Vec<&Message> = messages.iter().collect();
+        let entry = self.producer.build_entry(&self.topic, &refs)?;
+        let op = self.producer.metrics().begin(Operation::Send);
+        let r = self.send_entry(entry).await;
+        op.finish(&self.topic, messages.len() as u64, r.as_ref().map(drop));
+        if r.is_ok() {
+            self.sent
+                .fetch_add(messages.len() as u64, Ordering::Relaxed);
+        }
+        r
+    }
+
+    async fn send_entry(&self, entry: Entry) -> Result<Vec<SendReceipt>> {
         let p = &self.producer;
-        let entry = p.build_entry(&self.topic, &refs)?;
         let route = p.inner.cluster.route(&self.topic).await?;
         let (partition, _) = p.choose(&route, &entry, &HashSet::new(), Some(&self.group))?;
         let mut results = p
@@ -229,6 +244,14 @@ impl JmqTransaction {
 
     async fn finish(&self, commit: bool) -> Result<()> {
         self.check()?;
+        let op = self.producer.metrics().begin(Operation::EndTransaction);
+        let r = self.end(commit).await;
+        let sent = self.sent.load(Ordering::Relaxed);
+        op.finish(&self.topic, sent, r.as_ref().copied());
+        r
+    }
+
+    async fn end(&self, commit: bool) -> Result<()> {
         let app = self.producer.inner.cluster.app();
         let code = end_transaction(&self.conn, app, &self.topic, &self.tx_id, commit).await?;
         let (what, state) = if commit {

@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use super::error;
 use crate::error::{Error, Result};
+use crate::metrics::InFlight;
 use crate::publisher::{AckSink, Flight, PublishAck};
 
 /// What the stream acknowledged (the message id is the publisher's to add).
@@ -183,7 +184,21 @@ enum Waiter {
     /// The managed publisher's runner, with the flight the ack belongs to. Weak: the runner
     /// holds every flight until it is done, and an entry that outlives its flight (the runner
     /// timed it out and the mux's own `request_timeout` is longer) must not keep the message.
-    Sink(AckSink, Weak<Flight>),
+    Sink(AckSink, Weak<Flight>, Option<Timed>),
+}
+
+/// A managed publisher's publish being timed for the connection's metrics: recorded as one
+/// `send` to `subject` when its entry ends (acked, failed, timed out, closed), also when its
+/// flight is gone.
+pub(crate) struct Timed {
+    pub(crate) op: InFlight,
+    pub(crate) subject: Subject,
+}
+
+impl Timed {
+    fn finish(self, outcome: std::result::Result<(), &Error>) {
+        self.op.finish(self.subject.as_str(), 1, outcome);
+    }
 }
 
 impl Waiter {
@@ -192,7 +207,10 @@ impl Waiter {
             Waiter::Future(tx) => {
                 let _ = tx.send(reply);
             }
-            Waiter::Sink(sink, flight) => {
+            Waiter::Sink(sink, flight, timed) => {
+                if let Some(t) = timed {
+                    t.finish(reply.as_ref().map(drop));
+                }
                 let Some(flight) = flight.upgrade() else {
                     return; // finished and gone: nobody waits for this any more
                 };
@@ -267,13 +285,15 @@ impl AckMux {
 
     /// Register one publish of the managed publisher: its ack (or error, or time-out) goes to
     /// `sink` with `flight`. Returns the reply subject and the token to
-    /// [`forget`](Self::forget) if the publish cannot be sent.
+    /// [`forget`](Self::forget) if the publish cannot be sent. `timed`, if given, is recorded
+    /// when the entry ends (or handed back by `forget`).
     pub(crate) fn register_sink(
         &self,
         sink: &AckSink,
         flight: &Arc<Flight>,
+        timed: Option<Timed>,
     ) -> Result<(Subject, u64)> {
-        self.insert(Waiter::Sink(sink.clone(), Arc::downgrade(flight)))
+        self.insert(Waiter::Sink(sink.clone(), Arc::downgrade(flight), timed))
     }
 
     fn insert(&self, waiter: Waiter) -> Result<(Subject, u64)> {
@@ -304,9 +324,14 @@ impl AckMux {
         Ok((reply, token))
     }
 
-    /// Forget `token` (its publish failed or its waiter is gone): nobody is told.
-    pub(crate) fn forget(&self, token: u64) {
-        self.state.lock().pending.remove(&token);
+    /// Forget `token` (its publish failed or its waiter is gone): nobody is told. Returns the
+    /// timing of a sink entry, for its caller to record the failure.
+    pub(crate) fn forget(&self, token: u64) -> Option<Timed> {
+        let p = self.state.lock().pending.remove(&token)?;
+        match p.waiter {
+            Waiter::Sink(_, _, timed) => timed,
+            Waiter::Future(_) => None,
+        }
     }
 
     /// Complete the entry a reply subject leads to; unknown and late replies are ignored.
@@ -668,9 +693,9 @@ mod tests {
         let f1 = Flight::for_test("a-1");
         let f2 = Flight::for_test("a-2");
         let f3 = Flight::for_test("a-3");
-        let (r1, _) = m.register_sink(&sink, &f1).unwrap();
-        let (r2, t2) = m.register_sink(&sink, &f2).unwrap();
-        let (r3, _) = m.register_sink(&sink, &f3).unwrap();
+        let (r1, _) = m.register_sink(&sink, &f1, None).unwrap();
+        let (r2, t2) = m.register_sink(&sink, &f2, None).unwrap();
+        let (r3, _) = m.register_sink(&sink, &f3, None).unwrap();
         assert_eq!(
             Arc::strong_count(&f1),
             1,
@@ -700,14 +725,14 @@ mod tests {
         );
         // Errors, time-outs and closing reach the sink too.
         let f4 = Flight::for_test("a-4");
-        let (r4, _) = m.register_sink(&sink, &f4).unwrap();
+        let (r4, _) = m.register_sink(&sink, &f4, None).unwrap();
         m.complete(
             r4.as_str(),
             None,
             br#"{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 1"}}"#,
         );
         let f5 = Flight::for_test("a-5");
-        m.register_sink(&sink, &f5).unwrap();
+        m.register_sink(&sink, &f5, None).unwrap();
         m.close("closed by the test");
         let got = sink.take_all();
         assert_eq!(got.len(), 2);

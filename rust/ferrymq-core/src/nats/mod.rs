@@ -35,6 +35,7 @@ use futures::FutureExt;
 use tokio::sync::OnceCell;
 
 use crate::error::{Error, Result};
+use crate::metrics::{ClientIdentity, ClientMetrics, Operation, System};
 use crate::publisher::{
     AckFuture, AckSink, Flight, Outgoing, PublishAck, PublishBackend, PublishOptions, SendFuture,
     SendToFuture,
@@ -299,6 +300,8 @@ struct Inner {
     last_subject: parking_lot::Mutex<Option<async_nats::Subject>>,
     /// `close()` was called (the connection is drained once).
     closed: std::sync::atomic::AtomicBool,
+    /// What the publishes record: one `send` per message, timed to its ack.
+    metrics: ClientMetrics,
 }
 
 impl Inner {
@@ -410,6 +413,9 @@ impl JetStream {
             .timeout(opts.request_timeout)
             .build(client.clone());
         tracing::debug!(target: "ferrymq::nats", "connected to {endpoints}");
+        let info = client.server_info();
+        let identity = ClientIdentity::new(System::Nats, info.client_id.to_string())
+            .with_server(info.host.clone(), info.port);
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
@@ -419,6 +425,7 @@ impl JetStream {
                 acks: OnceCell::new(),
                 last_subject: parking_lot::Mutex::new(None),
                 closed: std::sync::atomic::AtomicBool::new(false),
+                metrics: ClientMetrics::new(identity),
             }),
         })
     }
@@ -442,6 +449,13 @@ impl JetStream {
     /// The underlying JetStream context.
     pub fn context(&self) -> &jetstream::Context {
         &self.inner.context
+    }
+
+    /// The connection's metrics: one `send` per published message (JetStream has no batch
+    /// publish), timed from its hand-over to the connection to its ack; system `nats`, the
+    /// client id the server gave the connection, the server connected to.
+    pub fn metrics(&self) -> &ClientMetrics {
+        &self.inner.metrics
     }
 
     /// Start one publish of `subject` with message id `id`: resolves once the message is handed
@@ -474,17 +488,31 @@ impl JetStream {
         let id = id.to_string();
         async move {
             let (subject, headers) = prepared?;
-            let (reply, ack) = inner.acks().await?.register()?;
+            let op = inner.metrics.begin(Operation::Send);
+            let mux = match inner.acks().await {
+                Ok(m) => m,
+                Err(e) => {
+                    op.finish(subject.as_str(), 1, Err(&e));
+                    return Err(e);
+                }
+            };
+            // A closed mux refuses the publish before anything is sent: not recorded (the
+            // operation is dropped), as with the managed publisher's `send_to`.
+            let (reply, ack) = mux.register()?;
             if let Err(e) = inner
                 .client
-                .publish_with_reply_and_headers(subject, reply, headers, body)
+                .publish_with_reply_and_headers(subject.clone(), reply, headers, body)
                 .await
             {
                 ack.cancel();
-                return Err(error::map("publish", e));
+                let e = error::map("publish", e);
+                op.finish(subject.as_str(), 1, Err(&e));
+                return Err(e);
             }
             let fut: AckFuture = async move {
-                let a = ack.await?;
+                let a = ack.await;
+                op.finish(subject.as_str(), 1, a.as_ref().map(drop));
+                let a = a?;
                 Ok(PublishAck {
                     message_id: id,
                     stream: a.stream,
@@ -594,16 +622,32 @@ impl PublishBackend for JetStream {
         Some(
             async move {
                 let (subject, headers) = prepared?;
-                let mux = inner.acks().await?;
-                let (reply, token) = mux.register_sink(&acks, &flight)?;
+                let op = inner.metrics.begin(Operation::Send);
+                let mux = match inner.acks().await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        op.finish(subject.as_str(), 1, Err(&e));
+                        return Err(e);
+                    }
+                };
+                let timed = acks::Timed {
+                    op,
+                    subject: subject.clone(),
+                };
+                // A closed mux refuses the entry before anything is sent: its timing is
+                // dropped unrecorded.
+                let (reply, token) = mux.register_sink(&acks, &flight, Some(timed))?;
                 let body = flight.body().clone();
                 inner
                     .client
                     .publish_with_reply_and_headers(subject, reply, headers, body)
                     .await
                     .map_err(|e| {
-                        mux.forget(token);
-                        error::map("publish", e)
+                        let e = error::map("publish", e);
+                        if let Some(t) = mux.forget(token) {
+                            t.op.finish(t.subject.as_str(), 1, Err(&e));
+                        }
+                        e
                     })
             }
             .boxed(),
@@ -617,6 +661,10 @@ impl PublishBackend for JetStream {
 
     fn describe(&self) -> String {
         format!("JetStream({})", self.inner.endpoints)
+    }
+
+    fn metrics(&self) -> Option<ClientMetrics> {
+        Some(self.inner.metrics.clone())
     }
 }
 

@@ -10,6 +10,7 @@ use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 
 use crate::error::Result;
+use crate::metrics::ClientMetrics;
 
 use super::flight::{Flight, Outgoing, PublishAck};
 
@@ -48,6 +49,13 @@ pub trait PublishBackend: Send + Sync + 'static {
     }
     /// A short description for logs and reprs (endpoints, never credentials).
     fn describe(&self) -> String;
+    /// The metrics of the producer behind the backend, which records every attempt as a
+    /// `send` (the publisher records none of its own: nothing is counted twice); the runner
+    /// counts its retries there. `None` (the default): the backend records nothing (or is not
+    /// connected yet).
+    fn metrics(&self) -> Option<ClientMetrics> {
+        None
+    }
 }
 
 impl<T: PublishBackend + ?Sized> PublishBackend for Arc<T> {
@@ -62,6 +70,9 @@ impl<T: PublishBackend + ?Sized> PublishBackend for Arc<T> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn metrics(&self) -> Option<ClientMetrics> {
+        (**self).metrics()
     }
 }
 

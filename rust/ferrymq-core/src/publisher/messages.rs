@@ -17,6 +17,7 @@ use super::{AckFuture, Flight, Outgoing, PublishAck, PublishBackend, SendFuture}
 use crate::error::{Error, Result};
 use crate::jmq::producer::JmqProducer;
 use crate::message::Message;
+use crate::metrics::ClientMetrics;
 use crate::rocketmq::producer::Producer;
 
 fn build(
@@ -94,6 +95,9 @@ impl PublishBackend for JmqProducer {
     fn describe(&self) -> String {
         "JMQ4 producer".to_string()
     }
+    fn metrics(&self) -> Option<ClientMetrics> {
+        Some(JmqProducer::metrics(self).clone())
+    }
 }
 
 impl PublishBackend for Producer {
@@ -116,5 +120,8 @@ impl PublishBackend for Producer {
     }
     fn describe(&self) -> String {
         "RocketMQ producer".to_string()
+    }
+    fn metrics(&self) -> Option<ClientMetrics> {
+        Some(Producer::metrics(self).clone())
     }
 }

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::metrics::Operation;
 
 use super::backend::{AckFuture, AckSink, PublishBackend, SendFuture, SendToFuture};
 use super::config::PublisherConfig;
@@ -493,6 +494,13 @@ fn may_retry(
     Some(pause)
 }
 
+/// Count a retry of a flight in the backend's metrics.
+fn count_retry(backend: &dyn PublishBackend) {
+    if let Some(m) = backend.metrics() {
+        m.retried(Operation::Send, 1);
+    }
+}
+
 /// Hand `flight` to the connection, retrying retriable failures, within `deadline`. The first
 /// attempt was started at `started` by the caller: `first` is its send future, or the pause
 /// before the retry its failure called for.
@@ -514,6 +522,7 @@ fn send_stage(
                     Err(pause) => {
                         tokio::time::sleep(pause).await;
                         flight.start_attempt();
+                        count_retry(backend.as_ref());
                         backend.send(&flight).await
                     }
                 };
@@ -586,6 +595,7 @@ async fn fly(
                     Some(pause) => {
                         tokio::time::sleep(pause).await;
                         flight.start_attempt();
+                        count_retry(backend.as_ref());
                         pending = backend.send(&flight).await;
                     }
                     None => return Outcome::Failed(e),

@@ -19,6 +19,7 @@ use super::connection::Connection;
 use super::route::{RouteCache, TopicRoute};
 use super::stored::{decode_stored, StoredMessage};
 use crate::error::{Error, ErrorKind, Result};
+use crate::metrics::{ClientIdentity, ClientMetrics, System};
 use crate::rocketmq::metadata::Credentials;
 use crate::rocketmq::pull::QueueRef;
 
@@ -171,6 +172,8 @@ pub(super) struct Inner {
     closed: AtomicBool,
     /// Round-robin position over writable queues.
     pub(super) round_robin: AtomicUsize,
+    /// What the sends record (`remoting/send.rs`).
+    pub(super) metrics: ClientMetrics,
 }
 
 /// A remoting client (cheap to clone; clones share connections and routes).
@@ -184,6 +187,11 @@ impl RemotingClient {
     pub fn new(options: RemotingOptions) -> Result<Self> {
         let addrs = parse_endpoints(&options.endpoints)?;
         Error::require_positive("request_timeout", options.request_timeout)?;
+        let identity = ClientIdentity::new(System::RocketMq, String::new());
+        let identity = match addrs.first() {
+            Some(a) => identity.with_address(a),
+            None => identity,
+        };
         let ns = addrs
             .into_iter()
             .map(|a| Connection::new(a, options.credentials.clone()))
@@ -196,6 +204,7 @@ impl RemotingClient {
                 brokers: Mutex::new(HashMap::new()),
                 closed: AtomicBool::new(false),
                 round_robin: AtomicUsize::new(fastrand::usize(..1024)),
+                metrics: ClientMetrics::new(identity),
             }),
         })
     }
@@ -203,6 +212,14 @@ impl RemotingClient {
     /// The options.
     pub fn options(&self) -> &RemotingOptions {
         &self.inner.options
+    }
+
+    /// The client's metrics: one `send` per send request (a message, or a batch request of
+    /// up to [`super::send::MAX_BATCH_MESSAGES`] messages), timed over its retries, which are
+    /// counted apart. Messages sent as system `rocketmq` without a client id (remoting sends
+    /// name a producer group only), server the first name server.
+    pub fn metrics(&self) -> &ClientMetrics {
+        &self.inner.metrics
     }
 
     pub(super) fn check_open(&self) -> Result<()> {

@@ -24,6 +24,7 @@ use super::stored;
 use crate::duration::now_ms;
 use crate::error::{Error, Result};
 use crate::message::Message;
+use crate::metrics::Operation;
 use crate::rocketmq::pull::QueueRef;
 
 /// Most messages in one batch request.
@@ -161,7 +162,25 @@ impl RemotingClient {
             .collect()
     }
 
+    /// Send one request with its retries, recorded as one `send` of its messages.
     async fn send_chunk(
+        &self,
+        topic: &str,
+        messages: &[Message],
+        ids: &[String],
+        queues: &[QueueRef],
+        chunk: &Chunk,
+        batch: bool,
+    ) -> Result<Vec<BatchReceipt>> {
+        let op = self.inner.metrics.begin(Operation::Send);
+        let r = self
+            .send_attempts(topic, messages, ids, queues, chunk, batch)
+            .await;
+        op.finish(topic, chunk.indices.len() as u64, r.as_ref().map(drop));
+        r
+    }
+
+    async fn send_attempts(
         &self,
         topic: &str,
         messages: &[Message],
@@ -257,6 +276,9 @@ impl RemotingClient {
                 return Err(err);
             }
             tracing::debug!(target: "ferrymq::remoting", "{err}; retrying");
+            if attempt + 1 < SEND_ATTEMPTS {
+                self.inner.metrics.retried(Operation::Send, 1);
+            }
             last_err = Some(err);
         }
         Err(last_err.unwrap_or_else(|| Error::internal("no send attempt")))

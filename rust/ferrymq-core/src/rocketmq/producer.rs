@@ -34,6 +34,7 @@ pub use super::transaction::{
 use crate::duration::timestamp_ms;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Message, MessageKind};
+use crate::metrics::{ClientIdentity, ClientMetrics, Operation, System};
 use crate::trace_context::{TraceContext, TRACESTATE};
 use crate::{message_id, proto, status};
 
@@ -85,6 +86,7 @@ struct ProducerInner {
     inflight: AtomicUsize,
     idle: Notify,
     closing: AtomicBool,
+    metrics: ClientMetrics,
 }
 
 /// Counts an in-flight send so that `close()` can wait for it.
@@ -168,6 +170,11 @@ impl Producer {
             pub_sub,
             Arc::new(TransactionHandler { checker }),
         )?;
+        let identity = ClientIdentity::new(System::RocketMq, client.client_id());
+        let identity = match client.access_endpoints().addresses().first() {
+            Some(a) => identity.with_server(a.host.clone(), a.port),
+            None => identity,
+        };
         Ok(Self {
             client,
             inner: Arc::new(ProducerInner {
@@ -175,6 +182,7 @@ impl Producer {
                 inflight: AtomicUsize::new(0),
                 idle: Notify::new(),
                 closing: AtomicBool::new(false),
+                metrics: ClientMetrics::new(identity),
             }),
         })
     }
@@ -198,6 +206,13 @@ impl Producer {
     /// The shared client layer.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The producer's metrics: one `send` per `SendMessage` call (a packed request carries its
+    /// messages; a batch is one call per message), timed over its retries, which are counted
+    /// apart; one `end_transaction` per commit or rollback.
+    pub fn metrics(&self) -> &ClientMetrics {
+        &self.inner.metrics
     }
 
     pub(super) fn enter(&self) -> Result<InFlight<'_>> {
@@ -539,6 +554,7 @@ impl Producer {
         }
     }
 
+    /// Send one request's messages (with retries), recorded as one `send` of them.
     pub(super) async fn send_messages(
         &self,
         messages: Vec<Message>,
@@ -548,6 +564,22 @@ impl Producer {
         let transactional = mode == Mode::Transactional;
         let kind = self.validate(&messages, transactional)?;
         let topic = messages[0].topic().to_string();
+        let n = messages.len() as u64;
+        let op = self.inner.metrics.begin(Operation::Send);
+        let r = self.send_validated(messages, mode, kind, &topic).await;
+        op.finish(&topic, n, r.as_ref().map(|_| ()));
+        r
+    }
+
+    async fn send_validated(
+        &self,
+        messages: Vec<Message>,
+        mode: Mode,
+        kind: MessageKind,
+        topic: &str,
+    ) -> Result<Vec<SendReceipt>> {
+        let transactional = mode == Mode::Transactional;
+        let topic = topic.to_string();
         let fail = |e: Error| e.context(format!("send to topic {topic:?}"));
         // Steps 1–3.
         let route = self.client.route(&topic).await.map_err(fail)?;
@@ -664,6 +696,7 @@ impl Producer {
                         return Err(fail(e));
                     }
                     tracing::debug!(target: "ferrymq::rocketmq", topic = %topic, attempt, error = %e, "send failed; retrying");
+                    self.inner.metrics.retried(Operation::Send, 1);
                     if e.kind() == ErrorKind::FlowControl {
                         tokio::time::sleep(policy.delay(attempt)).await;
                     }

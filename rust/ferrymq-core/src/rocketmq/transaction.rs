@@ -13,6 +13,7 @@ use super::message_view::MessageView;
 use super::producer::{Mode, Producer, SendReceipt};
 use crate::error::{Error, Result};
 use crate::message::Message;
+use crate::metrics::Operation;
 use crate::proto;
 
 /// How a transaction ends.
@@ -215,6 +216,7 @@ impl Transaction {
             st.receipts.clone()
         };
         let _guard = self.producer.enter()?;
+        let op = self.producer.metrics().begin(Operation::EndTransaction);
         let client = self.producer.client();
         let results = futures::future::join_all(receipts.iter().map(|r| {
             end_transaction(
@@ -228,7 +230,10 @@ impl Transaction {
             )
         }))
         .await;
-        results.into_iter().collect::<Result<Vec<()>>>()?;
-        Ok(())
+        let outcome = results.into_iter().collect::<Result<Vec<()>>>().map(drop);
+        // One record per transaction, on its first topic, carrying its half messages.
+        let topic = receipts.first().map_or("", |r| r.topic.as_str());
+        op.finish(topic, receipts.len() as u64, outcome.as_ref().copied());
+        outcome
     }
 }

@@ -151,6 +151,9 @@ impl PublishBackend for Handle<CoreProducer> {
     fn describe(&self) -> String {
         "JMQ4 producer".to_string()
     }
+    fn metrics(&self) -> Option<ferrymq_core::metrics::ClientMetrics> {
+        self.state.connected().map(|p| p.metrics().clone())
+    }
 }
 
 /// A JMQ4 producer (`jmq://host:port`); `ferrymq.Producer` makes it. `start()` connects
@@ -276,6 +279,10 @@ impl Protocol for Handle<CoreProducer> {
 
     fn publish_backend(&self) -> PyResult<Arc<dyn PublishBackend>> {
         Ok(Arc::new(self.clone()))
+    }
+
+    fn metrics(&self) -> Option<ferrymq_core::metrics::ClientMetrics> {
+        self.state.connected().map(|p| p.metrics().clone())
     }
 }
 
