@@ -210,6 +210,31 @@ def test_simple_consumer_metrics_on_every_protocol(backend: Backend, otel: Otel)
     assert points(data, "messaging.process.duration", **attrs) == []
 
 
+def test_producer_metrics_on_every_protocol(backend: Backend, otel: Otel) -> None:
+    attrs = {
+        "messaging__system": SYSTEM[backend.protocol],
+        "messaging__destination__name": backend.topic,
+    }
+    with backend.producer() as p:
+        for i in range(5):
+            p.send(Message(backend.topic, b"s%d" % i))
+        p.send_batch([Message(backend.topic, b"b%d" % i) for i in range(4)])
+        for i in range(6):
+            p.produce(Message(backend.topic, b"p%d" % i))
+        assert p.flush(30) == 0
+        stats = p.stats()
+        data = otel.collect()
+    sent = points(data, "messaging.client.sent.messages", **attrs)
+    assert sum(pt.value for pt in sent) == 15 == stats["sent"]
+    assert {pt.attributes["messaging.operation.name"] for pt in sent} == {"send"}
+    durations = points(data, "messaging.client.operation.duration", **attrs)
+    assert {pt.attributes["messaging.operation.type"] for pt in durations} == {"send"}
+    assert sum(pt.count for pt in durations) == stats["operations"]["send"]["calls"]
+    for pt in durations:
+        assert sum(pt.bucket_counts) == pt.count
+        assert "messaging.consumer.group.name" not in pt.attributes
+
+
 def test_push_consumer_metrics_on_every_protocol(backend: Backend, otel: Otel) -> None:
     backend.send(15)
     with backend.push_consumer(lambda m: None, consumption_threads=2) as pc:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import _hooks, _native
+from . import _hooks, _native, _registry
 from ._args import as_list, known_options, refuse
 from ._endpoints import first_endpoint, protocol_of
 from ._lifecycle import Lifecycle
@@ -186,6 +186,7 @@ class Producer(Lifecycle):
                 route_refresh_interval=route_refresh_interval,
                 settings_sync_interval=settings_sync_interval,
             )
+        _registry.register(self)
         self._stats_reporter = reporter
         if reporter is not None:
             reporter.start()

@@ -292,6 +292,11 @@ impl LazyClient {
         }
     }
 
+    /// Whether `close()` was called (for the subclasses' Rust code).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.life.closed()
+    }
+
     /// The base of a producer.
     pub(crate) fn producer<C: Connect, B: ProduceBackend>(
         h: &Handle<C>,

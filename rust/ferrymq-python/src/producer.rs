@@ -24,7 +24,7 @@ use crate::client_options::client_options;
 use crate::errors::{invalid, to_pyerr};
 use crate::message::PyMessage;
 use crate::message_view::PyMessageView;
-use crate::metrics::{percentiles_arg, producer_stats};
+use crate::metrics::{percentiles_arg, producer_stats, snapshot_dict};
 use crate::produce::{Produce, Produces};
 use crate::runtime::RuntimeRef;
 
@@ -326,6 +326,13 @@ pymethods_with_async! {
                 &qs,
                 Some(self.produce.pending()),
             )
+        }
+
+        /// The producer's metrics as plain data for exporters (`ferrymq.telemetry`; the layout
+        /// of `metrics.rs`'s `snapshot_dict`).
+        fn metrics_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+            let closed = self.producer.is_closed();
+            snapshot_dict(py, self.producer.metrics(), closed, &[]).map(Some)
         }
 
         /// Start a transaction.

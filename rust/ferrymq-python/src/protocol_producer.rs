@@ -18,7 +18,7 @@ use crate::errors::{invalid, to_pyerr};
 use crate::jmq::PyJmqSendReceipt;
 use crate::lazy::LazyClient;
 use crate::message::extract_message;
-use crate::metrics::{percentiles_arg, producer_stats};
+use crate::metrics::{percentiles_arg, producer_stats, snapshot_dict};
 use crate::nats_producer::PyNatsSendReceipt;
 use crate::produce::Produces;
 use crate::producer::{extract_messages, PySendReceipt};
@@ -190,6 +190,19 @@ pymethods_with_async! {
             let qs = percentiles_arg(percentiles)?;
             let pending = self.produce.as_ref().map(|p| p.pending());
             producer_stats(py, self.protocol.metrics().as_ref(), &qs, pending)
+        }
+
+        /// The producer's metrics as plain data for exporters (`ferrymq.telemetry`; the layout
+        /// of `metrics.rs`'s `snapshot_dict`): None until the client connects.
+        fn metrics_snapshot<'py>(
+            slf: PyRef<'py, Self>,
+            py: Python<'py>,
+        ) -> PyResult<Option<Bound<'py, PyDict>>> {
+            let closed = slf.as_super().is_closed();
+            slf.protocol
+                .metrics()
+                .map(|m| snapshot_dict(py, &m, closed, &[]))
+                .transpose()
         }
 
         fn begin_transaction(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
