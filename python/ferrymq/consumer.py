@@ -226,6 +226,48 @@ class _GroupConsumer(Lifecycle):
         if self._stats_reporter is not None:
             self._stats_reporter.stop()
 
+    def stats(self, percentiles: Sequence[float] | None = None) -> dict[str, Any]:
+        """Live figures as a plain dict, the same keys for every protocol.
+
+        Keys of both consumers:
+
+        * ``failed``: calls that failed (receives, acks, nacks, dead-letter forwards,
+          changes of invisible duration; for :class:`PushConsumer` also listener calls that
+          returned FAILURE or raised);
+        * ``in_flight``: calls running now;
+        * ``client``: ``system`` (``"rocketmq"``, ``"jmq"`` or ``"nats"``), ``client_id``,
+          ``server_address``, ``server_port``, ``group`` (``None`` before :meth:`start`);
+        * ``operations``: per operation name (``receive``, ``ack``, ``nack``,
+          ``change_invisible_duration``, ``dead_letter``, ``process``; only those that ran)
+          a dict of ``type`` (``receive``, ``settle`` or ``process``), ``calls``,
+          ``messages``, ``failed``, ``failed_messages``, ``errors`` (failed calls by error
+          type: the broker's status name, such as ``"INVALID_RECEIPT_HANDLE"``, or the kind
+          of failure: ``"timeout"``, ``"connection"``, … ; ``"consume_failure"`` for the
+          listener), ``in_flight``, ``retried`` and ``latency_ms`` (``mean``, ``min``,
+          ``max`` and ``p50``, ``p90``, ``p99``, or one ``p<q>`` per entry of
+          ``percentiles``; within 1%);
+        * ``overflowed``: calls counted in an overflow series because the client already
+          kept its maximum of series (one per operation, topic and error type).
+
+        :class:`SimpleConsumer` adds ``received``, ``acked``, ``nacked``: messages of the
+        successful receives, acks and changes of invisible duration.
+
+        :class:`PushConsumer` adds its own counters: ``received``, ``consumed_ok``,
+        ``consumed_failed``, ``local_retries``, ``acked``, ``nacked``, ``dead_lettered``,
+        ``invalid_receipt_handles``, ``settle_retries``, ``settle_abandoned``,
+        ``left_for_redelivery``, ``receive_failures``, ``receive_throttled``,
+        ``cache_full_waits``, ``expired_process_queues``; the cache: ``process_queues``,
+        ``cached_messages``, ``cached_bytes``, ``max_cached_messages``, ``max_cached_bytes``;
+        the listener: ``listener_queued``, ``listener_running``. Its
+        ``operations["process"]`` times each message from its hand-off to the listener to
+        its result (the wait for a consumption thread included; a FIFO run of messages is one
+        call).
+
+        ``percentiles``: numbers above 0 and below 100 (at most 16); anything else raises
+        :class:`InvalidArgumentError`. The figures stay readable after :meth:`close`.
+        """
+        return self._impl.stats(percentiles)
+
     def subscribe(self, topic: str, filter: _Filter = None) -> None:
         """Read ``topic`` (``filter``: a tag expression, a :class:`FilterExpression` or
         ``None`` for all) from now on, or replace the filter of a subscribed topic (a push
@@ -397,36 +439,6 @@ class SimpleConsumer(_GroupConsumer):
     ) -> None:
         await self._impl.change_invisible_duration_async(message, duration)
 
-    def stats(self, percentiles: Sequence[float] | None = None) -> dict[str, Any]:
-        """Live figures as a plain dict, the same keys for every protocol.
-
-        ``received``, ``acked``, ``nacked``: messages of the successful receives, acks and
-        changes of invisible duration.
-
-        Keys shared by both consumers (every protocol):
-
-        * ``failed``: calls that failed (receives, acks, nacks, dead-letter forwards,
-          changes of invisible duration; for :class:`PushConsumer` also listener calls that
-          returned FAILURE or raised);
-        * ``in_flight``: calls running now;
-        * ``client``: ``system`` (``"rocketmq"``, ``"jmq"`` or ``"nats"``), ``client_id``,
-          ``server_address``, ``server_port``, ``group`` (``None`` before :meth:`start`);
-        * ``operations``: per operation name (``receive``, ``ack``, ``nack``,
-          ``change_invisible_duration``, ``dead_letter``, ``process``; only those that ran)
-          a dict of ``type`` (``receive``, ``settle`` or ``process``), ``calls``,
-          ``messages``, ``failed``, ``failed_messages``, ``errors`` (failed calls by error
-          type: the broker's status name, such as ``"INVALID_RECEIPT_HANDLE"``, or the kind
-          of failure: ``"timeout"``, ``"connection"``, … ; ``"consume_failure"`` for the
-          listener), ``in_flight`` and ``latency_ms`` (``mean``, ``min``, ``max`` and
-          ``p50``, ``p90``, ``p99``, or one ``p<q>`` per entry of ``percentiles``; within 1%);
-        * ``overflowed``: calls counted in an overflow series because the client already
-          kept its maximum of series (one per operation, topic and error type).
-
-        ``percentiles``: numbers above 0 and below 100 (at most 16); anything else raises
-        :class:`InvalidArgumentError`. The figures stay readable after :meth:`close`.
-        """
-        return self._impl.stats(percentiles)
-
 
 class PushConsumer(_GroupConsumer):
     """Runs ``listener`` for every message of its subscriptions (``with``/``async with``, or
@@ -556,44 +568,6 @@ class PushConsumer(_GroupConsumer):
     async def close_async(self, timeout: _Seconds | None = None) -> None:
         await self._impl.close_async(timeout)
         self._stop_stats()
-
-    def stats(self, percentiles: Sequence[float] | None = None) -> dict[str, Any]:
-        """Live figures as a plain dict, the same keys for every protocol.
-
-        The consumer's own counters: ``received``, ``consumed_ok``, ``consumed_failed``,
-        ``local_retries``, ``acked``, ``nacked``, ``dead_lettered``, ``invalid_receipt_handles``,
-        ``settle_retries``, ``settle_abandoned``, ``left_for_redelivery``,
-        ``receive_failures``, ``receive_throttled``, ``cache_full_waits``,
-        ``expired_process_queues``; the cache: ``process_queues``, ``cached_messages``,
-        ``cached_bytes``, ``max_cached_messages``, ``max_cached_bytes``; the listener:
-        ``listener_queued``, ``listener_running``.
-
-        Keys shared by both consumers (every protocol):
-
-        * ``failed``: calls that failed (receives, acks, nacks, dead-letter forwards,
-          changes of invisible duration; for :class:`PushConsumer` also listener calls that
-          returned FAILURE or raised);
-        * ``in_flight``: calls running now;
-        * ``client``: ``system`` (``"rocketmq"``, ``"jmq"`` or ``"nats"``), ``client_id``,
-          ``server_address``, ``server_port``, ``group`` (``None`` before :meth:`start`);
-        * ``operations``: per operation name (``receive``, ``ack``, ``nack``,
-          ``change_invisible_duration``, ``dead_letter``, ``process``; only those that ran)
-          a dict of ``type`` (``receive``, ``settle`` or ``process``), ``calls``,
-          ``messages``, ``failed``, ``failed_messages``, ``errors`` (failed calls by error
-          type: the broker's status name, such as ``"INVALID_RECEIPT_HANDLE"``, or the kind
-          of failure: ``"timeout"``, ``"connection"``, … ; ``"consume_failure"`` for the
-          listener), ``in_flight`` and ``latency_ms`` (``mean``, ``min``, ``max`` and
-          ``p50``, ``p90``, ``p99``, or one ``p<q>`` per entry of ``percentiles``; within 1%);
-        * ``overflowed``: calls counted in an overflow series because the client already
-          kept its maximum of series (one per operation, topic and error type).
-
-        ``percentiles``: numbers above 0 and below 100 (at most 16); anything else raises
-        :class:`InvalidArgumentError`. The figures stay readable after :meth:`close`.
-        ``operations["process"]`` times each message from its hand-off to the listener to
-        its result (the wait for a consumption thread included; a FIFO run of messages is one
-        call).
-        """
-        return self._impl.stats(percentiles)
 
     @property
     def fifo(self) -> bool | None:
