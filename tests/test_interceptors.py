@@ -276,3 +276,34 @@ def test_bad_interceptors_are_refused(broker: EmbeddedBroker, value: object, nam
     ):
         with pytest.raises(ferrymq.InvalidArgumentError, match="^" + re.escape(names)):
             make()
+
+
+async def test_async_publisher_hooks_see_every_flight_once(backend: Backend) -> None:
+    rec = Recorder()
+    with backend.producer() as producer:
+        async with ferrymq.AsyncPublisher(producer, max_in_flight=8, interceptors=[rec]) as pub:
+            flights = [await pub.publish_async(backend.topic, b"f%d" % i) for i in range(20)]
+            acks = [await f for f in flights]
+    bodies = [b"f%d" % i for i in range(20)]
+    assert sorted(rec.bodies("before", HookPoint.SEND)) == sorted(bodies)
+    assert sorted(rec.bodies("after", HookPoint.SEND)) == sorted(bodies)
+    assert all(e is None for _, _, _, e in rec.calls)
+    outcomes = [x.outcome for x in rec.contexts if x.duration is not None]
+    acked = [a.message_id for o in outcomes if isinstance(o, list) for a in o]
+    assert sorted(acked) == sorted(a.message_id for a in acks)
+    assert {x.protocol for x in rec.contexts} == {backend.protocol}
+
+
+async def test_async_publisher_after_sees_the_failure(backend: Backend) -> None:
+    rec = Recorder()
+    retry = ferrymq.RetryConfig(attempts=3, backoff=(0.01,))
+    with backend.producer() as producer:
+        async with ferrymq.AsyncPublisher(producer, retry=retry, interceptors=[rec]) as pub:
+            flight = await pub.publish_async(backend.missing, b"x")
+            with pytest.raises(ferrymq.BrokerError) as e:
+                await flight
+    assert rec.bodies("before", HookPoint.SEND) == [b"x"]
+    ((bodies, error),) = [(b, err) for w, _, b, err in rec.calls if w == "after"]
+    assert bodies == [b"x"]
+    assert isinstance(error, ferrymq.BrokerError)
+    assert str(error) == str(e.value)

@@ -133,6 +133,7 @@ class Producer(Lifecycle):
         self._impl: _Producer[Receipt, _Transaction[Receipt]]
         reporter = stats_reporter(self, stats_callback, stats_interval)
         protocol = protocol_of(endpoints)
+        self._protocol = protocol
         self._chain: Chain | None = chain_of(interceptors, protocol, lambda: self._impl.client_id)
         if protocol == "nats":
             refuse(
@@ -401,6 +402,11 @@ class Producer(Lifecycle):
     @property
     def client_id(self) -> str:
         return self._impl.client_id
+
+    @property
+    def protocol(self) -> str:
+        """``"rocketmq"``, ``"remoting"``, ``"jmq"`` or ``"nats"``."""
+        return self._protocol
 
     @property
     def endpoints(self) -> str:
