@@ -38,6 +38,7 @@ from .exceptions import (
     InvalidArgumentError,
     ProtocolError,
 )
+from .interceptors import HookContext, HookPoint, Interceptor
 from .producer import DeliveryCallback, Producer, TransactionResolution
 from .publisher import AsyncPublisher, Flight, PublisherListener, RetryConfig
 from .pull_consumer import MessageQueue, PullConsumer
@@ -57,6 +58,9 @@ __all__ = [
     "FilterExpression",
     "Flight",
     "FlowControlError",
+    "HookContext",
+    "HookPoint",
+    "Interceptor",
     "InternalError",
     "InvalidArgumentError",
     "JetStream",

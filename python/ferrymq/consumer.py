@@ -23,6 +23,8 @@ Both classes are the native consumers (:class:`ferrymq._native.SimpleConsumer`,
 
 from __future__ import annotations
 
+import inspect
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -41,6 +43,7 @@ from ._native import (
 from ._nats import user_password
 from ._stats import StatsCallback, StatsReporter, stats_reporter
 from .exceptions import InvalidArgumentError
+from .interceptors import Chain, HookPoint, chain_of
 
 __all__ = ["Listener", "PushConsumer", "SimpleConsumer"]
 
@@ -326,6 +329,11 @@ class SimpleConsumer(_GroupConsumer):
         nats_options: for ``nats://``: ``stream`` (else found by subject), ``ack_wait`` (the
             invisible duration, default 30 s), ``name`` (the connection name).
 
+        interceptors: a list of :class:`ferrymq.Interceptor`: RECEIVE hooks around
+            :meth:`receive` (``before`` with no messages, ``after`` with those received), ACK
+            around :meth:`ack` (one call with the list), NACK around
+            :meth:`change_invisible_duration`. See :mod:`ferrymq.interceptors`.
+
     Messages are :class:`MessageView` on every protocol (see the module documentation for
     what each protocol's invisible duration and ``change_invisible_duration`` are).
     """
@@ -351,6 +359,7 @@ class SimpleConsumer(_GroupConsumer):
         nats_options: Mapping[str, Any] | None = None,
         stats_callback: StatsCallback | None = None,
         stats_interval: _Seconds | None = None,
+        interceptors: Sequence[object] | None = None,
     ) -> None:
         reporter = stats_reporter(self, stats_callback, stats_interval)
         self._protocol, args = _connect_args(
@@ -369,6 +378,9 @@ class SimpleConsumer(_GroupConsumer):
             nats_options=nats_options,
         )
         self._impl = _native.SimpleConsumer(group=group, await_duration=await_duration, **args)
+        self._chain = chain_of(
+            interceptors, self._protocol, lambda: self._impl.client_id, self._impl.group
+        )
         _registry.register(self)
         self._stats_reporter = reporter
         if reporter is not None:
@@ -406,6 +418,14 @@ class SimpleConsumer(_GroupConsumer):
         JMQ4: the consumer's ack timeout; JetStream: ``ack_wait``) unless acked. With
         :mod:`ferrymq.telemetry` tracing, the call is a ``receive`` span linked to each
         message's creation context."""
+        chain = self._chain
+        if chain is not None:
+            return chain.call(
+                HookPoint.RECEIVE, [], lambda: self._receive(max_messages, invisible_duration)
+            )
+        return self._receive(max_messages, invisible_duration)
+
+    def _receive(self, max_messages: int, invisible_duration: _Seconds | None) -> list[MessageView]:
         hook = _hooks.receive
         if hook is None:
             return self._impl.receive(max_messages, invisible_duration)
@@ -413,6 +433,18 @@ class SimpleConsumer(_GroupConsumer):
 
     async def receive_async(
         self, max_messages: int = 16, invisible_duration: _Seconds | None = None
+    ) -> list[MessageView]:
+        chain = self._chain
+        if chain is not None:
+            return await chain.call_async(
+                HookPoint.RECEIVE,
+                [],
+                lambda: self._receive_async(max_messages, invisible_duration),
+            )
+        return await self._receive_async(max_messages, invisible_duration)
+
+    async def _receive_async(
+        self, max_messages: int, invisible_duration: _Seconds | None
     ) -> list[MessageView]:
         hook = _hooks.receive_async
         if hook is None:
@@ -424,19 +456,45 @@ class SimpleConsumer(_GroupConsumer):
         adjacent messages from the same topic and broker; JetStream: one confirmed ack each;
         JMQ4: a receive's acks go to the broker together once each of its messages is acked
         (or moved to the retry queue), and ``close()`` sends what is left."""
+        chain = self._chain
+        if chain is not None:
+            messages = _listed(message)
+            chain.call(HookPoint.ACK, messages, lambda: self._impl.ack(messages))
+            return
         self._impl.ack(message)
 
     async def ack_async(self, message: _Messages) -> None:
+        chain = self._chain
+        if chain is not None:
+            messages = _listed(message)
+            await chain.call_async(HookPoint.ACK, messages, lambda: self._impl.ack_async(messages))
+            return
         await self._impl.ack_async(message)
 
     def change_invisible_duration(self, message: MessageView, duration: _Seconds) -> None:
         """Make ``message`` visible again after ``duration`` (from now). JetStream: ``-NAK``
         with that delay; JMQ4: to the broker's retry queue, after the broker's own delay."""
+        chain = self._chain
+        if chain is not None:
+            chain.call(
+                HookPoint.NACK,
+                [message],
+                lambda: self._impl.change_invisible_duration(message, duration),
+            )
+            return
         self._impl.change_invisible_duration(message, duration)
 
     async def change_invisible_duration_async(
         self, message: MessageView, duration: _Seconds
     ) -> None:
+        chain = self._chain
+        if chain is not None:
+            await chain.call_async(
+                HookPoint.NACK,
+                [message],
+                lambda: self._impl.change_invisible_duration_async(message, duration),
+            )
+            return
         await self._impl.change_invisible_duration_async(message, duration)
 
 
@@ -473,6 +531,10 @@ class PushConsumer(_GroupConsumer):
         max_concurrent_receives: receives in flight at once per queue (JMQ4: per topic, each
             fetch holding one partition until all its messages are settled).
         shutdown_timeout: how long :meth:`close` waits for callbacks and acks.
+        interceptors: a list of :class:`ferrymq.Interceptor`: CONSUME hooks around each
+            listener call (one message; ``after`` sees what it raised and, as
+            ``context.outcome``, what it returned), run where the listener runs (a consumption
+            thread, or awaited on the listener's event loop). See :mod:`ferrymq.interceptors`.
 
     A consumer still running when the interpreter exits is closed then, as by :meth:`close`.
     """
@@ -506,6 +568,7 @@ class PushConsumer(_GroupConsumer):
         nats_options: Mapping[str, Any] | None = None,
         stats_callback: StatsCallback | None = None,
         stats_interval: _Seconds | None = None,
+        interceptors: Sequence[object] | None = None,
     ) -> None:
         reporter = stats_reporter(self, stats_callback, stats_interval)
         self._protocol, args = _connect_args(
@@ -523,9 +586,10 @@ class PushConsumer(_GroupConsumer):
             jmq_options=jmq_options,
             nats_options=nats_options,
         )
+        chain = chain_of(interceptors, self._protocol, lambda: self._impl.client_id, group)
         self._impl = _native.PushConsumer(
             group=group,
-            listener=listener,
+            listener=listener if chain is None else _intercepted_listener(chain, listener),
             consumption_threads=consumption_threads,
             max_cache_messages=max_cache_messages,
             max_cache_bytes=max_cache_bytes,
@@ -573,3 +637,39 @@ class PushConsumer(_GroupConsumer):
     def fifo(self) -> bool | None:
         """Whether the group is consumed in FIFO order (RocketMQ: known once started)."""
         return self._impl.fifo
+
+
+def _listed(message: _Messages) -> list[MessageView]:
+    if isinstance(message, MessageView):
+        return [message]
+    return list(message)
+
+
+def _intercepted_listener(chain: Chain, listener: Listener) -> Listener:
+    """``listener`` between the CONSUME hooks: a plain callable's run on its consumption thread
+    (the one GIL hold of its call), an ``async def``'s awaited on its loop."""
+    if not callable(listener):
+        return listener  # refused by the native consumer, naming the parameter
+    if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
+        getattr(listener, "__call__", None)  # noqa: B004 (an object with an async __call__)
+    ):
+
+        async def consume_async(message: MessageView) -> ConsumeResult | None:
+            messages = [message]
+            ctx = chain.context(HookPoint.CONSUME, messages)
+            await chain.before_async(ctx, messages)
+            started = time.perf_counter()
+            try:
+                result = await listener(message)  # type: ignore[misc]
+            except BaseException as exc:
+                await chain.after_async(ctx, messages, exc, started)
+                raise
+            await chain.after_async(ctx, messages, None, started, result)
+            return result  # type: ignore[no-any-return]
+
+        return consume_async
+
+    def consume(message: MessageView) -> _Outcome:
+        return chain.call(HookPoint.CONSUME, [message], lambda: listener(message))
+
+    return consume

@@ -18,9 +18,10 @@ checked against the extension); receipts are :class:`ferrymq.Receipt`
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from . import _hooks, _native, _registry
 from ._args import as_list, known_options, refuse
@@ -31,6 +32,7 @@ from ._nats import user_password
 from ._stats import StatsCallback, stats_reporter
 from ._views import Receipt
 from .exceptions import FerryError
+from .interceptors import Chain, HookPoint, chain_of
 
 if TYPE_CHECKING:
     from ._native import _Producer, _Transaction
@@ -99,6 +101,11 @@ class Producer(Lifecycle):
             seconds on a ferrymq thread (never under a ferrymq lock) from construction until
             :meth:`close`; an exception in it is logged on the ``ferrymq`` logger.
         stats_interval: seconds (or timedelta) between two calls, above 0 (default 5).
+        interceptors: a list of :class:`ferrymq.Interceptor`: SEND hooks around :meth:`send`,
+            :meth:`send_batch` (one call with the list), :meth:`produce` (``before`` in the
+            call, ``after`` when :meth:`poll`/:meth:`flush` reports the delivery) and a
+            transaction's sends; COMMIT and ROLLBACK around its end (with the messages it
+            sent). See :mod:`ferrymq.interceptors`.
     """
 
     def __init__(
@@ -121,10 +128,13 @@ class Producer(Lifecycle):
         jmq_options: Mapping[str, Any] | None = None,
         stats_callback: StatsCallback | None = None,
         stats_interval: float | timedelta | None = None,
+        interceptors: Sequence[object] | None = None,
     ) -> None:
         self._impl: _Producer[Receipt, _Transaction[Receipt]]
         reporter = stats_reporter(self, stats_callback, stats_interval)
         protocol = protocol_of(endpoints)
+        self._protocol = protocol
+        self._chain: Chain | None = chain_of(interceptors, protocol, lambda: self._impl.client_id)
         if protocol == "nats":
             refuse(
                 "not used by nats:// endpoints",
@@ -236,6 +246,12 @@ class Producer(Lifecycle):
 
         With :mod:`ferrymq.telemetry` tracing, the send is a PRODUCER span ``send {topic}``
         whose context the message carries (unless it carries one already)."""
+        chain = self._chain
+        if chain is not None:
+            return chain.call(HookPoint.SEND, [message], lambda: self._send(message), _listed)
+        return self._send(message)
+
+    def _send(self, message: Message) -> Receipt:
         hook = _hooks.send
         if hook is None:
             return self._impl.send(message)
@@ -243,6 +259,14 @@ class Producer(Lifecycle):
         return receipt
 
     async def send_async(self, message: Message) -> Receipt:
+        chain = self._chain
+        if chain is not None:
+            return await chain.call_async(
+                HookPoint.SEND, [message], lambda: self._send_async(message), _listed
+            )
+        return await self._send_async(message)
+
+    async def _send_async(self, message: Message) -> Receipt:
         hook = _hooks.send_async
         if hook is None:
             return await self._impl.send_async(message)
@@ -272,6 +296,12 @@ class Producer(Lifecycle):
         stamp = _hooks.stamp
         if stamp is not None:
             messages = stamp(messages)
+        chain = self._chain
+        if chain is not None:
+            batch = list(messages)
+            return chain.call(
+                HookPoint.SEND, batch, lambda: list(self._impl.send_batch(batch, packed=packed))
+            )
         return list(self._impl.send_batch(messages, packed=packed))
 
     async def send_batch_async(
@@ -280,6 +310,14 @@ class Producer(Lifecycle):
         stamp = _hooks.stamp
         if stamp is not None:
             messages = stamp(messages)
+        chain = self._chain
+        if chain is not None:
+            batch = list(messages)
+
+            async def call() -> list[Receipt]:
+                return list(await self._impl.send_batch_async(batch, packed=packed))
+
+            return await chain.call_async(HookPoint.SEND, batch, call)
         return list(await self._impl.send_batch_async(messages, packed=packed))
 
     def produce(self, message: Message, on_delivery: DeliveryCallback | None = None) -> None:
@@ -291,6 +329,9 @@ class Producer(Lifecycle):
         stamp = _hooks.stamp
         if stamp is not None:
             (message,) = stamp((message,))
+        chain = self._chain
+        if chain is not None:
+            on_delivery = _intercepted_delivery(chain, message, on_delivery)
         self._impl.produce(message, on_delivery)
 
     def poll(self, timeout: float | timedelta = 0.0) -> int:
@@ -304,6 +345,12 @@ class Producer(Lifecycle):
     def begin_transaction(self) -> _Transaction[Receipt]:
         """A transaction: ``send`` half messages, then ``commit()`` or ``rollback()`` (or use it
         as a context manager: commit on success, roll back on an exception)."""
+        chain = self._chain
+        if chain is not None:
+            return cast(
+                "_Transaction[Receipt]",
+                InterceptedTransaction(self._impl.begin_transaction(), chain),
+            )
         return self._impl.begin_transaction()
 
     def recall(self, topic: str, recall_handle: str) -> str:
@@ -357,6 +404,11 @@ class Producer(Lifecycle):
         return self._impl.client_id
 
     @property
+    def protocol(self) -> str:
+        """``"rocketmq"``, ``"remoting"``, ``"jmq"`` or ``"nats"``."""
+        return self._protocol
+
+    @property
     def endpoints(self) -> str:
         return self._impl.endpoints
 
@@ -384,3 +436,89 @@ class Producer(Lifecycle):
 
     def __repr__(self) -> str:
         return repr(self._impl).replace("RocketMQProducer(", "Producer(", 1)
+
+
+def _listed(receipt: object) -> list[object]:
+    return [receipt]
+
+
+def _intercepted_delivery(
+    chain: Chain, message: Message, on_delivery: DeliveryCallback | None
+) -> DeliveryCallback:
+    """Run the SEND ``before`` hooks of a produced message now and return the delivery
+    callback that runs its ``after`` hooks (then the user's ``on_delivery``) in ``poll``."""
+    messages = [message]
+    ctx = chain.context(HookPoint.SEND, messages)
+    chain.before(ctx, messages)
+    started = time.perf_counter()
+
+    def delivered(err: FerryError | None, receipt: Receipt | None) -> object:
+        chain.after(ctx, messages, err, started, None if receipt is None else [receipt])
+        return None if on_delivery is None else on_delivery(err, receipt)
+
+    return delivered
+
+
+class InterceptedTransaction:
+    """A transaction of a producer with interceptors: its sends are SEND calls, its end a
+    COMMIT or ROLLBACK call with the messages it sent."""
+
+    def __init__(self, inner: _Transaction[Receipt], chain: Chain) -> None:
+        self._inner = inner
+        self._chain = chain
+        self._messages: list[Message] = []
+        self._ended = False
+
+    def send(self, message: Message) -> Receipt:
+        receipt = self._chain.call(
+            HookPoint.SEND, [message], lambda: self._inner.send(message), _listed
+        )
+        self._messages.append(message)
+        return receipt
+
+    async def send_async(self, message: Message) -> Receipt:
+        receipt = await self._chain.call_async(
+            HookPoint.SEND, [message], lambda: self._inner.send_async(message), _listed
+        )
+        self._messages.append(message)
+        return receipt
+
+    def commit(self) -> None:
+        self._ended = True
+        self._chain.call(HookPoint.COMMIT, list(self._messages), self._inner.commit)
+
+    async def commit_async(self) -> None:
+        self._ended = True
+        await self._chain.call_async(
+            HookPoint.COMMIT, list(self._messages), self._inner.commit_async
+        )
+
+    def rollback(self) -> None:
+        self._ended = True
+        self._chain.call(HookPoint.ROLLBACK, list(self._messages), self._inner.rollback)
+
+    async def rollback_async(self) -> None:
+        self._ended = True
+        await self._chain.call_async(
+            HookPoint.ROLLBACK, list(self._messages), self._inner.rollback_async
+        )
+
+    @property
+    def receipts(self) -> list[Receipt]:
+        return self._inner.receipts
+
+    def __enter__(self) -> InterceptedTransaction:
+        return self
+
+    def __exit__(
+        self, exc_type: object = None, _exc: object = None, _tb: object = None
+    ) -> Literal[False]:
+        if not self._ended:
+            if exc_type is not None:
+                self.rollback()
+            else:
+                self.commit()
+        return False
+
+    def __repr__(self) -> str:
+        return repr(self._inner)

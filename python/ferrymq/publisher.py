@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,6 +30,7 @@ from ._lifecycle import Lifecycle
 from ._native import EventBatch, FlightCore, PublishAck
 from ._stats import StatsCallback, stats_reporter
 from .exceptions import FerryTimeoutError, InvalidArgumentError
+from .interceptors import Chain, HookPoint, chain_of
 from .producer import Producer
 
 if TYPE_CHECKING:
@@ -300,6 +302,12 @@ class AsyncPublisher(Lifecycle):
             :meth:`close`, :meth:`stop` or the end of :meth:`drain`; an exception in it is
             logged on the ``ferrymq`` logger.
         stats_interval: seconds (or timedelta) between two calls, above 0 (default 5).
+        interceptors: a list of :class:`ferrymq.Interceptor`: SEND hooks with the
+            :class:`Flight` objects as messages, run on the publisher's event thread (the
+            caller's loop when one is bound), one call per delivered batch of events: ``before``
+            with the flights handed to the connection, ``after`` with those acked (``outcome``:
+            their :class:`PublishAck` list) and one call per failed or timed-out flight (its
+            error). See :mod:`ferrymq.interceptors`.
 
     Use it as ``async with AsyncPublisher(producer) as pub:`` (drains on exit) or call
     :meth:`start` and then :meth:`drain` / :meth:`close` / :meth:`stop`. A publisher still
@@ -322,8 +330,14 @@ class AsyncPublisher(Lifecycle):
         listener: PublisherListener | Any | None = None,
         stats_callback: StatsCallback | None = None,
         stats_interval: float | timedelta | None = None,
+        interceptors: Sequence[object] | None = None,
     ) -> None:
         reporter = stats_reporter(self, stats_callback, stats_interval)
+        self._chain = chain_of(
+            interceptors,
+            producer.protocol if isinstance(producer, Producer) else "rocketmq",
+            lambda: getattr(producer, "client_id", None),
+        )
         if retry is not None and not isinstance(retry, RetryConfig):
             raise InvalidArgumentError(
                 f"retry: must be a ferrymq.RetryConfig, not {type(retry).__name__}"
@@ -349,7 +363,7 @@ class AsyncPublisher(Lifecycle):
             poll_time=poll_time,
             hold_pause_time=hold_pause_time,
             wait_timeout=wait_timeout,
-            listener=listener is not None,
+            listener=listener is not None or self._chain is not None,
         )
         self._retry = retry
         self._wait_timeout = _native.seconds("wait_timeout", wait_timeout)
@@ -641,19 +655,22 @@ class AsyncPublisher(Lifecycle):
 
     def _deliver(self, events: EventBatch, on_loop: bool) -> None:
         methods = self._methods
-        if not methods and (on_loop or self._loop is None):
+        chain = self._chain
+        if not methods and chain is None and (on_loop or self._loop is None):
             # Only futures to complete, and this thread may complete them (asyncio futures
             # exist only with a loop, and then this is its thread): one native call.
             events.settle()
             return
-        for kind, core in events.pairs():
-            if methods:
-                method = methods[kind]
-                if method is not None:
-                    try:
-                        method(Flight(core, self))
-                    except Exception:
-                        _log.exception("publisher listener %s(%s) raised", kind, core.id)
+        pairs = events.pairs()
+        if chain is not None:
+            _intercept(chain, pairs, self)
+        for kind, core in pairs:
+            method = methods.get(kind) if methods else None
+            if method is not None:
+                try:
+                    method(Flight(core, self))
+                except Exception:
+                    _log.exception("publisher listener %s(%s) raised", kind, core.id)
             if kind != "published":
                 fut = core._waiter
                 if fut is not None:
@@ -682,3 +699,34 @@ class AsyncPublisher(Lifecycle):
             f"AsyncPublisher({self._core.backend}, state={self.state!r}, "
             f"in_flight={self.in_flight}, max_in_flight={self.max_in_flight})"
         )
+
+
+def _intercept(chain: Chain, pairs: Sequence[tuple[str, FlightCore]], pub: AsyncPublisher) -> None:
+    """The SEND hooks of one batch of events: ``before`` with the flights sent for the first
+    time, ``after`` with those acked, and with each failed one."""
+    sent = [Flight(core, pub) for kind, core in pairs if kind == "published" and core.attempts <= 1]
+    if sent:
+        chain.before(chain.context(HookPoint.SEND, sent), sent)
+    acked = [core for kind, core in pairs if kind == "acked"]
+    if acked:
+        flights = [Flight(core, pub) for core in acked]
+        chain.after(
+            chain.context(HookPoint.SEND, flights),
+            flights,
+            None,
+            _started(acked),
+            [core.ack for core in acked],
+        )
+    for kind, core in pairs:
+        if kind in ("completed_exceptionally", "timeout"):
+            flights = [Flight(core, pub)]
+            chain.after(
+                chain.context(HookPoint.SEND, flights), flights, core.exception, _started([core])
+            )
+
+
+def _started(cores: Sequence[FlightCore]) -> float:
+    """A ``perf_counter`` reading as long ago as the earliest of ``cores`` was published."""
+    first = min((c.publish_time for c in cores if c.publish_time is not None), default=None)
+    now = time.perf_counter()
+    return now if first is None else now - max(0.0, time.time() - first)
