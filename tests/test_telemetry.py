@@ -243,9 +243,13 @@ def test_push_consumer_metrics_on_every_protocol(backend: Backend, otel: Otel) -
             lambda: pc.stats()["acked"] == 15 and pc.stats()["cached_messages"] == 0,
         )
         data = otel.collect()
+        client_id = pc.client_id
+    # The topic is this test's own; the group may not be (a JMQ4 group is the app), and a
+    # closed consumer of an earlier test is reported once more to a new reader.
     attrs = {
         "messaging__system": SYSTEM[backend.protocol],
         "messaging__consumer__group__name": backend.group,
+        "messaging__destination__name": backend.topic,
     }
     consumed = points(data, "messaging.client.consumed.messages", **attrs)
     assert sum(p.value for p in consumed) == 15
@@ -253,14 +257,42 @@ def test_push_consumer_metrics_on_every_protocol(backend: Backend, otel: Otel) -
     assert sum(p.count for p in process) == 15
     assert {p.attributes["messaging.operation.type"] for p in process} == {"process"}
     assert {p.attributes["messaging.destination.name"] for p in process} == {backend.topic}
-    cached = points(data, "ferrymq.consumer.cached.messages", **attrs)
+    mine = {"messaging__client__id": client_id}
+    cached = points(data, "ferrymq.consumer.cached.messages", **mine)
     assert [p.value for p in cached] == [0]
-    assert len(points(data, "ferrymq.consumer.cached.bytes", **attrs)) == 1
+    assert len(points(data, "ferrymq.consumer.cached.bytes", **mine)) == 1
     acks = points(
         data, "messaging.client.operation.duration", messaging__operation__name="ack", **attrs
     )
     assert acks
     assert all(p.attributes["messaging.operation.type"] == "settle" for p in acks)
+
+
+def test_clients_with_equal_attributes_are_one_stream(backend: Backend, otel: Otel) -> None:
+    if backend.protocol == "rocketmq":
+        pytest.skip("a RocketMQ client has an id of its own")
+    backend.send(6)
+    with backend.simple_consumer() as a, backend.simple_consumer() as b:
+        assert a.client_id == b.client_id  # JMQ4: the app's; JetStream: the group's
+        got = a.receive(3)  # both consumers receive, so both have series
+        a.ack(got)
+        got += receive_all(b, 6 - len(got))
+        assert all(c.stats()["operations"]["receive"]["calls"] for c in (a, b))
+        data = otel.collect()
+    assert len(got) == 6
+    consumed = points(
+        data, "messaging.client.consumed.messages", messaging__destination__name=backend.topic
+    )
+    assert [p.value for p in consumed] == [6]
+    receives = points(
+        data,
+        "messaging.client.operation.duration",
+        messaging__destination__name=backend.topic,
+        messaging__operation__name="receive",
+    )
+    assert len(receives) == 1
+    calls = [c.stats()["operations"].get("receive", {}).get("calls", 0) for c in (a, b)]
+    assert receives[0].count == sum(calls)
 
 
 def _delta_reader() -> InMemoryMetricReader:

@@ -21,8 +21,13 @@ overflow series):
 * ``ferrymq.consumer.cached.messages`` / ``ferrymq.consumer.cached.bytes`` (gauges): the push
   consumer's cache of received, unsettled messages.
 
-``messaging.client.id`` keeps two clients with otherwise equal attributes apart (two data
-points with one attribute set would be one stream to a backend).
+``messaging.client.id`` keeps two clients with otherwise equal attributes apart where the
+protocol gives each client an id of its own (RocketMQ). Where it does not (a JMQ4 client's id
+is its app's, a JetStream consumer's its group's), clients whose attributes are all equal are
+one stream, and their points are added together (two points with one attribute set would be
+one stream to a backend anyway). A closed client is reported once more, then left out: a
+cumulative stream it shared with live clients then falls back by its figures, which a backend
+reads as a reset.
 
 Temporality follows each reader's preference for counters and histograms: cumulative series
 start when the client was created; delta series are the differences from the reader's
@@ -137,6 +142,54 @@ def _delta_extremes(
     mn = float(s["min"]) if s["min"] < prev["min"] else max(lo, float(s["min"]))
     mx = float(s["max"]) if s["max"] > prev["max"] else min(hi, float(s["max"]))
     return mn, max(mn, mx)
+
+
+def _merge_histograms(pts: Sequence[HistogramDataPoint]) -> list[HistogramDataPoint]:
+    """One point per attribute set: clients whose attributes are all equal (two JMQ4 consumers
+    of one app, whose client id is the app's) form one stream, as the SDK's own instruments
+    would aggregate them."""
+    out: dict[frozenset[tuple[str, Any]], HistogramDataPoint] = {}
+    for p in pts:
+        key = frozenset(p.attributes.items()) if p.attributes else frozenset()
+        q = out.get(key)
+        out[key] = (
+            p
+            if q is None
+            else HistogramDataPoint(
+                attributes=q.attributes,
+                start_time_unix_nano=min(q.start_time_unix_nano, p.start_time_unix_nano),
+                time_unix_nano=max(q.time_unix_nano, p.time_unix_nano),
+                count=q.count + p.count,
+                sum=q.sum + p.sum,
+                bucket_counts=[
+                    a + b for a, b in zip(q.bucket_counts, p.bucket_counts, strict=True)
+                ],
+                explicit_bounds=q.explicit_bounds,
+                min=min(q.min, p.min),
+                max=max(q.max, p.max),
+            )
+        )
+    return list(out.values())
+
+
+def _merge_numbers(pts: Sequence[NumberDataPoint]) -> list[NumberDataPoint]:
+    """One point per attribute set, the values added (counters, and the cache gauges: what
+    consumers sharing every attribute hold together)."""
+    out: dict[frozenset[tuple[str, Any]], NumberDataPoint] = {}
+    for p in pts:
+        key = frozenset(p.attributes.items()) if p.attributes else frozenset()
+        q = out.get(key)
+        out[key] = (
+            p
+            if q is None
+            else NumberDataPoint(
+                q.attributes,
+                min(q.start_time_unix_nano, p.start_time_unix_nano),
+                max(q.time_unix_nano, p.time_unix_nano),
+                q.value + p.value,
+            )
+        )
+    return list(out.values())
 
 
 class _ReaderState:
@@ -330,15 +383,15 @@ class MetricsBridge:
 
         def hist(name: str, desc: str, pts: Sequence[HistogramDataPoint]) -> None:
             if pts:
-                out.append(Metric(name, desc, "s", Histogram(pts, hist_t)))
+                out.append(Metric(name, desc, "s", Histogram(_merge_histograms(pts), hist_t)))
 
         def counter(name: str, desc: str, pts: Sequence[NumberDataPoint]) -> None:
             if pts:
-                out.append(Metric(name, desc, "{message}", Sum(pts, sum_t, True)))
+                out.append(Metric(name, desc, "{message}", Sum(_merge_numbers(pts), sum_t, True)))
 
         def gauge(name: str, desc: str, unit: str, pts: Sequence[NumberDataPoint]) -> None:
             if pts:
-                out.append(Metric(name, desc, unit, Gauge(pts)))
+                out.append(Metric(name, desc, unit, Gauge(_merge_numbers(pts))))
 
         hist(
             "messaging.client.operation.duration",
