@@ -39,6 +39,14 @@ Usage (build the extension in release mode first: ``maturin develop --release``)
 
 The official clients are measured on fewer messages because they are slower; rates are
 per-second figures either way. The Java peer needs Java 17 and Maven (``scripts/java-peer``).
+
+``--telemetry [--rounds 5] [--messages N] [--simple-messages N]`` measures instead what
+:mod:`ferrymq.telemetry` costs: ferrymq's push consumer (``normal``) and simple consumer with
+telemetry off, metrics on, and metrics and traces on (``_bench_telemetry.py``), the variants
+alternated over the rounds, each run on a topic of its own loaded beforehand; it prints each
+variant's median rate and CPU per message and its ratios to off. ``--traced-messages`` loads
+the messages with a trace context (sent inside a span), so that each process span has a parent
+and a link.
 """
 
 from __future__ import annotations
@@ -57,6 +65,8 @@ from typing import Any
 import ferrymq
 from _bench_measure import cpu_seconds, parser, process_cpu_seconds
 from _bench_server import add_arguments, broker_process, open_server
+from _bench_telemetry import Measured, plan, report, variant
+from _bench_telemetry import add_arguments as telemetry_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from java_peer import JavaPeer
@@ -343,6 +353,68 @@ def build_plan(args: argparse.Namespace, java: bool) -> list[Step]:
     return plan
 
 
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def telemetry_cost(args: argparse.Namespace, body: bytes) -> int:
+    """``--telemetry``: ferrymq's push and simple consumers with telemetry off, metrics on,
+    metrics+traces on; a topic and group per run, loaded before it."""
+    runs = [
+        (r, name, scenario)
+        for r, name in plan(args.rounds, args.variants)
+        for scenario in ("push", "simple")
+    ]
+    tag = {"off": "off", "metrics": "m", "metrics+traces": "mt"}
+
+    def names(r: int, name: str, scenario: str) -> tuple[str, str]:
+        t = f"tel-{scenario}-{r}-{tag[name]}"
+        return t, t + "-g"
+
+    topics = [{"name": names(*x)[0], "message_type": "NORMAL", "queues": args.queues} for x in runs]
+    groups = [{"name": names(*x)[1], "fifo": False} for x in runs]
+    options = {"long_polling_min": 1.0, "max_topic_bytes": 1 << 30, "auto_renew_invisible": 300.0}
+    config = {"topics": topics, "groups": groups, "options": options}
+    results: dict[str, dict[str, list[Measured]]] = {}
+    with broker_process(config) as (proc, endpoints):
+        global SERVER_PID
+        SERVER_PID = proc.pid
+        for r, name, scenario in runs:
+            topic, group = names(r, name, scenario)
+            n = args.messages if scenario == "push" else args.simple_messages
+            if args.traced_messages:
+                with ferrymq.Producer(endpoints, topics=[topic]) as p:
+                    m = ferrymq.Message(topic, body, trace_context=TRACEPARENT)
+                    for _ in range(0, n, 1000):
+                        p.send_batch([m] * 1000, packed=True)
+            else:
+                preload(endpoints, topic, n, body, 0)
+            label = f"round {r} {name} {scenario}"
+            with variant(name):
+                if scenario == "push":
+                    res = run_ferrymq(
+                        label, endpoints, topic, group, n,
+                        accelerator=False, pipelining=False,
+                        receive_batch_size=args.receive_batch_size,
+                    )  # fmt: skip
+                else:
+                    res = run_ferrymq_simple(label, endpoints, topic, group, n)
+            results.setdefault(scenario, {}).setdefault(name, []).append((res.rate, res.cpu_us))
+            print(
+                f"  {label:<32} {res.rate:>10,.0f} msg/s {res.cpu_us:>7.2f} CPU us/msg"
+                f" ({n:,} messages in {res.seconds:.2f} s{res.server_cpu_us})",
+                flush=True,
+            )
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    traced = "with" if args.traced_messages else "without"
+    report(
+        results,
+        f"broker in its own process; messages {traced} a trace context; {args.rounds} rounds;"
+        f" load average at the end {load}",
+    )
+    return 0
+
+
 def main() -> int:
     ap = parser(__doc__, messages=200_000, official_messages=5_000, java_messages=50_000, queues=8)
     ap.add_argument(
@@ -373,9 +445,20 @@ def main() -> int:
         help="ferrymq's messages per receive (default: the server's, 32; a real proxy caps it "
         "at 32, the embedded broker at 1024)",
     )
+    telemetry_arguments(ap)
+    ap.add_argument(
+        "--simple-messages", type=int, default=30_000, help="--telemetry: simple consumer's"
+    )
+    ap.add_argument(
+        "--traced-messages",
+        action="store_true",
+        help="--telemetry: messages carry a trace context",
+    )
     add_arguments(ap)
     args = ap.parse_args()
     body = b"x" * args.body
+    if args.telemetry:
+        return telemetry_cost(args, body)
     java = None if args.no_java else JavaPeer()
     plan = build_plan(args, java is not None)
     topics = [

@@ -28,6 +28,11 @@ the wall-clock rate depends on what else runs; the CPU cost per message does muc
 Build the extension in release mode first (``maturin develop --release``), then run
 ``python benches/bench_producer.py [--seconds 3] [--sizes 100,1024] [--server embedded|real]
 [--no-official] [--no-java]`` (the Java peer needs Java 17 and Maven: ``scripts/java-peer``).
+
+``--telemetry [--rounds 5]`` measures instead what :mod:`ferrymq.telemetry` costs: ferrymq's
+``sync``, ``produce+flush`` and ``send_batch(1000)`` with telemetry off, metrics on, and
+metrics and traces on (``_bench_telemetry.py``), the variants alternated over the rounds, and
+prints each variant's median rate and CPU per message and its ratios to off.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from pathlib import Path
 import ferrymq
 from _bench_measure import Span
 from _bench_server import add_arguments, open_server, run_name
+from _bench_telemetry import Measured, plan, report, variant
+from _bench_telemetry import add_arguments as telemetry_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from java_peer import JavaPeer
@@ -211,16 +218,53 @@ def ratio(ours: Rate, theirs: Rate | None) -> tuple[str, str, str, str]:
     )
 
 
+def telemetry_cost(args: argparse.Namespace, sizes: list[int]) -> None:
+    """``--telemetry``: ferrymq's paths with telemetry off, metrics on, metrics+traces on."""
+    results: dict[str, dict[str, list[Measured]]] = {}
+    with open_server(args, endpoints=1, when_full="drop_oldest") as server:
+        topic = run_name(server, "bench")
+        server.setup({topic: "NORMAL"})
+        for r, name in plan(args.rounds, args.variants):
+            # A producer per variant: one created while telemetry is on is registered with it.
+            with variant(name), ferrymq.Producer(server.endpoints, topics=[topic]) as p:
+                for size in sizes:
+                    body = b"x" * size
+                    for scenario, run in (
+                        ("sync", ferry_sync),
+                        ("produce+flush", ferry_produce),
+                        ("send_batch(1000)", ferry_batch),
+                    ):
+                        rate = run(p, topic, body, args.seconds)
+                        key = f"{scenario} {size}B"
+                        results.setdefault(key, {}).setdefault(name, []).append(rate[:2])
+                        print(
+                            f"  round {r} {name:<15} {key:<22} {rate[0]:>10,.0f} msg/s"
+                            f" {rate[1]:>7.2f} CPU us/msg",
+                            flush=True,
+                        )
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    report(
+        results,
+        f"server: {args.server}, in this process; {args.rounds} rounds of {args.seconds} s;"
+        f" load average at the end {load}",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     ap.add_argument("--sizes", default="100,1024", help="body sizes in bytes, comma-separated")
     ap.add_argument("--no-official", action="store_true", help="skip the official Python client")
     ap.add_argument("--no-java", action="store_true", help="skip the official Java client")
+    telemetry_arguments(ap)
     add_arguments(ap)
     args = ap.parse_args()
     logging.getLogger("rocketmq").setLevel(logging.ERROR)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.telemetry:
+        telemetry_cost(args, sizes)
+        return
     java = None if args.no_java else JavaPeer()
 
     with open_server(args, endpoints=1, when_full="drop_oldest") as server:

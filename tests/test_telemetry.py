@@ -562,3 +562,83 @@ def test_tracing_off_makes_no_spans(backend: Backend) -> None:
         assert seen[0].trace_context is None
     finally:
         o.close()
+
+
+def test_a_batch_of_listener_calls_is_one_process_span(backend: Backend, otel: Otel) -> None:
+    if backend.protocol != "rocketmq":
+        pytest.skip("one protocol is enough: the listener bridge is protocol-agnostic")
+    with otel.tracer.start_as_current_span("batch") as user, backend.producer() as p:
+        p.send_batch([Message(backend.topic, b"b%d" % i) for i in range(6)])
+    user_ctx = user.get_span_context()
+    current: list[tuple[int, int]] = []
+
+    def listener(m: ferrymq.MessageView) -> None:
+        from opentelemetry import trace
+
+        ctx = trace.get_current_span().get_span_context()
+        current.append((ctx.trace_id, ctx.span_id))
+
+    with backend.push_consumer(listener):
+        wait_for("the messages consumed", lambda: len(current) >= 6, 60)
+        wait_for(
+            "their process spans",
+            lambda: (
+                sum(
+                    s.attributes.get("messaging.batch.message_count", 1)  # type: ignore[union-attr,misc]
+                    for s in otel.finished()
+                    if s.name == f"process {backend.topic}"
+                )
+                >= 6
+            ),
+            30,
+        )
+    spans = [s for s in otel.finished() if s.name == f"process {backend.topic}"]
+    # Fewer spans than messages once a receive brought several; every span continues the
+    # batch's one trace (its parent) and links to it.
+    assert {s.context.trace_id for s in spans} == {user_ctx.trace_id}
+    assert all(s.parent is not None and s.parent.span_id == user_ctx.span_id for s in spans)
+    assert all([link.context.span_id for link in s.links] == [user_ctx.span_id] for s in spans)
+    # Each listener call ran inside one of them.
+    assert {span_id for _, span_id in current} <= {s.context.span_id for s in spans}
+    for s in spans:
+        count = s.attributes.get("messaging.batch.message_count")  # type: ignore[union-attr]
+        assert (count is None) == ("messaging.message.id" in s.attributes)  # type: ignore[operator]
+
+
+def test_a_process_span_over_messages_of_several_traces_links_each() -> None:
+    o = Otel()
+    telemetry.enable(metrics=False, tracer_provider=o.tracers)
+    try:
+
+        class View:
+            topic = "t"
+            message_id = "id"
+            trace_state = None
+
+            def __init__(self, trace_context: str | None) -> None:
+                self.trace_context = trace_context
+
+        a = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        b = "00-5bf92f3577b34da6a3ce929d0e0e4736-10f067aa0ba902b7-01"
+        views = [View(a), View(b), View(a), View(None), View("invalid")]
+        from ferrymq import _otel_traces
+
+        tracing = telemetry._tracing
+        assert isinstance(tracing, _otel_traces.Tracing)
+        end = tracing.process(views, {"messaging.system": "rocketmq"})
+        end(1)
+        (span,) = o.finished()
+        assert span.name == "process t"
+        # Two traces: a new one, linked to both.
+        assert span.parent is None
+        assert {f"{link.context.span_id:016x}" for link in span.links} == {
+            "00f067aa0ba902b7",
+            "10f067aa0ba902b7",
+        }
+        assert span.attributes is not None
+        assert span.attributes["messaging.batch.message_count"] == 5
+        assert span.attributes["messaging.system"] == "rocketmq"
+        assert "messaging.message.id" not in span.attributes
+        assert span.attributes["error.type"] == "consume_failure"
+    finally:
+        o.close()

@@ -92,10 +92,13 @@ fn interpret(py: Python<'_>, r: &Bound<'_, PyAny>, message: &MessageView) -> Con
 /// Whether a process hook is set: read once per batch, so that no hook costs one relaxed load.
 static HOOK_SET: AtomicBool = AtomicBool::new(false);
 
-/// The hook `ferrymq.telemetry` sets while tracing (its process span around the listener
-/// call): called as `hook(listener, message, attributes)` in place of `listener(message)`
-/// (`attributes`: the consumer's span attributes, a dict made once per consumer), returning
-/// what the listener returned.
+/// The hook `ferrymq.telemetry` sets while tracing: its process span around one batch of
+/// listener calls. Called once per batch as `hook(messages, attributes)` (`messages`: the
+/// batch's `MessageView`s, a list; `attributes`: the consumer's span attributes, a dict made
+/// once per consumer) before the listener runs, it returns `end`; the listener is then called
+/// for each message as without a hook, on the same thread under the same GIL acquisition
+/// (so a span the hook made current is current in the listener), and `end(failed)` is called
+/// once after it, with the number of messages that failed.
 static PROCESS_HOOK: Mutex<Option<Py<PyAny>>> = parking_lot::const_mutex(None);
 
 /// Set (or, with None, remove) the process hook of every plain-callable listener; an
@@ -132,22 +135,26 @@ pub(super) struct PySyncListener {
     pub(super) attributes: Py<PyAny>,
 }
 
-/// Call the listener with one message (through the process hook, if set); exceptions are
-/// logged and count as failure.
-fn consume_one(
-    py: Python<'_>,
-    f: &Bound<'_, PyAny>,
-    hook: Option<(&Bound<'_, PyAny>, &Bound<'_, PyAny>)>,
-    m: &Arc<MessageView>,
-) -> ConsumeResult {
-    match Bound::new(
+fn new_view<'py>(py: Python<'py>, m: &Arc<MessageView>) -> PyResult<Bound<'py, PyMessageView>> {
+    Bound::new(
         py,
         PyMessageView {
             inner: m.clone(),
             transaction_id: None,
         },
-    ) {
-        Ok(view) => match hook.map_or_else(|| f.call1((&view,)), |(h, a)| h.call1((f, &view, a))) {
+    )
+}
+
+/// Call the listener with one message (its view made, or failed to be made, beforehand);
+/// exceptions are logged and count as failure.
+fn consume_view(
+    py: Python<'_>,
+    f: &Bound<'_, PyAny>,
+    view: &PyResult<Bound<'_, PyMessageView>>,
+    m: &Arc<MessageView>,
+) -> ConsumeResult {
+    match view {
+        Ok(view) => match f.call1((view,)) {
             Ok(r) => interpret(py, &r, m),
             Err(e) => {
                 // `into_value` attaches the traceback, which the fetched value lacks.
@@ -156,8 +163,33 @@ fn consume_one(
             }
         },
         Err(e) => {
-            e.write_unraisable(py, None);
+            e.clone_ref(py).write_unraisable(py, None);
             ConsumeResult::Failure
+        }
+    }
+}
+
+fn consume_one(py: Python<'_>, f: &Bound<'_, PyAny>, m: &Arc<MessageView>) -> ConsumeResult {
+    consume_view(py, f, &new_view(py, m), m)
+}
+
+/// The process hook's start for a batch: `end`, or None when the hook failed (reported as
+/// unraisable; the batch is consumed all the same, without a span).
+fn begin_span<'a, 'py: 'a>(
+    py: Python<'py>,
+    hook: &Bound<'py, PyAny>,
+    attributes: &Bound<'py, PyAny>,
+    views: impl Iterator<Item = &'a PyResult<Bound<'py, PyMessageView>>>,
+) -> Option<Bound<'py, PyAny>> {
+    let views: Vec<_> = views.filter_map(|v| v.as_ref().ok()).collect();
+    let started = PyList::new(py, views).and_then(|list| hook.call1((list, attributes)));
+    started.map_err(|e| e.write_unraisable(py, None)).ok()
+}
+
+fn end_span(py: Python<'_>, end: Option<Bound<'_, PyAny>>, failed: usize) {
+    if let Some(end) = end {
+        if let Err(e) = end.call1((failed,)) {
+            e.write_unraisable(py, None);
         }
     }
 }
@@ -167,30 +199,63 @@ impl BatchListener for PySyncListener {
         crate::exit::park_if_exiting();
         Python::attach(|py| {
             let f = self.callback.bind(py);
-            let hook = process_hook(py);
-            let attributes = self.attributes.bind(py);
-            let hook = hook.as_ref().map(|h| (h.bind(py), attributes));
-            results.extend(messages.iter().map(|m| consume_one(py, f, hook, m)));
+            let Some(hook) = process_hook(py) else {
+                results.extend(messages.iter().map(|m| consume_one(py, f, m)));
+                return;
+            };
+            let views: Vec<_> = messages.iter().map(|m| new_view(py, m)).collect();
+            let end = begin_span(py, hook.bind(py), self.attributes.bind(py), views.iter());
+            let first = results.len();
+            results.extend(
+                views
+                    .iter()
+                    .zip(messages)
+                    .map(|(v, m)| consume_view(py, f, v, m)),
+            );
+            let failed = results[first..]
+                .iter()
+                .filter(|r| **r == ConsumeResult::Failure)
+                .count();
+            end_span(py, end, failed);
         });
     }
 
     fn consume_runs(&self, runs: &[&[Arc<MessageView>]], results: &mut [Vec<ConsumeResult>]) {
-        // All runs under one GIL acquisition; each stops at its first failure.
+        // All runs under one GIL acquisition (and, traced, in one process span); each stops at
+        // its first failure.
         crate::exit::park_if_exiting();
         Python::attach(|py| {
             let f = self.callback.bind(py);
             let hook = process_hook(py);
-            let attributes = self.attributes.bind(py);
-            let hook = hook.as_ref().map(|h| (h.bind(py), attributes));
-            for (run, out) in runs.iter().zip(results.iter_mut()) {
-                for m in *run {
-                    let r = consume_one(py, f, hook, m);
+            let views: Option<Vec<Vec<_>>> = hook.as_ref().map(|_| {
+                runs.iter()
+                    .map(|run| run.iter().map(|m| new_view(py, m)).collect())
+                    .collect()
+            });
+            let end = match (&hook, &views) {
+                (Some(h), Some(vs)) => begin_span(
+                    py,
+                    h.bind(py),
+                    self.attributes.bind(py),
+                    vs.iter().flatten(),
+                ),
+                _ => None,
+            };
+            let mut failed = 0;
+            for (i, (run, out)) in runs.iter().zip(results.iter_mut()).enumerate() {
+                for (j, m) in run.iter().enumerate() {
+                    let r = match &views {
+                        Some(vs) => consume_view(py, f, &vs[i][j], m),
+                        None => consume_one(py, f, m),
+                    };
                     out.push(r);
                     if r == ConsumeResult::Failure {
+                        failed += 1;
                         break;
                     }
                 }
             }
+            end_span(py, end, failed);
         });
     }
 

@@ -1,0 +1,141 @@
+"""What ferrymq's telemetry costs (``--telemetry`` of ``bench_producer.py`` and
+``bench_consumer.py``): the variants, the realistic "on" set-up, and the report.
+
+* ``off``: :mod:`ferrymq.telemetry` not enabled (the first round's ``off`` runs before it was
+  ever enabled; later ones after :func:`ferrymq.telemetry.disable`, which puts back the same
+  hooks, all ``None``);
+* ``metrics``: an SDK ``MeterProvider`` whose ``PeriodicExportingMetricReader`` collects every
+  second into an exporter that drops what it gets;
+* ``metrics+traces``: that, plus a ``TracerProvider`` (always-on sampler) with a
+  ``BatchSpanProcessor`` into an exporter that drops what it gets.
+
+Each variant gets new providers, shut down after it. :func:`plan` alternates the variants over
+the rounds (their order rotates each round, so that none always runs first or last);
+:func:`report` prints each variant's median rate and CPU per message, and the ratios to
+``off`` of the same round (median and range).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import ferrymq.telemetry
+
+VARIANTS = ("off", "metrics", "metrics+traces")
+EXPORT_INTERVAL_MS = 1000
+
+
+def plan(rounds: int, variants: str = ",".join(VARIANTS)) -> list[tuple[int, str]]:
+    """``(round, variant)`` in the order to run them: every variant of ``variants`` (names,
+    comma-separated) once per round, the order rotated by one each round."""
+    names = variants.split(",")
+    unknown = set(names) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"--variants: unknown {sorted(unknown)}, expected some of {VARIANTS}")
+    out = []
+    for r in range(rounds):
+        k = r % len(names)
+        out += [(r, v) for v in names[k:] + names[:k]]
+    return out
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``--telemetry``, ``--rounds``, ``--variants``."""
+    ap.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="measure what ferrymq.telemetry costs (off / metrics / metrics+traces) instead",
+    )
+    ap.add_argument("--rounds", type=int, default=5, help="--telemetry: rounds of each variant")
+    ap.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="--telemetry: the variants to run, comma-separated",
+    )
+
+
+@contextmanager
+def variant(name: str) -> Iterator[None]:
+    """ferrymq's telemetry as ``name`` says, for the duration of the block."""
+    if name == "off":
+        yield
+        return
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        MetricExporter,
+        MetricExportResult,
+        PeriodicExportingMetricReader,
+    )
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    class DropMetrics(MetricExporter):
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **_: Any) -> Any:
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **_: Any) -> None:
+            pass
+
+    class DropSpans(SpanExporter):
+        def export(self, spans: Any) -> Any:
+            return SpanExportResult.SUCCESS
+
+    reader = PeriodicExportingMetricReader(DropMetrics(), export_interval_millis=EXPORT_INTERVAL_MS)
+    meters = MeterProvider(metric_readers=[reader])
+    traces = name == "metrics+traces"
+    tracers = None
+    if traces:
+        tracers = TracerProvider(sampler=ALWAYS_ON)
+        tracers.add_span_processor(BatchSpanProcessor(DropSpans()))
+    ferrymq.telemetry.enable(meters, tracers, traces=traces)
+    try:
+        yield
+    finally:
+        ferrymq.telemetry.disable()
+        meters.shutdown()
+        if tracers is not None:
+            tracers.shutdown()
+
+
+# One measurement: (messages/s, CPU microseconds per message)
+Measured = tuple[float, float]
+
+
+def _spread(values: Sequence[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def report(results: dict[str, dict[str, list[Measured]]], note: str) -> None:
+    """``results[scenario][variant]``: one measurement per round, in round order."""
+    print(f"\ntelemetry cost ({note}); medians over rounds, ratios to off of the same round:")
+    print(
+        f"  {'scenario':<16} {'variant':<15} {'msg/s':>10} {'CPU us/msg':>10}"
+        f"   {'rate on/off (range)':<22} {'CPU on/off (range)':<22}"
+    )
+    for scenario, by_variant in results.items():
+        off = by_variant.get("off")
+        for name in VARIANTS:
+            runs = by_variant.get(name)
+            if runs is None:
+                continue
+            line = (
+                f"  {scenario:<16} {name:<15} {statistics.median(r[0] for r in runs):>10,.0f}"
+                f" {statistics.median(r[1] for r in runs):>10.2f}"
+            )
+            if name != "off" and off is not None:
+                rates = [r[0] / o[0] for r, o in zip(runs, off, strict=True)]
+                cpus = [r[1] / o[1] for r, o in zip(runs, off, strict=True)]
+                line += f"   {_spread(rates):<22} {_spread(cpus):<22}"
+            print(line)
