@@ -64,6 +64,7 @@ import ferrymq
 # -- NATS JetStream (nats-server) -------------------------------------------------------------
 from _nats_server import HoldingProxy, NatsServer, run_nats_server
 from backends import Backend
+from ferrymq.spark._cache import IDLE_TIMEOUT_ENV
 from ferrymq.testing import EmbeddedBroker
 from java_peer import JavaPeer, JavaPeerError
 from servers import (
@@ -283,6 +284,10 @@ def spark(broker: EmbeddedBroker) -> Iterator[Any]:
     pytest.importorskip("pyspark")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java (apt-get install openjdk-17-jre-headless)")
+    # Clients cached in the reused Python workers close soon after their test: a client of a
+    # broker that a test closed keeps reconnecting to its port, which the system may meanwhile
+    # have handed to another server (a later Spark job's, say).
+    os.environ.setdefault(IDLE_TIMEOUT_ENV, "2")
     session = local_session(
         "local[2]",
         "ferrymq-tests",

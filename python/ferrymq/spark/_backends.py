@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from .. import _native
@@ -29,8 +30,8 @@ def _secret_digest(secret: str | None) -> str:
 
 def _started(
     kind: str, c: SourceConfig | SinkConfig, key: tuple[Any, ...], make: Callable[[], Any]
-) -> Any:
-    """The RocketMQ client ``make`` builds for ``c``, from the per-process cache (created and
+) -> AbstractContextManager[Any]:
+    """A lease on the client ``make`` builds for ``c``, from the per-process cache (created and
     started on first use). It is cached by ``kind``, the endpoints, ``key`` and the identity:
     namespace, access key and the secret only as a digest."""
 
@@ -40,7 +41,7 @@ def _started(
         return client
 
     ident = (c.namespace, c.access_key, _secret_digest(c.secret_key))
-    return _cache.get_or_create((kind, c.endpoints, *key, *ident), create)
+    return _cache.lease((kind, c.endpoints, *key, *ident), create)
 
 
 class Source:
@@ -54,8 +55,8 @@ class Source:
     def __init__(self, cfg: SourceConfig) -> None:
         self.cfg = cfg
 
-    def client(self) -> Any:
-        """The started native reader of this config, from the per-process cache."""
+    def client(self) -> AbstractContextManager[Any]:
+        """A lease on the started native reader of this config, from the per-process cache."""
         c = self.cfg
         if c.backend == "rocketmq":
             # PullMessage / QueryOffset: the embedded broker, proxies serving the pull API.
@@ -109,37 +110,43 @@ class Source:
         )
 
     def partitions(self, topic: str) -> list[str]:
-        return list(self.client().partitions(topic))
+        with self.client() as reader:
+            return list(reader.partitions(topic))
 
     def snapshot(self, topic: str, which: str) -> dict[str, int]:
         """The earliest or latest offset of every partition of ``topic`` (JMQ4: one
         FETCH_INDEX per leader broker)."""
-        return dict(self.client().snapshot(topic, which))
+        with self.client() as reader:
+            return dict(reader.snapshot(topic, which))
 
     def earliest(self, topic: str, partition: str) -> int:
-        return int(self.client().earliest(topic, partition))
+        with self.client() as reader:
+            return int(reader.earliest(topic, partition))
 
     def latest(self, topic: str, partition: str) -> int:
-        return int(self.client().latest(topic, partition))
+        with self.client() as reader:
+            return int(reader.latest(topic, partition))
 
     def offset_for_time(self, topic: str, partition: str, timestamp_ms: int) -> int:
-        return int(self.client().offset_for_time(topic, partition, timestamp_ms))
+        with self.client() as reader:
+            return int(reader.offset_for_time(topic, partition, timestamp_ms))
 
     def read(self, topic: str, partition: str, start: int, end: int, max_rows: int) -> Any:
-        return self.client().read_range(topic, partition, start, end, max_rows)
+        with self.client() as reader:
+            return reader.read_range(topic, partition, start, end, max_rows)
 
     def commit(self, offsets: Offsets) -> None:
         """Record progress for lag dashboards (best effort: Spark's checkpoint stays
         authoritative)."""
         if not self.cfg.commit_offsets:
             return
-        reader = self.client()
-        for topic, parts in offsets.items():
-            for partition, off in parts.items():
-                try:
-                    reader.commit(topic, partition, off)
-                except Exception as e:  # monitoring only
-                    log.debug("commit %s/%s=%s failed: %s", topic, partition, off, e)
+        with self.client() as reader:
+            for topic, parts in offsets.items():
+                for partition, off in parts.items():
+                    try:
+                        reader.commit(topic, partition, off)
+                    except Exception as e:  # monitoring only
+                        log.debug("commit %s/%s=%s failed: %s", topic, partition, off, e)
 
 
 class OutMessage:
@@ -204,7 +211,7 @@ class _SinkBase:
 class RocketMQSink(_SinkBase):
     """Batched sends with the RocketMQ producer; the write id goes into the message keys."""
 
-    def _producer(self) -> Any:
+    def _producer(self) -> AbstractContextManager[Any]:
         c = self.cfg
 
         def make() -> Any:
@@ -223,21 +230,21 @@ class RocketMQSink(_SinkBase):
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
             return
-        producer = self._producer()
         by_topic: dict[str, list[Any]] = {}
         for m in messages:
             by_topic.setdefault(m.topic, []).append(_rocketmq_message(m))
-        for batch in by_topic.values():
-            # A FIFO group must stay on its queue: send those one group at a time.
-            groups: dict[str | None, list[Any]] = {}
-            for msg in batch:
-                groups.setdefault(msg.message_group, []).append(msg)
-            for group, msgs in groups.items():
-                if group is None:
-                    producer.send_batch(msgs)
-                else:
-                    for msg in msgs:
-                        producer.send(msg)
+        with self._producer() as producer:
+            for batch in by_topic.values():
+                # A FIFO group must stay on its queue: send those one group at a time.
+                groups: dict[str | None, list[Any]] = {}
+                for msg in batch:
+                    groups.setdefault(msg.message_group, []).append(msg)
+                for group, msgs in groups.items():
+                    if group is None:
+                        producer.send_batch(msgs)
+                    else:
+                        for msg in msgs:
+                            producer.send(msg)
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,7 +257,7 @@ class RemotingSink(_SinkBase):
     each with its own keys (the row's key, then the deterministic write id), tag, properties
     and unique message id; a message group's rows go to the group's queue in order."""
 
-    def _producer(self) -> Any:
+    def _producer(self) -> AbstractContextManager[Any]:
         c = self.cfg
         return _started(
             "remoting-producer",
@@ -267,7 +274,9 @@ class RemotingSink(_SinkBase):
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
             return
-        self._producer().send_batch([_rocketmq_message(m) for m in messages])
+        batch = [_rocketmq_message(m) for m in messages]
+        with self._producer() as producer:
+            producer.send_batch(batch)
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,7 +315,7 @@ class NatsSink(_SinkBase):
     """Pipelined JetStream publishes with the NATS producer; the write id is the message's
     ``Nats-Msg-Id``, so a retried task is stored once within the stream's duplicate window."""
 
-    def _producer(self) -> Any:
+    def _producer(self) -> AbstractContextManager[Any]:
         c = self.cfg
         return _started(
             "nats-producer",
@@ -327,7 +336,8 @@ class NatsSink(_SinkBase):
                 properties[KEY_HEADER] = m.key.decode("utf-8", "surrogateescape")
             properties[MSG_ID_HEADER] = m.write_id or uuid.uuid4().hex
             batch.append(_native.Message(m.topic, m.value, properties=properties))
-        self._producer().send_batch(batch)
+        with self._producer() as producer:
+            producer.send_batch(batch)
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,7 +373,7 @@ class JmqSink(_SinkBase):
     (the key JMQ4 consumers de-duplicate by), the row's key travels as property
     ``ferrymq-key``. Rows of one message group go to one partition, in order."""
 
-    def _producer(self) -> Any:
+    def _producer(self) -> AbstractContextManager[Any]:
         c = self.cfg
         return _started(
             "jmq-producer",
@@ -375,7 +385,6 @@ class JmqSink(_SinkBase):
     def send(self, messages: Sequence[OutMessage]) -> None:
         if not messages:
             return
-        producer = self._producer()
         groups: dict[tuple[str, str | None], list[Any]] = {}
         for m in messages:
             props = dict(m.headers)
@@ -396,8 +405,9 @@ class JmqSink(_SinkBase):
                 )
             )
         # A batch goes to one partition (the group's, or one picked by the producer).
-        for batch in groups.values():
-            producer.send_batch(batch)
+        with self._producer() as producer:
+            for batch in groups.values():
+                producer.send_batch(batch)
 
 
 def _fits_business_id(key: str) -> bool:
