@@ -121,12 +121,14 @@ def test_async_listener_and_async_hooks(backend: Backend) -> None:
     class AsyncHooks(ferrymq.Interceptor):
         async def before(self, context: HookContext, messages: Sequence[Any]) -> None:
             await asyncio.sleep(0)
-            ran.append(("before", messages[0].body))
+            if context.point is HookPoint.CONSUME:
+                ran.append(("before", messages[0].body))
 
         async def after(
             self, context: HookContext, messages: Sequence[Any], error: BaseException | None
         ) -> None:
-            ran.append(("after", messages[0].body))
+            if context.point is HookPoint.CONSUME:
+                ran.append(("after", messages[0].body))
 
     async def listener(m: ferrymq.MessageView) -> None:
         assert ("before", m.body) in ran
@@ -307,3 +309,111 @@ async def test_async_publisher_after_sees_the_failure(backend: Backend) -> None:
     assert bodies == [b"x"]
     assert isinstance(error, ferrymq.BrokerError)
     assert str(error) == str(e.value)
+
+
+# -- the push consumer's own acks, nacks and dead-letter forwards ------------------------------
+
+
+def _paired(rec: Recorder, point: HookPoint) -> list[bytes]:
+    """The bodies of ``point``'s ``after`` calls, once every one has had its ``before``."""
+    before = sorted(rec.bodies("before", point))
+    after = sorted(rec.bodies("after", point))
+    assert before == after, (point, before, after)
+    return after
+
+
+def test_push_consumer_engine_settles_reach_the_hooks(backend: Backend) -> None:
+    bodies = backend.send(6)
+    failing = set(bodies[1::2])
+    rec = Recorder()
+    attempts: dict[bytes, int] = {}
+
+    def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
+        attempts[m.body] = attempts.get(m.body, 0) + 1
+        if m.body in failing and attempts[m.body] == 1:
+            return ferrymq.ConsumeResult.FAILURE
+        return ferrymq.ConsumeResult.SUCCESS
+
+    with backend.push_consumer(listener, interceptors=[rec]) as c:
+        client_id = c.client_id
+        wait_for(
+            "every message acked and the failures nacked",
+            lambda: (
+                set(rec.bodies("after", HookPoint.ACK)) >= set(bodies) - failing
+                and set(rec.bodies("after", HookPoint.NACK)) >= failing
+            ),
+        )
+    # close() returned: every reported attempt's hooks have run, in pairs.
+    acked = _paired(rec, HookPoint.ACK)
+    nacked = _paired(rec, HookPoint.NACK)
+    assert sorted(nacked) == sorted(failing)  # one nack each: their second attempt succeeds
+    assert set(bodies) - failing <= set(acked) <= set(bodies)
+    assert len(acked) == len(set(acked)), "a message acked twice"
+    assert c.stats()["acked"] == len(acked)
+    settle = [x for x in rec.contexts if x.point in (HookPoint.ACK, HookPoint.NACK)]
+    assert all(x.group == backend.group and x.protocol == backend.protocol for x in settle)
+    assert client_id is not None
+    assert all(x.client_id == client_id for x in settle)
+    afters = [x for x in settle if x.duration is not None]
+    assert len(afters) == len(settle) // 2
+    assert all(x.duration is not None and x.duration >= 0 for x in afters)
+    errors = [e for w, p, _, e in rec.calls if p in (HookPoint.ACK, HookPoint.NACK)]
+    assert errors == [None] * len(errors)
+    assert c._impl.undelivered_settle_events == 0
+
+
+def test_a_failed_ack_attempt_reaches_after_with_its_error(fresh_topic: FreshTopic) -> None:
+    b, topic = fresh_topic(queues=1)
+    with ferrymq.Producer(b.endpoints, topics=[topic]) as p:
+        p.send(ferrymq.Message(topic, b"retried ack"))
+    b.create_group("g-ack-error")
+    b.inject_status(0, "INTERNAL_SERVER_ERROR", rpc="AckMessage", count=1)
+    rec = Recorder()
+    with ferrymq.PushConsumer(
+        b.endpoints,
+        "g-ack-error",
+        subscriptions=[topic],
+        listener=lambda m: None,
+        interceptors=[rec],
+    ) as c:
+        wait_for("acked after a retry", lambda: c.stats()["acked"] == 1)
+    acks = [(w, bodies, e) for w, p, bodies, e in rec.calls if p is HookPoint.ACK]
+    # Each attempt is a before and an after: the first after carries the broker's refusal.
+    assert [w for w, _, _ in acks] == ["before", "after", "before", "after"]
+    assert all(bodies == [b"retried ack"] for _, bodies, _ in acks)
+    assert isinstance(acks[1][2], ferrymq.BrokerError)
+    assert "INTERNAL_SERVER_ERROR" in str(acks[1][2])
+    assert acks[3][2] is None
+
+
+def test_a_fifo_dead_letter_forward_reaches_the_hooks(fresh_topic: FreshTopic) -> None:
+    b, topic = fresh_topic("FIFO", queues=1, long_polling_max=1.0)
+    b.create_group("g-dlq", fifo=True, max_delivery_attempts=2, retry_backoff=[0.1])
+    with ferrymq.Producer(b.endpoints, topics=[topic]) as p:
+        for body in (b"poison", b"fine"):
+            p.send(ferrymq.Message(topic, body, message_group="one"))
+    rec = Recorder()
+
+    def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
+        if m.body == b"poison":
+            return ferrymq.ConsumeResult.FAILURE
+        return ferrymq.ConsumeResult.SUCCESS
+
+    with ferrymq.PushConsumer(
+        b.endpoints, "g-dlq", subscriptions=[topic], listener=listener, interceptors=[rec]
+    ) as c:
+        wait_for(
+            "poison dead-lettered, the next acked",
+            lambda: c.stats()["dead_lettered"] == 1 and c.stats()["acked"] == 1,
+            timeout=60,
+        )
+    assert _paired(rec, HookPoint.DEAD_LETTER) == [b"poison"]
+    assert _paired(rec, HookPoint.ACK) == [b"fine"]
+    # The forward is reported before the ack of the group's next message.
+    order = [(w, p, bs) for w, p, bs, _ in rec.calls if p in (HookPoint.DEAD_LETTER, HookPoint.ACK)]
+    assert order.index(("after", HookPoint.DEAD_LETTER, [b"poison"])) < order.index(
+        ("before", HookPoint.ACK, [b"fine"])
+    )
+    dlq = next(x for x in rec.contexts if x.point is HookPoint.DEAD_LETTER)
+    assert dlq.attempt == 2
+    assert [d["message_id"] for d in b.dead_letters("g-dlq")] != []

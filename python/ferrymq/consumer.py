@@ -23,7 +23,9 @@ Both classes are the native consumers (:class:`ferrymq._native.SimpleConsumer`,
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
@@ -587,9 +589,14 @@ class PushConsumer(_GroupConsumer):
             nats_options=nats_options,
         )
         chain = chain_of(interceptors, self._protocol, lambda: self._impl.client_id, group)
+        self._chain = chain
+        self._settle_hooks: threading.Thread | None = None
         self._impl = _native.PushConsumer(
             group=group,
             listener=listener if chain is None else _intercepted_listener(chain, listener),
+            # The engine acks, nacks and forwards on its own: it reports each attempt for the
+            # ACK, NACK and DEAD_LETTER hooks, which a thread of ours runs (batch by batch).
+            settle_events=None if chain is None else _SETTLE_EVENTS,
             consumption_threads=consumption_threads,
             max_cache_messages=max_cache_messages,
             max_cache_bytes=max_cache_bytes,
@@ -608,14 +615,37 @@ class PushConsumer(_GroupConsumer):
     def start(self) -> PushConsumer:
         """Connect and start consuming."""
         self._impl.start()
+        self._start_settle_hooks()
         _exit.track(self)
         return self
 
     async def start_async(self) -> PushConsumer:
         """Connect and start consuming; an ``async def`` listener runs on this event loop."""
         await self._impl.start_async()
+        self._start_settle_hooks()
         _exit.track(self)
         return self
+
+    def _start_settle_hooks(self) -> None:
+        if self._chain is None or self._settle_hooks is not None:
+            return
+        self._settle_hooks = threading.Thread(
+            target=self._chain.run_reported,
+            args=(self._impl.next_settle_events,),
+            name="ferrymq-settle-hooks",
+            daemon=True,
+        )
+        self._settle_hooks.start()
+
+    def _join_settle_hooks(self, timeout: _Seconds | None) -> None:
+        """Wait (up to ``timeout``, default 30 s) until the hooks of every settle attempt ran:
+        the closed engine reports what is left, then the thread ends."""
+        thread = self._settle_hooks
+        if thread is None or thread is threading.current_thread():
+            return
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        thread.join(30.0 if timeout is None else float(timeout))
 
     def _close_at_exit(self) -> None:
         # Interpreter exit with the consumer still running: close it while Python can still
@@ -627,16 +657,22 @@ class PushConsumer(_GroupConsumer):
         default ``shutdown_timeout``), then disconnect; stops the ``stats_callback``.
         Idempotent."""
         self._impl.close(timeout)
+        self._join_settle_hooks(timeout)
         self._stop_stats()
 
     async def close_async(self, timeout: _Seconds | None = None) -> None:
         await self._impl.close_async(timeout)
+        await asyncio.to_thread(self._join_settle_hooks, timeout)
         self._stop_stats()
 
     @property
     def fifo(self) -> bool | None:
         """Whether the group is consumed in FIFO order (RocketMQ: known once started)."""
         return self._impl.fifo
+
+
+#: Settle events the engine queues for the hooks' thread before its settling waits.
+_SETTLE_EVENTS = 1024
 
 
 def _listed(message: _Messages) -> list[MessageView]:

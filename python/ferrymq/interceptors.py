@@ -51,11 +51,14 @@ class HookPoint(enum.Enum):
     RECEIVE = "receive"
     #: a push consumer's listener call (one message)
     CONSUME = "consume"
-    #: an acknowledgement
+    #: an acknowledgement: a simple consumer's ``ack``; a push consumer's acks are made by its
+    #: engine, which reports each attempt (one call with the messages of one ``AckMessage``)
     ACK = "ack"
-    #: a change of invisible duration (the message is delivered again later)
+    #: a change of invisible duration (the message is delivered again later): a simple
+    #: consumer's ``nack``, or a push consumer's engine after a failed consumption
     NACK = "nack"
-    #: a push consumer's forward of a message to the dead-letter queue
+    #: a push consumer's forward of a message to the dead-letter queue (FIFO groups, at the
+    #: last attempt)
     DEAD_LETTER = "dead_letter"
     #: a transaction's commit (with the messages it sent)
     COMMIT = "commit"
@@ -216,6 +219,37 @@ class Chain:
         done = replace(ctx, duration=time.perf_counter() - started, outcome=outcome)
         for hook in self._after:
             self._run(hook, done, "after", messages, error)
+
+    def report(
+        self,
+        point: HookPoint,
+        before: bool,
+        messages: Sequence[Any],
+        error: BaseException | None,
+        duration: float | None,
+    ) -> None:
+        """The hooks of a step something else performed: a push consumer's engine reports its
+        acks, nacks and dead-letter forwards (before and after each attempt) afterwards."""
+        hooks = self._before if before else self._after
+        if not hooks:
+            return
+        ctx = self.context(point, messages)
+        if before:
+            for hook in hooks:
+                self._run(hook, ctx, "before", messages)
+            return
+        done = replace(ctx, duration=duration)
+        for hook in hooks:
+            self._run(hook, done, "after", messages, error)
+
+    def run_reported(
+        self, next_events: Callable[[], Sequence[tuple[str, bool, Any, Any, Any]] | None]
+    ) -> None:
+        """Run the hooks of every event ``next_events`` returns (a batch per call, waiting for
+        the first) until it returns ``None``."""
+        while (events := next_events()) is not None:
+            for point, before, messages, error, duration in events:
+                self.report(HookPoint(point), before, messages, error, duration)
 
     def call(
         self,

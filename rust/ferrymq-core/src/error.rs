@@ -100,6 +100,17 @@ impl Error {
         Ok(())
     }
 
+    /// A copy to report elsewhere (to an observer): the same kind, broker status and text,
+    /// the source chain kept as text.
+    pub fn to_report(&self) -> Self {
+        Self {
+            kind: self.kind,
+            message: self.to_string(),
+            status: self.status.clone(),
+            source: None,
+        }
+    }
+
     /// Use of a closed client.
     pub fn closed(what: impl Into<String>) -> Self {
         Self::new(ErrorKind::Closed, what)

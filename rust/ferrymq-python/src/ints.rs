@@ -106,6 +106,7 @@ named!(
     queue,
     queues,
     receive_batch_size,
+    settle_events,
     refill_allowed_at,
     replicas,
     start,

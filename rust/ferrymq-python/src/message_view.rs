@@ -20,6 +20,16 @@ fn secs(ms: Option<i64>) -> Option<f64> {
     ms.map(|m| m as f64 / 1000.0)
 }
 
+impl PyMessageView {
+    /// The Python view of a received message.
+    pub fn new(inner: Arc<MessageView>) -> Self {
+        Self {
+            inner,
+            transaction_id: None,
+        }
+    }
+}
+
 #[pymethods]
 impl PyMessageView {
     #[getter]

@@ -7,15 +7,16 @@ use std::time::Duration;
 use ferrymq_core::consumer_backend::{ConsumerBackend, ConsumerTarget};
 use ferrymq_core::metrics::ClientMetrics;
 use ferrymq_core::rocketmq::listener::{Listener, WorkerPool};
-use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, StatsSnapshot};
+use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, SettleEvent, StatsSnapshot};
 use ferrymq_core::Error;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
-use pyo3::types::{IntoPyDict, PyDict};
+use pyo3::types::{IntoPyDict, PyDict, PyList};
 
 use crate::aio::future_into_py;
 use crate::durations::timeout_or;
-use crate::errors::{invalid, to_pyerr};
+use crate::errors::{invalid, to_pyerr, to_pyerr_ref};
+use crate::message_view::PyMessageView;
 use crate::metrics::{metrics_into, percentiles_arg, snapshot_dict};
 use crate::runtime::RuntimeRef;
 
@@ -50,11 +51,27 @@ pub struct PyPushConsumer {
     life: Life<(Consumer, PrivateLoop)>,
     /// The counters and metrics of the consumer once closed (`stats()` still shows them).
     last_stats: Mutex<Option<(StatsSnapshot, ClientMetrics)>>,
+    /// The closed consumer while its settle events may still be read (`settle_events=` set).
+    closed_consumer: Mutex<Option<Consumer>>,
 }
 
 impl PyPushConsumer {
     fn running(&self) -> PyResult<Consumer> {
         self.life.running(|(c, _)| Arc::clone(c))
+    }
+
+    /// Keep a closed consumer whose settle events may not all have been read yet.
+    fn keep_for_events(&self, c: &Consumer) {
+        if self.config.settle_events.is_some() {
+            *self.closed_consumer.lock() = Some(Arc::clone(c));
+        }
+    }
+
+    /// The running consumer, or the closed one kept for its settle events.
+    fn observed(&self) -> Option<Consumer> {
+        self.life
+            .map_running(|(c, _)| Arc::clone(c))
+            .or_else(|| self.closed_consumer.lock().clone())
     }
 
     /// The attributes of the consumer's process spans (`ferrymq.telemetry`), made once:
@@ -177,7 +194,7 @@ fn is_coroutine_function(py: Python<'_>, f: &Bound<'_, PyAny>) -> PyResult<bool>
 #[pymethods]
 impl PyPushConsumer {
     #[new]
-    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, fifo_pipelining=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None, jmq=None, nats=None, nats_stream=None, nats_ack_wait=None))]
+    #[pyo3(signature = (endpoints, group, *, subscriptions, listener, consumption_threads=20, max_cache_messages=4096, max_cache_bytes=67108864, fifo_accelerator=false, fifo_pipelining=false, receive_batch_size=None, max_concurrent_receives=4, shutdown_timeout=None, settle_events=None, credentials=None, namespace=None, tls=None, request_timeout=None, route_refresh_interval=None, settings_sync_interval=None, jmq=None, nats=None, nats_stream=None, nats_ack_wait=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -193,6 +210,7 @@ impl PyPushConsumer {
         #[pyo3(from_py_with = crate::ints::receive_batch_size)] receive_batch_size: Option<u32>,
         #[pyo3(from_py_with = crate::ints::max_concurrent_receives)] max_concurrent_receives: usize,
         shutdown_timeout: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = crate::ints::settle_events)] settle_events: Option<usize>,
         credentials: Option<&Bound<'_, PyAny>>,
         namespace: Option<String>,
         tls: Option<&Bound<'_, PyAny>>,
@@ -260,6 +278,7 @@ impl PyPushConsumer {
             fifo_pipelining,
             receive_batch_size,
             max_concurrent_receives,
+            settle_events,
             ..Default::default()
         };
         config.validate().map_err(to_pyerr)?;
@@ -277,6 +296,7 @@ impl PyPushConsumer {
             )?,
             life: Life::new(),
             last_stats: Mutex::new(None),
+            closed_consumer: Mutex::new(None),
         })
     }
 
@@ -394,6 +414,55 @@ impl PyPushConsumer {
         snapshot_dict(py, &metrics, closed, &gauges).map(Some)
     }
 
+    /// Up to `max` settle attempts the engine reported (with `settle_events=` set), waiting
+    /// for the first with the GIL released: a list of `(point, before, messages, error,
+    /// duration)` where `point` is `"ack"`, `"nack"` or `"dead_letter"`, `before` tells the
+    /// event before the attempt from the one after it, `error` is the exception of a failed
+    /// attempt and `duration` its seconds (after only). `None` when not observed, not
+    /// started, or closed with every event read.
+    #[pyo3(signature = (max=256))]
+    fn next_settle_events<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = crate::ints::max)] max: usize,
+    ) -> PyResult<Option<Bound<'py, PyList>>> {
+        let Some(c) = self.observed() else {
+            return Ok(None);
+        };
+        let events = self
+            .rt
+            .block_on(py, async move { Ok(c.settle_events(max).await) })?;
+        let Some(events) = events else {
+            return Ok(None);
+        };
+        let out = PyList::empty(py);
+        for event in events {
+            let (op, before, messages, error, duration) = match event {
+                SettleEvent::Before { op, messages } => (op, true, messages, None, None),
+                SettleEvent::After {
+                    op,
+                    messages,
+                    error,
+                    duration,
+                } => (op, false, messages, error, Some(duration.as_secs_f64())),
+            };
+            let views = PyList::empty(py);
+            for m in messages {
+                views.append(PyMessageView::new(m))?;
+            }
+            let error = error.map(|e| to_pyerr_ref(&e).into_value(py));
+            out.append((op.as_str(), before, views, error, duration))?;
+        }
+        Ok(Some(out))
+    }
+
+    /// Settle events the engine could not deliver (the shutdown deadline passed while
+    /// nobody read them).
+    #[getter]
+    fn undelivered_settle_events(&self) -> u64 {
+        self.observed().map_or(0, |c| c.undelivered_settle_events())
+    }
+
     /// Whether the broker configured the group for FIFO consumption (known once started).
     #[getter]
     fn fifo(&self) -> Option<bool> {
@@ -439,10 +508,11 @@ impl PyPushConsumer {
         subscriptions_dict(py, subs)
     }
 
-    /// The client id sent to brokers (`x-mq-client-id`), once started.
+    /// The client id sent to brokers (`x-mq-client-id`), once started (kept after `close()`
+    /// while its settle events are read).
     #[getter]
     fn client_id(&self) -> Option<String> {
-        self.life.map_running(|(c, _)| c.rpc().client_id())
+        self.observed().map(|c| c.rpc().client_id())
     }
 
     /// Stop: no new receives, running callbacks finish (up to `timeout`, default the
@@ -460,6 +530,7 @@ impl PyPushConsumer {
             Ok(())
         });
         *self.last_stats.lock() = Some((c.stats(), c.metrics().clone()));
+        self.keep_for_events(&c);
         if let Some(l) = private {
             stop_private_loop(py, &l);
         }
@@ -483,6 +554,7 @@ impl PyPushConsumer {
                 let stats = (c.stats(), c.metrics().clone());
                 Python::attach(|py| {
                     *this.get().last_stats.lock() = Some(stats);
+                    this.get().keep_for_events(&c);
                     if let Some(l) = private {
                         stop_private_loop(py, &l);
                     }

@@ -25,6 +25,7 @@ use super::context::{Context, PushConsumerConfig, SettleHandle};
 use super::process_queue::ProcessQueue;
 use super::receive::receive_loop;
 use super::settle;
+use super::settle_events::{self, SettleEvent, SettleEventReceiver};
 use super::stats::{ConsumerStats, StatsSnapshot};
 use crate::error::Result;
 use crate::metrics::ClientMetrics;
@@ -88,6 +89,8 @@ pub struct PushConsumer<R: ConsumerRpc> {
     changes: tokio::sync::Mutex<()>,
     scanner: Mutex<Option<JoinHandle<()>>>,
     settler: Mutex<Option<JoinHandle<()>>>,
+    /// Settle attempts, when `config.settle_events` asked for them.
+    events: Option<SettleEventReceiver>,
 }
 
 fn readable(mq: &proto::MessageQueue) -> bool {
@@ -109,6 +112,7 @@ impl<R: ConsumerRpc> PushConsumer<R> {
         let fifo = rpc.settings().fifo;
         let (settle, settle_rx) = SettleHandle::channel();
         let metrics = ClientMetrics::new(rpc.client_identity().with_group(config.group.clone()));
+        let (events_tx, events) = config.settle_events.map(settle_events::channel).unzip();
         let ctx = Arc::new(Context {
             metrics,
             rpc,
@@ -122,6 +126,7 @@ impl<R: ConsumerRpc> PushConsumer<R> {
             closing: CancellationToken::new(),
             abandon: CancellationToken::new(),
             stopped: CancellationToken::new(),
+            events: events_tx,
         });
         let assigned: Assignments = Arc::default();
         let settler = tokio::spawn(settle::run(ctx.clone(), settle_rx));
@@ -132,7 +137,22 @@ impl<R: ConsumerRpc> PushConsumer<R> {
             changes: tokio::sync::Mutex::new(()),
             scanner: Mutex::new(Some(scanner)),
             settler: Mutex::new(Some(settler)),
+            events,
         })
+    }
+
+    /// Up to `max` settle attempts reported since the last call (see [`SettleEvent`]), waiting
+    /// for the first; `None` when not observed (`config.settle_events`), or once the consumer
+    /// is closed and every event was read.
+    pub async fn settle_events(&self, max: usize) -> Option<Vec<SettleEvent>> {
+        self.events.as_ref()?.next(max, &self.ctx.stopped).await
+    }
+
+    /// Settle events never delivered (the shutdown deadline passed while the channel was full).
+    pub fn undelivered_settle_events(&self) -> u64 {
+        self.events
+            .as_ref()
+            .map_or(0, SettleEventReceiver::undelivered)
     }
 
     /// The RPCs the consumer sends.

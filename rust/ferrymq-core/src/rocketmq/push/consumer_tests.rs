@@ -9,6 +9,7 @@ use crate::rocketmq::consumer_rpc::ConsumerSettings;
 use crate::rocketmq::listener::{BatchListener, WorkerPool};
 use crate::rocketmq::message_view::MessageView;
 use crate::rocketmq::push::context::DEFAULT_MAX_CONCURRENT_RECEIVES;
+use crate::rocketmq::push::settle_events::SettleOp;
 use crate::rocketmq::settings::{Backoff, RetryPolicy};
 use crate::test_support::wait_for;
 
@@ -428,5 +429,136 @@ async fn receives_settles_and_listener_calls_are_recorded_in_the_metrics() {
     let lat = process.latency_ms.as_ref().unwrap();
     assert!(lat.percentiles[0].1 <= lat.percentiles[1].1 && lat.percentiles[1].1 <= lat.max);
     assert_eq!(c.metrics().identity().consumer_group.as_deref(), Some("g"));
+    c.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Read settle events until `done` holds for what was read (or the consumer closed).
+async fn read_events(
+    c: &PushConsumer<FakeBroker>,
+    done: impl Fn(&[SettleEvent]) -> bool,
+) -> Vec<SettleEvent> {
+    let mut all = Vec::new();
+    let read = async {
+        while !done(&all) {
+            match c.settle_events(256).await {
+                Some(batch) => all.extend(batch),
+                None => break,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("settle events in time");
+    all
+}
+
+/// `(op, before, message ids, failed)` of each event.
+fn summary(events: &[SettleEvent]) -> Vec<(SettleOp, bool, Vec<String>, bool)> {
+    let ids = |ms: &[Arc<MessageView>]| ms.iter().map(|m| m.message_id().to_owned()).collect();
+    events
+        .iter()
+        .map(|e| match e {
+            SettleEvent::Before { op, messages } => (*op, true, ids(messages), false),
+            SettleEvent::After {
+                op,
+                messages,
+                error,
+                ..
+            } => (*op, false, ids(messages), error.is_some()),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_attempts_are_reported_before_and_after_when_observed() {
+    let broker = loaded(1, 1, b"x");
+    broker.fail_acks.store(1, Ordering::Relaxed);
+    let observed = PushConsumerConfig {
+        settle_events: Some(4),
+        ..config()
+    };
+    let c = start(&broker, observed, 1, |_| ConsumeResult::Success);
+    let events = read_events(&c, |e| summary(e).iter().any(|s| !s.1 && !s.3)).await;
+    let m0 = vec!["m0".to_owned()];
+    assert_eq!(
+        summary(&events),
+        vec![
+            (SettleOp::Ack, true, m0.clone(), false),
+            (SettleOp::Ack, false, m0.clone(), true),
+            (SettleOp::Ack, true, m0.clone(), false),
+            (SettleOp::Ack, false, m0, false),
+        ]
+    );
+    c.shutdown(Duration::from_secs(5)).await;
+    assert!(c.settle_events(16).await.is_none(), "closed and drained");
+    assert_eq!(c.undelivered_settle_events(), 0);
+
+    // A failed consumption's nack, then the ack of its second attempt.
+    let broker = loaded(1, 1, b"x");
+    let observed = PushConsumerConfig {
+        settle_events: Some(4),
+        ..config()
+    };
+    let c = start(&broker, observed, 1, |m| {
+        if m.delivery_attempt() == 1 {
+            ConsumeResult::Failure
+        } else {
+            ConsumeResult::Success
+        }
+    });
+    let events = read_events(&c, |e| {
+        summary(e).iter().any(|s| s.0 == SettleOp::Ack && !s.1)
+    })
+    .await;
+    let ops: Vec<(SettleOp, bool)> = summary(&events).iter().map(|s| (s.0, s.1)).collect();
+    assert_eq!(
+        ops,
+        vec![
+            (SettleOp::Nack, true),
+            (SettleOp::Nack, false),
+            (SettleOp::Ack, true),
+            (SettleOp::Ack, false),
+        ]
+    );
+    c.shutdown(Duration::from_secs(5)).await;
+
+    // The FIFO dead-letter forward, with a channel of one event: the settler waits for the
+    // reader, and nothing is lost.
+    let broker = fifo_broker(2, 1, 1);
+    let observed = PushConsumerConfig {
+        settle_events: Some(1),
+        ..config()
+    };
+    let c = start(&broker, observed, 1, |_| ConsumeResult::Failure);
+    let events = read_events(&c, |e| {
+        summary(e)
+            .iter()
+            .any(|s| s.0 == SettleOp::DeadLetter && !s.1)
+    })
+    .await;
+    let s = summary(&events);
+    assert_eq!(
+        s,
+        vec![
+            (SettleOp::DeadLetter, true, vec!["g0-00".to_owned()], false),
+            (SettleOp::DeadLetter, false, vec!["g0-00".to_owned()], false),
+        ]
+    );
+    assert_eq!(broker.dlq.lock().len(), 1);
+    c.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unobserved_consumers_report_nothing() {
+    let broker = loaded(1, 3, b"x");
+    let c = start(&broker, config(), 1, |_| ConsumeResult::Success);
+    wait_for("all acked", || broker.acked.lock().len() == 3).await;
+    assert!(c.settle_events(16).await.is_none());
+    let zero = PushConsumerConfig {
+        settle_events: Some(0),
+        ..config()
+    };
+    let err = zero.validate().unwrap_err();
+    assert!(err.to_string().contains("settle_events"), "{err}");
     c.shutdown(Duration::from_secs(5)).await;
 }

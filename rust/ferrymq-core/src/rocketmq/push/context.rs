@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::process_queue::ProcessQueue;
+use super::settle_events::{SettleEvent, SettleEventSender};
 use super::stats::ConsumerStats;
 use crate::error::{Error, Result};
 use crate::metrics::ClientMetrics;
@@ -66,6 +67,10 @@ pub struct PushConsumerConfig {
     /// assignment scan. `None`: three times the sum of the long-polling timeout and
     /// [`IDLE_REQUEST_MARGIN`], as the Java client does.
     pub max_idle: Option<Duration>,
+    /// Report every settle attempt (before and after, with its messages) on a channel of this
+    /// many events, read through [`PushConsumer::settle_events`](super::PushConsumer::settle_events);
+    /// `None`: not observed (nothing is built).
+    pub settle_events: Option<usize>,
 }
 
 /// The request time-out added to the long-polling timeout in the default
@@ -85,6 +90,7 @@ impl Default for PushConsumerConfig {
             assignment_interval: DEFAULT_ASSIGNMENT_INTERVAL,
             max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
             max_idle: None,
+            settle_events: None,
         }
     }
 }
@@ -114,6 +120,9 @@ impl PushConsumerConfig {
         if self.max_idle.is_some_and(|d| d.is_zero()) {
             return Err(Error::invalid("max_idle", "must be positive"));
         }
+        if self.settle_events == Some(0) {
+            return Err(Error::invalid("settle_events", "must be at least 1"));
+        }
         Ok(())
     }
 }
@@ -140,6 +149,8 @@ pub(crate) struct Context<R: ConsumerRpc> {
     pub(crate) abandon: CancellationToken,
     /// Cancelled when shutdown is over: the settler exits.
     pub(crate) stopped: CancellationToken,
+    /// Where settle attempts are reported, when observed.
+    pub(crate) events: Option<SettleEventSender>,
 }
 
 impl<R: ConsumerRpc> Context<R> {
@@ -174,6 +185,19 @@ impl<R: ConsumerRpc> Context<R> {
 
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.is_cancelled()
+    }
+
+    /// Whether settle attempts are observed (build their events only then).
+    pub(crate) fn observed(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// Report a settle step, when observed (waits for room in the channel, up to the shutdown
+    /// deadline).
+    pub(crate) async fn observe(&self, event: impl FnOnce() -> SettleEvent) {
+        if let Some(events) = &self.events {
+            events.send(event(), &self.abandon).await;
+        }
     }
 
     /// FIFO consumption in the workflow's order: a lane waits for the broker to accept each

@@ -6,7 +6,8 @@
 //! | --- | --- | --- |
 //! | [`stats`] | [`ConsumerStats`], [`StatsSnapshot`] | nothing |
 //! | [`process_queue`] | [`ProcessQueue`]: the per-queue message cache | `stats` |
-//! | [`context`] | [`PushConsumerConfig`], the shared `Context`, the settle channel | `stats`, `process_queue` |
+//! | [`settle_events`] | [`SettleEvent`]: settle attempts reported to observers (interceptors) | nothing |
+//! | [`context`] | [`PushConsumerConfig`], the shared `Context`, the settle channel | `stats`, `process_queue`, `settle_events` |
 //! | [`settle`] | the settler task: coalesced acks, nacks, DLQ forwards, retries | `context` |
 //! | [`consume_service`] | standard and FIFO consumption | `context`, `process_queue`, `settle` |
 //! | [`receive`] | the receive loop of a process queue | `context`, `process_queue`, `consume_service` |
@@ -20,6 +21,7 @@ pub mod context;
 pub mod process_queue;
 pub mod receive;
 pub mod settle;
+pub mod settle_events;
 pub mod stats;
 
 #[cfg(test)]
@@ -31,4 +33,5 @@ pub use context::{
     DEFAULT_MAX_CACHE_MESSAGES, DEFAULT_MAX_CONCURRENT_RECEIVES,
 };
 pub use process_queue::ProcessQueue;
+pub use settle_events::{SettleEvent, SettleOp};
 pub use stats::{ConsumerStats, StatsSnapshot};

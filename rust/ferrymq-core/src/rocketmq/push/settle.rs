@@ -18,8 +18,8 @@
 //! ack ([`Settled`]) before it starts its next message.
 //!
 //! The channel itself (`SettleHandle` and its jobs) is part of the shared `Context` in
-//! [`super::context`]; this module is the task that reads it and imports nothing else from the
-//! push consumer.
+//! [`super::context`]; this module is the task that reads it. When observed, every attempt is
+//! reported before and after ([`super::settle_events`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
 
 use super::context::{Context, Job, Kind, Settled};
+use super::settle_events::{Attempt, SettleEvent, SettleOp};
 use crate::error::{Error, Result};
 use crate::metrics::Operation;
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
@@ -177,6 +178,16 @@ pub(crate) async fn run<R: ConsumerRpc>(
 
 async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
     let source = jobs[0].view.source().clone();
+    let observed = ctx.observed();
+    if observed {
+        let messages = jobs.iter().map(|j| j.view.clone()).collect();
+        ctx.observe(|| SettleEvent::Before {
+            op: SettleOp::Ack,
+            messages,
+        })
+        .await;
+    }
+    let attempt = Attempt::start();
     let views: Vec<&MessageView> = jobs.iter().map(|j| &*j.view).collect();
     let timing = ctx.metrics.begin(Operation::Ack);
     let result = ctx.rpc.ack(&source, &views).await;
@@ -185,6 +196,9 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
         Err(e) => timing.finish(&source.topic.name, views.len() as u64, Err(e)),
     }
     drop(views);
+    if observed {
+        report_ack(ctx, &jobs, &result, &attempt).await;
+    }
     let mut retry = Vec::new();
     match result {
         Ok(results) => {
@@ -257,12 +271,56 @@ async fn ack_batch<R: ConsumerRpc>(ctx: &Arc<Context<R>>, jobs: Vec<Job>) {
     }
 }
 
+/// The `After` events of one `AckMessage`: one for the entries the broker accepted, one per
+/// entry it refused, one for all when the call itself failed.
+async fn report_ack<R: ConsumerRpc>(
+    ctx: &Arc<Context<R>>,
+    jobs: &[Job],
+    result: &Result<Vec<Result<()>>>,
+    attempt: &Attempt,
+) {
+    let duration = attempt.started.elapsed();
+    let after = |messages, error| SettleEvent::After {
+        op: SettleOp::Ack,
+        messages,
+        error,
+        duration,
+    };
+    match result {
+        Err(e) => {
+            let all = jobs.iter().map(|j| j.view.clone()).collect();
+            ctx.observe(|| after(all, Some(Arc::new(e.to_report()))))
+                .await;
+        }
+        Ok(entries) => {
+            let mut accepted = Vec::new();
+            let mut refused = Vec::new();
+            for (i, job) in jobs.iter().enumerate() {
+                match entries.get(i) {
+                    Some(Ok(())) => accepted.push(job.view.clone()),
+                    Some(Err(e)) => refused.push((job.view.clone(), e.to_report())),
+                    None => refused.push((
+                        job.view.clone(),
+                        Error::protocol("the ack's answer has no entry for this message"),
+                    )),
+                }
+            }
+            if !accepted.is_empty() {
+                ctx.observe(|| after(accepted, None)).await;
+            }
+            for (view, e) in refused {
+                ctx.observe(|| after(vec![view], Some(Arc::new(e)))).await;
+            }
+        }
+    }
+}
+
 async fn nack_until_done<R: ConsumerRpc>(ctx: Arc<Context<R>>, job: Job) {
     let how = nack(&ctx, &job.view).await;
     job.finish(how);
 }
 
-async fn nack<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &MessageView) -> Settled {
+async fn nack<R: ConsumerRpc>(ctx: &Arc<Context<R>>, view: &Arc<MessageView>) -> Settled {
     let delay = ctx
         .rpc
         .settings()
@@ -298,16 +356,40 @@ pub(crate) async fn forward_to_dlq_until_done<R: ConsumerRpc>(
 /// `accepted`), the broker refuses the receipt handle, or the consumer gives up.
 async fn until_done<R: ConsumerRpc, T, F: Future<Output = Result<T>>>(
     ctx: &Arc<Context<R>>,
-    view: &MessageView,
+    view: &Arc<MessageView>,
     (operation, what): (Operation, &str),
     mut op: impl FnMut() -> F,
     accepted: impl FnOnce(T),
 ) -> Settled {
     let mut failures = 0u32;
+    let observed = ctx.observed().then(|| {
+        if operation == Operation::DeadLetter {
+            SettleOp::DeadLetter
+        } else {
+            SettleOp::Nack
+        }
+    });
     loop {
+        if let Some(op) = observed {
+            let messages = vec![view.clone()];
+            ctx.observe(|| SettleEvent::Before { op, messages }).await;
+        }
+        let attempt = Attempt::start();
         let timing = ctx.metrics.begin(operation);
         let result = op().await;
         timing.finish(view.topic(), 1, result.as_ref().map(|_| ()));
+        if let Some(op) = observed {
+            let error = result.as_ref().err().map(|e| Arc::new(e.to_report()));
+            let messages = vec![view.clone()];
+            let duration = attempt.started.elapsed();
+            ctx.observe(|| SettleEvent::After {
+                op,
+                messages,
+                error,
+                duration,
+            })
+            .await;
+        }
         match result {
             Ok(v) => {
                 accepted(v);
