@@ -642,3 +642,74 @@ def test_a_process_span_over_messages_of_several_traces_links_each() -> None:
         assert span.attributes["error.type"] == "consume_failure"
     finally:
         o.close()
+
+
+# -- the RocketMQ Java client's metrics ---------------------------------------------------------
+
+
+def test_rocketmq_clients_export_the_java_clients_metrics(
+    server: Server, unique: Callable[[str], str], otel: Otel
+) -> None:
+    topic, group = unique("t"), unique("g")
+    server.setup({topic: "NORMAL"}, [group])
+    with ferrymq.Producer(server.endpoints, topics=[topic]) as p:
+        for i in range(7):
+            p.send(Message(topic, b"m%d" % i))
+        producer_id = p.client_id
+        sent = otel.collect()
+    calls: list[int] = []
+
+    def listener(m: ferrymq.MessageView) -> ferrymq.ConsumeResult:
+        calls.append(1)
+        # The first call fails: process time has both statuses.
+        return ferrymq.ConsumeResult.FAILURE if len(calls) == 1 else ferrymq.ConsumeResult.SUCCESS
+
+    with ferrymq.PushConsumer(server.endpoints, group, subscriptions=topic, listener=listener) as c:
+        wait_for("7 acked", lambda: c.stats()["acked"] == 7, timeout=120)
+        consumer_id = c.client_id
+        data = otel.collect()
+
+    cost = points(sent, "rocketmq_send_cost_time", topic=topic)
+    assert [(p.count, dict(p.attributes)) for p in cost] == [
+        (7, {"topic": topic, "client_id": producer_id, "invocation_status": "success"})
+    ]
+    (m,) = [metric(sent, "rocketmq_send_cost_time")]
+    assert m.unit == "ms"
+    assert list(cost[0].explicit_bounds) == [1, 5, 10, 20, 50, 200, 500]
+    assert sum(cost[0].bucket_counts) == 7
+    assert 0 < cost[0].min <= cost[0].max
+
+    mine = {"topic": topic, "client_id": consumer_id, "consumer_group": group}
+    process = points(data, "rocketmq_process_time", **mine)
+    by_status = {p.attributes["invocation_status"]: p.count for p in process}
+    assert by_status == {"failure": 1, "success": 7}
+    assert list(process[0].explicit_bounds) == [1, 5, 10, 100, 10000, 60000]
+    (waited,) = points(data, "rocketmq_await_time", **mine)
+    assert waited.count == 8
+    assert list(waited.explicit_bounds) == [1, 5, 20, 100, 1000, 5000, 10000]
+    assert "invocation_status" not in waited.attributes
+    # The broker says when it delivered each receive's messages (a real proxy and the
+    # embedded broker alike): every delivery is measured.
+    (latency,) = points(data, "rocketmq_delivery_latency", **mine)
+    assert latency.count == 8
+    assert latency.min >= 0
+    cached = points(data, "rocketmq_consumer_cached_messages", **mine)
+    assert [p.value for p in cached] == [0]
+    assert [p.value for p in points(data, "rocketmq_consumer_cached_bytes", **mine)] == [0]
+
+
+def test_other_protocols_have_no_rocketmq_metrics(backend: Backend, otel: Otel) -> None:
+    if backend.protocol == "rocketmq":
+        pytest.skip("the other protocols")
+    backend.send(3)
+    with backend.push_consumer(lambda m: None) as c:
+        wait_for("3 acked", lambda: c.stats()["acked"] == 3)
+        data = otel.collect()
+    names = {
+        m.name
+        for rm in (data.resource_metrics if data else ())
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert "messaging.process.duration" in names
+    assert not {n for n in names if n.startswith("rocketmq_")}

@@ -21,6 +21,12 @@ overflow series):
 * ``ferrymq.consumer.cached.messages`` / ``ferrymq.consumer.cached.bytes`` (gauges): the push
   consumer's cache of received, unsettled messages.
 
+RocketMQ clients also export the Java client's metrics under its names, units (ms), buckets
+and attributes (``topic``, ``client_id``, ``consumer_group``, ``invocation_status``):
+``rocketmq_send_cost_time``, ``rocketmq_delivery_latency``, ``rocketmq_await_time``,
+``rocketmq_process_time`` (histograms) and ``rocketmq_consumer_cached_messages`` /
+``rocketmq_consumer_cached_bytes`` (gauges per topic), for dashboards made for that client.
+
 ``messaging.client.id`` keeps two clients with otherwise equal attributes apart where the
 protocol gives each client an id of its own (RocketMQ). Where it does not (a JMQ4 client's id
 is its app's, a JetStream consumer's its group's), clients whose attributes are all equal are
@@ -131,14 +137,24 @@ def _series_attributes(base: dict[str, Any], s: dict[str, Any]) -> dict[str, Any
     return a
 
 
+def _rocketmq_attributes(snap: dict[str, Any], s: dict[str, Any]) -> dict[str, Any]:
+    """The Java client's attributes of one of its histograms' series."""
+    a: dict[str, Any] = {"topic": s["topic"], "client_id": snap["client_id"]}
+    if s["consumer"] and snap["group"] is not None:
+        a["consumer_group"] = snap["group"]
+    if s["status"] is not None:
+        a["invocation_status"] = s["status"]
+    return a
+
+
 def _delta_extremes(
-    s: dict[str, Any], prev: dict[str, Any], buckets: list[int]
+    s: dict[str, Any], prev: dict[str, Any], buckets: list[int], bounds: Sequence[float]
 ) -> tuple[float, float]:
     """``min`` and ``max`` of a delta interval (see the module documentation)."""
     nonzero = [i for i, n in enumerate(buckets) if n]
     lo_i, hi_i = nonzero[0], nonzero[-1]
-    lo = BOUNDS[lo_i - 1] if lo_i > 0 else 0.0
-    hi = BOUNDS[hi_i] if hi_i < len(BOUNDS) else float(s["max"])
+    lo = bounds[lo_i - 1] if lo_i > 0 else 0.0
+    hi = bounds[hi_i] if hi_i < len(bounds) else float(s["max"])
     mn = float(s["min"]) if s["min"] < prev["min"] else max(lo, float(s["min"]))
     mx = float(s["max"]) if s["max"] > prev["max"] else min(hi, float(s["max"]))
     return mn, max(mn, mx)
@@ -213,6 +229,10 @@ class _Points:
         self.consumed: list[NumberDataPoint] = []
         self.cached_messages: list[NumberDataPoint] = []
         self.cached_bytes: list[NumberDataPoint] = []
+        #: The Java client's histograms by name, and its cache gauges.
+        self.rocketmq: dict[str, list[HistogramDataPoint]] = {}
+        self.rocketmq_cached_messages: list[NumberDataPoint] = []
+        self.rocketmq_cached_bytes: list[NumberDataPoint] = []
 
 
 class MetricsBridge:
@@ -318,11 +338,27 @@ class MetricsBridge:
                 self._series(
                     points, s, previous.get(key), attrs, created, since, now, hist_t, sum_t
                 )
+            for s in snap.get("rocketmq", ()):
+                key = (s["name"], s["topic"], s["status"], True)
+                current[key] = s
+                attrs = _rocketmq_attributes(snap, s)
+                prev = previous.get(key)
+                point = _histogram_point(s, prev, attrs, s["bounds"], created, since, now, hist_t)
+                if point is not None:
+                    points.rocketmq.setdefault(s["name"], []).append(point)
             state.previous[client] = current
             for name, value in snap["gauges"].items():
                 target = getattr(points, name, None)
                 if target is not None:
                     target.append(NumberDataPoint(base, created, now, value))
+            for topic, (messages, size) in snap.get("cached_by_topic", {}).items():
+                attrs = {"topic": topic, "client_id": snap["client_id"]}
+                if snap["group"] is not None:
+                    attrs["consumer_group"] = snap["group"]
+                points.rocketmq_cached_messages.append(
+                    NumberDataPoint(attrs, created, now, messages)
+                )
+                points.rocketmq_cached_bytes.append(NumberDataPoint(attrs, created, now, size))
         state.last_time = now
         return self._assemble(points, hist_t, sum_t)
 
@@ -338,30 +374,8 @@ class MetricsBridge:
         hist_t: AggregationTemporality,
         sum_t: AggregationTemporality,
     ) -> None:
-        buckets = list(s["buckets"])
-        count, total = s["count"], s["sum"]
-        mn, mx = float(s["min"]), float(s["max"])
-        start = created
-        if hist_t is AggregationTemporality.DELTA:
-            start = since
-            if prev is not None:
-                buckets = [a - b for a, b in zip(buckets, prev["buckets"], strict=True)]
-                count -= prev["count"]
-                total -= prev["sum"]
-                if count > 0:
-                    mn, mx = _delta_extremes(s, prev, buckets)
-        if count > 0:
-            point = HistogramDataPoint(
-                attributes=attrs,
-                start_time_unix_nano=start,
-                time_unix_nano=now,
-                count=count,
-                sum=max(total, 0.0),
-                bucket_counts=buckets,
-                explicit_bounds=BOUNDS,
-                min=mn,
-                max=mx,
-            )
+        point = _histogram_point(s, prev, attrs, BOUNDS, created, since, now, hist_t)
+        if point is not None:
             (points.process if s["operation"] == "process" else points.duration).append(point)
         target = {"send": points.sent, "receive": points.consumed}.get(s["operation"])
         if target is None:
@@ -381,9 +395,9 @@ class MetricsBridge:
     ) -> list[Metric]:
         out: list[Metric] = []
 
-        def hist(name: str, desc: str, pts: Sequence[HistogramDataPoint]) -> None:
+        def hist(name: str, desc: str, pts: Sequence[HistogramDataPoint], unit: str = "s") -> None:
             if pts:
-                out.append(Metric(name, desc, "s", Histogram(_merge_histograms(pts), hist_t)))
+                out.append(Metric(name, desc, unit, Histogram(_merge_histograms(pts), hist_t)))
 
         def counter(name: str, desc: str, pts: Sequence[NumberDataPoint]) -> None:
             if pts:
@@ -421,4 +435,69 @@ class MetricsBridge:
             "By",
             p.cached_bytes,
         )
+        for name, desc in _ROCKETMQ_HISTOGRAMS.items():
+            hist(name, desc, p.rocketmq.get(name, ()), "ms")
+        gauge(
+            "rocketmq_consumer_cached_messages",
+            "Messages cached by the push consumer, per topic (the RocketMQ Java client's).",
+            "1",
+            p.rocketmq_cached_messages,
+        )
+        gauge(
+            "rocketmq_consumer_cached_bytes",
+            "Bytes cached by the push consumer, per topic (the RocketMQ Java client's).",
+            "By",
+            p.rocketmq_cached_bytes,
+        )
         return out
+
+
+#: The RocketMQ Java client's histograms and what they measure.
+_ROCKETMQ_HISTOGRAMS = {
+    "rocketmq_send_cost_time": "Time of each send, per message (the RocketMQ Java client's).",
+    "rocketmq_delivery_latency": (
+        "From the broker's delivery to the end of the receive (the RocketMQ Java client's)."
+    ),
+    "rocketmq_await_time": (
+        "From a message's receive to its listener call (the RocketMQ Java client's)."
+    ),
+    "rocketmq_process_time": "Time of each listener call (the RocketMQ Java client's).",
+}
+
+
+def _histogram_point(
+    s: dict[str, Any],
+    prev: dict[str, Any] | None,
+    attrs: dict[str, Any],
+    bounds: Sequence[float],
+    created: int,
+    since: int,
+    now: int,
+    hist_t: AggregationTemporality,
+) -> HistogramDataPoint | None:
+    """The point of one histogram series (``None`` when a delta interval saw nothing)."""
+    buckets = list(s["buckets"])
+    count, total = s["count"], s["sum"]
+    mn, mx = float(s["min"]), float(s["max"])
+    start = created
+    if hist_t is AggregationTemporality.DELTA:
+        start = since
+        if prev is not None:
+            buckets = [a - b for a, b in zip(buckets, prev["buckets"], strict=True)]
+            count -= prev["count"]
+            total -= prev["sum"]
+            if count > 0:
+                mn, mx = _delta_extremes(s, prev, buckets, bounds)
+    if count <= 0:
+        return None
+    return HistogramDataPoint(
+        attributes=attrs,
+        start_time_unix_nano=start,
+        time_unix_nano=now,
+        count=count,
+        sum=max(total, 0.0),
+        bucket_counts=buckets,
+        explicit_bounds=list(bounds),
+        min=mn,
+        max=mx,
+    )

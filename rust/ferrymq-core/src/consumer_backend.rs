@@ -20,7 +20,7 @@ use crate::nats::{JetStream, NatsOptions};
 use crate::proto;
 use crate::rocketmq::client::ClientOptions;
 use crate::rocketmq::consumer_rpc::{
-    identity_at, ClientRpc, ConsumerRpc, ConsumerSettings, ReceiveRequest,
+    identity_at, ClientRpc, ConsumerRpc, ConsumerSettings, ReceiveRequest, Received,
 };
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
@@ -158,7 +158,7 @@ impl ConsumerRpc for ConsumerBackend {
         dispatch!(self, r => r.query_assignment(topic).await)
     }
 
-    async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+    async fn receive(&self, request: ReceiveRequest) -> Result<Received> {
         dispatch!(self, r => r.receive(request).await)
     }
 

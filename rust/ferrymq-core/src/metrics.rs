@@ -32,6 +32,11 @@
 //! conventions, for RocketMQ 5 gRPC and remoting alike), `jmq` (JMQ4 / JoyQueue, not listed by
 //! the conventions) and `nats` (JetStream, not listed either).
 //!
+//! **RocketMQ's own histograms** ([`rocketmq`]): a RocketMQ client also keeps the Java
+//! client's `rocketmq_*` histograms (milliseconds, its buckets and attributes), recorded by the
+//! same calls for sends and listener calls, and by [`ClientMetrics::record_rocketmq`] for the
+//! delivery latency and the await time.
+//!
 //! A leaf module: it imports [`crate::error`] and [`crate::histogram`] only.
 
 use std::collections::HashMap;
@@ -43,6 +48,11 @@ use parking_lot::Mutex;
 
 use crate::error::{BrokerStatus, Error, ErrorKind, Result};
 use crate::histogram::LatencyHistogram;
+
+pub mod rocketmq;
+
+use rocketmq::RocketMqTable;
+pub use rocketmq::{RocketMqHistogram, RocketMqSeriesSnapshot};
 
 /// The explicit bucket boundaries of the conventions' duration histograms, in seconds:
 /// bucket `i` counts durations `d` with `DURATION_BUCKETS[i-1] < d <= DURATION_BUCKETS[i]`,
@@ -337,11 +347,15 @@ struct Table {
     overflow: Vec<Series>,
     series: usize,
     overflowed: u64,
+    /// The Java client's histograms (RocketMQ clients only).
+    rocketmq: RocketMqTable,
 }
 
 #[derive(Debug)]
 struct Inner {
     identity: ClientIdentity,
+    /// Whether the Java client's histograms are kept (a RocketMQ client).
+    rocketmq: bool,
     table: Mutex<Table>,
     in_flight: [AtomicU64; OPERATIONS.len()],
     retried: [AtomicU64; OPERATIONS.len()],
@@ -438,6 +452,7 @@ impl ClientMetrics {
     pub fn with_max_series(identity: ClientIdentity, max_series: usize) -> Self {
         Self {
             inner: Arc::new(Inner {
+                rocketmq: identity.system == System::RocketMq,
                 identity,
                 table: Mutex::new(Table::default()),
                 in_flight: Default::default(),
@@ -488,6 +503,20 @@ impl ClientMetrics {
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let mut table = self.inner.table.lock();
         let table = &mut *table;
+        if self.inner.rocketmq {
+            let histogram = match operation {
+                Operation::Send => Some(RocketMqHistogram::SendCostTime),
+                Operation::Process => Some(RocketMqHistogram::ProcessTime),
+                _ => None,
+            };
+            if let Some(h) = histogram {
+                let ok = error_type.is_none();
+                let max = self.inner.max_series;
+                table
+                    .rocketmq
+                    .record(h, destination, ok, elapsed, messages, max);
+            }
+        }
         if let Some(list) = table.by_destination.get_mut(destination) {
             if let Some(s) = list
                 .iter_mut()
@@ -527,6 +556,31 @@ impl ClientMetrics {
         }
     }
 
+    /// Record `messages` values of `elapsed` in the Java client's `histogram` for `topic`
+    /// (the delivery latency, the await time: those with no status); nothing for a client of
+    /// another system.
+    pub fn record_rocketmq(
+        &self,
+        histogram: RocketMqHistogram,
+        topic: &str,
+        elapsed: Duration,
+        messages: u64,
+    ) {
+        if self.inner.rocketmq {
+            let max = self.inner.max_series;
+            self.inner
+                .table
+                .lock()
+                .rocketmq
+                .record(histogram, topic, true, elapsed, messages, max);
+        }
+    }
+
+    /// Whether the Java client's histograms are kept (so their inputs are worth measuring).
+    pub fn keeps_rocketmq(&self) -> bool {
+        self.inner.rocketmq
+    }
+
     /// Count `attempts` more attempts of `operation` beyond the first (a retried send): a
     /// relaxed atomic add, no lock.
     pub fn retried(&self, operation: Operation, attempts: u64) {
@@ -564,6 +618,8 @@ impl ClientMetrics {
             })
             .collect();
         let overflowed = table.overflowed;
+        let rocketmq = table.rocketmq.snapshot();
+        let rocketmq_overflowed = table.rocketmq.overflowed;
         drop(table);
         series.sort_by(|a, b| {
             (a.operation, &a.destination, a.error_type).cmp(&(
@@ -578,6 +634,8 @@ impl ClientMetrics {
             overflowed,
             in_flight: OPERATIONS.map(|o| (o, self.in_flight(o))).to_vec(),
             retried: OPERATIONS.map(|o| (o, self.retries(o))).to_vec(),
+            rocketmq,
+            rocketmq_overflowed,
         }
     }
 
@@ -756,6 +814,10 @@ pub struct MetricsSnapshot {
     pub in_flight: Vec<(Operation, u64)>,
     /// Attempts beyond the first (retries), per operation.
     pub retried: Vec<(Operation, u64)>,
+    /// The Java client's histograms (RocketMQ clients; empty for others).
+    pub rocketmq: Vec<RocketMqSeriesSnapshot>,
+    /// Records of those histograms not kept (too many series).
+    pub rocketmq_overflowed: u64,
 }
 
 /// Durations of one operation in milliseconds.

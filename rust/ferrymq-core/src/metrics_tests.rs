@@ -341,3 +341,73 @@ fn concurrent_records_are_all_counted() {
     }
     assert_eq!(Arc::strong_count(&m.inner), 1);
 }
+
+#[test]
+fn rocketmq_clients_keep_the_java_clients_histograms() {
+    let m = metrics();
+    assert!(m.keeps_rocketmq());
+    m.record(Operation::Send, "t", 3, ms(7), Ok(()));
+    m.record(
+        Operation::Send,
+        "t",
+        1,
+        ms(600),
+        Err(&Error::timeout("slow")),
+    );
+    m.record_outcome(Operation::Process, "t", 1, ms(5), Some(PROCESS_FAILURE));
+    m.record(Operation::Receive, "t", 4, ms(1), Ok(()));
+    m.record_rocketmq(RocketMqHistogram::DeliveryLatency, "t", ms(20), 4);
+    m.record_rocketmq(RocketMqHistogram::AwaitTime, "t", Duration::ZERO, 1);
+    let snap = m.snapshot();
+    let get = |h: RocketMqHistogram, ok: Option<bool>| {
+        snap.rocketmq
+            .iter()
+            .find(|s| s.histogram == h && s.success == ok)
+            .cloned()
+            .unwrap()
+    };
+    // Send cost: one value per message; a bucket counts prev < v <= bound.
+    let ok = get(RocketMqHistogram::SendCostTime, Some(true));
+    assert_eq!((ok.count, ok.topic.as_str()), (3, "t"));
+    assert_eq!(ok.buckets, vec![0, 0, 3, 0, 0, 0, 0, 0]);
+    assert!((ok.sum_ms - 21.0).abs() < 1e-6);
+    let failed = get(RocketMqHistogram::SendCostTime, Some(false));
+    assert_eq!(
+        failed.buckets,
+        vec![0, 0, 0, 0, 0, 0, 0, 1],
+        "above the last bound"
+    );
+    assert_eq!(failed.max_ms, 600.0);
+    let process = get(RocketMqHistogram::ProcessTime, Some(false));
+    assert_eq!(
+        process.buckets,
+        vec![0, 1, 0, 0, 0, 0, 0],
+        "5 ms is in (1, 5]"
+    );
+    let latency = get(RocketMqHistogram::DeliveryLatency, None);
+    assert_eq!((latency.count, latency.buckets[3]), (4, 4));
+    let waited = get(RocketMqHistogram::AwaitTime, None);
+    assert_eq!(
+        (waited.count, waited.buckets[0], waited.min_ms),
+        (1, 1, 0.0)
+    );
+    // Receives and other operations have no Java histogram.
+    assert_eq!(snap.rocketmq.len(), 5);
+}
+
+#[test]
+fn other_systems_keep_no_java_histograms_and_series_are_bounded() {
+    let jmq = ClientMetrics::new(ClientIdentity::new(System::Jmq, "app"));
+    jmq.record(Operation::Send, "t", 1, ms(1), Ok(()));
+    jmq.record_rocketmq(RocketMqHistogram::DeliveryLatency, "t", ms(1), 1);
+    assert!(!jmq.keeps_rocketmq());
+    assert!(jmq.snapshot().rocketmq.is_empty());
+
+    let m = ClientMetrics::with_max_series(ClientIdentity::new(System::RocketMq, "c"), 2);
+    for topic in ["a", "b", "c"] {
+        m.record_rocketmq(RocketMqHistogram::AwaitTime, topic, ms(1), 2);
+    }
+    let snap = m.snapshot();
+    assert_eq!(snap.rocketmq.len(), 2);
+    assert_eq!(snap.rocketmq_overflowed, 2);
+}

@@ -140,6 +140,25 @@ pub(crate) fn snapshot_dict<'py>(
     }
     d.set_item("series", series)?;
     d.set_item("overflowed", snap.overflowed)?;
+    let rocketmq = PyList::empty(py);
+    for s in &snap.rocketmq {
+        let o = PyDict::new(py);
+        o.set_item("name", s.histogram.name())?;
+        o.set_item("topic", &s.topic)?;
+        o.set_item(
+            "status",
+            s.success.map(|ok| if ok { "success" } else { "failure" }),
+        )?;
+        o.set_item("consumer", s.histogram.is_consumer_side())?;
+        o.set_item("bounds", PyTuple::new(py, s.histogram.bounds_ms())?)?;
+        o.set_item("buckets", PyTuple::new(py, &s.buckets)?)?;
+        o.set_item("count", s.count)?;
+        o.set_item("sum", s.sum_ms)?;
+        o.set_item("min", s.min_ms)?;
+        o.set_item("max", s.max_ms)?;
+        rocketmq.append(o)?;
+    }
+    d.set_item("rocketmq", rocketmq)?;
     let g = PyDict::new(py);
     for (name, v) in gauges {
         g.set_item(*name, v)?;

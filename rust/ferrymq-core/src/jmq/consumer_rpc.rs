@@ -43,7 +43,9 @@ use super::received::{AckRef, ReceivedMessage};
 use crate::duration::timestamp_ms;
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::consumer_rpc::{leader_queue, ConsumerRpc, ConsumerSettings, ReceiveRequest};
+use crate::rocketmq::consumer_rpc::{
+    leader_queue, ConsumerRpc, ConsumerSettings, ReceiveRequest, Received,
+};
 use crate::rocketmq::endpoints::Endpoints;
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
@@ -250,7 +252,7 @@ impl ConsumerRpc for JmqRpc {
         Ok(vec![leader_queue(topic, 0, proto::Permission::Read, "jmq")])
     }
 
-    async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+    async fn receive(&self, request: ReceiveRequest) -> Result<Received> {
         let topic = request.queue.topic.map(|t| t.name).unwrap_or_default();
         // Refused rather than clamped: the fetch carries an `i16` count and an `i32` of ms.
         let max = usize::try_from(request.batch_size).unwrap_or(usize::MAX);
@@ -267,7 +269,7 @@ impl ConsumerRpc for JmqRpc {
             )
             .await?;
         if got.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Received::default());
         }
         let fetch = self.next_fetch.fetch_add(1, Ordering::Relaxed);
         let entries = got
@@ -275,7 +277,11 @@ impl ConsumerRpc for JmqRpc {
             .map(|m| ((m.partition, m.index), (m.ack_ref(), None)))
             .collect();
         self.fetches.lock().insert(fetch, Fetch { entries });
-        Ok(got.into_iter().map(|m| to_wire(m, fetch)).collect())
+        Ok(Received::from(
+            got.into_iter()
+                .map(|m| to_wire(m, fetch))
+                .collect::<Vec<_>>(),
+        ))
     }
 
     /// A fetch returns with the first messages, so several topics are polled in turn.

@@ -34,7 +34,9 @@ use super::consumer::{JsMessage, PullConsumer, PullConsumerConfig};
 use super::JetStream;
 use crate::error::{Error, Result};
 use crate::proto;
-use crate::rocketmq::consumer_rpc::{leader_queue, ConsumerRpc, ConsumerSettings, ReceiveRequest};
+use crate::rocketmq::consumer_rpc::{
+    leader_queue, ConsumerRpc, ConsumerSettings, ReceiveRequest, Received,
+};
 use crate::rocketmq::endpoints::{Address, Endpoints};
 use crate::rocketmq::filter::FilterExpression;
 use crate::rocketmq::message_view::{MessageSource, MessageView};
@@ -312,7 +314,7 @@ impl ConsumerRpc for JsConsumerRpc {
         )])
     }
 
-    async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+    async fn receive(&self, request: ReceiveRequest) -> Result<Received> {
         check_filter(&request.filter)?;
         if let Some(d) = request
             .invisible_duration
@@ -337,7 +339,11 @@ impl ConsumerRpc for JsConsumerRpc {
         let consumer = self.subscribe(&topic).await?;
         let max = usize::try_from(request.batch_size.max(1)).unwrap_or(usize::MAX);
         let got = consumer.fetch(max, request.long_polling_timeout).await?;
-        Ok(got.into_iter().map(|m| Self::to_proto(&topic, m)).collect())
+        Ok(Received::from(
+            got.into_iter()
+                .map(|m| Self::to_proto(&topic, m))
+                .collect::<Vec<_>>(),
+        ))
     }
 
     /// A fetch returns with the first messages, so several subjects are polled in turn.

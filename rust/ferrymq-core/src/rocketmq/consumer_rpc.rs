@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use crate::duration::to_proto_duration;
 use crate::error::{Error, Result};
-use crate::metrics::{ClientIdentity, System};
+use crate::metrics::{ClientIdentity, ClientMetrics, RocketMqHistogram, System};
 use crate::proto;
 use crate::rocketmq::client::{check_status, deadline, Client, ClientOptions, CommandHandler};
 use crate::rocketmq::endpoints::Endpoints;
@@ -140,6 +140,47 @@ pub struct ReceiveRequest {
     pub long_polling_timeout: Duration,
 }
 
+/// What one receive brought.
+#[derive(Debug, Default)]
+pub struct Received {
+    /// The messages, as the wire carried them.
+    pub messages: Vec<proto::Message>,
+    /// When the broker delivered them (Unix ms), where it says (a RocketMQ 5 proxy's
+    /// `delivery_timestamp` answer): the start of the Java client's delivery latency.
+    pub delivered_at_ms: Option<i64>,
+}
+
+impl Received {
+    /// The messages, once their delivery latency is recorded in `metrics` (where the broker
+    /// told when it delivered them, and the client keeps RocketMQ's histograms).
+    pub fn into_messages(self, metrics: &ClientMetrics, topic: &str) -> Vec<proto::Message> {
+        if let (Some(at), true) = (self.delivered_at_ms, metrics.keeps_rocketmq()) {
+            if !self.messages.is_empty() {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                let latency = Duration::from_millis(u64::try_from(now - at).unwrap_or(0));
+                metrics.record_rocketmq(
+                    RocketMqHistogram::DeliveryLatency,
+                    topic,
+                    latency,
+                    self.messages.len() as u64,
+                );
+            }
+        }
+        self.messages
+    }
+}
+
+impl From<Vec<proto::Message>> for Received {
+    fn from(messages: Vec<proto::Message>) -> Self {
+        Self {
+            messages,
+            delivered_at_ms: None,
+        }
+    }
+}
+
 /// What a consumer sends to brokers. Every method is one RPC, without retries: retrying is the
 /// caller's policy (the push consumer retries settle operations, the simple consumer never does).
 pub trait ConsumerRpc: Send + Sync + 'static {
@@ -161,12 +202,9 @@ pub trait ConsumerRpc: Send + Sync + 'static {
         topic: &str,
     ) -> impl Future<Output = Result<Vec<proto::MessageQueue>>> + Send;
 
-    /// `ReceiveMessage`: an empty vector when there is nothing to receive (`MESSAGE_NOT_FOUND`
+    /// `ReceiveMessage`: no messages when there is nothing to receive (`MESSAGE_NOT_FOUND`
     /// included); a throttled receive fails with `ErrorKind::FlowControl`.
-    fn receive(
-        &self,
-        request: ReceiveRequest,
-    ) -> impl Future<Output = Result<Vec<proto::Message>>> + Send;
+    fn receive(&self, request: ReceiveRequest) -> impl Future<Output = Result<Received>> + Send;
 
     /// `AckMessage` for several messages of one source: one result per entry, in order.
     fn ack(
@@ -302,7 +340,7 @@ impl ClientRpc {
         Ok(queues)
     }
 
-    async fn send_receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+    async fn send_receive(&self, request: ReceiveRequest) -> Result<Received> {
         use proto::receive_message_response::Content;
         let endpoints =
             MessageSource::of_queue(&request.queue, self.client.access_endpoints()).endpoints;
@@ -320,7 +358,7 @@ impl ClientRpc {
             },
             timeout,
         );
-        let result: Result<Vec<proto::Message>> = async {
+        let result: Result<Received> = async {
             let mut stub = self.client.stub(&endpoints)?;
             let until = crate::duration::tokio_deadline(tokio::time::Instant::now(), timeout);
             let mut stream = tokio::time::timeout_at(until, stub.receive_message(req))
@@ -328,6 +366,7 @@ impl ClientRpc {
                 .map_err(|_| Error::timeout("receive: no answer before the deadline"))??
                 .into_inner();
             let mut messages = Vec::new();
+            let mut delivered_at_ms = None;
             let mut code = None;
             loop {
                 let next = tokio::time::timeout_at(until, stream.message())
@@ -338,14 +377,24 @@ impl ClientRpc {
                     Some(r) => match r.content {
                         Some(Content::Status(s)) => code = Some(s),
                         Some(Content::Message(m)) => messages.push(m),
-                        Some(Content::DeliveryTimestamp(_)) | None => {}
+                        Some(Content::DeliveryTimestamp(t)) => {
+                            delivered_at_ms = Some(
+                                t.seconds
+                                    .saturating_mul(1000)
+                                    .saturating_add(i64::from(t.nanos / 1_000_000)),
+                            );
+                        }
+                        None => {}
                     },
                 }
             }
             match code {
-                Some(s) if s.code == status::MESSAGE_NOT_FOUND => Ok(Vec::new()),
+                Some(s) if s.code == status::MESSAGE_NOT_FOUND => Ok(Received::default()),
                 Some(s) if s.code != status::OK => Err(Error::rocketmq_status(s.code, s.message)),
-                _ => Ok(messages),
+                _ => Ok(Received {
+                    messages,
+                    delivered_at_ms,
+                }),
             }
         }
         .await;
@@ -418,7 +467,7 @@ impl ConsumerRpc for ClientRpc {
         self.reported(&endpoints, result).await
     }
 
-    async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+    async fn receive(&self, request: ReceiveRequest) -> Result<Received> {
         self.send_receive(request).await
     }
 

@@ -240,7 +240,7 @@ impl ConsumerRpc for FakeBroker {
             .collect())
     }
 
-    async fn receive(&self, request: ReceiveRequest) -> Result<Vec<proto::Message>> {
+    async fn receive(&self, request: ReceiveRequest) -> Result<Received> {
         self.receives.fetch_add(1, Ordering::Relaxed);
         if take_one(&self.throttle_receives) {
             return Err(Error::rocketmq_status(
@@ -262,10 +262,10 @@ impl ConsumerRpc for FakeBroker {
             arrived.as_mut().enable();
             let got = self.take(request.queue.id, request.batch_size);
             if !got.is_empty() {
-                return Ok(got);
+                return Ok(got.into());
             }
             tokio::select! {
-                () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                () = tokio::time::sleep_until(deadline) => return Ok(Received::default()),
                 () = arrived => {}
             }
         }

@@ -28,26 +28,36 @@ pub enum ConsumeResult {
     Failure,
 }
 
-/// Receives `Some(result)`, or `None` when the delivery was abandoned unstarted at shutdown.
-type Completion = Box<dyn FnOnce(Option<ConsumeResult>) + Send>;
+/// Receives `Some(result)`, or `None` when the delivery was abandoned unstarted at shutdown,
+/// and when the listener call started, if the listener said.
+type Completion = Box<dyn FnOnce(Option<ConsumeResult>, Option<Instant>) + Send>;
 
 /// A message handed to a listener, with the means to report its result.
 pub struct Delivery {
     message: Arc<MessageView>,
     done: Option<Completion>,
+    started: Option<Instant>,
 }
 
 impl Delivery {
     /// A delivery whose result goes to `done`: `Some(result)` when consumed, `None` when it
     /// was abandoned before its callback started.
+    /// `done` also learns when the listener call started, when the listener told
+    /// ([`Delivery::started_at`]).
     pub fn new(
         message: Arc<MessageView>,
-        done: impl FnOnce(Option<ConsumeResult>) + Send + 'static,
+        done: impl FnOnce(Option<ConsumeResult>, Option<Instant>) + Send + 'static,
     ) -> Self {
         Self {
             message,
             done: Some(Box::new(done)),
+            started: None,
         }
+    }
+
+    /// The listener call that consumes this delivery started at `at`.
+    pub fn started_at(&mut self, at: Instant) {
+        self.started = Some(at);
     }
 
     /// The message.
@@ -58,7 +68,7 @@ impl Delivery {
     /// Report the result. Dropping a delivery without calling this reports a failure.
     pub fn complete(mut self, result: ConsumeResult) {
         if let Some(done) = self.done.take() {
-            done(Some(result));
+            done(Some(result), self.started);
         }
     }
 
@@ -66,7 +76,7 @@ impl Delivery {
     /// broker redelivers it once its invisibility ends.
     pub fn abandon(mut self) {
         if let Some(done) = self.done.take() {
-            done(None);
+            done(None, None);
         }
     }
 }
@@ -74,7 +84,7 @@ impl Delivery {
 impl Drop for Delivery {
     fn drop(&mut self) {
         if let Some(done) = self.done.take() {
-            done(Some(ConsumeResult::Failure));
+            done(Some(ConsumeResult::Failure), self.started);
         }
     }
 }
@@ -163,10 +173,13 @@ pub trait Listener: Send + Sync + 'static {
     /// run's first message (the lane hands over the rest again afterwards).
     fn submit_run(&self, run: Run) {
         let first = run.messages[0].clone();
-        self.submit(vec![Delivery::new(first, move |outcome| match outcome {
-            Some(result) => run.complete(vec![result]),
-            None => run.abandon(),
-        })]);
+        self.submit(vec![Delivery::new(
+            first,
+            move |outcome, _| match outcome {
+                Some(result) => run.complete(vec![result]),
+                None => run.abandon(),
+            },
+        )]);
     }
 
     /// Stop accepting work, give back the deliveries and runs that have not started, and wait
@@ -387,7 +400,10 @@ fn worker(shared: &PoolShared, listener: &dyn BatchListener) {
         let started = Instant::now();
         let consumed = match taken {
             Taken::Deliveries => {
-                views.extend(batch.iter().map(|d| d.message.clone()));
+                views.extend(batch.iter_mut().map(|d| {
+                    d.started = Some(started);
+                    d.message.clone()
+                }));
                 listener.consume_batch(&views, &mut results);
                 for (i, d) in batch.drain(..).enumerate() {
                     d.complete(results.get(i).copied().unwrap_or(ConsumeResult::Failure));

@@ -268,7 +268,8 @@ impl SimpleConsumer {
                 auto_renew: false,
                 long_polling_timeout: wait,
             })
-            .await;
+            .await
+            .map(|r| r.into_messages(&self.metrics, topic));
         timing.finish(
             topic,
             result.as_ref().map_or(0, |m| m.len() as u64),

@@ -392,8 +392,11 @@ impl Feeder {
     }
 
     /// Hand one batch to the event loop: a single `call_soon_threadsafe`.
-    fn schedule(&self, batch: Vec<Delivery>) {
+    fn schedule(&self, mut batch: Vec<Delivery>) {
         let n = batch.len();
+        // Their coroutines start on the loop right after: close enough to time their calls.
+        let now = std::time::Instant::now();
+        batch.iter_mut().for_each(|d| d.started_at(now));
         crate::exit::park_if_exiting();
         let rejected = Python::attach(|py| -> Option<Vec<Delivery>> {
             let views: Vec<Py<PyMessageView>> = match batch

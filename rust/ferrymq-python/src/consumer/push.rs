@@ -399,9 +399,10 @@ impl PyPushConsumer {
     /// of `metrics.rs`'s `snapshot_dict`, gauges `cached_messages` and `cached_bytes`): None
     /// before `start()`; kept after `close()`.
     fn metrics_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let s = self
-            .life
-            .map_running(|(c, _)| (c.stats(), c.metrics().clone()))
+        let running = self.life.map_running(|(c, _)| Arc::clone(c));
+        let s = running
+            .as_ref()
+            .map(|c| (c.stats(), c.metrics().clone()))
             .or_else(|| self.last_stats.lock().clone());
         let Some((s, metrics)) = s else {
             return Ok(None);
@@ -410,8 +411,29 @@ impl PyPushConsumer {
             ("cached_messages", s.cached_messages as u64),
             ("cached_bytes", s.cached_bytes as u64),
         ];
-        let closed = self.life.name() == "closed";
-        snapshot_dict(py, &metrics, closed, &gauges).map(Some)
+        let closed = running.is_none();
+        let d = snapshot_dict(py, &metrics, closed, &gauges)?;
+        // The Java client's cache gauges are per topic (RocketMQ clients only).
+        let per_topic = PyDict::new(py);
+        if let Some(c) = running.filter(|_| metrics.keeps_rocketmq()) {
+            let mut topics: Vec<(String, u64, u64)> = Vec::new();
+            for pq in c.process_queues() {
+                let topic = &pq.source().topic.name;
+                let (m, b) = (pq.cached_messages() as u64, pq.cached_bytes() as u64);
+                match topics.iter_mut().find(|t| &t.0 == topic) {
+                    Some(t) => {
+                        t.1 += m;
+                        t.2 += b;
+                    }
+                    None => topics.push((topic.clone(), m, b)),
+                }
+            }
+            for (topic, m, b) in topics {
+                per_topic.set_item(topic, (m, b))?;
+            }
+        }
+        d.set_item("cached_by_topic", per_topic)?;
+        Ok(Some(d))
     }
 
     /// Up to `max` settle attempts the engine reported (with `settle_events=` set), waiting

@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use super::context::{Context, Job, Settled};
 use super::process_queue::{ProcessQueue, Rewind};
 use super::settle;
-use crate::metrics::{Operation, PROCESS_FAILURE};
+use crate::metrics::{Operation, RocketMqHistogram, PROCESS_FAILURE};
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::listener::{ConsumeResult, Delivery, Run};
 use crate::rocketmq::message_view::MessageView;
@@ -71,12 +71,19 @@ fn dispatch_standard<R: ConsumerRpc>(
         let stats = ctx.stats.clone();
         let metrics = ctx.metrics.clone();
         let v = view.clone();
-        batch.push(Delivery::new(view, move |outcome| match outcome {
+        batch.push(Delivery::new(view, move |outcome, started| match outcome {
             Some(result) => {
                 stats.on_consumed(result);
-                // A message is the listener's unit of work here: one record each.
+                // A message is the listener's unit of work here: one record each, timed from
+                // the start of its listener call (from the hand-off when the listener does
+                // not say), after its wait since the receive.
+                let started = started.unwrap_or(handed);
+                if metrics.keeps_rocketmq() {
+                    let waited = started.saturating_duration_since(handed);
+                    metrics.record_rocketmq(RocketMqHistogram::AwaitTime, v.topic(), waited, 1);
+                }
                 let error = (result == ConsumeResult::Failure).then_some(PROCESS_FAILURE);
-                metrics.record_outcome(Operation::Process, v.topic(), 1, handed.elapsed(), error);
+                metrics.record_outcome(Operation::Process, v.topic(), 1, started.elapsed(), error);
                 let job = match result {
                     ConsumeResult::Success => Job::ack(pq, v),
                     ConsumeResult::Failure => Job::nack(pq, v),

@@ -360,7 +360,7 @@ impl CommandHandler for ConsumerCommands {
             let _ = client;
             let view = Arc::new(message);
             let (tx, rx) = tokio::sync::oneshot::channel();
-            listener.submit(vec![Delivery::new(view, move |r| {
+            listener.submit(vec![Delivery::new(view, move |r, _| {
                 let _ = tx.send(r);
             })]);
             match rx.await {

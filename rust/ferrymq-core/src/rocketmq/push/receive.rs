@@ -101,6 +101,7 @@ pub(crate) async fn receive_loop<R: ConsumerRpc>(
             }
             r = ctx.rpc.receive(request) => r,
         };
+        let result = result.map(|r| r.into_messages(&ctx.metrics, &pq.source.topic.name));
         timing.finish(
             &pq.source.topic.name,
             result.as_ref().map_or(0, |m| m.len() as u64),
