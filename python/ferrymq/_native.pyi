@@ -296,6 +296,7 @@ class EmbeddedBroker:
         access_key: str | None = None,
         secret_key: str | None = None,
         auto_create_queues: int | None = None,
+        metric_collector: str | None = None,
     ) -> EmbeddedBroker: ...
     @property
     def endpoints(self) -> str: ...

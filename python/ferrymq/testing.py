@@ -116,6 +116,9 @@ class EmbeddedBroker:
         max_delay: furthest delivery time of a delay message (3 days).
         access_key, secret_key: require signed requests (``UNAUTHORIZED`` otherwise).
         auto_create_queues: queues of an auto-created topic (8).
+        metric_collector: ``"host:port"`` of an OTLP/gRPC metrics collector to announce in
+            the clients' settings (``Settings.metric``), as a proxy exporting metrics does:
+            RocketMQ clients then export their ``rocketmq_*`` histograms there. Off by default.
         jmq: also serve JMQ4 (JoyQueue) on its own loopback port(s), see :attr:`jmq_endpoint`.
             Topics of this broker are served over JMQ4 too (each queue is a partition); the
             messages of the two protocols are stored separately. JMQ4 clients authenticate
@@ -147,6 +150,7 @@ class EmbeddedBroker:
         access_key: str | None = None,
         secret_key: str | None = None,
         auto_create_queues: int | None = None,
+        metric_collector: str | None = None,
         jmq: bool = True,
         jmq_nodes: int = 1,
     ) -> None:
@@ -170,6 +174,7 @@ class EmbeddedBroker:
             access_key=access_key,
             secret_key=secret_key,
             auto_create_queues=auto_create_queues,
+            metric_collector=metric_collector,
         )
         self._jmq: _native.JmqServer | None = None
         if jmq:

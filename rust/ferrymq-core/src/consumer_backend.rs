@@ -166,6 +166,10 @@ impl ConsumerRpc for ConsumerBackend {
         dispatch!(self, r => r.receive_queues(topic).await)
     }
 
+    fn metric_collector(&self) -> Option<String> {
+        dispatch!(self, r => r.metric_collector())
+    }
+
     fn receive_slice(&self) -> Option<Duration> {
         dispatch!(self, r => r.receive_slice())
     }

@@ -37,7 +37,10 @@
 //! same calls for sends and listener calls, and by [`ClientMetrics::record_rocketmq`] for the
 //! delivery latency and the await time.
 //!
-//! A leaf module: it imports [`crate::error`] and [`crate::histogram`] only.
+//! **Export** ([`otlp`]): a RocketMQ client whose server announces a metrics collector sends
+//! those histograms there over OTLP/gRPC, as the Java client does.
+//!
+//! It imports [`crate::error`] and [`crate::histogram`] only (and `otlp` the gRPC transport).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +52,7 @@ use parking_lot::Mutex;
 use crate::error::{BrokerStatus, Error, ErrorKind, Result};
 use crate::histogram::LatencyHistogram;
 
+pub mod otlp;
 pub mod rocketmq;
 
 use rocketmq::RocketMqTable;

@@ -411,3 +411,39 @@ fn other_systems_keep_no_java_histograms_and_series_are_bounded() {
     assert_eq!(snap.rocketmq.len(), 2);
     assert_eq!(snap.rocketmq_overflowed, 2);
 }
+
+#[test]
+fn the_otlp_request_holds_one_histogram_per_java_metric() {
+    use super::otlp::{request, CUMULATIVE};
+    let m = metrics();
+    let start = std::time::SystemTime::now();
+    assert!(
+        request(&m, start).is_none(),
+        "nothing recorded, nothing to export"
+    );
+    m.record(Operation::Send, "a", 2, ms(3), Ok(()));
+    m.record(Operation::Send, "b", 1, ms(3), Ok(()));
+    m.record_outcome(Operation::Process, "a", 1, ms(3), None);
+    let req = request(&m, start).unwrap();
+    let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
+    let names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["rocketmq_send_cost_time", "rocketmq_process_time"]);
+    let send = metrics[0].histogram.as_ref().unwrap();
+    assert_eq!(send.aggregation_temporality, CUMULATIVE);
+    assert_eq!(send.data_points.len(), 2, "one point per topic");
+    let process = &metrics[1].histogram.as_ref().unwrap().data_points[0];
+    let keys: Vec<&str> = process
+        .attributes
+        .iter()
+        .map(|kv| kv.key.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        ["topic", "client_id", "consumer_group", "invocation_status"]
+    );
+    assert_eq!(process.count, 1);
+    assert_eq!(
+        process.bucket_counts.len(),
+        process.explicit_bounds.len() + 1
+    );
+}

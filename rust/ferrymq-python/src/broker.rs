@@ -66,6 +66,14 @@ fn message_dict<'py>(py: Python<'py>, m: &MessageInfo) -> PyResult<Bound<'py, Py
     Ok(d)
 }
 
+/// `host:port` (`[v6]:port` too) with a port from 1 to 65535.
+fn parse_host_port(s: &str) -> Option<(String, u16)> {
+    let (host, port) = s.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
+    (!host.is_empty()).then(|| (host.to_owned(), port))
+}
+
 #[pymethods]
 impl EmbeddedBroker {
     /// Start a broker; durations are in seconds. Unset options keep the proxy's defaults.
@@ -76,7 +84,7 @@ impl EmbeddedBroker {
         min_invisible=None, max_invisible=None, auto_renew_invisible=None,
         transaction_check_delay=None, transaction_check_interval=None,
         transaction_check_max=None, max_delay=None, access_key=None, secret_key=None,
-        auto_create_queues=None
+        auto_create_queues=None, metric_collector=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -102,6 +110,7 @@ impl EmbeddedBroker {
         access_key: Option<String>,
         secret_key: Option<String>,
         #[pyo3(from_py_with = crate::ints::auto_create_queues)] auto_create_queues: Option<usize>,
+        metric_collector: Option<String>,
     ) -> PyResult<Self> {
         let mut c = BrokerConfig {
             endpoints,
@@ -111,6 +120,15 @@ impl EmbeddedBroker {
                 .map_err(|_| invalid("host", format!("{host:?} is not an IP address")))?,
             ports: ports.unwrap_or_default(),
             ..BrokerConfig::default()
+        };
+        c.metric_collector = match metric_collector {
+            None => None,
+            Some(hp) => Some(parse_host_port(&hp).ok_or_else(|| {
+                invalid(
+                    "metric_collector",
+                    format!("{hp:?} is not host:port (a port from 1 to 65535)"),
+                )
+            })?),
         };
         c.when_full = match when_full {
             "reject" => WhenFull::Reject,

@@ -348,6 +348,19 @@ impl Client {
     pub fn settings(&self) -> Arc<EffectiveSettings> {
         Arc::clone(&self.inner.effective.read())
     }
+    /// The OTLP collector the server asks this client to export its metrics to
+    /// (`Settings.metric`: on, with endpoints), as `host:port`; `None` otherwise.
+    pub fn metric_collector(&self) -> Option<String> {
+        let settings = self.settings();
+        let metric = settings.raw.as_ref()?.metric.as_ref().filter(|m| m.on)?;
+        let address = metric.endpoints.as_ref()?.addresses.first()?;
+        Some(if address.host.contains(':') {
+            format!("[{}]:{}", address.host, address.port)
+        } else {
+            format!("{}:{}", address.host, address.port)
+        })
+    }
+
     /// Endpoint isolation state.
     pub fn isolation(&self) -> &Isolation {
         &self.inner.isolation

@@ -227,6 +227,12 @@ pub trait ConsumerRpc: Send + Sync + 'static {
         max_delivery_attempts: u32,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// The OTLP collector the server asks this client to export its metrics to (`host:port`);
+    /// the default: none.
+    fn metric_collector(&self) -> Option<String> {
+        None
+    }
+
     /// The queues a simple consumer receives from for `topic`, in turn. The default is the
     /// assignment ([`ConsumerRpc::query_assignment`]).
     fn receive_queues(
@@ -423,6 +429,10 @@ impl ConsumerRpc for ClientRpc {
                 d.retry_policy
             },
         }
+    }
+
+    fn metric_collector(&self) -> Option<String> {
+        self.client.metric_collector()
     }
 
     fn access_endpoints(&self) -> Endpoints {

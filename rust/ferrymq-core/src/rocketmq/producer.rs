@@ -34,6 +34,7 @@ pub use super::transaction::{
 use crate::duration::timestamp_ms;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Message, MessageKind};
+use crate::metrics::otlp::Exporter;
 use crate::metrics::{ClientIdentity, ClientMetrics, Operation, System};
 use crate::trace_context::{TraceContext, TRACESTATE};
 use crate::{message_id, proto, status};
@@ -87,6 +88,8 @@ struct ProducerInner {
     idle: Notify,
     closing: AtomicBool,
     metrics: ClientMetrics,
+    /// Exports the Java client's histograms where the server asks (set by `start`).
+    exporter: parking_lot::Mutex<Option<Exporter>>,
 }
 
 /// Counts an in-flight send so that `close()` can wait for it.
@@ -183,6 +186,7 @@ impl Producer {
                 idle: Notify::new(),
                 closing: AtomicBool::new(false),
                 metrics: ClientMetrics::new(identity),
+                exporter: parking_lot::Mutex::new(None),
             }),
         })
     }
@@ -200,6 +204,11 @@ impl Producer {
                 return Err(e);
             }
         }
+        let client = self.client.clone();
+        let exporter = Exporter::start(self.inner.metrics.clone(), move || {
+            client.metric_collector()
+        });
+        *self.inner.exporter.lock() = Some(exporter);
         Ok(())
     }
 
@@ -449,6 +458,10 @@ impl Producer {
                 break;
             }
             idle.await;
+        }
+        let exporter = self.inner.exporter.lock().take();
+        if let Some(exporter) = exporter {
+            exporter.finish().await;
         }
         self.client.shutdown().await;
     }

@@ -23,6 +23,7 @@ use parking_lot::RwLock;
 
 use crate::consumer_backend::{ConsumerBackend, ConsumerTarget};
 use crate::error::{Error, Result};
+use crate::metrics::otlp::Exporter;
 use crate::metrics::{ClientMetrics, Operation};
 use crate::proto;
 use crate::rocketmq::client::NoCommands;
@@ -79,7 +80,7 @@ impl SimpleConsumerConfig {
 /// A started simple consumer.
 #[derive(Debug)]
 pub struct SimpleConsumer {
-    rpc: ConsumerBackend,
+    rpc: Arc<ConsumerBackend>,
     closed: AtomicBool,
     group: String,
     subscriptions: RwLock<Vec<(String, FilterExpression)>>,
@@ -90,6 +91,8 @@ pub struct SimpleConsumer {
     next_queue: AtomicUsize,
     full_streak: AtomicUsize,
     metrics: ClientMetrics,
+    /// Exports the Java client's histograms where the server asks.
+    exporter: Exporter,
 }
 
 impl SimpleConsumer {
@@ -110,7 +113,11 @@ impl SimpleConsumer {
         })
         .await?;
         let metrics = ClientMetrics::new(rpc.client_identity().with_group(config.group.clone()));
+        let rpc = Arc::new(rpc);
+        let collector = rpc.clone();
+        let exporter = Exporter::start(metrics.clone(), move || collector.metric_collector());
         Ok(Self {
+            exporter,
             metrics,
             rpc,
             closed: AtomicBool::new(false),
@@ -143,7 +150,7 @@ impl SimpleConsumer {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::closed("the consumer is closed"));
         }
-        match &self.rpc {
+        match &*self.rpc {
             ConsumerBackend::RocketMq(r) => r.client().check_running(),
             _ => Ok(()),
         }
@@ -161,7 +168,7 @@ impl SimpleConsumer {
 
     /// Add or replace the subscription of `topic` (the route must exist).
     pub async fn subscribe(&self, topic: &str, filter: FilterExpression) -> Result<()> {
-        if !matches!(self.rpc, ConsumerBackend::Nats(_)) {
+        if !matches!(*self.rpc, ConsumerBackend::Nats(_)) {
             crate::message::validate_topic(topic)?;
         }
         let _serial = self.changes.lock().await;
@@ -199,7 +206,7 @@ impl SimpleConsumer {
         if invisible_duration.is_some_and(|d| d.is_zero()) {
             return Err(Error::invalid("invisible_duration", "must be positive"));
         }
-        let invisible_duration = match self.rpc {
+        let invisible_duration = match *self.rpc {
             ConsumerBackend::RocketMq(_) => {
                 Some(invisible_duration.unwrap_or(DEFAULT_INVISIBLE_DURATION))
             }
@@ -372,6 +379,7 @@ impl SimpleConsumer {
     /// the results of fetches partly settled). Idempotent.
     pub async fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        self.exporter.finish().await;
         self.rpc.close().await;
     }
 }

@@ -88,6 +88,10 @@ pub struct BrokerConfig {
     /// Also serve the classic remoting protocol: one more loopback port per endpoint, each a
     /// broker for that endpoint's queues and a name server for every topic (on by default).
     pub remoting: bool,
+    /// The OTLP/gRPC metrics collector announced to clients in their settings
+    /// (`Settings.metric`: on, with this `host:port`), as a proxy with metrics exported to a
+    /// collector does; `None`: metrics off (the proxy's default).
+    pub metric_collector: Option<(String, u16)>,
 }
 
 impl Default for BrokerConfig {
@@ -116,6 +120,7 @@ impl Default for BrokerConfig {
             max_delay: Duration::from_secs(3 * 24 * 3600),
             credentials: None,
             remoting: true,
+            metric_collector: None,
         }
     }
 }

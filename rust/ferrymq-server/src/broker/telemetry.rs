@@ -291,9 +291,27 @@ pub fn merge_settings(
     config: &BrokerConfig,
 ) -> proto::Settings {
     let mut s = client.clone();
-    s.metric = Some(proto::Metric {
-        on: false,
-        endpoints: None,
+    s.metric = Some(match &config.metric_collector {
+        None => proto::Metric {
+            on: false,
+            endpoints: None,
+        },
+        Some((host, port)) => proto::Metric {
+            on: true,
+            endpoints: Some(proto::Endpoints {
+                scheme: if host.parse::<std::net::Ipv6Addr>().is_ok() {
+                    proto::AddressScheme::IPv6 as i32
+                } else if host.parse::<std::net::Ipv4Addr>().is_ok() {
+                    proto::AddressScheme::IPv4 as i32
+                } else {
+                    proto::AddressScheme::DomainName as i32
+                },
+                addresses: vec![proto::Address {
+                    host: host.clone(),
+                    port: i32::from(*port),
+                }],
+            }),
+        },
     });
     match s.pub_sub.as_mut() {
         Some(proto::settings::PubSub::Publishing(p)) => {

@@ -28,6 +28,7 @@ use super::settle;
 use super::settle_events::{self, SettleEvent, SettleEventReceiver};
 use super::stats::{ConsumerStats, StatsSnapshot};
 use crate::error::Result;
+use crate::metrics::otlp::Exporter;
 use crate::metrics::ClientMetrics;
 use crate::proto;
 use crate::rocketmq::client::{Client, ClientOptions, CommandHandler};
@@ -91,6 +92,8 @@ pub struct PushConsumer<R: ConsumerRpc> {
     settler: Mutex<Option<JoinHandle<()>>>,
     /// Settle attempts, when `config.settle_events` asked for them.
     events: Option<SettleEventReceiver>,
+    /// Exports the Java client's histograms where the server asks.
+    exporter: Exporter,
 }
 
 fn readable(mq: &proto::MessageQueue) -> bool {
@@ -130,6 +133,8 @@ impl<R: ConsumerRpc> PushConsumer<R> {
         });
         let assigned: Assignments = Arc::default();
         let settler = tokio::spawn(settle::run(ctx.clone(), settle_rx));
+        let rpc = ctx.rpc.clone();
+        let exporter = Exporter::start(ctx.metrics.clone(), move || rpc.metric_collector());
         let scanner = tokio::spawn(scan_loop(ctx.clone(), assigned.clone()));
         Ok(Self {
             ctx,
@@ -138,6 +143,7 @@ impl<R: ConsumerRpc> PushConsumer<R> {
             scanner: Mutex::new(Some(scanner)),
             settler: Mutex::new(Some(settler)),
             events,
+            exporter,
         })
     }
 
@@ -306,6 +312,7 @@ impl<R: ConsumerRpc> PushConsumer<R> {
         if let Some(t) = settler {
             let _ = t.await;
         }
+        self.exporter.finish().await;
         if abandoned_count > 0 || unsettled > 0 || !callbacks_finished {
             tracing::info!(
                 target: "ferrymq::consumer",
