@@ -12,14 +12,11 @@ from typing import Any
 
 import grpc
 import pytest
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
 import ferrymq
 from ferrymq.testing import EmbeddedBroker
 from waiting import wait_for
-
-metrics_service_pb2 = pytest.importorskip(
-    "opentelemetry.proto.collector.metrics.v1.metrics_service_pb2"
-)
 
 
 class Collector:
