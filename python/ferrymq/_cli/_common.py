@@ -84,6 +84,30 @@ def property_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
+def endpoint_topic_parser(
+    sub: Any,
+    name: str,
+    *,
+    help: str,
+    description: str,
+    epilog: str,
+    endpoint: str,
+    topic: str,
+) -> argparse.ArgumentParser:
+    """The subcommand ``name`` taking ``ENDPOINT TOPIC`` first (``endpoint`` and ``topic`` are
+    their help texts), its description and examples shown as written."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("endpoint", metavar="ENDPOINT", help=endpoint)
+    p.add_argument("topic", metavar="TOPIC", help=topic)
+    return p
+
+
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     """The options that say how to connect, the same for every command that talks to a broker;
     :func:`connection_options` turns them into client arguments."""

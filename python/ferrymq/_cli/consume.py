@@ -27,6 +27,7 @@ from ._common import (
     Interrupts,
     add_connection_options,
     connection_options,
+    endpoint_topic_parser,
     positive_int,
     progress,
     seconds,
@@ -78,17 +79,15 @@ _ROCKETMQ_MIN_WAIT = 2.0
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = endpoint_topic_parser(
+        sub,
         "consume",
         help="print the messages of a topic for a consumer group, from any endpoint",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        endpoint="where to read (the scheme names the protocol)",
+        topic="the topic (NATS: a subject, wildcards allowed)",
     )
-    p.add_argument(
-        "endpoint", metavar="ENDPOINT", help="where to read (the scheme names the protocol)"
-    )
-    p.add_argument("topic", metavar="TOPIC", help="the topic (NATS: a subject, wildcards allowed)")
     p.add_argument(
         "--group",
         required=True,

@@ -32,6 +32,7 @@ from ._common import (
     Interrupts,
     add_connection_options,
     connection_options,
+    endpoint_topic_parser,
     positive_int,
     progress,
     property_pair,
@@ -104,17 +105,15 @@ class _IntermixedParser(argparse.ArgumentParser):
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
+    p = endpoint_topic_parser(
+        sub,
         "produce",
         help="send messages (arguments, files or stdin lines) to a topic of any endpoint",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        endpoint="where to send (the scheme names the protocol)",
+        topic="the topic (NATS: the subject)",
     )
-    p.add_argument(
-        "endpoint", metavar="ENDPOINT", help="where to send (the scheme names the protocol)"
-    )
-    p.add_argument("topic", metavar="TOPIC", help="the topic (NATS: the subject)")
     p.add_argument("messages", metavar="MESSAGE", nargs="*", help="message bodies (UTF-8)")
     p.add_argument(
         "--file",
