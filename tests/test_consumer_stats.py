@@ -12,30 +12,10 @@ import pytest
 import ferrymq
 from backends import Backend
 from ferrymq.testing import EmbeddedBroker
+from stats_checks import assert_latencies, receive_all
 from waiting import first_batch, wait_for
 
 FreshTopic = Callable[..., tuple[EmbeddedBroker, str]]
-
-
-def assert_latencies(op: dict[str, Any], keys: tuple[str, ...] = ("p50", "p90", "p99")) -> None:
-    lat = op["latency_ms"]
-    assert lat is not None, op
-    values = [lat["min"], *(lat[k] for k in keys), lat["max"]]
-    assert values == sorted(values), lat
-    assert lat["min"] <= lat["mean"] <= lat["max"]
-    assert lat["max"] > 0
-
-
-def receive_all(c: ferrymq.SimpleConsumer, n: int) -> list[ferrymq.MessageView]:
-    got: list[ferrymq.MessageView] = []
-    for _ in range(100):
-        if len(got) >= n:
-            break
-        batch = c.receive(16)
-        if batch:
-            c.ack(batch)
-        got.extend(batch)
-    return got
 
 
 def test_simple_consumer_stats_count_received_acked_and_nacked(backend: Backend) -> None:

@@ -14,20 +14,12 @@ import pytest
 import ferrymq
 from backends import Backend
 from ferrymq.testing import EmbeddedBroker
+from stats_checks import assert_latencies
 from waiting import async_wait_for, wait_for
 
 FreshTopic = Callable[..., tuple[EmbeddedBroker, str]]
 
 SYSTEMS = {"rocketmq": "rocketmq", "jmq": "jmq", "nats": "nats"}
-
-
-def assert_latencies(op: dict[str, Any], keys: tuple[str, ...] = ("p50", "p90", "p99")) -> None:
-    lat = op["latency_ms"]
-    assert lat is not None, op
-    values = [lat["min"], *(lat[k] for k in keys), lat["max"]]
-    assert values == sorted(values), lat
-    assert lat["min"] <= lat["mean"] <= lat["max"]
-    assert lat["max"] > 0
 
 
 def test_sends_of_every_path_are_counted(backend: Backend) -> None:

@@ -35,6 +35,7 @@ from backends import Backend
 from ferrymq import Message
 from ferrymq._otel_traces import creation_context
 from servers import Server
+from stats_checks import receive_all
 from waiting import wait_for
 
 BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -115,18 +116,6 @@ def metric(data: MetricsData | None, name: str) -> Any:
                 if sm.scope.name == "ferrymq" and m.name == name:
                     return m
     return None
-
-
-def receive_all(c: ferrymq.SimpleConsumer, n: int) -> list[ferrymq.MessageView]:
-    got: list[ferrymq.MessageView] = []
-    for _ in range(100):
-        if len(got) >= n:
-            break
-        batch = c.receive(16)
-        if batch:
-            c.ack(batch)
-        got.extend(batch)
-    return got
 
 
 # -- the extra ---------------------------------------------------------------------------------
