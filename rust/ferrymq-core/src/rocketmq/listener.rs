@@ -249,6 +249,16 @@ pub trait BatchListener: Send + Sync + 'static {
     fn run_thread(&self, run: &mut (dyn FnMut() + Send)) {
         run();
     }
+
+    /// How long the last [`consume_batch`](Self::consume_batch) or
+    /// [`consume_runs`](Self::consume_runs) on this thread actually ran its callbacks, if the
+    /// listener knows better than the call's wall time: the Python binding leaves out the wait
+    /// for the GIL. Batches are sized by callback time; counting the GIL's wait in it made
+    /// every thread's batches shrink as the threads contended (with a fixed cost per batch,
+    /// such as a process span, down to one message each). The default: the wall time.
+    fn last_busy(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Wall time of user callbacks one batch should take.
@@ -429,7 +439,8 @@ fn worker(shared: &PoolShared, listener: &dyn BatchListener) {
                 consumed
             }
         };
-        let per = started.elapsed().as_nanos() / consumed.max(1) as u128;
+        let busy = listener.last_busy().unwrap_or_else(|| started.elapsed());
+        let per = busy.as_nanos() / consumed.max(1) as u128;
         let per = u64::try_from(per).unwrap_or(u64::MAX);
         let old = shared.mean_ns.load(Ordering::Relaxed);
         let new = if old == 0 {
@@ -577,6 +588,69 @@ mod tests {
             tx.send(r).unwrap();
         }));
         rx
+    }
+
+    /// Takes `wall` per batch (waiting, like a thread waiting for the GIL) but says its
+    /// callbacks took `busy`; records the size of each batch.
+    struct Waiting {
+        wall: Duration,
+        busy: Option<Duration>,
+        sizes: Mutex<Vec<usize>>,
+    }
+
+    impl BatchListener for Waiting {
+        fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
+            std::thread::sleep(self.wall);
+            self.sizes.lock().unwrap().push(messages.len());
+            results.extend(messages.iter().map(|_| ConsumeResult::Success));
+        }
+
+        fn last_busy(&self) -> Option<Duration> {
+            self.busy
+        }
+    }
+
+    /// The batch sizes a pool of one thread took for 200 messages submitted in 20 batches.
+    fn batch_sizes(busy: Option<Duration>) -> Vec<usize> {
+        let listener = Arc::new(Waiting {
+            wall: Duration::from_millis(2),
+            busy,
+            sizes: Mutex::default(),
+        });
+        let pool = WorkerPool::start(listener.clone(), 1, 64).unwrap();
+        let (tx, rx) = mpsc::channel();
+        for b in 0..20 {
+            let batch = (0..10)
+                .map(|i| {
+                    let tx = tx.clone();
+                    Delivery::new(view(&format!("m{b}-{i}")), move |r, _| {
+                        tx.send(r).unwrap();
+                    })
+                })
+                .collect();
+            pool.submit(batch);
+        }
+        for _ in 0..200 {
+            let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!(r, Some(ConsumeResult::Success));
+        }
+        assert!(pool.shutdown(Duration::from_secs(5)).finished);
+        let sizes = listener.sizes.lock().unwrap().clone();
+        sizes
+    }
+
+    #[test]
+    fn batches_are_sized_by_the_callback_time_the_listener_reports() {
+        // Judged by wall time (2 ms a batch, above the 1 ms target), batches shrink towards
+        // one message; judged by the 10 µs the listener reports, they take what is queued.
+        let by_wall = batch_sizes(None);
+        let by_busy = batch_sizes(Some(Duration::from_micros(10)));
+        assert_eq!(by_wall.iter().sum::<usize>(), 200);
+        assert_eq!(by_busy.iter().sum::<usize>(), 200);
+        assert!(
+            by_busy.len() * 2 < by_wall.len(),
+            "reported-time batches {by_busy:?}, wall-time batches {by_wall:?}"
+        );
     }
 
     #[test]

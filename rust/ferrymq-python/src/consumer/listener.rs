@@ -194,10 +194,31 @@ fn end_span(py: Python<'_>, end: Option<Bound<'_, PyAny>>, failed: usize) {
     }
 }
 
+thread_local! {
+    /// How long this consumption thread's last batch held the GIL (its callbacks' time, without
+    /// the wait for the GIL): read by the pool through `last_busy` right after the batch.
+    static LAST_BUSY: std::cell::Cell<Option<std::time::Duration>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Run `f` with the GIL and note how long it held it for `last_busy`.
+fn attach_timed<R>(f: impl FnOnce(Python<'_>) -> R) -> R {
+    Python::attach(|py| {
+        let started = std::time::Instant::now();
+        let r = f(py);
+        LAST_BUSY.with(|b| b.set(Some(started.elapsed())));
+        r
+    })
+}
+
 impl BatchListener for PySyncListener {
+    fn last_busy(&self) -> Option<std::time::Duration> {
+        LAST_BUSY.with(std::cell::Cell::take)
+    }
+
     fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
         crate::exit::park_if_exiting();
-        Python::attach(|py| {
+        attach_timed(|py| {
             let f = self.callback.bind(py);
             let Some(hook) = process_hook(py) else {
                 results.extend(messages.iter().map(|m| consume_one(py, f, m)));
@@ -224,7 +245,7 @@ impl BatchListener for PySyncListener {
         // All runs under one GIL acquisition (and, traced, in one process span); each stops at
         // its first failure.
         crate::exit::park_if_exiting();
-        Python::attach(|py| {
+        attach_timed(|py| {
             let f = self.callback.bind(py);
             let hook = process_hook(py);
             let views: Option<Vec<Vec<_>>> = hook.as_ref().map(|_| {
