@@ -246,8 +246,15 @@ class Chain:
         self, next_events: Callable[[], Sequence[tuple[str, bool, Any, Any, Any]] | None]
     ) -> None:
         """Run the hooks of every event ``next_events`` returns (a batch per call, waiting for
-        the first) until it returns ``None``."""
-        while (events := next_events()) is not None:
+        the first) until it returns ``None`` (or fails, which is logged)."""
+        while True:
+            try:
+                events = next_events()
+            except Exception:
+                _log.exception("ferrymq: the settle hooks stop: reading settle events failed")
+                return
+            if events is None:
+                return
             for point, before, messages, error, duration in events:
                 self.report(HookPoint(point), before, messages, error, duration)
 
