@@ -509,9 +509,28 @@ impl ClientMetrics {
         elapsed: Duration,
         error_type: Option<&'static str>,
     ) {
-        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let mut table = self.inner.table.lock();
-        let table = &mut *table;
+        self.record_locked(
+            &mut table,
+            operation,
+            destination,
+            messages,
+            elapsed,
+            error_type,
+        );
+    }
+
+    /// [`record_outcome`](Self::record_outcome) with the table already locked.
+    fn record_locked(
+        &self,
+        table: &mut Table,
+        operation: Operation,
+        destination: &str,
+        messages: u64,
+        elapsed: Duration,
+        error_type: Option<&'static str>,
+    ) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         if self.inner.rocketmq {
             let histogram = match operation {
                 Operation::Send => Some(RocketMqHistogram::SendCostTime),
@@ -583,6 +602,32 @@ impl ClientMetrics {
                 .rocketmq
                 .record(histogram, topic, true, elapsed, messages, max);
         }
+    }
+
+    /// One listener call of one message: its `process` record (`error_type`: its failure), and,
+    /// for a RocketMQ client, its await time (`waited` before the call), under one lock.
+    pub fn record_processed(
+        &self,
+        topic: &str,
+        waited: Duration,
+        elapsed: Duration,
+        error_type: Option<&'static str>,
+    ) {
+        let mut table = self.inner.table.lock();
+        if self.inner.rocketmq {
+            let max = self.inner.max_series;
+            table
+                .rocketmq
+                .record(RocketMqHistogram::AwaitTime, topic, true, waited, 1, max);
+        }
+        self.record_locked(
+            &mut table,
+            Operation::Process,
+            topic,
+            1,
+            elapsed,
+            error_type,
+        );
     }
 
     /// Whether the Java client's histograms are kept (so their inputs are worth measuring).

@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use super::context::{Context, Job, Settled};
 use super::process_queue::{ProcessQueue, Rewind};
 use super::settle;
-use crate::metrics::{Operation, RocketMqHistogram, PROCESS_FAILURE};
+use crate::metrics::{Operation, PROCESS_FAILURE};
 use crate::rocketmq::consumer_rpc::ConsumerRpc;
 use crate::rocketmq::listener::{ConsumeResult, Delivery, Run};
 use crate::rocketmq::message_view::MessageView;
@@ -78,12 +78,9 @@ fn dispatch_standard<R: ConsumerRpc>(
                 // the start of its listener call (from the hand-off when the listener does
                 // not say), after its wait since the receive.
                 let started = started.unwrap_or(handed);
-                if metrics.keeps_rocketmq() {
-                    let waited = started.saturating_duration_since(handed);
-                    metrics.record_rocketmq(RocketMqHistogram::AwaitTime, v.topic(), waited, 1);
-                }
+                let waited = started.saturating_duration_since(handed);
                 let error = (result == ConsumeResult::Failure).then_some(PROCESS_FAILURE);
-                metrics.record_outcome(Operation::Process, v.topic(), 1, started.elapsed(), error);
+                metrics.record_processed(v.topic(), waited, started.elapsed(), error);
                 let job = match result {
                     ConsumeResult::Success => Job::ack(pq, v),
                     ConsumeResult::Failure => Job::nack(pq, v),
