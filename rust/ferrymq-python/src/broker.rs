@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use ferrymq_core::proto;
+use ferrymq_core::rocketmq::Endpoints;
 use ferrymq_server::broker::admin::MessageInfo;
 use ferrymq_server::broker::{
     Broker, BrokerConfig, Credentials, GroupConfig, Rpc, StatusFault, Unavailable, WhenFull,
@@ -66,14 +67,6 @@ fn message_dict<'py>(py: Python<'py>, m: &MessageInfo) -> PyResult<Bound<'py, Py
     Ok(d)
 }
 
-/// `host:port` (`[v6]:port` too) with a port from 1 to 65535.
-fn parse_host_port(s: &str) -> Option<(String, u16)> {
-    let (host, port) = s.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
-    (!host.is_empty()).then(|| (host.to_owned(), port))
-}
-
 #[pymethods]
 impl EmbeddedBroker {
     /// Start a broker; durations are in seconds. Unset options keep the proxy's defaults.
@@ -123,12 +116,11 @@ impl EmbeddedBroker {
         };
         c.metric_collector = match metric_collector {
             None => None,
-            Some(hp) => Some(parse_host_port(&hp).ok_or_else(|| {
-                invalid(
-                    "metric_collector",
-                    format!("{hp:?} is not host:port (a port from 1 to 65535)"),
-                )
-            })?),
+            Some(hp) => Some(
+                Endpoints::parse_access_point(&hp)
+                    .map_err(|e| invalid("metric_collector", e))?
+                    .endpoints,
+            ),
         };
         c.when_full = match when_full {
             "reject" => WhenFull::Reject,

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use super::connection::deadline;
 use super::connection::{ConnectionOptions, Connections, Stub, TlsOptions};
-use super::endpoints::Endpoints;
+use super::endpoints::{Address, Endpoints};
 use super::isolation::Isolation;
 use super::message_view::MessageView;
 use super::metadata::{Credentials, RequestMetadata};
@@ -353,12 +353,8 @@ impl Client {
     pub fn metric_collector(&self) -> Option<String> {
         let settings = self.settings();
         let metric = settings.raw.as_ref()?.metric.as_ref().filter(|m| m.on)?;
-        let address = metric.endpoints.as_ref()?.addresses.first()?;
-        Some(if address.host.contains(':') {
-            format!("[{}]:{}", address.host, address.port)
-        } else {
-            format!("{}:{}", address.host, address.port)
-        })
+        let endpoints = Endpoints::from_proto(metric.endpoints.as_ref()?).ok()?;
+        endpoints.addresses().first().map(Address::authority)
     }
 
     /// Endpoint isolation state.

@@ -91,7 +91,7 @@ pub struct BrokerConfig {
     /// The OTLP/gRPC metrics collector announced to clients in their settings
     /// (`Settings.metric`: on, with this `host:port`), as a proxy with metrics exported to a
     /// collector does; `None`: metrics off (the proxy's default).
-    pub metric_collector: Option<(String, u16)>,
+    pub metric_collector: Option<ferrymq_core::rocketmq::Endpoints>,
 }
 
 impl Default for BrokerConfig {

@@ -296,21 +296,9 @@ pub fn merge_settings(
             on: false,
             endpoints: None,
         },
-        Some((host, port)) => proto::Metric {
+        Some(collector) => proto::Metric {
             on: true,
-            endpoints: Some(proto::Endpoints {
-                scheme: if host.parse::<std::net::Ipv6Addr>().is_ok() {
-                    proto::AddressScheme::IPv6 as i32
-                } else if host.parse::<std::net::Ipv4Addr>().is_ok() {
-                    proto::AddressScheme::IPv4 as i32
-                } else {
-                    proto::AddressScheme::DomainName as i32
-                },
-                addresses: vec![proto::Address {
-                    host: host.clone(),
-                    port: i32::from(*port),
-                }],
-            }),
+            endpoints: Some(collector.to_proto()),
         },
     });
     match s.pub_sub.as_mut() {
