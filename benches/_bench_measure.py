@@ -34,6 +34,23 @@ def process_cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_usage(pid: int | None) -> tuple[float, int]:
+    """CPU seconds (user + system) and context switches (every thread's) of a process of this
+    machine, from /proc; ``(0.0, 0)`` for ``None``."""
+    if pid is None:
+        return 0.0, 0
+    switches = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if "ctxt_switches:" in line:  # voluntary and involuntary
+                        switches += int(line.split()[-1])
+        except OSError:
+            continue  # the thread ended meanwhile
+    return process_cpu_seconds(pid) or 0.0, switches
+
+
 class Span:
     """Wall time, CPU time and context switches of this process from creation on."""
 

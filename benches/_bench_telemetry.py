@@ -7,7 +7,14 @@
 * ``metrics``: an SDK ``MeterProvider`` whose ``PeriodicExportingMetricReader`` collects every
   second into an exporter that drops what it gets;
 * ``metrics+traces``: that, plus a ``TracerProvider`` (always-on sampler) with a
-  ``BatchSpanProcessor`` into an exporter that drops what it gets.
+  ``BatchSpanProcessor`` into an exporter that drops what it gets;
+* ``metrics+traces@1%``: the same with the sampler production tracing runs with,
+  ``ParentBased(TraceIdRatioBased(0.01))``: 1 % of new traces recorded, a message's trace
+  recorded when its sender's was.
+
+Beside them, :func:`sdk_span_cost` measures what the OpenTelemetry SDK itself spends on one
+recorded span (start, make current, end, into the same processor), with no ferrymq at all:
+the floor of any instrumentation that records a span per operation.
 
 Each variant gets new providers, shut down after it. :func:`plan` alternates the variants over
 the rounds (their order rotates each round, so that none always runs first or last);
@@ -24,8 +31,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import ferrymq.telemetry
+from _bench_measure import cpu_seconds
 
-VARIANTS = ("off", "metrics", "metrics+traces")
+VARIANTS = ("off", "metrics", "metrics+traces", "metrics+traces@1%")
+#: short names (topic and group names of the consumer benchmark)
+TAGS = {"off": "off", "metrics": "m", "metrics+traces": "mt", "metrics+traces@1%": "mt1"}
+SAMPLED_RATIO = 0.01
 EXPORT_INTERVAL_MS = 1000
 
 
@@ -54,7 +65,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--variants",
         default=",".join(VARIANTS),
-        help="--telemetry: the variants to run, comma-separated",
+        help=f"--telemetry: the variants to run, comma-separated (of {', '.join(VARIANTS)})",
     )
 
 
@@ -76,7 +87,7 @@ def variant(name: str) -> Iterator[None]:
         SpanExporter,
         SpanExportResult,
     )
-    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
     class DropMetrics(MetricExporter):
         def export(self, metrics_data: Any, timeout_millis: float = 10_000, **_: Any) -> Any:
@@ -94,10 +105,12 @@ def variant(name: str) -> Iterator[None]:
 
     reader = PeriodicExportingMetricReader(DropMetrics(), export_interval_millis=EXPORT_INTERVAL_MS)
     meters = MeterProvider(metric_readers=[reader])
-    traces = name == "metrics+traces"
+    traces = name.startswith("metrics+traces")
     tracers = None
     if traces:
-        tracers = TracerProvider(sampler=ALWAYS_ON)
+        sampled = name.endswith("@1%")
+        sampler = ParentBased(TraceIdRatioBased(SAMPLED_RATIO)) if sampled else ALWAYS_ON
+        tracers = TracerProvider(sampler=sampler)
         tracers.add_span_processor(BatchSpanProcessor(DropSpans()))
     ferrymq.telemetry.enable(meters, tracers, traces=traces)
     try:
@@ -107,6 +120,37 @@ def variant(name: str) -> Iterator[None]:
         meters.shutdown()
         if tracers is not None:
             tracers.shutdown()
+
+
+def sdk_span_cost(spans: int = 20_000) -> float:
+    """CPU microseconds the OpenTelemetry SDK spends on one recorded span with no ferrymq: an
+    always-on ``TracerProvider`` with a ``BatchSpanProcessor`` into an exporter that drops
+    what it gets; each span started with three attributes, made current, ended."""
+    from opentelemetry import context, trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+    from opentelemetry.trace import SpanKind
+
+    class DropSpans(SpanExporter):
+        def export(self, spans: Any) -> Any:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropSpans()))
+    tracer = provider.get_tracer("floor")
+    attributes = {"messaging.operation.name": "send", "messaging.destination.name": "t"}
+    t0 = cpu_seconds()
+    for _ in range(spans):
+        span = tracer.start_span("send t", kind=SpanKind.PRODUCER, attributes=attributes)
+        token = context.attach(trace.set_span_in_context(span))
+        context.detach(token)
+        span.end()
+    provider.shutdown()  # the processor's thread exported them all: its CPU counts too
+    return (cpu_seconds() - t0) / spans * 1e6
 
 
 # One measurement: (messages/s, CPU microseconds per message)
@@ -139,3 +183,15 @@ def report(results: dict[str, dict[str, list[Measured]]], note: str) -> None:
                 cpus = [r[1] / o[1] for r, o in zip(runs, off, strict=True)]
                 line += f"   {_spread(rates):<22} {_spread(cpus):<22}"
             print(line)
+    if not any(name.startswith("metrics+traces") for v in results.values() for name in v):
+        return
+    floor = sdk_span_cost()
+    print(
+        f"  the OpenTelemetry SDK alone (no ferrymq): {floor:.1f} CPU us per recorded span;"
+        " as a share of off's CPU per message:"
+        + "".join(
+            f" {scenario} {floor / statistics.median(r[1] for r in v['off']):.0%}"
+            for scenario, v in results.items()
+            if v.get("off")
+        )
+    )

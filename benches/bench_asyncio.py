@@ -12,7 +12,9 @@ Patterns, each over the same producer with ``--window`` sends in flight:
 * ``sync send`` — one blocking ``send`` after another (context switches per round trip).
 
 Prints msg/s, the client process's CPU time per message and its context switches per message,
-and the broker process's CPU time per message.
+and the broker process's CPU time per message; then, for scale, the same patterns with no
+client at all (``_bench_floors.py``): CPython's own cost of ``asyncio.gather`` under a
+semaphore, and a bare loopback TCP echo's round trips/s.
 Build in release mode first (``maturin develop --release``), then
 ``python benches/bench_asyncio.py [--messages 30000] [--window 1000] [--rounds 2]``.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 
 import ferrymq
+from _bench_floors import asyncio_gather_floor, echo_round_trips
 from _bench_measure import Span, parser, process_cpu_seconds
 from _bench_server import broker_process
 
@@ -114,6 +117,10 @@ def main() -> None:
         for r in range(args.rounds):
             print(f"round {r + 1}", flush=True)
             run(producer, msg, args.messages, args.window, proc.pid)
+    rate, cpu_us = asyncio_gather_floor(args.messages, args.window)
+    print(f"no client: gather+sem of awaits {rate:10,.0f} calls/s {cpu_us:6.1f} CPU us/call")
+    rate, cpu_us = echo_round_trips(2.0, 300)
+    print(f"no client: TCP echo round trip {rate:10,.0f} per s    {cpu_us:6.1f} CPU us each")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ Java: a lambda returning SUCCESS), in one run: the embedded broker in its own pr
 (``ferrymq broker``, the default) or, with ``--server real``, a real Apache RocketMQ 5 proxy
 (``scripts/rocketmq-server``; started and stopped by the script if it is not running). Either
 way the server runs outside the clients' processes, so their figures are the client's alone.
+The official Python client runs in a process of its own too: alive in the benchmark's process,
+its threads slowed the ferrymq runs after it by up to three times, even after its shutdown.
 For each client the script prints:
 
 * **msg/s**: messages consumed per second of wall time, from the consumer's start until every
@@ -28,7 +30,10 @@ and the ratios ferrymq / official Python and ferrymq / Java. Scenarios:
   group the accelerator changes nothing and is skipped, and ferrymq consumes
   ``--single-group-messages`` messages;
 * ``simple``: a NORMAL topic and group, simple consumers: receive up to 32 messages, ack each,
-  repeat.
+  repeat; then each client's fastest way to ack a receive: ferrymq's ``ack(list)`` (one
+  ``AckMessage`` request for the receive, client ``ferrymq+ack-batch``) and the Java client's
+  ``ackAsync`` per message, waiting for them all (``java+ack-async``). The summary compares
+  each ferrymq row with the faster Java row.
 
 Usage (build the extension in release mode first: ``maturin develop --release``)::
 
@@ -53,6 +58,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import subprocess
 import sys
 import threading
 import time
@@ -65,7 +72,7 @@ from typing import Any
 import ferrymq
 from _bench_measure import cpu_seconds, parser, process_cpu_seconds
 from _bench_server import add_arguments, broker_process, open_server
-from _bench_telemetry import Measured, plan, report, variant
+from _bench_telemetry import TAGS, Measured, plan, report, variant
 from _bench_telemetry import add_arguments as telemetry_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -166,7 +173,11 @@ def run_ferrymq(
         c.close()
 
 
-def run_ferrymq_simple(label: str, endpoints: str, topic: str, group: str, n: int) -> Result:
+def run_ferrymq_simple(
+    label: str, endpoints: str, topic: str, group: str, n: int, ack: str = "each"
+) -> Result:
+    """``ack="each"``: one ``ack`` call (one request) per message; ``"batch"``: one ``ack``
+    call per receive, which sends its messages' acks in one ``AckMessage`` request."""
     # 5 s: a real proxy raises shorter long polls to its 5 s floor, and ferrymq's call deadline
     # would then be too short for it (ILLEGAL_POLLING_TIME).
     c = ferrymq.SimpleConsumer(endpoints, group, subscriptions={topic: "*"}, await_duration=5)
@@ -176,7 +187,12 @@ def run_ferrymq_simple(label: str, endpoints: str, topic: str, group: str, n: in
         nonlocal got
         c.start()
         while got < n:
-            for m in c.receive(32, 60):
+            batch = c.receive(32, 60)
+            if ack == "batch":
+                c.ack(batch)
+                got += len(batch)
+                continue
+            for m in batch:
                 c.ack(m)
                 got += 1
 
@@ -195,6 +211,7 @@ def run_java(
     n: int,
     warmup: int,
     simple: bool,
+    ack: str = "each",
 ) -> Result:
     """The Java client in its own JVM; its msg/s and CPU are measured inside it, over the last
     ``n`` of ``warmup + n`` messages: the JIT compiles the client's consumption path on the
@@ -209,6 +226,7 @@ def run_java(
         count=n,
         warmup_msgs=warmup,
         timeout=900,
+        **({"ack": ack} if simple else {}),
     )
     s1 = process_cpu_seconds(SERVER_PID)
     (r,) = p.of("bench")
@@ -302,6 +320,36 @@ def run_official_simple(label: str, endpoints: str, topic: str, group: str, n: i
         c.shutdown()
 
 
+def official_worker(
+    label: str, endpoints: str, topic: str, group: str, n: str, server_pid: str
+) -> int:
+    """``--official-worker``: one official client run, printed as one JSON line."""
+    global SERVER_PID
+    SERVER_PID = int(server_pid) or None
+    simple = label.startswith("simple")
+    run = run_official_simple if simple else run_official
+    r = run(label, endpoints, topic, group, int(n))
+    print(json.dumps([r.seconds, r.cpu, r.server_cpu]), flush=True)
+    return 0
+
+
+def run_official_apart(
+    label: str, endpoints: str, topic: str, group: str, n: int, simple: bool
+) -> Result:
+    """The official client's run, in a process of its own: alive in the benchmark's process,
+    its threads slowed the ferrymq runs after it by up to 3 times, even after ``shutdown()``."""
+    argv = [sys.executable, __file__, "--official-worker", label, endpoints, topic, group]
+    out = subprocess.run(
+        [*argv, str(n), str(SERVER_PID or 0)],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+        timeout=1200,
+    )
+    seconds, cpu, server = json.loads(out.stdout.strip().splitlines()[-1])
+    return Result(label, n, seconds, cpu, server)
+
+
 @dataclass
 class Step:
     scenario: str
@@ -314,6 +362,7 @@ class Step:
     accelerator: bool = False
     pipelining: bool = False
     warmup: int = 0  # messages consumed before the measured ones (Java)
+    ack: str = "each"  # simple: "each" (one ack call per message), "batch"/"async" (see --help)
 
 
 def build_plan(args: argparse.Namespace, java: bool) -> list[Step]:
@@ -330,16 +379,23 @@ def build_plan(args: argparse.Namespace, java: bool) -> list[Step]:
                     Step(name, "official", f"official-{name}", f"official-{name}-g",
                          args.official_messages, fifo, groups)
                 )  # fmt: skip
-            if java:
+            # simple: each client acks message by message, and in its fastest way besides
+            # (Java: an ackAsync per message, then waits for them all; ferrymq: one ack call)
+            acks = [("", "each"), ("+ack-async", "async")] if name == "simple" else [("", "each")]
+            for suffix, ack in acks if java else []:
+                tag = f"java-{name}{suffix.replace('+', '-')}"
                 plan.append(
-                    Step(name, "java", f"java-{name}", f"java-{name}-g", args.java_messages,
-                         fifo, groups, warmup=args.java_warmup)
+                    Step(name, "java" + suffix, tag, f"{tag}-g", args.java_messages,
+                         fifo, groups, warmup=args.java_warmup, ack=ack)
                 )  # fmt: skip
             if not fifo:
-                plan.append(
-                    Step(name, "ferrymq", f"ferrymq-{name}", f"ferrymq-{name}-g",
-                         args.messages, False)
-                )  # fmt: skip
+                acks = [("", "each"), ("+ack-batch", "batch")] if name == "simple" else acks
+                for suffix, ack in acks:
+                    tag = f"ferrymq-{name}{suffix.replace('+', '-')}"
+                    plan.append(
+                        Step(name, "ferrymq" + suffix, tag, f"{tag}-g", args.messages, False,
+                             ack=ack)
+                    )  # fmt: skip
                 continue
             n = args.single_group_messages if groups == 1 else args.messages
             for accelerator in [False, True] if groups > 1 else [False]:
@@ -364,10 +420,9 @@ def telemetry_cost(args: argparse.Namespace, body: bytes) -> int:
         for r, name in plan(args.rounds, args.variants)
         for scenario in ("push", "simple")
     ]
-    tag = {"off": "off", "metrics": "m", "metrics+traces": "mt"}
 
     def names(r: int, name: str, scenario: str) -> tuple[str, str]:
-        t = f"tel-{scenario}-{r}-{tag[name]}"
+        t = f"tel-{scenario}-{r}-{TAGS[name]}"
         return t, t + "-g"
 
     topics = [{"name": names(*x)[0], "message_type": "NORMAL", "queues": args.queues} for x in runs]
@@ -438,6 +493,7 @@ def main() -> int:
     ap.add_argument("--scenarios", default="normal,fifo,simple")
     ap.add_argument("--no-official", action="store_true")
     ap.add_argument("--no-java", action="store_true")
+    ap.add_argument("--official-worker", nargs=6, help=argparse.SUPPRESS)
     ap.add_argument(
         "--receive-batch-size",
         type=int,
@@ -456,6 +512,8 @@ def main() -> int:
     )
     add_arguments(ap)
     args = ap.parse_args()
+    if args.official_worker:
+        return official_worker(*args.official_worker)
     body = b"x" * args.body
     if args.telemetry:
         return telemetry_cost(args, body)
@@ -495,14 +553,13 @@ def main() -> int:
             preload(endpoints, topic, n + st.warmup, body, st.message_groups)
             label = f"{scenario}/{client}"
             simple = scenario == "simple"
-            if client == "java":
+            if client.startswith("java"):
                 assert java is not None
-                r = run_java(java, label, endpoints, topic, group, n, st.warmup, simple)
+                r = run_java(java, label, endpoints, topic, group, n, st.warmup, simple, st.ack)
             elif client == "official":
-                run = run_official_simple if simple else run_official
-                r = run(label, endpoints, topic, group, n)
+                r = run_official_apart(label, endpoints, topic, group, n, simple)
             elif simple:
-                r = run_ferrymq_simple(label, endpoints, topic, group, n)
+                r = run_ferrymq_simple(label, endpoints, topic, group, n, st.ack)
             else:
                 r = run_ferrymq(
                     label,
@@ -526,7 +583,12 @@ def main() -> int:
         "ratios are ferrymq / other client):"
     )
     for scenario, by_client in results.items():
-        others = {k: by_client.get(k) for k in ("official", "java")}
+        # the Java client in its fastest way (simple: ack each or ackAsync)
+        javas = [r for c, r in by_client.items() if c.startswith("java")]
+        others = {
+            "official": by_client.get("official"),
+            "java": max(javas, key=lambda r: r.rate) if javas else None,
+        }
         for client, r in by_client.items():
             line = f"  {scenario:<9} {client:<31} {r.rate:>10,.0f} msg/s {r.cpu_us:>8.1f} µs/msg"
             if client.startswith("ferrymq"):

@@ -15,10 +15,15 @@ Scenarios, each with 100 B and 1 KiB bodies (``--sizes``):
   messages that differ only in their bodies).
 
 Prints, for each client, messages/s (wall clock) and CPU time per message, with the ratios
-ferrymq/Java and ferrymq/official-Python, then the context switches per sync send. CPU and
-context switches: ferrymq and the official Python client are measured as this whole process
-(client + embedded broker, which runs in this process for both; with ``--server real`` the
-client only); Java as its own JVM (client only), so on the embedded broker Java's figures leave
+ferrymq/Java and ferrymq/official-Python, then the context switches per sync send, then the
+ceilings this machine sets in the same run (``_bench_floors.py``: a bare loopback TCP echo's
+round trips/s, which bound every client's sync sends, and CPython's own cost of
+``asyncio.gather`` under a semaphore, which bounds every client's ``await send_async``). CPU and
+context switches: ferrymq as this whole process (client + embedded broker, which runs in this
+process; with ``--server real`` the client only); the official Python client, measured in a
+process of its own (alive in this one, its threads slowed ferrymq's sync sends by a quarter),
+as that process plus this one's embedded broker over its measurement; Java as its own JVM
+(client only), so on the embedded broker Java's figures leave
 the broker's share out. The Java client is measured after a warm-up until its JIT is quiet
 (20,000 ``sendAsync``, then for sync 3 s of ``send``: a minute or more on a busy machine), which
 is what a long-running Java producer sees. On a shared machine
@@ -39,14 +44,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import ferrymq
-from _bench_measure import Span
+from _bench_floors import asyncio_gather_floor, echo_round_trips
+from _bench_measure import Span, process_usage
 from _bench_server import add_arguments, open_server, run_name
 from _bench_telemetry import Measured, plan, report, variant
 from _bench_telemetry import add_arguments as telemetry_arguments
@@ -133,7 +143,7 @@ def ferry_batch(
     return timed(seconds, step)
 
 
-def official_client(endpoints: str, topic: str) -> object:
+def official_producer(endpoints: str, topic: str) -> Any:
     from rocketmq import ClientConfiguration, Credentials, Producer
 
     p = Producer(ClientConfiguration(endpoints, Credentials(), request_timeout=10), (topic,))
@@ -141,7 +151,7 @@ def official_client(endpoints: str, topic: str) -> object:
     return p
 
 
-def official_message(topic: str, body: bytes) -> object:
+def official_message(topic: str, body: bytes) -> Any:
     from rocketmq import Message
 
     m = Message()
@@ -150,31 +160,66 @@ def official_message(topic: str, body: bytes) -> object:
     return m
 
 
-def official_sync(p: object, topic: str, body: bytes, seconds: float) -> Rate:
-    msg = official_message(topic, body)
-
+def official_sync(p: Any, msg: Any, seconds: float) -> Rate:
     def step() -> int:
         for _ in range(20):
-            p.send(msg)  # type: ignore[attr-defined]
+            p.send(msg)
         return 20
 
     return timed(seconds, step)
 
 
-def official_async(p: object, topic: str, body: bytes, seconds: float) -> Rate:
-    msg = official_message(topic, body)
-    window = WINDOW
-
+def official_async(p: Any, msg: Any, seconds: float) -> Rate:
     def step() -> int:
-        futures: list[Future[object]] = [
-            p.send_async(msg)  # type: ignore[attr-defined]
-            for _ in range(window)
-        ]
+        futures: list[Future[object]] = [p.send_async(msg) for _ in range(WINDOW)]
         for f in futures:
             f.result()
-        return window
+        return WINDOW
 
     return timed(seconds, step)
+
+
+def official_worker(endpoints: str, topic: str, size: int, seconds: float) -> None:
+    """``--official-worker``: the official client's sync and async rates, as one JSON line.
+    Run in a process of its own: alive in the benchmark's process, the official client's
+    threads took a quarter of ferrymq's sync rate there, even after its ``shutdown()``. With
+    the embedded broker (it runs in the parent), the parent's CPU time and context switches
+    over each measurement count as the client's, as they do for ferrymq."""
+    logging.getLogger("rocketmq").setLevel(logging.ERROR)
+    parent = os.getppid() if os.environ.get("FERRYMQ_BENCH_BROKER_IN_PARENT") else None
+    p = official_producer(endpoints, topic)
+    msg = official_message(topic, body=b"x" * size)
+    out = {}
+    try:
+        for mode, run in (("sync", official_sync), ("async", official_async)):
+            cpu0, cs0 = process_usage(parent)
+            rate, cpu_us, cs = run(p, msg, seconds)
+            cpu1, cs1 = process_usage(parent)
+            sent = rate * seconds
+            out[mode] = (rate, cpu_us + (cpu1 - cpu0) / sent * 1e6, cs + (cs1 - cs0) / sent)
+    finally:
+        p.shutdown()
+    print(json.dumps(out), flush=True)
+
+
+def official_rates(
+    endpoints: str, topic: str, size: int, seconds: float, broker_here: bool
+) -> tuple[Rate, Rate]:
+    """The official client's (sync, async) rates, measured in a process of its own."""
+    env = dict(os.environ)
+    if broker_here:
+        env["FERRYMQ_BENCH_BROKER_IN_PARENT"] = "1"
+    argv = [sys.executable, __file__, "--official-worker", endpoints, topic, str(size)]
+    out = subprocess.run(
+        [*argv, "--seconds", str(seconds)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+        timeout=seconds * 2 + 300,
+    )
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return tuple(r["sync"]), tuple(r["async"])
 
 
 def java_send(
@@ -257,9 +302,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="100,1024", help="body sizes in bytes, comma-separated")
     ap.add_argument("--no-official", action="store_true", help="skip the official Python client")
     ap.add_argument("--no-java", action="store_true", help="skip the official Java client")
+    ap.add_argument("--official-worker", nargs=3, help=argparse.SUPPRESS)
     telemetry_arguments(ap)
     add_arguments(ap)
     args = ap.parse_args()
+    if args.official_worker:
+        endpoints, topic, size = args.official_worker
+        official_worker(endpoints, topic, int(size), args.seconds)
+        return
     logging.getLogger("rocketmq").setLevel(logging.ERROR)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.telemetry:
@@ -270,22 +320,24 @@ def main() -> None:
     with open_server(args, endpoints=1, when_full="drop_oldest") as server:
         topic = run_name(server, "bench")
         server.setup({topic: "NORMAL"})
-        official = None if args.no_official else official_client(server.endpoints, topic)
         rows: list[Row] = []
         with ferrymq.Producer(server.endpoints, topics=[topic]) as p:
             for size in sizes:
                 body = b"x" * size
                 ours = ferry_sync(p, topic, body, args.seconds)
-                theirs = official_sync(official, topic, body, args.seconds) if official else None
+                theirs, theirs_async = (
+                    official_rates(
+                        server.endpoints, topic, size, args.seconds, args.server == "embedded"
+                    )
+                    if not args.no_official
+                    else (None, None)
+                )
                 j_sync = (
                     java_send(java, server.endpoints, topic, size, args.seconds, "sync")
                     if java
                     else None
                 )
                 rows.append(("sync send", size, ours, theirs, j_sync))
-                theirs_async = (
-                    official_async(official, topic, body, args.seconds) if official else None
-                )
                 j_async = (
                     java_send(java, server.endpoints, topic, size, args.seconds, "async")
                     if java
@@ -299,8 +351,8 @@ def main() -> None:
                 rows.append(("send_batch(1000) vs async", size, ours, theirs_async, j_async))
                 ours = ferry_batch(p, topic, body, args.seconds, packed=True)
                 rows.append(("send_batch(packed) vs async", size, ours, theirs_async, j_async))
-        if official is not None:
-            official.shutdown()  # type: ignore[attr-defined]
+    echo = echo_round_trips(args.seconds)
+    gather_floor = asyncio_gather_floor()
 
     print(f"server: {args.server}; async window {WINDOW}; ratios are ferrymq / other client")
     print(
@@ -315,17 +367,40 @@ def main() -> None:
             f"{name:28} {size:>5}B | {ours[0]:9,.0f} {j_rate} {j_x} {p_rate} {p_x}       |"
             f" {ours[1]:7.2f} {j_cpu} {j_cx} {p_cpu} {p_cx}"
         )
-    print("context switches per sync send (ferrymq and Python: this process", end="")
-    print(", embedded broker included;" if args.server == "embedded" else ";", end="")
-    print(" Java: its JVM):")
+    broker = ", embedded broker included" if args.server == "embedded" else ""
+    print(
+        f"context switches per sync send (ferrymq: this process{broker}; Python: its process"
+        f"{broker}; Java: its JVM):"
+    )
     for name, size, ours, py, jv in rows:
         if name == "sync send":
             others = "".join(
                 f", {label} {r[2]:.1f}" for label, r in (("Java", jv), ("Python", py)) if r
             )
             print(f"  {size} B: ferrymq {ours[2]:.1f}{others}")
+    print_ceilings(rows, echo, gather_floor)
     with open("/proc/loadavg") as f:
         print(f"(load average at the end of the run, 1/5/15 min: {' '.join(f.read().split()[:3])})")
+
+
+def print_ceilings(
+    rows: list[Row], echo: tuple[float, float], gather_floor: tuple[float, float]
+) -> None:
+    """The machine's ceilings measured in this run (``_bench_floors.py``), beside what 3 times
+    the Java client would take on the paths they bound."""
+    java = {name: jv for name, size, _, _, jv in rows if jv is not None and size == rows[0][1]}
+    print("ceilings on this machine, same run (no client, no broker):")
+    need = java.get("sync send")
+    print(
+        f"  bare loopback TCP echo: {echo[0]:,.0f} round trips/s ({echo[1]:.0f} CPU us each)"
+        + (f"; 3x the Java client's sync sends: {3 * need[0]:,.0f}/s" if need else "")
+    )
+    need = java.get("gather(send_async) vs async")
+    print(
+        f"  asyncio.gather of awaits under Semaphore({WINDOW}): {gather_floor[0]:,.0f} calls/s"
+        f" ({gather_floor[1]:.1f} CPU us each)"
+        + (f"; 3x the Java client's sendAsync: {3 * need[0]:,.0f}/s" if need else "")
+    )
 
 
 if __name__ == "__main__":

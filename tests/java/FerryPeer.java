@@ -27,6 +27,7 @@
 //                [--warmup S] [--warmup-msgs N] [--warmup-max S] [--seconds S]
 //   bench-push   --endpoints E --topic T --group G --count N [--warmup-msgs W] [--threads K]
 //   bench-simple --endpoints E --topic T --group G --count N [--warmup-msgs W] [--batch B]
+//       [--ack each|async]   (async: an ackAsync per received message, then waits for all)
 //       throughput: one "bench" line with msgs, seconds, rate (msg/s), cpu_seconds and
 //       context_switches (this process, over the measured span) and the warm-up done before
 //       it. bench-send warms up with --warmup-msgs async sends (1000 in flight), then (sync)
@@ -46,6 +47,7 @@ import java.util.Base64;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -574,6 +576,7 @@ public final class FerryPeer {
         int count = num("count", 10000);
         int warm = num("warmup-msgs", 20000);
         int batch = num("batch", 32);
+        boolean ackAsync = str("ack", "each").equals("async");
         long t0 = System.nanoTime();
         long deadline = t0 + (long) (secs("timeout", 600) * 1e9);
         try (SimpleConsumer consumer = PROVIDER.newSimpleConsumerBuilder()
@@ -601,7 +604,17 @@ public final class FerryPeer {
                 if (System.nanoTime() > deadline) {
                     throw new RuntimeException("consumed " + got + " of " + (warm + count));
                 }
-                for (MessageView m : consumer.receive(batch, invisible)) {
+                List<MessageView> received = consumer.receive(batch, invisible);
+                if (ackAsync) {
+                    List<CompletableFuture<Void>> acks = new ArrayList<>(received.size());
+                    for (MessageView m : received) {
+                        acks.add(consumer.ackAsync(m));
+                    }
+                    CompletableFuture.allOf(acks.toArray(new CompletableFuture[0])).join();
+                    got += received.size();
+                    continue;
+                }
+                for (MessageView m : received) {
                     consumer.ack(m);
                     got++;
                 }
