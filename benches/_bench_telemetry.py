@@ -165,7 +165,7 @@ def report(results: dict[str, dict[str, list[Measured]]], note: str) -> None:
     """``results[scenario][variant]``: one measurement per round, in round order."""
     print(f"\ntelemetry cost ({note}); medians over rounds, ratios to off of the same round:")
     print(
-        f"  {'scenario':<16} {'variant':<15} {'msg/s':>10} {'CPU us/msg':>10}"
+        f"  {'scenario':<16} {'variant':<19} {'msg/s':>10} {'CPU us/msg':>10}"
         f"   {'rate on/off (range)':<22} {'CPU on/off (range)':<22}"
     )
     for scenario, by_variant in results.items():
@@ -175,7 +175,7 @@ def report(results: dict[str, dict[str, list[Measured]]], note: str) -> None:
             if runs is None:
                 continue
             line = (
-                f"  {scenario:<16} {name:<15} {statistics.median(r[0] for r in runs):>10,.0f}"
+                f"  {scenario:<16} {name:<19} {statistics.median(r[0] for r in runs):>10,.0f}"
                 f" {statistics.median(r[1] for r in runs):>10.2f}"
             )
             if name != "off" and off is not None:

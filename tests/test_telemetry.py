@@ -7,6 +7,7 @@ dropping out; the extra's import rules."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
 from opentelemetry.trace import SpanKind
 
 import ferrymq
@@ -63,11 +65,11 @@ class InMemoryMetricExporter(MetricExporter):
 
 
 class Otel:
-    def __init__(self, reader: MetricReader | None = None) -> None:
+    def __init__(self, reader: MetricReader | None = None, sampler: Sampler | None = None) -> None:
         self.reader = reader if reader is not None else InMemoryMetricReader()
         self.meters = MeterProvider(metric_readers=[self.reader])
         self.spans = InMemorySpanExporter()
-        self.tracers = TracerProvider()
+        self.tracers = TracerProvider(sampler=sampler)
         self.tracers.add_span_processor(SimpleSpanProcessor(self.spans))
         self.tracer = self.tracers.get_tracer("test")
 
@@ -533,6 +535,29 @@ def test_invalid_received_contexts_are_ignored() -> None:
     assert creation_context(View()) is None
     View.trace_context = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     assert creation_context(View()) is not None
+
+
+def test_a_sampled_out_trace_is_propagated_and_recorded_nowhere(backend: Backend) -> None:
+    """A send the user's sampler drops makes no span, yet its message carries the unsampled
+    context, so that the consumer's side follows the decision (parent-based sampling)."""
+    if backend.protocol != "rocketmq":
+        pytest.skip("one protocol is enough: the send and process hooks are protocol-agnostic")
+    o = Otel(sampler=ParentBased(ALWAYS_OFF))
+    telemetry.enable(o.meters, o.tracers)
+    try:
+        seen: list[Any] = []
+        with backend.producer() as p:
+            p.send(Message(backend.topic, b"x"))
+        with backend.push_consumer(seen.append):
+            wait_for("the message consumed", lambda: bool(seen), 60)
+        parent = re.fullmatch(
+            r"00-[0-9a-f]{32}-[0-9a-f]{16}-([0-9a-f]{2})", seen[0].trace_context or ""
+        )
+        assert parent is not None, seen[0].trace_context
+        assert int(parent[1], 16) & 1 == 0  # not sampled (the SDK may set the "random" flag)
+        assert o.finished() == []
+    finally:
+        o.close()
 
 
 def test_tracing_off_makes_no_spans(backend: Backend) -> None:

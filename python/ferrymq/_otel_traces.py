@@ -87,9 +87,10 @@ def _carrier(span_context: Any) -> tuple[str, str | None] | None:
     None for an invalid one."""
     if not span_context.is_valid:
         return None
-    parent = (
-        f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}"
-        f"-{span_context.trace_flags:02x}"
+    parent = "00-%032x-%016x-%02x" % (  # noqa: UP031 (the fastest of the three ways here)
+        span_context.trace_id,
+        span_context.span_id,
+        span_context.trace_flags,
     )
     state = span_context.trace_state
     return parent, (state.to_header() or None) if state else None
@@ -131,7 +132,7 @@ class Tracing:
 
     # -- producers ---------------------------------------------------------------------------
 
-    def _send_span(self, message: Any) -> _Current:
+    def _send_span(self, message: Any) -> Any:
         topic = message.topic
         made = self._send.get(topic)
         if made is None:
@@ -146,16 +147,21 @@ class Tracing:
                 },
             )
         own = creation_context(message) if message.trace_context is not None else None
-        span = self._tracer.start_span(
+        return self._tracer.start_span(
             made[0], kind=SpanKind.PRODUCER, attributes=made[1], links=_link(own)
         )
-        return _Current(span)
 
     def send(self, message: Any, call: Callable[[Any], Any]) -> Any:
-        current = self._send_span(message)
+        span = self._send_span(message)
+        message = _with_context(message, _carrier(span.get_span_context()))
+        if not span.is_recording():
+            # Sampled out: the message still carries the (unsampled) context, so that the
+            # consumer's side follows the decision; nothing else is worth doing for the span.
+            return call(message)
+        current = _Current(span)
         try:
-            receipt = call(_with_context(message, _carrier(current.span.get_span_context())))
-            _receipt_attributes(current.span, receipt)
+            receipt = call(message)
+            _receipt_attributes(span, receipt)
         except BaseException as e:
             current.end(e)
             raise
@@ -163,11 +169,14 @@ class Tracing:
         return receipt
 
     async def send_async(self, message: Any, call: Callable[[Any], Awaitable[Any]]) -> Any:
-        current = self._send_span(message)
+        span = self._send_span(message)
+        message = _with_context(message, _carrier(span.get_span_context()))
+        if not span.is_recording():
+            return await call(message)
+        current = _Current(span)
         try:
-            carrier = _carrier(current.span.get_span_context())
-            receipt = await call(_with_context(message, carrier))
-            _receipt_attributes(current.span, receipt)
+            receipt = await call(message)
+            _receipt_attributes(span, receipt)
         except BaseException as e:
             current.end(e)
             raise
