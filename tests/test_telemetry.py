@@ -537,6 +537,17 @@ def test_invalid_received_contexts_are_ignored() -> None:
     assert creation_context(View()) is not None
 
 
+def _send_one_and_consume_it(backend: Backend) -> Any:
+    """Send one message with a producer of ``backend``, and return it as a push consumer got
+    it."""
+    seen: list[Any] = []
+    with backend.producer() as p:
+        p.send(Message(backend.topic, b"x"))
+    with backend.push_consumer(seen.append):
+        wait_for("the message consumed", lambda: bool(seen), 60)
+    return seen[0]
+
+
 def test_a_sampled_out_trace_is_propagated_and_recorded_nowhere(backend: Backend) -> None:
     """A send the user's sampler drops makes no span, yet its message carries the unsampled
     context, so that the consumer's side follows the decision (parent-based sampling)."""
@@ -545,15 +556,11 @@ def test_a_sampled_out_trace_is_propagated_and_recorded_nowhere(backend: Backend
     o = Otel(sampler=ParentBased(ALWAYS_OFF))
     telemetry.enable(o.meters, o.tracers)
     try:
-        seen: list[Any] = []
-        with backend.producer() as p:
-            p.send(Message(backend.topic, b"x"))
-        with backend.push_consumer(seen.append):
-            wait_for("the message consumed", lambda: bool(seen), 60)
+        got = _send_one_and_consume_it(backend)
         parent = re.fullmatch(
-            r"00-[0-9a-f]{32}-[0-9a-f]{16}-([0-9a-f]{2})", seen[0].trace_context or ""
+            r"00-[0-9a-f]{32}-[0-9a-f]{16}-([0-9a-f]{2})", got.trace_context or ""
         )
-        assert parent is not None, seen[0].trace_context
+        assert parent is not None, got.trace_context
         assert int(parent[1], 16) & 1 == 0  # not sampled (the SDK may set the "random" flag)
         assert o.finished() == []
     finally:
@@ -567,13 +574,9 @@ def test_tracing_off_makes_no_spans(backend: Backend) -> None:
     telemetry.enable(o.meters, o.tracers)
     telemetry.disable()
     try:
-        seen: list[Any] = []
-        with backend.producer() as p:
-            p.send(Message(backend.topic, b"x"))
-        with backend.push_consumer(seen.append):
-            wait_for("the message consumed", lambda: bool(seen), 60)
+        got = _send_one_and_consume_it(backend)
         assert o.finished() == []
-        assert seen[0].trace_context is None
+        assert got.trace_context is None
     finally:
         o.close()
 
