@@ -274,7 +274,8 @@ class Tracing:
     def receive(self, consumer: Any, call: Callable[[], list[Any]]) -> list[Any]:
         with self._receive_span(consumer) as span:
             messages = call()
-            _received(span, messages)
+            if span.is_recording():
+                _received(span, messages)
             return messages
 
     async def receive_async(
@@ -282,7 +283,8 @@ class Tracing:
     ) -> list[Any]:
         with self._receive_span(consumer) as span:
             messages = await call()
-            _received(span, messages)
+            if span.is_recording():
+                _received(span, messages)
             return messages
 
 
