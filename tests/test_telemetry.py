@@ -468,6 +468,38 @@ def test_a_trace_id_travels_on_the_embedded_broker_and_the_real_server(
         _trace_round_trip(otel, p, Closing, topic)
 
 
+def test_the_publisher_carries_the_current_context_on_every_protocol(
+    backend: Backend, otel: Otel
+) -> None:
+    """The managed publisher's messages, given as a subject and a body or as a ``Message``,
+    carry the caller's span context, which the consumer's process span continues."""
+    seen: list[Any] = []
+    with backend.producer() as p, ferrymq.AsyncPublisher(p) as pub:
+        with otel.tracer.start_as_current_span("user") as user:
+            flights = [
+                pub.submit(backend.topic, b"subject and body", headers={"k": "v"}),
+                pub.submit(Message(backend.topic, b"message")),
+            ]
+        for f in flights:
+            f.result(30)
+    trace_id = f"{user.get_span_context().trace_id:032x}"
+    with backend.push_consumer(seen.append):
+        wait_for("both messages consumed", lambda: len(seen) >= 2, 60)
+        wait_for(
+            "their process spans",
+            lambda: any(s.name == f"process {backend.topic}" for s in otel.finished()),
+            30,
+        )
+    assert sorted(m.body for m in seen) == [b"message", b"subject and body"]
+    for m in seen:
+        assert m.trace_context is not None, m
+        assert m.trace_context.split("-")[1] == trace_id
+    (with_headers,) = [m for m in seen if m.body == b"subject and body"]
+    assert with_headers.properties.get("k") == "v"
+    process = [s for s in otel.finished() if s.name == f"process {backend.topic}"]
+    assert {f"{s.context.trace_id:032x}" for s in process} == {trace_id}
+
+
 async def test_an_async_listener_runs_in_its_process_span(backend: Backend, otel: Otel) -> None:
     if backend.protocol != "rocketmq":
         pytest.skip("one protocol is enough: the async bridge is protocol-agnostic")

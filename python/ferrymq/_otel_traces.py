@@ -31,7 +31,7 @@ call is recorded on the span, whose status is then ERROR).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -45,6 +45,7 @@ from . import _native
 __all__ = ["Tracing"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+TRACEPARENT, TRACESTATE = "traceparent", "tracestate"  # W3C names, as headers and properties
 _FAILURE = _native.ConsumeResult.FAILURE
 _CACHED = 1024  # distinct received contexts, and topics, remembered
 _contexts: dict[tuple[str, str | None], Context | None] = {}
@@ -188,6 +189,18 @@ class Tracing:
         if carrier is None:
             return messages if isinstance(messages, list) else list(messages)
         return [_with_context(m, carrier) for m in messages]
+
+    def stamp_headers(self, headers: Mapping[str, str] | None) -> Mapping[str, str] | None:
+        if headers is not None and TRACEPARENT in headers:
+            return headers
+        carrier = _carrier(trace.get_current_span().get_span_context())
+        if carrier is None:
+            return headers
+        out = dict(headers) if headers is not None else {}
+        out[TRACEPARENT] = carrier[0]
+        if carrier[1]:
+            out[TRACESTATE] = carrier[1]
+        return out
 
     # -- consumers ---------------------------------------------------------------------------
 

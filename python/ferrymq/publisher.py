@@ -25,7 +25,7 @@ from datetime import timedelta
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final, Union
 
-from . import _exit, _native
+from . import _exit, _hooks, _native
 from ._lifecycle import Lifecycle
 from ._native import EventBatch, FlightCore, PublishAck
 from ._stats import StatsCallback, stats_reporter
@@ -550,6 +550,8 @@ class AsyncPublisher(Lifecycle):
         """
         if self._loop is None:
             self._bind_loop()
+        if _hooks.stamp is not None:
+            subject, headers = _traced(subject, headers)
         core, waiter = self._core.publish(
             subject,
             body,
@@ -584,6 +586,8 @@ class AsyncPublisher(Lifecycle):
     ) -> concurrent.futures.Future[PublishAck]:
         """Publish from code without asyncio: returns a :class:`concurrent.futures.Future` of
         the :class:`PublishAck`. Blocks (without the GIL) while the intake is full."""
+        if _hooks.stamp is not None:
+            subject, headers = _traced(subject, headers)
         core = self._core.prepare(
             subject,
             body,
@@ -723,6 +727,19 @@ def _intercept(chain: Chain, pairs: Sequence[tuple[str, FlightCore]], pub: Async
             chain.after(
                 chain.context(HookPoint.SEND, flights), flights, core.exception, _started([core])
             )
+
+
+def _traced(
+    subject: str | Message, headers: Mapping[str, str] | None
+) -> tuple[str | Message, Mapping[str, str] | None]:
+    """``subject`` and ``headers`` carrying the current span's context (tracing is on): a
+    ``Message`` as ``produce`` stamps it, else in the ``traceparent`` / ``tracestate`` headers
+    (properties on RocketMQ and JMQ4, where consumers read them as the context too)."""
+    if isinstance(subject, str):
+        assert _hooks.stamp_headers is not None
+        return subject, _hooks.stamp_headers(headers)
+    assert _hooks.stamp is not None
+    return _hooks.stamp([subject])[0], headers
 
 
 def _started(cores: Sequence[FlightCore]) -> float:

@@ -119,6 +119,7 @@ def _install(bridge: Any, tracing: Any) -> None:
         _hooks.send = tracing.send
         _hooks.send_async = tracing.send_async
         _hooks.stamp = tracing.stamp
+        _hooks.stamp_headers = tracing.stamp_headers
         _hooks.receive = tracing.receive
         _hooks.receive_async = tracing.receive_async
         _hooks.process_async = tracing.process_async
@@ -135,6 +136,7 @@ def _uninstall() -> None:
     _hooks.send = None
     _hooks.send_async = None
     _hooks.stamp = None
+    _hooks.stamp_headers = None
     _hooks.receive = None
     _hooks.receive_async = None
     _hooks.process_async = None

@@ -5,7 +5,8 @@
 //! retries to another broker or leader happen inside it. A message built from subject, headers
 //! and body gets the flight id as its key, so it stays the same on every retry and a message can
 //! be found by it (on JMQ4 the first key is the `businessId`); the message id is the
-//! producer's. Neither protocol has server-side de-duplication or JetStream expectations:
+//! producer's. `traceparent` / `tracestate` headers become the message's trace context. Neither
+//! protocol has server-side de-duplication or JetStream expectations:
 //! options other than `message_id` are refused.
 
 use std::future::Future;
@@ -19,6 +20,7 @@ use crate::jmq::producer::JmqProducer;
 use crate::message::Message;
 use crate::metrics::ClientMetrics;
 use crate::rocketmq::producer::Producer;
+use crate::trace_context::{TRACEPARENT, TRACESTATE};
 
 fn build(
     subject: &str,
@@ -31,7 +33,13 @@ fn build(
         b = b.keys([k]);
     }
     for (k, v) in headers {
-        b = b.property(k.clone(), v.clone());
+        // The W3C headers are the message's trace context, as they are on NATS (where the
+        // context travels in exactly these headers): RocketMQ and JMQ4 carry it their own way.
+        b = match k.as_str() {
+            TRACEPARENT => b.trace_context(v.clone()),
+            TRACESTATE => b.trace_state(v.clone()),
+            _ => b.property(k.clone(), v.clone()),
+        };
     }
     b.build()
 }
@@ -123,5 +131,31 @@ impl PublishBackend for Producer {
     }
     fn metrics(&self) -> Option<ClientMetrics> {
         Some(Producer::metrics(self).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn w3c_headers_become_the_trace_context() {
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let headers = [
+            ("k".to_string(), "v".to_string()),
+            (TRACEPARENT.to_string(), parent.to_string()),
+            (TRACESTATE.to_string(), "a=1".to_string()),
+        ];
+        let m = build("t", &headers, &bytes::Bytes::from_static(b"x"), None).unwrap();
+        let tc = m.trace_context().expect("a trace context");
+        assert_eq!(
+            tc.pairs().collect::<Vec<_>>(),
+            [(TRACEPARENT, parent), (TRACESTATE, "a=1")]
+        );
+        assert_eq!(m.properties().len(), 1);
+        assert_eq!(m.properties().get("k").map(String::as_str), Some("v"));
+        let bad = [(TRACEPARENT.to_string(), "nonsense".to_string())];
+        let e = build("t", &bad, &bytes::Bytes::new(), None).unwrap_err();
+        assert!(e.to_string().contains("trace"), "{e}");
     }
 }
