@@ -735,11 +735,12 @@ def _traced(
     """``subject`` and ``headers`` carrying the current span's context (tracing is on): a
     ``Message`` as ``produce`` stamps it, else in the ``traceparent`` / ``tracestate`` headers
     (properties on RocketMQ and JMQ4, where consumers read them as the context too)."""
+    # Each hook read once: tracing may be turned off meanwhile.
     if isinstance(subject, str):
-        assert _hooks.stamp_headers is not None
-        return subject, _hooks.stamp_headers(headers)
-    assert _hooks.stamp is not None
-    return _hooks.stamp([subject])[0], headers
+        stamp_headers = _hooks.stamp_headers
+        return subject, headers if stamp_headers is None else stamp_headers(headers)
+    stamp = _hooks.stamp
+    return subject if stamp is None else stamp([subject])[0], headers
 
 
 def _started(cores: Sequence[FlightCore]) -> float:
