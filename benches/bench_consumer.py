@@ -362,7 +362,9 @@ class Step:
     accelerator: bool = False
     pipelining: bool = False
     warmup: int = 0  # messages consumed before the measured ones (Java)
-    ack: str = "each"  # simple: "each" (one ack call per message), "batch"/"async" (see --help)
+    # simple: "each" (an ack call per message), "batch" (ferrymq: one per receive), "async"
+    # (Java: an ackAsync per message, then a wait for all)
+    ack: str = "each"
 
 
 def build_plan(args: argparse.Namespace, java: bool) -> list[Step]:
