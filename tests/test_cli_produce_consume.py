@@ -236,7 +236,10 @@ def test_count_repeats_the_messages_and_rate_limits(target: Target) -> None:
     messages = got.json_lines()
     assert sorted(m["body"] for m in messages) == ["a", "a", "a", "b", "b"]
     born = [m["born_timestamp"] for m in messages]
-    assert max(born) - min(born) >= 0.4 - 0.002  # born times are in milliseconds
+    # The limiter spaces the sends' starts 100 ms apart; a message is stamped when it is built
+    # for the wire, which for the first one also waits for the connection (a run measured
+    # 92 ms from the first stamp to the second): one interval of slack.
+    assert max(born) - min(born) >= 0.3
 
 
 @pytest.mark.parametrize("target", ["rocketmq"], indirect=True)
