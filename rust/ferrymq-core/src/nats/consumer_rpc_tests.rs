@@ -12,9 +12,10 @@ use parking_lot::Mutex;
 use super::*;
 use crate::nats::{NatsOptions, StreamConfig};
 use crate::rocketmq::filter::FilterExpression;
-use crate::rocketmq::listener::{ConsumeResult, WorkerPool};
+use crate::rocketmq::listener::ConsumeResult;
 use crate::rocketmq::push::consumer::tests::FnListener;
 use crate::rocketmq::push::{PushConsumer, PushConsumerConfig};
+use crate::rocketmq::worker_pool::WorkerPool;
 use crate::test_support::wait_for;
 
 /// A `nats-server -js` for one test, stopped and its store removed on drop.

@@ -26,6 +26,7 @@ pub mod settings;
 pub mod simple_consumer;
 pub mod telemetry;
 pub mod transaction;
+pub mod worker_pool;
 
 #[cfg(test)]
 mod runtime_tests;

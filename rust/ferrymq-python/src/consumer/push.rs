@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use ferrymq_core::consumer_backend::{ConsumerBackend, ConsumerTarget};
 use ferrymq_core::metrics::ClientMetrics;
-use ferrymq_core::rocketmq::listener::{Listener, WorkerPool};
+use ferrymq_core::rocketmq::listener::Listener;
 use ferrymq_core::rocketmq::push::{PushConsumer, PushConsumerConfig, SettleEvent, StatsSnapshot};
+use ferrymq_core::rocketmq::worker_pool::WorkerPool;
 use ferrymq_core::Error;
 use parking_lot::Mutex;
 use pyo3::prelude::*;

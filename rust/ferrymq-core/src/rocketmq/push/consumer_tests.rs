@@ -6,11 +6,12 @@ use std::sync::atomic::AtomicBool;
 use super::*;
 use crate::rocketmq::consumer_rpc::fake::FakeBroker;
 use crate::rocketmq::consumer_rpc::ConsumerSettings;
-use crate::rocketmq::listener::{BatchListener, WorkerPool};
+use crate::rocketmq::listener::BatchListener;
 use crate::rocketmq::message_view::MessageView;
 use crate::rocketmq::push::context::DEFAULT_MAX_CONCURRENT_RECEIVES;
 use crate::rocketmq::push::settle_events::SettleOp;
 use crate::rocketmq::settings::{Backoff, RetryPolicy};
+use crate::rocketmq::worker_pool::WorkerPool;
 use crate::test_support::wait_for;
 
 pub(crate) struct FnListener<F>(pub(crate) F);
