@@ -35,9 +35,10 @@ Build the extension in release mode first (``maturin develop --release``), then 
 [--no-official] [--no-java]`` (the Java peer needs Java 17 and Maven: ``scripts/java-peer``).
 
 ``--telemetry [--rounds 5]`` measures instead what :mod:`ferrymq.telemetry` costs: ferrymq's
-``sync``, ``produce+flush`` and ``send_batch(1000)`` with telemetry off, metrics on, and
-metrics and traces on (``_bench_telemetry.py``), the variants alternated over the rounds, and
-prints each variant's median rate and CPU per message and its ratios to off.
+``sync``, ``gather(send_async)``, ``produce+flush`` and ``send_batch(1000)`` with telemetry
+off, metrics on, and metrics and traces on (``_bench_telemetry.py``), the variants alternated
+over the rounds, and prints each variant's median rate and CPU per message and its ratios to
+off.
 """
 
 from __future__ import annotations
@@ -276,10 +277,14 @@ def telemetry_cost(args: argparse.Namespace, sizes: list[int]) -> None:
                     body = b"x" * size
                     for scenario, run in (
                         ("sync", ferry_sync),
+                        ("gather(send_async)", None),
                         ("produce+flush", ferry_produce),
                         ("send_batch(1000)", ferry_batch),
                     ):
-                        rate = run(p, topic, body, args.seconds)
+                        if run is None:  # a producer of its own, on an event loop
+                            rate = ferry_send_async(server.endpoints, topic, body, args.seconds)
+                        else:
+                            rate = run(p, topic, body, args.seconds)
                         key = f"{scenario} {size}B"
                         results.setdefault(key, {}).setdefault(name, []).append(rate[:2])
                         print(

@@ -10,9 +10,11 @@ bridge). Imported only by it; imports the OpenTelemetry API.
   message: each message without a trace context gets the current span's, so that the
   consumer's span continues the caller's trace.
 * A push consumer's listener calls run in a CONSUMER span ``process {topic}``, one per batch
-  the consumer hands its listener (the messages of one receive, up to 32 by default: the
-  messaging conventions allow a process span over several messages, linked to each one's
-  creation context; a span per message cost several times what a trivial listener costs).
+  the consumer hands its listener (the messaging conventions allow a process span over several
+  messages, linked to each one's creation context; a span per message cost several times what
+  a trivial listener costs). While the hook is set, the consumption threads gather fuller
+  batches: when messages arrive fast, up to 2 ms of arrivals (about 1 ms of listener calls)
+  instead of one receive's.
   The span links to each distinct creation context of the batch, as the conventions ask of
   consumer spans; when the batch carries exactly one (a single message, or a batch produced
   in one span), that is also its parent, so the trace continues across the broker. Otherwise

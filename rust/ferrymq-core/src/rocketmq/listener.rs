@@ -252,4 +252,13 @@ pub trait BatchListener: Send + Sync + 'static {
     fn last_busy(&self) -> Option<Duration> {
         None
     }
+
+    /// How long a message may wait for a fuller batch, when each batch carries a fixed cost of
+    /// its own worth spreading over more messages (the Python binding: a process span while
+    /// tracing); the pool waits only while messages arrive fast (see
+    /// [`crate::rocketmq::worker_pool`]). Asked each time a worker finds work. The default:
+    /// None, no waiting.
+    fn gather_wait(&self) -> Option<Duration> {
+        None
+    }
 }

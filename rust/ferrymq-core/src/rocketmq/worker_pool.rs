@@ -3,6 +3,14 @@
 //! batches of messages. A batch is sized so that it takes about [`TARGET_BATCH_TIME`] of callback
 //! time: fast callbacks are called many per batch (one GIL acquisition per batch in the Python
 //! binding), slow ones one at a time so that every thread gets work.
+//!
+//! A listener whose batches carry a fixed cost of their own (the Python binding's process span,
+//! while tracing) asks the pool to gather, for at most a wait it names
+//! ([`BatchListener::gather_wait`], [`GATHER_WAIT`] in the binding): while messages arrive fast
+//! enough to at least double a batch within that wait, one worker waits (at most that long) for
+//! its batch to fill to the ~1 ms of callbacks before taking it, so the cost is spread over more
+//! messages. A trickle is never held back: when the arrivals would not double the batch in time,
+//! it is taken at once.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -17,6 +25,10 @@ use crate::rocketmq::message_view::MessageView;
 /// Wall time of user callbacks one batch should take.
 pub const TARGET_BATCH_TIME: Duration = Duration::from_millis(1);
 
+/// How long a message may wait for its batch to fill, for a listener whose batches carry a
+/// fixed cost ([`BatchListener::gather_wait`]): 2 ms.
+pub const GATHER_WAIT: Duration = Duration::from_millis(2);
+
 struct PoolState {
     queue: VecDeque<Delivery>,
     runs: VecDeque<Run>,
@@ -24,6 +36,46 @@ struct PoolState {
     run_messages: usize,
     closed: bool,
     idle: usize,
+    /// Whether a worker is waiting for its batch to fill (at most one does).
+    gathering: bool,
+    /// When work last arrived, and the exponentially weighted mean time between arriving
+    /// messages, in nanoseconds (0: not known yet).
+    last_arrival: Option<Instant>,
+    gap_ns: u64,
+}
+
+impl PoolState {
+    fn new() -> Self {
+        Self {
+            queue: VecDeque::new(),
+            runs: VecDeque::new(),
+            run_messages: 0,
+            closed: false,
+            idle: 0,
+            gathering: false,
+            last_arrival: None,
+            gap_ns: 0,
+        }
+    }
+
+    fn queued(&self) -> usize {
+        self.queue.len() + self.run_messages
+    }
+
+    /// Note `n` messages arriving now.
+    fn arrived(&mut self, n: usize) {
+        let now = Instant::now();
+        if let Some(last) = self.last_arrival {
+            let gap = (now - last).as_nanos() / n.max(1) as u128;
+            let gap = u64::try_from(gap).unwrap_or(u64::MAX).max(1);
+            self.gap_ns = if self.gap_ns == 0 {
+                gap
+            } else {
+                self.gap_ns - self.gap_ns / 8 + gap / 8
+            };
+        }
+        self.last_arrival = Some(now);
+    }
 }
 
 struct PoolShared {
@@ -53,13 +105,7 @@ impl WorkerPool {
         Error::require_count("consumption_threads", threads)?;
         Error::require_count("max_batch", max_batch)?;
         let shared = Arc::new(PoolShared {
-            state: Mutex::new(PoolState {
-                queue: VecDeque::new(),
-                runs: VecDeque::new(),
-                run_messages: 0,
-                closed: false,
-                idle: 0,
-            }),
+            state: Mutex::new(PoolState::new()),
             work: Condvar::new(),
             finished: Condvar::new(),
             running: AtomicUsize::new(0),
@@ -94,13 +140,104 @@ impl WorkerPool {
 /// one, at most `max_batch`. Until a callback time has been measured, a fair share among the idle
 /// workers.
 fn batch_size(shared: &PoolShared, queued: usize, idle: usize) -> usize {
-    let mean = shared.mean_ns.load(Ordering::Relaxed);
-    let n = if mean == 0 {
-        queued.div_ceil(idle.max(1))
-    } else {
-        usize::try_from(TARGET_BATCH_TIME.as_nanos() / u128::from(mean)).unwrap_or(usize::MAX)
+    let n = match target_batch(shared) {
+        Some(n) => n,
+        None => queued.div_ceil(idle.max(1)).clamp(1, shared.max_batch),
     };
-    n.clamp(1, shared.max_batch).min(queued)
+    n.min(queued)
+}
+
+/// About [`TARGET_BATCH_TIME`] of callbacks (at least one message, at most `max_batch`), once a
+/// callback time has been measured.
+fn target_batch(shared: &PoolShared) -> Option<usize> {
+    let mean = shared.mean_ns.load(Ordering::Relaxed);
+    if mean == 0 {
+        return None;
+    }
+    let n = usize::try_from(TARGET_BATCH_TIME.as_nanos() / u128::from(mean)).unwrap_or(usize::MAX);
+    Some(n.clamp(1, shared.max_batch))
+}
+
+/// Whether a worker that found `st`'s work should wait up to `wait` for more before taking it:
+/// no other worker is waiting, the batch would be short of `target`, and
+/// messages arrive fast enough to at least double it within `wait`.
+fn worth_gathering(st: &PoolState, target: Option<usize>, wait: Duration) -> bool {
+    let Some(target) = target else {
+        return false;
+    };
+    if st.gathering || st.closed || st.gap_ns == 0 {
+        return false;
+    }
+    let queued = st.queued();
+    queued < target && wait.as_nanos() / u128::from(st.gap_ns) >= queued as u128
+}
+
+type Guard<'a> = std::sync::MutexGuard<'a, PoolState>;
+
+/// Wait (counted idle, so that arriving work wakes a worker) until notified or `until`.
+fn idle_wait<'a>(shared: &'a PoolShared, mut st: Guard<'a>, until: Option<Instant>) -> Guard<'a> {
+    st.idle += 1;
+    st = match until {
+        None => shared
+            .work
+            .wait(st)
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        Some(t) => {
+            let left = t.saturating_duration_since(Instant::now());
+            shared
+                .work
+                .wait_timeout(st, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0
+        }
+    };
+    st.idle -= 1;
+    st
+}
+
+/// Wait until there is work to take (None: the pool closed), gathering a fuller batch first
+/// when that is worth it ([`worth_gathering`]). While one worker gathers, the others leave the
+/// work to it unless the batch already reached its target.
+fn wait_for_work<'a>(
+    shared: &'a PoolShared,
+    mut st: Guard<'a>,
+    listener: &dyn BatchListener,
+) -> Option<Guard<'a>> {
+    let mut gathering_until: Option<Instant> = None;
+    loop {
+        let queued = st.queued();
+        if queued == 0 {
+            if gathering_until.take().is_some() {
+                st.gathering = false; // another worker took it
+            }
+            if st.closed {
+                return None;
+            }
+            st = idle_wait(shared, st, None);
+            continue;
+        }
+        let full = target_batch(shared).is_some_and(|t| queued >= t);
+        match gathering_until {
+            Some(until) if !full && !st.closed && Instant::now() < until => {
+                st = idle_wait(shared, st, Some(until));
+            }
+            Some(_) => {
+                st.gathering = false;
+                return Some(st);
+            }
+            None if st.gathering && !full && !st.closed => {
+                // Another worker gathers this batch.
+                st = idle_wait(shared, st, None);
+            }
+            None => match listener.gather_wait() {
+                Some(wait) if worth_gathering(&st, target_batch(shared), wait) => {
+                    st.gathering = true;
+                    gathering_until = Some(crate::duration::deadline(Instant::now(), wait));
+                }
+                _ => return Some(st),
+            },
+        }
+    }
 }
 
 /// Work one worker took from the pool.
@@ -117,24 +254,13 @@ fn worker(shared: &PoolShared, listener: &dyn BatchListener) {
     let mut results: Vec<ConsumeResult> = Vec::new();
     loop {
         let (taken, n) = {
-            let mut st = shared
+            let st = shared
                 .state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            loop {
-                if !st.queue.is_empty() || !st.runs.is_empty() {
-                    break;
-                }
-                if st.closed {
-                    return;
-                }
-                st.idle += 1;
-                st = shared
-                    .work
-                    .wait(st)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                st.idle -= 1;
-            }
+            let Some(mut st) = wait_for_work(shared, st, listener) else {
+                return;
+            };
             let taken = if st.runs.is_empty() {
                 let n = batch_size(shared, st.queue.len(), st.idle + 1);
                 batch.extend(st.queue.drain(..n));
@@ -225,6 +351,7 @@ impl Listener for WorkerPool {
             }
             return;
         }
+        st.arrived(batch.len());
         st.queue.extend(batch);
         if st.idle > 0 {
             self.shared.work.notify_one();
@@ -238,6 +365,7 @@ impl Listener for WorkerPool {
             run.abandon();
             return;
         }
+        st.arrived(run.messages().len());
         st.run_messages += run.messages().len();
         st.runs.push_back(run);
         if st.idle > 0 {
@@ -485,5 +613,107 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         drop(Run::new(vec![view("d1")], move |r| tx.send(r).unwrap()));
         assert_eq!(rx.recv().unwrap(), Some(vec![ConsumeResult::Failure]));
+    }
+
+    /// Records its batch sizes, reports 1 µs of callbacks per batch, gathers for `wait`.
+    struct Gatherer {
+        wait: Option<Duration>,
+        sizes: Mutex<Vec<usize>>,
+    }
+
+    impl BatchListener for Gatherer {
+        fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
+            self.sizes.lock().unwrap().push(messages.len());
+            results.extend(messages.iter().map(|_| ConsumeResult::Success));
+        }
+
+        fn last_busy(&self) -> Option<Duration> {
+            Some(Duration::from_micros(1))
+        }
+
+        fn gather_wait(&self) -> Option<Duration> {
+            self.wait
+        }
+    }
+
+    fn deliver(pool: &WorkerPool, id: &str, tx: &mpsc::Sender<Option<ConsumeResult>>) {
+        let tx = tx.clone();
+        pool.submit(vec![Delivery::new(view(id), move |r, _| {
+            tx.send(r).unwrap();
+        })]);
+    }
+
+    #[test]
+    fn a_gathering_listener_gets_full_batches_while_messages_arrive_fast() {
+        // At 1 µs a message, a batch's target is `max_batch` (8) messages; the wait is long
+        // enough that only the target ends it.
+        let listener = Arc::new(Gatherer {
+            wait: Some(Duration::from_secs(60)),
+            sizes: Mutex::default(),
+        });
+        let pool = WorkerPool::start(listener.clone(), 2, 8).unwrap();
+        let (tx, rx) = mpsc::channel();
+        // Nothing is known of the arrivals yet: the first message is taken at once.
+        deliver(&pool, "m0", &tx);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            Some(ConsumeResult::Success)
+        );
+        // Its callback time is measured once the worker is past the batch.
+        let until = Instant::now() + Duration::from_secs(10);
+        while pool.shared.mean_ns.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < until, "no callback time measured");
+            std::thread::yield_now();
+        }
+        // Sixteen more, one submit each, as fast as they come: two full batches.
+        for i in 1..=16 {
+            deliver(&pool, &format!("m{i}"), &tx);
+        }
+        for _ in 0..16 {
+            let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!(r, Some(ConsumeResult::Success));
+        }
+        assert!(pool.shutdown(Duration::from_secs(5)).finished);
+        assert_eq!(*listener.sizes.lock().unwrap(), vec![1, 8, 8]);
+    }
+
+    #[test]
+    fn a_worker_gathers_only_while_arrivals_would_double_its_batch_in_time() {
+        let wait = Duration::from_millis(2);
+        let mut st = PoolState::new();
+        st.run_messages = 1; // one message queued
+        let worth = |st: &PoolState, target| worth_gathering(st, target, wait);
+        // Nothing known of the arrivals, or of the callbacks: take it.
+        assert!(!worth(&st, Some(100)));
+        st.gap_ns = 100_000; // a message every 100 µs: 20 more within the wait
+        assert!(!worth(&st, None));
+        assert!(worth(&st, Some(100)));
+        st.run_messages = 20;
+        assert!(worth(&st, Some(100)));
+        st.run_messages = 21; // 20 more would not double 21
+        assert!(!worth(&st, Some(100)));
+        st.run_messages = 1;
+        assert!(!worth(&st, Some(1)), "the batch is full already");
+        // A trickle (a message every 10 ms) is never held back.
+        st.gap_ns = 10_000_000;
+        assert!(!worth(&st, Some(100)));
+        // One worker gathers at a time; a closing pool gathers nothing.
+        st.gap_ns = 100_000;
+        st.gathering = true;
+        assert!(!worth(&st, Some(100)));
+        st.gathering = false;
+        st.closed = true;
+        assert!(!worth(&st, Some(100)));
+    }
+
+    #[test]
+    fn arrivals_are_timed_per_message() {
+        let mut st = PoolState::new();
+        st.arrived(4);
+        assert_eq!(st.gap_ns, 0, "one arrival has no gap");
+        std::thread::sleep(Duration::from_millis(4));
+        st.arrived(4);
+        // At least 4 ms over 4 messages: 1 ms or more a message.
+        assert!(st.gap_ns >= 1_000_000, "{}", st.gap_ns);
     }
 }

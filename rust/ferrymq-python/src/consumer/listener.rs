@@ -216,6 +216,14 @@ impl BatchListener for PySyncListener {
         LAST_BUSY.with(std::cell::Cell::take)
     }
 
+    fn gather_wait(&self) -> Option<std::time::Duration> {
+        // A process span per batch costs about what 10-30 trivial listener calls cost: spread
+        // it over fuller batches while tracing.
+        HOOK_SET
+            .load(Ordering::Acquire)
+            .then_some(ferrymq_core::rocketmq::worker_pool::GATHER_WAIT)
+    }
+
     fn consume_batch(&self, messages: &[Arc<MessageView>], results: &mut Vec<ConsumeResult>) {
         crate::exit::park_if_exiting();
         attach_timed(|py| {
