@@ -137,14 +137,11 @@ impl WorkerPool {
 }
 
 /// How many deliveries one worker takes: about [`TARGET_BATCH_TIME`] of callbacks, at least
-/// one, at most `max_batch`. Until a callback time has been measured, a fair share among the idle
-/// workers.
-fn batch_size(shared: &PoolShared, queued: usize, idle: usize) -> usize {
-    let n = match target_batch(shared) {
-        Some(n) => n,
-        None => queued.div_ceil(idle.max(1)).clamp(1, shared.max_batch),
-    };
-    n.min(queued)
+/// one, at most `max_batch`. Until a callback time has been measured, one: a slow listener's
+/// first batch must not take a long share of the work on one thread (nor hold `close` up
+/// until it is done), and a fast one's is measured after a single call.
+fn batch_size(shared: &PoolShared, queued: usize) -> usize {
+    target_batch(shared).unwrap_or(1).min(queued)
 }
 
 /// About [`TARGET_BATCH_TIME`] of callbacks (at least one message, at most `max_batch`), once a
@@ -262,12 +259,12 @@ fn worker(shared: &PoolShared, listener: &dyn BatchListener) {
                 return;
             };
             let taken = if st.runs.is_empty() {
-                let n = batch_size(shared, st.queue.len(), st.idle + 1);
+                let n = batch_size(shared, st.queue.len());
                 batch.extend(st.queue.drain(..n));
                 (Taken::Deliveries, n)
             } else {
                 // Whole runs (never split: a run is ordered), about one batch's worth.
-                let budget = batch_size(shared, st.run_messages, st.idle + 1);
+                let budget = batch_size(shared, st.run_messages);
                 let mut n = 0;
                 while let Some(run) = st.runs.front() {
                     let len = run.messages().len();
