@@ -81,13 +81,7 @@ def variant(name: str) -> Iterator[None]:
         MetricExportResult,
         PeriodicExportingMetricReader,
     )
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        SpanExporter,
-        SpanExportResult,
-    )
-    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     class DropMetrics(MetricExporter):
         def export(self, metrics_data: Any, timeout_millis: float = 10_000, **_: Any) -> Any:
@@ -99,19 +93,15 @@ def variant(name: str) -> Iterator[None]:
         def shutdown(self, timeout_millis: float = 30_000, **_: Any) -> None:
             pass
 
-    class DropSpans(SpanExporter):
-        def export(self, spans: Any) -> Any:
-            return SpanExportResult.SUCCESS
-
     reader = PeriodicExportingMetricReader(DropMetrics(), export_interval_millis=EXPORT_INTERVAL_MS)
     meters = MeterProvider(metric_readers=[reader])
     traces = name.startswith("metrics+traces")
     tracers = None
     if traces:
         sampled = name.endswith("@1%")
-        sampler = ParentBased(TraceIdRatioBased(SAMPLED_RATIO)) if sampled else ALWAYS_ON
-        tracers = TracerProvider(sampler=sampler)
-        tracers.add_span_processor(BatchSpanProcessor(DropSpans()))
+        tracers = dropping_tracer_provider(
+            ParentBased(TraceIdRatioBased(SAMPLED_RATIO)) if sampled else None
+        )
     ferrymq.telemetry.enable(meters, tracers, traces=traces)
     try:
         yield
@@ -122,25 +112,79 @@ def variant(name: str) -> Iterator[None]:
             tracers.shutdown()
 
 
-def sdk_span_cost(spans: int = 20_000) -> float:
-    """CPU microseconds the OpenTelemetry SDK spends on one recorded span with no ferrymq: an
-    always-on ``TracerProvider`` with a ``BatchSpanProcessor`` into an exporter that drops
-    what it gets; each span started with three attributes, made current, ended."""
-    from opentelemetry import context, trace
+def dropping_tracer_provider(sampler: Any = None) -> Any:
+    """A ``TracerProvider`` (``sampler``, default always on) with a ``BatchSpanProcessor``
+    into an exporter that drops what it gets."""
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        SpanExporter,
-        SpanExportResult,
-    )
-    from opentelemetry.trace import SpanKind
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
     class DropSpans(SpanExporter):
         def export(self, spans: Any) -> Any:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(DropSpans()))
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    tracers = TracerProvider(sampler=sampler if sampler is not None else ALWAYS_ON)
+    tracers.add_span_processor(BatchSpanProcessor(DropSpans()))
+    return tracers
+
+
+@contextmanager
+def always_on_tracing() -> Iterator[Any]:
+    """An always-on :func:`dropping_tracer_provider`, shut down after the block; ferrymq's
+    telemetry is not enabled by it."""
+    tracers = dropping_tracer_provider()
+    try:
+        yield tracers
+    finally:
+        tracers.shutdown()
+
+
+#: the tracing state of the slices of :func:`slices_report`, in ABBA order (so that a steady
+#: drift of the machine's speed weighs on both states alike)
+SLICE_ORDER = (False, True, True, False)
+
+
+def slices_report(slices: list[tuple[bool, float, float, float]], note: str) -> None:
+    """Print what tracing costs from ``slices``: ``(traced, seconds, messages, CPU seconds)``
+    of consecutive slices of one run, traced and not in :data:`SLICE_ORDER`. Each traced
+    slice is compared with the untraced slice next to it (the pairs of the ABBA order)."""
+    rates, cpus = [], []
+    for i in range(0, len(slices) - 1, 2):
+        a, b = slices[i], slices[i + 1]
+        on, off = (a, b) if a[0] else (b, a)
+        if on[0] == off[0] or not on[2] or not off[2]:
+            continue
+        rates.append((on[2] / on[1]) / (off[2] / off[1]))
+        cpus.append((on[3] / on[2]) / (off[3] / off[2]))
+    print(f"\ntracing switched on and off in one run ({note}):")
+    for state in (False, True):
+        secs = sum(x[1] for x in slices if x[0] == state)
+        msgs = sum(x[2] for x in slices if x[0] == state)
+        cpu = sum(x[3] for x in slices if x[0] == state)
+        if not msgs:
+            continue
+        print(
+            f"  traces {'on ' if state else 'off'}: {msgs / secs:>10,.0f} msg/s"
+            f" {cpu / msgs * 1e6:>7.2f} CPU us/msg over {secs:.1f} s"
+        )
+    if rates:
+        print(
+            f"  on/off of {len(rates)} adjacent pairs: rate {_spread(rates)},"
+            f" CPU per message {_spread(cpus)}"
+        )
+
+
+def sdk_span_cost(spans: int = 20_000, sampled: bool = True) -> float:
+    """CPU microseconds the OpenTelemetry SDK spends on one span with no ferrymq: a
+    ``TracerProvider`` with a ``BatchSpanProcessor`` into an exporter that drops what it gets;
+    each span started with three attributes, made current, ended. ``sampled``: an always-on
+    sampler (a recorded span); else one that drops every span (the price of the decision)."""
+    from opentelemetry import context, trace
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+    from opentelemetry.trace import SpanKind
+
+    provider = dropping_tracer_provider(None if sampled else ALWAYS_OFF)
     tracer = provider.get_tracer("floor")
     attributes = {"messaging.operation.name": "send", "messaging.destination.name": "t"}
     t0 = cpu_seconds()
@@ -185,13 +229,15 @@ def report(results: dict[str, dict[str, list[Measured]]], note: str) -> None:
             print(line)
     if not any(name.startswith("metrics+traces") for v in results.values() for name in v):
         return
-    floor = sdk_span_cost()
-    print(
-        f"  the OpenTelemetry SDK alone (no ferrymq): {floor:.1f} CPU us per recorded span;"
-        " as a share of off's CPU per message:"
-        + "".join(
-            f" {scenario} {floor / statistics.median(r[1] for r in v['off']):.0%}"
-            for scenario, v in results.items()
-            if v.get("off")
+    for sampled in (True, False):
+        floor = sdk_span_cost(sampled=sampled)
+        what = "recorded span" if sampled else "sampled-out span"
+        print(
+            f"  the OpenTelemetry SDK alone (no ferrymq): {floor:.1f} CPU us per {what};"
+            " as a share of off's CPU per message:"
+            + "".join(
+                f" {scenario} {floor / statistics.median(r[1] for r in v['off']):.0%}"
+                for scenario, v in results.items()
+                if v.get("off")
+            )
         )
-    )

@@ -72,7 +72,16 @@ from typing import Any
 import ferrymq
 from _bench_measure import cpu_seconds, parser, process_cpu_seconds
 from _bench_server import add_arguments, broker_process, open_server
-from _bench_telemetry import TAGS, Measured, plan, report, variant
+from _bench_telemetry import (
+    SLICE_ORDER,
+    TAGS,
+    Measured,
+    always_on_tracing,
+    plan,
+    report,
+    slices_report,
+    variant,
+)
 from _bench_telemetry import add_arguments as telemetry_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -472,6 +481,61 @@ def telemetry_cost(args: argparse.Namespace, body: bytes) -> int:
     return 0
 
 
+def interleaved_push(args: argparse.Namespace, body: bytes) -> int:
+    """``--telemetry --interleave SECONDS``: one push consumer drains a backlog of
+    ``--messages`` while ferrymq's tracing (an always-on sampler) is switched on and off every
+    SECONDS, in ABBA order; each traced slice is compared with the untraced one next to it, so
+    that the machine's speed, which drifts by 2x over a minute here, is nearly the same for
+    both."""
+    topic, group = "tel-interleave", "tel-interleave-g"
+    options = {"long_polling_min": 1.0, "max_topic_bytes": 1 << 31, "auto_renew_invisible": 300.0}
+    config = {
+        "topics": [{"name": topic, "message_type": "NORMAL", "queues": args.queues}],
+        "groups": [{"name": group, "fifo": False}],
+        "options": options,
+    }
+    n = args.messages
+    slices: list[tuple[bool, float, float, float]] = []
+    with broker_process(config) as (proc, endpoints), always_on_tracing() as tracers:
+        preload(endpoints, topic, n, body, 0)
+        c = ferrymq.PushConsumer(
+            endpoints,
+            group,
+            subscriptions={topic: "*"},
+            listener=lambda m: None,
+            receive_batch_size=args.receive_batch_size,
+        )
+
+        def usage() -> tuple[int, float, float]:
+            server = process_cpu_seconds(proc.pid) or 0.0
+            return c.stats()["acked"], cpu_seconds() + server, time.perf_counter()
+
+        try:
+            c.start()
+            time.sleep(args.interleave)  # warm-up, not counted
+            while True:
+                traced = SLICE_ORDER[len(slices) % len(SLICE_ORDER)]
+                if traced:
+                    ferrymq.telemetry.enable(metrics=False, tracer_provider=tracers)
+                else:
+                    ferrymq.telemetry.disable()
+                m0, c0, t0 = usage()
+                time.sleep(args.interleave)
+                m1, c1, t1 = usage()
+                if m1 >= n:  # the backlog ran out within this slice: not counted
+                    break
+                slices.append((traced, t1 - t0, m1 - m0, c1 - c0))
+        finally:
+            ferrymq.telemetry.disable()
+            c.close()
+    slices_report(
+        slices,
+        f"push consumer, trivial listener, {len(slices)} slices of {args.interleave} s,"
+        " broker in its own process, its CPU counted",
+    )
+    return 0
+
+
 def main() -> int:
     ap = parser(__doc__, messages=200_000, official_messages=5_000, java_messages=50_000, queues=8)
     ap.add_argument(
@@ -508,6 +572,14 @@ def main() -> int:
         "--simple-messages", type=int, default=30_000, help="--telemetry: simple consumer's"
     )
     ap.add_argument(
+        "--interleave",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="--telemetry: instead, one push consumer with tracing switched on and off every"
+        " SECONDS (--messages: its backlog)",
+    )
+    ap.add_argument(
         "--traced-messages",
         action="store_true",
         help="--telemetry: messages carry a trace context",
@@ -517,6 +589,8 @@ def main() -> int:
     if args.official_worker:
         return official_worker(*args.official_worker)
     body = b"x" * args.body
+    if args.telemetry and args.interleave:
+        return interleaved_push(args, body)
     if args.telemetry:
         return telemetry_cost(args, body)
     java = None if args.no_java else JavaPeer()

@@ -169,6 +169,13 @@ fn worth_gathering(st: &PoolState, target: Option<usize>, wait: Duration) -> boo
     queued < target && wait.as_nanos() / u128::from(st.gap_ns) >= queued as u128
 }
 
+/// Whether a worker is gathering a batch that is still short of its target: then arriving work
+/// wakes nobody (a woken worker would only go back to wait; on a VM each such wake-up costs
+/// tens of microseconds), and the gatherer takes it at the end of its wait.
+fn gathering_short(shared: &PoolShared, st: &PoolState) -> bool {
+    st.gathering && target_batch(shared).is_some_and(|t| st.queued() < t)
+}
+
 type Guard<'a> = std::sync::MutexGuard<'a, PoolState>;
 
 /// Wait (counted idle, so that arriving work wakes a worker) until notified or `until`.
@@ -350,7 +357,7 @@ impl Listener for WorkerPool {
         }
         st.arrived(batch.len());
         st.queue.extend(batch);
-        if st.idle > 0 {
+        if st.idle > 0 && !gathering_short(&self.shared, &st) {
             self.shared.work.notify_one();
         }
     }
@@ -365,7 +372,7 @@ impl Listener for WorkerPool {
         st.arrived(run.messages().len());
         st.run_messages += run.messages().len();
         st.runs.push_back(run);
-        if st.idle > 0 {
+        if st.idle > 0 && !gathering_short(&self.shared, &st) {
             self.shared.work.notify_one();
         }
     }
