@@ -51,7 +51,9 @@ telemetry off, metrics on, and metrics and traces on (``_bench_telemetry.py``), 
 alternated over the rounds, each run on a topic of its own loaded beforehand; it prints each
 variant's median rate and CPU per message and its ratios to off. ``--traced-messages`` loads
 the messages with a trace context (sent inside a span), so that each process span has a parent
-and a link.
+and a link. ``--telemetry --interleave SECONDS --messages N`` instead runs one push consumer
+over a backlog of N with tracing (always-on) switched on and off every SECONDS, and compares
+adjacent slices.
 """
 
 from __future__ import annotations
