@@ -262,3 +262,25 @@ pub trait BatchListener: Send + Sync + 'static {
         None
     }
 }
+
+/// For [`Listener::shutdown`] implementations: wait on `finished` (notified under `guard`'s
+/// mutex whenever `running` drops) until `running` is zero or `deadline` passes; whether it
+/// reached zero.
+pub fn wait_until_finished<T>(
+    mut guard: std::sync::MutexGuard<'_, T>,
+    finished: &std::sync::Condvar,
+    running: &std::sync::atomic::AtomicUsize,
+    deadline: Instant,
+) -> bool {
+    while running.load(std::sync::atomic::Ordering::Acquire) > 0 {
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        guard = finished
+            .wait_timeout(guard, deadline - now)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
+    }
+    true
+}

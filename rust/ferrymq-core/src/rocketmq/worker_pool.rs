@@ -19,7 +19,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::rocketmq::listener::{BatchListener, ConsumeResult, Delivery, Listener, Run, Stopped};
+use crate::rocketmq::listener::{
+    wait_until_finished, BatchListener, ConsumeResult, Delivery, Listener, Run, Stopped,
+};
 use crate::rocketmq::message_view::MessageView;
 
 /// Wall time of user callbacks one batch should take.
@@ -390,20 +392,10 @@ impl Listener for WorkerPool {
                 finished: false,
             }
         };
-        let mut st = self.lock();
-        while self.shared.running.load(Ordering::Acquire) > 0 {
-            let now = Instant::now();
-            if now >= deadline {
-                return stopped;
-            }
-            st = self
-                .shared
-                .finished
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
+        let st = self.lock();
+        if !wait_until_finished(st, &self.shared.finished, &self.shared.running, deadline) {
+            return stopped;
         }
-        drop(st);
         let handles: Vec<_> = std::mem::take(
             &mut *self
                 .threads

@@ -7,7 +7,9 @@ use std::sync::{Arc, Condvar};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ferrymq_core::rocketmq::listener::{BatchListener, ConsumeResult, Delivery, Listener, Stopped};
+use ferrymq_core::rocketmq::listener::{
+    wait_until_finished, BatchListener, ConsumeResult, Delivery, Listener, Stopped,
+};
 use ferrymq_core::rocketmq::message_view::MessageView;
 use ferrymq_core::Error;
 use parking_lot::Mutex;
@@ -529,20 +531,9 @@ impl Listener for PyAsyncListener {
         if let Some(h) = self.feeder.lock().take() {
             let _ = h.join();
         }
-        let mut st = self.shared.lock();
-        while self.shared.inflight.load(Ordering::Acquire) > 0 {
-            let now = Instant::now();
-            if now >= deadline {
-                return stopped;
-            }
-            st = self
-                .shared
-                .finished
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
-        }
-        stopped.finished = true;
+        let st = self.shared.lock();
+        stopped.finished =
+            wait_until_finished(st, &self.shared.finished, &self.shared.inflight, deadline);
         stopped
     }
 
