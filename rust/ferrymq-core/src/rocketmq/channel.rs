@@ -451,11 +451,12 @@ impl H2Channel {
             }
         };
         if !end {
-            if !data.is_empty() {
-                // A unary body: bounded by the caller, h2 buffers it until the window opens.
-                stream.send_data(data, complete)?;
-            }
-            if !complete {
+            // A unary body: bounded by the caller, h2 buffers it until the window opens.
+            let sent = data.is_empty() || stream.send_data(data, complete).is_ok();
+            // Not sent: the peer answered and closed the stream first (a refusal, such as a
+            // telemetry stream with bad credentials), or the connection broke. Either way the
+            // answer, or its error, says why better than the send's "inactive stream".
+            if sent && !complete {
                 tokio::spawn(pipe(body, stream));
             }
         }
