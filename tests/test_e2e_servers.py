@@ -205,7 +205,11 @@ def test_transactions_commit_rollback_and_orphan_check(
     assert {m.message_id for m in got} == {committed, orphan}
     assert {m.body for m in got} == {b"commit", b"orphan"}
     assert orphan in checked
-    assert consumer.receive(32, 15) == []  # the rolled-back message never comes
+    # The rolled-back message never comes. A further late check of the committed or the orphan
+    # message may deliver that one once more (at-least-once, seen in CI): only those ids may.
+    late = receive_until(consumer, 10_000, timeout=10)
+    assert {m.message_id for m in late} <= {committed, orphan}
+    assert b"rollback" not in {m.body for m in late}
 
 
 def test_simple_consumer_ack_and_change_invisible_duration(
