@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import select
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -188,6 +191,46 @@ def test_raising_hook_is_logged_and_delivery_goes_on(
     failures = [r for r in caplog.records if "interceptor" in r.getMessage()]
     assert len(failures) >= 2
     assert all(r.exc_info and r.exc_info[0] is ValueError for r in failures)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_async_hooks_run_in_a_forked_child(fresh_topic: FreshTopic) -> None:
+    b, topic = fresh_topic()
+    ran: list[int] = []
+
+    class Async(ferrymq.Interceptor):
+        async def before(self, context: HookContext, messages: Sequence[Any]) -> None:
+            ran.append(os.getpid())
+
+    def send(body: bytes) -> None:
+        with ferrymq.Producer(b.endpoints, topics=[topic], interceptors=[Async()]) as p:
+            p.send(ferrymq.Message(topic, body))
+
+    send(b"parent")  # the parent's hook loop is running now
+    assert ran == [os.getpid()]
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the parent's hook loop has no thread here
+        code = 1
+        try:
+            send(b"child")
+            code = 0 if ran[-1] == os.getpid() else 2
+        except BaseException:
+            code = 3
+        os.write(write_fd, bytes([code]))
+        os._exit(0)
+    os.close(write_fd)
+    try:
+        answered, _, _ = select.select([read_fd], [], [], 60)
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        result = os.read(read_fd, 1) if answered else b"hung"
+    finally:
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+    assert result == bytes([0])
+    send(b"parent again")
+    assert ran[-1] == os.getpid()
 
 
 def test_after_sees_the_brokers_error(fresh_topic: FreshTopic) -> None:

@@ -27,6 +27,7 @@ import asyncio
 import enum
 import inspect
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -123,6 +124,21 @@ def _hook(interceptor: object, name: str) -> Callable[..., object] | None:
 
 _loop_lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+#: Hook loops inherited from a parent process: their threads did not survive the fork, so they
+#: can neither run nor be closed; kept here so that they are never collected half-alive.
+_orphans: list[asyncio.AbstractEventLoop] = []
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts its own hook loop on first use (the parent's has no thread here)."""
+    global _loop, _loop_lock
+    if _loop is not None:
+        _orphans.append(_loop)
+    _loop = None
+    _loop_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _hook_loop() -> asyncio.AbstractEventLoop:
