@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -13,7 +14,7 @@ import time
 import pytest
 
 import ferrymq
-from ferrymq import _native
+from ferrymq import _native, _registry
 from waiting import wait_for
 
 
@@ -217,6 +218,47 @@ def test_fork_safety() -> None:
     assert result == bytes([0])
     # The parent is unaffected.
     assert parent_probe.sleep(0.001) == 0.001
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_fork_while_another_thread_reads_the_client_registry() -> None:
+    # An exporter's thread reads the registry of live clients; a fork at that moment must not
+    # leave the child with a lock nobody will release.
+    held, release = threading.Event(), threading.Event()
+
+    def exporter() -> None:
+        with _registry._lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=exporter)
+    thread.start()
+    held.wait(10)
+    read_fd, write_fd = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 1
+            try:
+                ferrymq.Producer("127.0.0.1:1")  # a new client registers itself
+                code = 0
+            except BaseException:
+                code = 2
+            os.write(write_fd, bytes([code]))
+            os._exit(0)
+    finally:
+        release.set()
+        thread.join()
+    os.close(write_fd)
+    try:
+        answered, _, _ = select.select([read_fd], [], [], 30)
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        result = os.read(read_fd, 1) if answered else b"hung"
+    finally:
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+    assert result == bytes([0])
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ ferrymq`` must not)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -18,6 +19,16 @@ __all__ = ["clients", "register"]
 _lock = threading.Lock()
 #: Client facade → its creation time (ns since the epoch: the start of its cumulative series).
 _clients: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def _after_fork_in_child() -> None:
+    """A fresh lock: an exporter's thread may have held the parent's while the process forked,
+    and no thread of the child would ever release it (the next client would hang)."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def register(client: object) -> None:
