@@ -281,3 +281,34 @@ def test_rust_logs_reach_python_logging(
     msgs = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
     assert ("ferrymq.probe", getattr(logging, kept[0].upper()), kept[1]) in msgs
     assert not any(dropped[1] in m for _, _, m in msgs)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_rust_logs_reach_python_logging_in_a_forked_child() -> None:
+    probe = _native.Probe()
+    ferrymq.sync_log_level()
+    probe.log("warn", "the parent's forwarder is running")
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the parent's forwarder thread did not survive the fork
+        code = 1
+        try:
+            seen = threading.Event()
+
+            class Seen(logging.Handler):
+                def emit(self, record: logging.LogRecord) -> None:
+                    if record.getMessage() == "hello from the child":
+                        seen.set()
+
+            logging.getLogger("ferrymq").addHandler(Seen())
+            _native.Probe().log("warn", "hello from the child")
+            code = 0 if seen.wait(20) else 2
+        except BaseException:
+            code = 3
+        os.write(write_fd, bytes([code]))
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as r:
+        result = r.read(1)
+    os.waitpid(pid, 0)
+    assert result == bytes([0])

@@ -3,11 +3,12 @@
 //! The level filter is an atomic read on the emitting thread, so a disabled event costs no GIL
 //! and no allocation. Enabled events go through a bounded channel to one forwarder thread that
 //! takes the GIL once per batch; if the channel is full the event is counted, and the count is
-//! reported in the next batch, so nothing disappears silently.
+//! reported in the next batch, so nothing disappears silently. A forked child has no forwarder
+//! thread (threads do not survive `fork()`): its first event starts one of its own.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::OnceLock;
+use std::sync::Once;
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -17,9 +18,50 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 /// 0 = off, 1 = ERROR, 2 = WARN, 3 = INFO, 4 = DEBUG, 5 = TRACE.
 static MAX_LEVEL: AtomicU8 = AtomicU8::new(2);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
-static SENDER: OnceLock<SyncSender<Record>> = OnceLock::new();
+/// The forwarder of this process (null until the first event; one of a parent's after a fork).
+/// Each is leaked: an emitting thread may still hold a reference when a newer one replaces it.
+static FORWARDER: AtomicPtr<Forwarder> = AtomicPtr::new(std::ptr::null_mut());
+static SUBSCRIBER: Once = Once::new();
 const CHANNEL_CAPACITY: usize = 8192;
 const BATCH: usize = 512;
+
+/// The channel to one process's forwarder thread.
+struct Forwarder {
+    pid: u32,
+    tx: SyncSender<Record>,
+}
+
+/// This process's forwarder, started by the first caller in the process; `None` if its thread
+/// could not be started.
+fn forwarder() -> Option<&'static Forwarder> {
+    let pid = crate::runtime::pid();
+    let current = FORWARDER.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer in FORWARDER comes from `Box::into_raw` and is never freed.
+    if let Some(f) = unsafe { current.as_ref() } {
+        if f.pid == pid {
+            return Some(f);
+        }
+    }
+    let (tx, rx) = sync_channel(CHANNEL_CAPACITY);
+    let fresh = Box::into_raw(Box::new(Forwarder { pid, tx }));
+    match FORWARDER.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            std::thread::Builder::new()
+                .name("ferrymq-log".into())
+                .spawn(move || forward(&rx))
+                .ok()?;
+            // SAFETY: just published, never freed.
+            Some(unsafe { &*fresh })
+        }
+        Err(winner) => {
+            // Another thread started this process's forwarder first.
+            // SAFETY: `fresh` was never published, so this is its only owner.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: as above, a published pointer is never freed.
+            unsafe { winner.as_ref() }.filter(|f| f.pid == pid)
+        }
+    }
+}
 
 struct Record {
     level: u8,
@@ -91,7 +133,10 @@ impl<S: Subscriber> Layer<S> for ForwardLayer {
 
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
         let meta = event.metadata();
-        let Some(tx) = SENDER.get() else { return };
+        let Some(forwarder) = forwarder() else {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
         let mut v = MessageVisitor(String::new());
         event.record(&mut v);
         let rec = Record {
@@ -99,7 +144,9 @@ impl<S: Subscriber> Layer<S> for ForwardLayer {
             target: meta.target().to_string(),
             message: v.0,
         };
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = tx.try_send(rec) {
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            forwarder.tx.try_send(rec)
+        {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -152,18 +199,12 @@ fn forward(rx: &Receiver<Record>) {
     }
 }
 
-/// Install the forwarding subscriber once per process.
+/// Install the forwarding subscriber (once: a forked child inherits it) and start this
+/// process's forwarder.
 pub fn init() {
-    if SENDER.get().is_some() {
-        return;
-    }
-    let (tx, rx) = sync_channel(CHANNEL_CAPACITY);
-    if SENDER.set(tx).is_err() {
-        return;
-    }
-    let _ = std::thread::Builder::new()
-        .name("ferrymq-log".into())
-        .spawn(move || forward(&rx));
-    let subscriber = tracing_subscriber::registry().with(ForwardLayer);
-    let _ = tracing::subscriber::set_global_default(subscriber);
+    SUBSCRIBER.call_once(|| {
+        let subscriber = tracing_subscriber::registry().with(ForwardLayer);
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
+    let _ = forwarder();
 }
