@@ -5,6 +5,7 @@ offset-based ``PullConsumer`` (assign / seek / poll / commit)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import pytest
 
 import ferrymq
 from ferrymq import InvalidArgumentError, Message, MessageQueue, PullConsumer
+from ferrymq.testing import EmbeddedBroker
 from servers import Server
 
 
@@ -68,6 +70,38 @@ def test_batch_send_keeps_each_messages_metadata_and_reads_back_by_offset(
         assert m.properties["parity"] == ("even" if i % 2 == 0 else "odd")
         assert (m.broker_name, m.queue_id, m.offset) == (r.broker_name, r.queue_id, r.offset)
         assert m.store_timestamp is not None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_makes_message_ids_of_its_own(
+    broker: EmbeddedBroker, unique: Callable[[str], str]
+) -> None:
+    topic = unique("rf")
+    broker.create_topic(topic, "NORMAL", 4)
+
+    def ids() -> list[str]:
+        with ferrymq.Producer(broker.remoting_endpoint) as p:
+            return [r.message_id for r in p.send_batch(_messages(topic, 3))]
+
+    parent = ids()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            out = ",".join(ids()).encode()
+        except BaseException as e:
+            out = repr(e).encode()
+        os.write(write_fd, out)
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as r:
+        child = r.read().decode().split(",")
+    os.waitpid(pid, 0)
+    # UNIQ_KEY: host (8 hex digits), process id (4), the process's random number (8), time, count.
+    assert {i[8:12] for i in parent} == {f"{os.getpid() & 0xFFFF:04X}"}
+    assert {i[8:12] for i in child} == {f"{pid & 0xFFFF:04X}"}, child
+    assert {i[8:20] for i in child}.isdisjoint(i[8:20] for i in parent)
+    assert len(set(parent + child)) == 6
 
 
 def test_pull_consumer_seek_commit_committed_and_times(

@@ -98,7 +98,7 @@ impl RemotingClient {
                 ));
             }
         }
-        let ids: Vec<String> = messages.iter().map(|_| stored::new_unique_id()).collect();
+        let ids = stored::new_unique_ids(messages.len());
         let queues = self.write_queues(topic).await?;
         if queues.is_empty() {
             return Err(Error::connection(format!(
@@ -377,7 +377,7 @@ mod tests {
             }
             msgs.push(b.build().unwrap());
         }
-        let ids: Vec<String> = msgs.iter().map(|_| stored::new_unique_id()).collect();
+        let ids = stored::new_unique_ids(msgs.len());
         let lanes = plan_chunks(&msgs, &ids, &queues).unwrap();
         let mut seen = vec![false; msgs.len()];
         for lane in &lanes {

@@ -11,8 +11,7 @@
 
 use std::io::Read;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -578,29 +577,74 @@ pub fn encode_stored(rec: &StoredRecord<'_>, out: &mut BytesMut) -> Result<()> {
 }
 
 static COUNTER: AtomicU16 = AtomicU16::new(0);
-static PREFIX: OnceLock<[u8; 10]> = OnceLock::new();
+/// This process's id (high 32 bits) and random number (low 32 bits) as the ids carry them; made
+/// again in a forked child, whose ids must differ from its parent's.
+static PROCESS: AtomicU64 = AtomicU64::new(0);
 
 /// A new unique message id in the `UNIQ_KEY` layout: 32 upper-case hex characters of host (4
 /// bytes, here the low bytes of the host's hardware address), process id (2), a per-process
 /// random number (4), milliseconds since the start of the current UTC month (4) and a counter
 /// (2).
 pub fn new_unique_id() -> String {
-    let prefix = PREFIX.get_or_init(|| {
-        let mac = crate::message_id::host_mac();
-        let mut p = [0u8; 10];
-        p[..4].copy_from_slice(&mac[2..]);
-        #[allow(clippy::cast_possible_truncation)]
-        p[4..6].copy_from_slice(&(std::process::id() as u16).to_be_bytes());
-        p[6..].copy_from_slice(&fastrand::u32(..).to_be_bytes());
-        p
-    });
-    let now_ms = crate::duration::now_ms();
+    new_unique_ids(1).pop().unwrap_or_default()
+}
+
+/// `n` new unique message ids (see [`new_unique_id`]), the process checked once for them all.
+pub fn new_unique_ids(n: usize) -> Vec<String> {
+    let mut prefix = [0u8; 10];
+    prefix[..4].copy_from_slice(&crate::message_id::host_mac()[2..]);
+    let (pid, random) = process_part();
+    #[allow(clippy::cast_possible_truncation)]
+    prefix[4..6].copy_from_slice(&(pid as u16).to_be_bytes());
+    prefix[6..].copy_from_slice(&random.to_be_bytes());
     let mut raw = [0u8; 16];
-    raw[..10].copy_from_slice(prefix);
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    raw[10..14].copy_from_slice(&(millis_in_month(now_ms) as u32).to_be_bytes());
-    raw[14..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
-    upper_hex(&raw)
+    raw[..10].copy_from_slice(&prefix);
+    (0..n)
+        .map(|_| {
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            raw[10..14].copy_from_slice(
+                &(millis_in_month(crate::duration::now_ms()) as u32).to_be_bytes(),
+            );
+            raw[14..].copy_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+            upper_hex(&raw)
+        })
+        .collect()
+}
+
+/// This process's id and random number, drawn on the first call in each process: a forked child
+/// has a new id, and its random number is drawn again (its random generator's state is a copy of
+/// its parent's, so the time is mixed in).
+fn process_part() -> (u32, u32) {
+    let pid = std::process::id();
+    let seen = PROCESS.load(Ordering::Relaxed);
+    if seen >> 32 == u64::from(pid) {
+        #[allow(clippy::cast_possible_truncation)]
+        return (pid, seen as u32);
+    }
+    let random = {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(fastrand::u32(..));
+        h.write_u32(pid);
+        h.write_i64(crate::duration::now_ms());
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos(),
+        );
+        #[allow(clippy::cast_possible_truncation)]
+        let r = h.finish() as u32;
+        r
+    };
+    let mine = (u64::from(pid) << 32) | u64::from(random);
+    match PROCESS.compare_exchange(seen, mine, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => (pid, random),
+        // Another thread of this process drew first: use its number, as every later call will.
+        #[allow(clippy::cast_possible_truncation)]
+        Err(other) if other >> 32 == u64::from(pid) => (pid, other as u32),
+        Err(_) => (pid, random),
+    }
 }
 
 /// Milliseconds since 00:00 UTC on the first day of the month of `ms`.
