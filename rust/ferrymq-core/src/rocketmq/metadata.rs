@@ -219,16 +219,20 @@ pub fn hostname() -> &'static str {
     })
 }
 
-/// A random (version 4) UUID string, for `x-mq-request-id`.
+/// A random (version 4) UUID string, for `x-mq-request-id`. The process id is hashed in: a
+/// forked child inherits the hasher's keys and the counter, and must not repeat its parent's ids.
 pub fn new_request_id() -> String {
     static STATE: OnceLock<RandomState> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let state = STATE.get_or_init(RandomState::new);
     let c = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
     let mut h1 = state.build_hasher();
     h1.write_u64(c);
+    h1.write_u32(pid);
     let mut h2 = state.build_hasher();
     h2.write_u64(!c);
+    h2.write_u32(pid);
     let hi = h1.finish();
     let lo = h2.finish();
     let hi = (hi & !0xF000) | 0x4000; // version 4
