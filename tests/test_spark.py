@@ -136,6 +136,7 @@ def test_batch_read(
     assert df.columns == [
         "key", "value", "topic", "partition", "offset", "timestamp", "properties",
         "tag", *(["messageGroup"] if protocol == "rocketmq" else []), "messageId",
+        "traceContext", "traceState",
     ]  # fmt: skip
     rows = df.collect()
     _assert_numbered(rows, topic, 200)
@@ -578,3 +579,81 @@ def test_remoting_stream_admission_control_and_group_commits(
         ends = c.end_offsets(queues)
     assert all(committed[q] is not None and 0 < committed[q] <= ends[q] for q in queues)
     assert sum(v or 0 for v in committed.values()) == 90
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("protocol", ["rocketmq", "remoting", "jmq", "nats"])
+def test_trace_context_is_a_column_and_a_copy_keeps_it(
+    spark: Any, broker: EmbeddedBroker, nats_server: Any, unique: Any, protocol: str
+) -> None:
+    """A message's trace context reads as ``traceContext`` / ``traceState``, never among the
+    properties; writing those columns (or a ``traceparent`` in the properties) sends it on."""
+    import ferrymq
+
+    options: dict[str, str] = {}
+    if protocol == "nats":
+        endpoint = nats_server.url
+        src, dst = f"TRS{unique}", f"TRD{unique}"
+        src_subject, dst_subject = f"trs.{unique.lower()}", f"trd.{unique.lower()}"
+        with ferrymq.JetStream(nats_server.url) as js:
+            js.create_stream(src, [src_subject])
+            js.create_stream(dst, [dst_subject])
+    else:
+        src, dst = unique("trs"), unique("trd")
+        src_subject, dst_subject = src, dst
+        for topic in (src, dst):
+            broker.create_topic(topic, queues=2)
+        if protocol == "rocketmq":
+            options["group"] = unique("g")
+            broker.create_group(options["group"])
+            endpoint = broker.endpoints
+        elif protocol == "remoting":
+            endpoint = broker.remoting_endpoint
+        else:
+            endpoint = broker.jmq_endpoint
+            options.update(JMQ_AUTH)
+    auth = JMQ_AUTH if protocol == "jmq" else {}
+    with ferrymq.Producer(endpoint, **auth) as p:
+        traced = Message(src_subject, b"traced", properties={"p": "1"})
+        p.send(traced.with_trace_context(TRACEPARENT, "v=1"))
+        p.send(Message(src_subject, b"plain", properties={"p": "2"}))
+
+    def load(stream: str) -> Any:
+        r = spark.read.format("ferrymq").option("endpoints", endpoint).option("subscribe", stream)
+        for k, v in options.items():
+            r = r.option(k, v)
+        return r.load()
+
+    def read(stream: str) -> dict[bytes, Any]:
+        return {bytes(row.value): row for row in load(stream).collect()}
+
+    def write(df: Any) -> None:
+        w = df.write.format("ferrymq").option("endpoints", endpoint).option("topic", dst_subject)
+        for k, v in auth.items():
+            w = w.option(k, v)
+        w.mode("append").save()
+
+    def trace(row: Any) -> tuple[Any, ...]:
+        props = {k: v for k, v in row.properties.items() if k != "ferrymq-key"}
+        return row.traceContext, row.traceState, props
+
+    got = read(src)
+    assert trace(got[b"traced"]) == (TRACEPARENT, "v=1", {"p": "1"})
+    assert trace(got[b"plain"]) == (None, None, {"p": "2"})
+
+    # A copy keeps each message's trace context; a traceparent among a row's properties is
+    # taken as its trace context rather than refused.
+    write(load(src).select("value", "properties", "traceContext", "traceState"))
+    write(
+        spark.range(1).selectExpr(
+            "cast('from-props' as binary) as value",
+            f"map('traceparent', '{TRACEPARENT}', 'q', '1') as properties",
+        )
+    )
+    copied = read(dst)
+    assert set(copied) == {b"traced", b"plain", b"from-props"}
+    assert trace(copied[b"traced"]) == (TRACEPARENT, "v=1", {"p": "1"})
+    assert trace(copied[b"plain"]) == (None, None, {"p": "2"})
+    assert trace(copied[b"from-props"]) == (TRACEPARENT, None, {"q": "1"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 
@@ -189,3 +190,24 @@ def test_a_jetstream_sink_refuses_columns_it_would_drop() -> None:
             _check_sink_schema(nats, schema(column))
         # RocketMQ carries both.
         _check_sink_schema(parse_sink_options({"endpoints": "h:1"}), schema(column))
+
+
+def test_a_write_ahead_log_segment_of_an_earlier_version_reads_with_nulls_for_new_columns(
+    tmp_path: Path,
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    from ferrymq.spark._arrow import arrow_schema
+    from ferrymq.spark._wal import WriteAheadLog
+
+    schema = arrow_schema("rocketmq")
+    older = pa.schema([f for f in schema if f.name not in ("traceContext", "traceState")])
+    rows = {f.name: pa.nulls(2, f.type) for f in older}
+    rows["value"] = pa.array([b"a", b"b"])
+    rows["messageId"] = pa.array(["id-a", "id-b"])
+    WriteAheadLog(str(tmp_path), older).append(pa.RecordBatch.from_pydict(rows, schema=older))
+
+    table = WriteAheadLog(str(tmp_path), schema).read(0, 2)
+    assert table.schema == schema
+    assert table.column("value").to_pylist() == [b"a", b"b"]
+    assert table.column("traceContext").to_pylist() == [None, None]

@@ -2,7 +2,9 @@
 native reader's column buffers (no Python object per message).
 
 Kafka's columns come first; RocketMQ adds ``tag``, ``messageGroup`` and ``messageId``, JetStream
-adds ``messageId`` (its ``Nats-Msg-Id``).
+adds ``messageId`` (its ``Nats-Msg-Id``); every backend ends with ``traceContext`` and
+``traceState`` (the W3C ``traceparent`` / ``tracestate`` the message carried, which are never
+among its ``properties``).
 """
 
 from __future__ import annotations
@@ -43,12 +45,17 @@ _BUFFER_OF = {
     "tag": "tag",
     "messageGroup": "message_group",
     "messageId": "message_id",
+    "traceContext": "trace_context",
+    "traceState": "trace_state",
 }
+
+
+_TRACE = [("traceContext", "string"), ("traceState", "string")]
 
 
 def columns_for(backend: str) -> list[tuple[str, str]]:
     """The ``(name, Spark type)`` columns read from ``backend``."""
-    return _COMMON + _EXTRA.get(backend, [])
+    return _COMMON + _EXTRA.get(backend, []) + _TRACE
 
 
 def schema_ddl(backend: str) -> str:

@@ -152,7 +152,17 @@ class Source:
 class OutMessage:
     """One message to send, as the sink adapters take it."""
 
-    __slots__ = ("headers", "key", "message_group", "tag", "topic", "value", "write_id")
+    __slots__ = (
+        "headers",
+        "key",
+        "message_group",
+        "tag",
+        "topic",
+        "trace_context",
+        "trace_state",
+        "value",
+        "write_id",
+    )
 
     def __init__(
         self,
@@ -163,6 +173,8 @@ class OutMessage:
         tag: str | None,
         message_group: str | None,
         write_id: str | None,
+        trace_context: str | None = None,
+        trace_state: str | None = None,
     ) -> None:
         self.topic = topic
         self.value = value
@@ -171,6 +183,8 @@ class OutMessage:
         self.tag = tag
         self.message_group = message_group
         self.write_id = write_id
+        self.trace_context = trace_context
+        self.trace_state = trace_state
 
 
 class Sink(Protocol):
@@ -198,6 +212,8 @@ def _rocketmq_message(m: OutMessage) -> Any:
         tag=m.tag,
         properties=m.headers or None,
         message_group=m.message_group,
+        trace_context=m.trace_context,
+        trace_state=m.trace_state,
     )
 
 
@@ -335,7 +351,15 @@ class NatsSink(_SinkBase):
             if m.key is not None:
                 properties[KEY_HEADER] = m.key.decode("utf-8", "surrogateescape")
             properties[MSG_ID_HEADER] = m.write_id or uuid.uuid4().hex
-            batch.append(_native.Message(m.topic, m.value, properties=properties))
+            batch.append(
+                _native.Message(
+                    m.topic,
+                    m.value,
+                    properties=properties,
+                    trace_context=m.trace_context,
+                    trace_state=m.trace_state,
+                )
+            )
         with self._producer() as producer:
             producer.send_batch(batch)
 
@@ -402,6 +426,8 @@ class JmqSink(_SinkBase):
                     tag=m.tag,
                     properties=props or None,
                     message_group=m.message_group,
+                    trace_context=m.trace_context,
+                    trace_state=m.trace_state,
                 )
             )
         # A batch goes to one partition (the group's, or one picked by the producer).

@@ -428,7 +428,19 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
 # --------------------------------------------------------------------------------------------
 
 
-_SINK_COLUMNS = {"value", "key", "topic", "properties", "headers", "tag", "messagegroup"}
+_SINK_COLUMNS = {
+    "value",
+    "key",
+    "topic",
+    "properties",
+    "headers",
+    "tag",
+    "messagegroup",
+    "tracecontext",
+    "tracestate",
+}
+#: Property / header names a trace context travels under (in any case; RocketMQ's exactly).
+_TRACE_CARRIERS = {"traceparent", "tracestate"}
 
 
 def _check_sink_schema(cfg: SinkConfig, schema: StructType) -> None:
@@ -480,6 +492,22 @@ def _headers(v: Any) -> dict[str, str]:
     return {str(k): str(val) for k, val in items if val is not None}
 
 
+def _trace(
+    headers: dict[str, str], context: str | None, state: str | None
+) -> tuple[str | None, str | None]:
+    """A row's trace context: its ``traceContext`` / ``traceState`` columns, else what its
+    properties carry (``traceparent`` / ``tracestate``, or RocketMQ's ``TRACE_CONTEXT``), which
+    leave the properties (a message carries them as its trace context, never as properties). A
+    ``tracestate`` without a ``traceparent`` means nothing (W3C) and is left out."""
+    carried: dict[str, str] = {}
+    for name in [n for n in headers if n.lower() in _TRACE_CARRIERS or n == "TRACE_CONTEXT"]:
+        value = headers.pop(name)
+        carried["tracestate" if name.lower() == "tracestate" else "traceparent"] = value
+    if context is None:
+        context, state = carried.get("traceparent"), carried.get("tracestate")
+    return context, state if context is not None else None
+
+
 class _Sender:
     """Turns rows into messages with deterministic write ids and sends them in bounded
     batches (at-least-once: a failed send fails the task, and Spark retries it)."""
@@ -500,6 +528,8 @@ class _Sender:
         props = lower.get("properties") or lower.get("headers")
         tags = lower.get("tag")
         groups = lower.get("messagegroup")
+        contexts = lower.get("tracecontext")
+        states = lower.get("tracestate")
         for i in range(n):
             topic = self.cfg.topic or (topics[i] if topics is not None else None)
             if not topic:
@@ -511,14 +541,22 @@ class _Sender:
                 raise InvalidArgumentError("column 'value': a row has a null value")
             write_id = f"{self.prefix}:{self.seq}" if self.cfg.idempotence_key else None
             self.seq += 1
+            headers = _headers(props[i]) if props is not None else {}
+            context, state = _trace(
+                headers,
+                contexts[i] if contexts is not None else None,
+                states[i] if states is not None else None,
+            )
             m = OutMessage(
                 topic=topic,
                 value=value,
                 key=_as_bytes(keys[i], "key") if keys is not None else None,
-                headers=_headers(props[i]) if props is not None else {},
+                headers=headers,
                 tag=tags[i] if tags is not None else None,
                 message_group=groups[i] if groups is not None else None,
                 write_id=write_id,
+                trace_context=context,
+                trace_state=state,
             )
             self.pending.append(m)
             self.pending_bytes += len(value)

@@ -115,7 +115,7 @@ class WriteAheadLog:
             if e <= start or s >= end:
                 continue
             with pa.memory_map(path) as src:
-                table = pa.ipc.open_file(src).read_all()
+                table = _conform(pa.ipc.open_file(src).read_all(), self.schema)
             lo, hi = max(start, s) - s, min(end, e) - s
             parts.append(table.slice(lo, hi - lo))
         table = pa.concat_tables(parts) if parts else self.schema.empty_table()
@@ -212,6 +212,18 @@ class WalPartition(InputPartition):
         self.ipc = ipc
 
 
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns: a segment logged by an earlier version lacks the
+    columns added since, which read as nulls."""
+    if table.schema.names == schema.names:
+        return table
+    columns = [
+        table.column(f.name) if f.name in table.schema.names else pa.nulls(len(table), f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 def _to_ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as w:
@@ -235,6 +247,8 @@ def _views_to_batch(views: Sequence[Any], schema: pa.Schema) -> pa.RecordBatch:
         "tag": [v.tag for v in views],
         "messageGroup": [v.message_group for v in views],
         "messageId": [v.message_id for v in views],
+        "traceContext": [v.trace_context for v in views],
+        "traceState": [v.trace_state for v in views],
     }
     arrays = [pa.array(cols[f.name], type=f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -155,6 +155,10 @@ pub struct Row<'a> {
     pub message_group: Option<&'a str>,
     /// Message id.
     pub message_id: Option<&'a str>,
+    /// The W3C `traceparent` the message carried (never also among `properties`).
+    pub trace_context: Option<&'a str>,
+    /// The W3C `tracestate` that came with it.
+    pub trace_state: Option<&'a str>,
 }
 
 impl Row<'_> {
@@ -167,6 +171,8 @@ impl Row<'_> {
             + self.tag.map_or(0, str::len)
             + self.message_group.map_or(0, str::len)
             + self.message_id.map_or(0, str::len)
+            + self.trace_context.map_or(0, str::len)
+            + self.trace_state.map_or(0, str::len)
     }
 }
 
@@ -197,6 +203,10 @@ pub struct MessageColumns {
     pub message_group: VarColumn,
     /// `message_id` (utf8, nullable).
     pub message_id: VarColumn,
+    /// `trace_context` (utf8, nullable): the W3C `traceparent`.
+    pub trace_context: VarColumn,
+    /// `trace_state` (utf8, nullable): the W3C `tracestate`.
+    pub trace_state: VarColumn,
     bytes: usize,
 }
 
@@ -225,6 +235,8 @@ impl MessageColumns {
             tag: VarColumn::new(true),
             message_group: VarColumn::new(true),
             message_id: VarColumn::new(true),
+            trace_context: VarColumn::new(true),
+            trace_state: VarColumn::new(true),
             bytes: 0,
         }
     }
@@ -277,6 +289,9 @@ impl MessageColumns {
         self.message_group
             .push(row.message_group.map(str::as_bytes));
         self.message_id.push(row.message_id.map(str::as_bytes));
+        self.trace_context
+            .push(row.trace_context.map(str::as_bytes));
+        self.trace_state.push(row.trace_state.map(str::as_bytes));
         Ok(())
     }
 }
@@ -440,6 +455,8 @@ mod tests {
             tag: Some("tg"),
             message_group: None,
             message_id: Some("id"),
+            trace_context: (offset == 2).then_some("00-tp"),
+            trace_state: None,
         }
     }
 
@@ -467,6 +484,9 @@ mod tests {
         assert_eq!(c.property_values.offsets(), &[0, 1, 3, 3]);
         assert_eq!(c.message_group.null_count(), 3);
         assert!(c.tag.validity().is_none());
+        assert_eq!(c.trace_context.validity(), Some(&[0b100][..]));
+        assert_eq!(c.trace_context.data(), b"00-tp");
+        assert_eq!(c.trace_state.null_count(), 3);
     }
 
     #[test]
@@ -498,6 +518,8 @@ mod tests {
                 tag: None,
                 message_group: None,
                 message_id: None,
+                trace_context: None,
+                trace_state: None,
             })
         };
         assert!(RangeCursor::new(-1, 5, 0, 10).is_err());

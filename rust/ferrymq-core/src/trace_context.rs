@@ -59,6 +59,77 @@ impl TraceContext {
     }
 }
 
+/// The properties of a received message (a map, or the `(name, value)` pairs of a row) that its
+/// trace context is taken out of by [`take_received`].
+pub trait ReceivedProperties {
+    /// A value taken out.
+    type Value: AsRef<str>;
+    /// Whether there are no properties.
+    fn is_empty(&self) -> bool;
+    /// The value of `name`, if present.
+    fn value_of(&self, name: &str) -> Option<&str>;
+    /// Remove `name`, returning its value.
+    fn take(&mut self, name: &str) -> Option<Self::Value>;
+}
+
+impl ReceivedProperties for std::collections::HashMap<String, String> {
+    type Value = String;
+    fn is_empty(&self) -> bool {
+        self.is_empty()
+    }
+    fn value_of(&self, name: &str) -> Option<&str> {
+        self.get(name).map(String::as_str)
+    }
+    fn take(&mut self, name: &str) -> Option<String> {
+        self.remove(name)
+    }
+}
+
+impl<'a> ReceivedProperties for Vec<(&'a str, &'a str)> {
+    type Value = &'a str;
+    fn is_empty(&self) -> bool {
+        <[_]>::is_empty(self)
+    }
+    fn value_of(&self, name: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
+    }
+    fn take(&mut self, name: &str) -> Option<&'a str> {
+        let at = self.iter().position(|(k, _)| *k == name)?;
+        Some(self.remove(at).1)
+    }
+}
+
+/// The trace context of a received message and its `tracestate`: the RocketMQ system field
+/// first, else a `traceparent` property (JetStream headers, JMQ4 attributes, remoting
+/// properties, and what the OpenTelemetry instrumentation of the Java clients writes). What was
+/// taken leaves the properties: the `traceparent` used, a proxy's repeat of the system field as
+/// `TRACE_CONTEXT`, and the `tracestate` (only together with a trace context). Messages without
+/// properties cost no lookup. Message views and the readers' columns both take it this way.
+pub fn take_received<P: ReceivedProperties>(
+    system: Option<P::Value>,
+    props: &mut P,
+) -> (Option<P::Value>, Option<P::Value>) {
+    let system = system.filter(|s| !s.as_ref().is_empty());
+    if props.is_empty() {
+        return (system, None);
+    }
+    let parent = match system {
+        Some(s) => {
+            if props.value_of(ROCKETMQ_TRACE_CONTEXT) == Some(s.as_ref()) {
+                props.take(ROCKETMQ_TRACE_CONTEXT);
+            }
+            Some(s)
+        }
+        None => props.take(TRACEPARENT),
+    };
+    let state = if parent.is_some() {
+        props.take(TRACESTATE)
+    } else {
+        None
+    };
+    (parent, state)
+}
+
 /// Whether a property or header name is one the trace context travels under (`traceparent`,
 /// `tracestate`, in any case, or RocketMQ's `TRACE_CONTEXT`); such names are not user
 /// properties.
@@ -145,6 +216,22 @@ mod tests {
     use crate::ErrorKind;
 
     const OK: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_rows_pairs_give_up_the_trace_context_as_a_map_does() {
+        // The map form is pinned by the message view's tests; the pairs follow the same rule.
+        let mut p = vec![("a", "1"), (TRACEPARENT, OK), (TRACESTATE, "v=1")];
+        assert_eq!(take_received(None, &mut p), (Some(OK), Some("v=1")));
+        assert_eq!(p, [("a", "1")]);
+        // The system field wins; the proxy's repeat of it goes, a differing traceparent stays.
+        let mut p = vec![(ROCKETMQ_TRACE_CONTEXT, OK), (TRACEPARENT, "other")];
+        assert_eq!(take_received(Some(OK), &mut p), (Some(OK), None));
+        assert_eq!(p, [(TRACEPARENT, "other")]);
+        // A tracestate alone is left where it is; an empty system field is none.
+        let mut p = vec![(TRACESTATE, "v=1")];
+        assert_eq!(take_received(Some(""), &mut p), (None, None));
+        assert_eq!(p, [(TRACESTATE, "v=1")]);
+    }
 
     #[test]
     fn valid_traceparents() {

@@ -113,6 +113,8 @@ impl PyMessageColumns {
         d.set_item("tag", var(py, &c.tag)?)?;
         d.set_item("message_group", var(py, &c.message_group)?)?;
         d.set_item("message_id", var(py, &c.message_id)?)?;
+        d.set_item("trace_context", var(py, &c.trace_context)?)?;
+        d.set_item("trace_state", var(py, &c.trace_state)?)?;
         Ok(d)
     }
 

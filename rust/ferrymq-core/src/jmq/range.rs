@@ -330,12 +330,13 @@ fn is_routing(e: &Error) -> bool {
 fn push_jmq(columns: &mut MessageColumns, m: &ReceivedMessage) -> Result<()> {
     let key = m.properties.get(KEY_PROPERTY).map(String::as_bytes);
     // BTreeMap order: the map column comes out sorted by name.
-    let props: Vec<(&str, &str)> = m
+    let mut props: Vec<(&str, &str)> = m
         .properties
         .iter()
         .filter(|(k, _)| k.as_str() != KEY_PROPERTY)
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
+    let (trace_context, trace_state) = crate::trace_context::take_received(None, &mut props);
     columns.push(&Row {
         key,
         value: &m.body,
@@ -347,6 +348,8 @@ fn push_jmq(columns: &mut MessageColumns, m: &ReceivedMessage) -> Result<()> {
         tag: m.tag.as_deref(),
         message_group: None,
         message_id: m.business_id.as_deref(),
+        trace_context,
+        trace_state,
     })
 }
 

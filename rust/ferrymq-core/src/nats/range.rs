@@ -184,6 +184,7 @@ fn push_js(columns: &mut MessageColumns, m: &super::JsMessage, seq: i64) -> Resu
     props.reverse();
     let mut seen = std::collections::HashSet::new();
     props.retain(|(k, _)| seen.insert(*k));
+    let (trace_context, trace_state) = crate::trace_context::take_received(None, &mut props);
     props.sort_unstable();
     let micros = m
         .published
@@ -201,5 +202,7 @@ fn push_js(columns: &mut MessageColumns, m: &super::JsMessage, seq: i64) -> Resu
         tag: None,
         message_group: None,
         message_id: id,
+        trace_context,
+        trace_state,
     })
 }

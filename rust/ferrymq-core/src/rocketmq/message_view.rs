@@ -112,38 +112,6 @@ fn digest_matches(d: &proto::Digest, body: &[u8]) -> bool {
     }
 }
 
-/// The trace context of a received message and its `tracestate`: the RocketMQ system field
-/// first, else a `traceparent` property (JetStream headers, JMQ4 attributes, remoting
-/// properties, and what the OpenTelemetry instrumentation of the Java clients writes). What was
-/// taken leaves the properties: the `traceparent` used, a proxy's repeat of the system field as
-/// `TRACE_CONTEXT`, and the `tracestate` (only together with a trace context). A message
-/// without properties costs no lookup.
-fn take_trace_context(
-    system: Option<String>,
-    props: &mut HashMap<String, String>,
-) -> (Option<String>, Option<String>) {
-    use crate::trace_context::{ROCKETMQ_TRACE_CONTEXT, TRACEPARENT, TRACESTATE};
-    let system = system.filter(|s| !s.is_empty());
-    if props.is_empty() {
-        return (system, None);
-    }
-    let parent = match system {
-        Some(s) => {
-            if props.get(ROCKETMQ_TRACE_CONTEXT) == Some(&s) {
-                props.remove(ROCKETMQ_TRACE_CONTEXT);
-            }
-            Some(s)
-        }
-        None => props.remove(TRACEPARENT),
-    };
-    let state = if parent.is_some() {
-        props.remove(TRACESTATE)
-    } else {
-        None
-    };
-    (parent, state)
-}
-
 impl MessageView {
     /// Decode a wire message received from `source`.
     ///
@@ -154,7 +122,7 @@ impl MessageView {
             .system_properties
             .ok_or_else(|| Error::protocol("received message without system properties"))?;
         let (trace_context, trace_state) =
-            take_trace_context(sp.trace_context.take(), &mut msg.user_properties);
+            crate::trace_context::take_received(sp.trace_context.take(), &mut msg.user_properties);
         let receipt_handle = sp.receipt_handle.unwrap_or_default();
         let mut corrupted = false;
         let mut body = msg.body;

@@ -494,8 +494,12 @@ pub fn push_message(
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    props.sort_unstable();
     let sp = m.system_properties.as_ref();
+    let (trace_context, trace_state) = crate::trace_context::take_received(
+        sp.and_then(|p| p.trace_context.as_deref()),
+        &mut props,
+    );
+    props.sort_unstable();
     let ts = sp.and_then(|p| p.store_timestamp.as_ref().or(p.born_timestamp.as_ref()));
     let name = m.topic.as_ref().map_or("", |t| t.name.as_str());
     columns.push(&Row {
@@ -511,6 +515,8 @@ pub fn push_message(
         message_id: sp
             .map(|p| p.message_id.as_str())
             .filter(|id| !id.is_empty()),
+        trace_context,
+        trace_state,
     })
 }
 
