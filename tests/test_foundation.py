@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import select
 import signal
 import sys
 import threading
@@ -15,7 +14,7 @@ import pytest
 
 import ferrymq
 from ferrymq import _native, _registry
-from waiting import wait_for
+from waiting import in_forked_child, wait_for
 
 
 def test_version_and_features() -> None:
@@ -193,29 +192,18 @@ def test_ctrl_c_interrupts_a_blocking_call() -> None:
 def test_fork_safety() -> None:
     parent_probe = _native.Probe()
     parent_probe.sleep(0.001)  # the runtime is running in the parent
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 0
+
+    def child() -> str:
         try:
-            try:
-                parent_probe.sleep(0.001)
-                code = 1  # must not work
-            except ferrymq.ClientClosedError as e:
-                if "fork" not in str(e):
-                    code = 2
-            # A new object in the child gets a fresh runtime and works.
-            if _native.Probe().sleep(0.01) != 0.01:
-                code = 3
-        except BaseException:
-            code = 4
-        os.write(write_fd, bytes([code]))
-        os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as r:
-        result = r.read(1)
-    os.waitpid(pid, 0)
-    assert result == bytes([0])
+            parent_probe.sleep(0.001)
+            return "an object of the parent worked"
+        except ferrymq.ClientClosedError as e:
+            if "fork" not in str(e):
+                return f"the error does not say why: {e}"
+        # A new object in the child gets a fresh runtime and works.
+        return str(_native.Probe().sleep(0.01))
+
+    assert in_forked_child(child) == "0.01"
     # The parent is unaffected.
     assert parent_probe.sleep(0.001) == 0.001
 
@@ -231,34 +219,18 @@ def test_a_fork_while_another_thread_reads_the_client_registry() -> None:
             held.set()
             release.wait(30)
 
+    def child() -> str:
+        ferrymq.Producer("127.0.0.1:1")  # a new client registers itself
+        return "registered"
+
     thread = threading.Thread(target=exporter)
     thread.start()
-    held.wait(10)
-    read_fd, write_fd = os.pipe()
     try:
-        pid = os.fork()
-        if pid == 0:  # child
-            code = 1
-            try:
-                ferrymq.Producer("127.0.0.1:1")  # a new client registers itself
-                code = 0
-            except BaseException:
-                code = 2
-            os.write(write_fd, bytes([code]))
-            os._exit(0)
+        held.wait(10)
+        assert in_forked_child(child, timeout=30) == "registered"
     finally:
         release.set()
         thread.join()
-    os.close(write_fd)
-    try:
-        answered, _, _ = select.select([read_fd], [], [], 30)
-        if not answered:
-            os.kill(pid, signal.SIGKILL)
-        result = os.read(read_fd, 1) if answered else b"hung"
-    finally:
-        os.close(read_fd)
-        os.waitpid(pid, 0)
-    assert result == bytes([0])
 
 
 @pytest.mark.parametrize(
@@ -288,27 +260,17 @@ def test_rust_logs_reach_python_logging_in_a_forked_child() -> None:
     probe = _native.Probe()
     ferrymq.sync_log_level()
     probe.log("warn", "the parent's forwarder is running")
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: the parent's forwarder thread did not survive the fork
-        code = 1
-        try:
-            seen = threading.Event()
 
-            class Seen(logging.Handler):
-                def emit(self, record: logging.LogRecord) -> None:
-                    if record.getMessage() == "hello from the child":
-                        seen.set()
+    def child() -> str:  # the parent's forwarder thread did not survive the fork
+        seen = threading.Event()
 
-            logging.getLogger("ferrymq").addHandler(Seen())
-            _native.Probe().log("warn", "hello from the child")
-            code = 0 if seen.wait(20) else 2
-        except BaseException:
-            code = 3
-        os.write(write_fd, bytes([code]))
-        os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as r:
-        result = r.read(1)
-    os.waitpid(pid, 0)
-    assert result == bytes([0])
+        class Seen(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if record.getMessage() == "hello from the child":
+                    seen.set()
+
+        logging.getLogger("ferrymq").addHandler(Seen())
+        _native.Probe().log("warn", "hello from the child")
+        return "seen" if seen.wait(20) else "not seen"
+
+    assert in_forked_child(child) == "seen"

@@ -9,8 +9,6 @@ import asyncio
 import logging
 import os
 import re
-import select
-import signal
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,7 +19,7 @@ import ferrymq
 from backends import Backend
 from ferrymq import HookContext, HookPoint
 from ferrymq.testing import EmbeddedBroker
-from waiting import wait_for
+from waiting import in_forked_child, wait_for
 
 FreshTopic = Callable[..., tuple[EmbeddedBroker, str]]
 
@@ -208,27 +206,12 @@ def test_async_hooks_run_in_a_forked_child(fresh_topic: FreshTopic) -> None:
 
     send(b"parent")  # the parent's hook loop is running now
     assert ran == [os.getpid()]
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: the parent's hook loop has no thread here
-        code = 1
-        try:
-            send(b"child")
-            code = 0 if ran[-1] == os.getpid() else 2
-        except BaseException:
-            code = 3
-        os.write(write_fd, bytes([code]))
-        os._exit(0)
-    os.close(write_fd)
-    try:
-        answered, _, _ = select.select([read_fd], [], [], 60)
-        if not answered:
-            os.kill(pid, signal.SIGKILL)
-        result = os.read(read_fd, 1) if answered else b"hung"
-    finally:
-        os.close(read_fd)
-        os.waitpid(pid, 0)
-    assert result == bytes([0])
+
+    def child() -> str:  # the parent's hook loop has no thread here
+        send(b"child")
+        return "ran here" if ran[-1] == os.getpid() else "ran elsewhere"
+
+    assert in_forked_child(child) == "ran here"
     send(b"parent again")
     assert ran[-1] == os.getpid()
 

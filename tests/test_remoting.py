@@ -16,6 +16,7 @@ import ferrymq
 from ferrymq import InvalidArgumentError, Message, MessageQueue, PullConsumer
 from ferrymq.testing import EmbeddedBroker
 from servers import Server
+from waiting import in_forked_child
 
 
 def _messages(topic: str, n: int, tag_of: Callable[[int], str] | None = None) -> list[Message]:
@@ -84,22 +85,12 @@ def test_a_forked_child_makes_message_ids_of_its_own(
             return [r.message_id for r in p.send_batch(_messages(topic, 3))]
 
     parent = ids()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            out = ",".join(ids()).encode()
-        except BaseException as e:
-            out = repr(e).encode()
-        os.write(write_fd, out)
-        os._exit(0)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as r:
-        child = r.read().decode().split(",")
-    os.waitpid(pid, 0)
+
+    pid, joined = in_forked_child(lambda: f"{os.getpid()}:{','.join(ids())}").split(":")
+    child = joined.split(",")
     # UNIQ_KEY: host (8 hex digits), process id (4), the process's random number (8), time, count.
     assert {i[8:12] for i in parent} == {f"{os.getpid() & 0xFFFF:04X}"}
-    assert {i[8:12] for i in child} == {f"{pid & 0xFFFF:04X}"}, child
+    assert {i[8:12] for i in child} == {f"{int(pid) & 0xFFFF:04X}"}, child
     assert {i[8:20] for i in child}.isdisjoint(i[8:20] for i in parent)
     assert len(set(parent + child)) == 6
 

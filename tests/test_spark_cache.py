@@ -13,7 +13,7 @@ import pytest
 import ferrymq
 from ferrymq.spark import _cache
 from ferrymq.testing import EmbeddedBroker
-from waiting import wait_for
+from waiting import in_forked_child, wait_for
 
 
 class _Client:
@@ -120,17 +120,7 @@ def test_a_forked_child_starts_empty() -> None:
     made: list[_Client] = []
     with _cache.lease("a", _factory(made)):
         pass
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: the parent's client is not its to use or close
-        try:
-            os.write(w, str(_cache.size()).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    got = os.read(r, 16)
-    os.close(r)
-    os.waitpid(pid, 0)
-    assert got == b"0"
+    # The child: the parent's client is not its to use or close.
+    assert in_forked_child(lambda: str(_cache.size())) == "0"
     assert _cache.size() == 1
     assert not made[0].closed.is_set()

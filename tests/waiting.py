@@ -83,3 +83,35 @@ class InThread(Generic[T]):
         if error is not None:
             raise error
         return value  # type: ignore[return-value]
+
+
+def in_forked_child(body: Callable[[], str], timeout: float = 60.0) -> str:
+    """What ``body()`` returns when run in a forked child of this process ("raised: …" if it
+    raised); ``AssertionError`` if the child has not answered within ``timeout`` seconds (it
+    is killed: a hang in a forked child is what these tests look for)."""
+    import os
+    import select
+    import signal
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer, then leave without running the parent's clean-ups
+        try:
+            answer = body()
+        except BaseException as e:
+            answer = f"raised: {e!r}"
+        os.write(write_fd, answer.encode())
+        os._exit(0)
+    os.close(write_fd)
+    try:
+        answered, _, _ = select.select([read_fd], [], [], timeout)
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"the forked child did not answer within {timeout} s")
+        chunks = []
+        while chunk := os.read(read_fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks).decode()
+    finally:
+        os.close(read_fd)
+        os.waitpid(pid, 0)
