@@ -192,6 +192,28 @@ def test_a_jetstream_sink_refuses_columns_it_would_drop() -> None:
         _check_sink_schema(parse_sink_options({"endpoints": "h:1"}), schema(column))
 
 
+def test_the_sink_warns_of_columns_it_would_not_write(caplog: pytest.LogCaptureFixture) -> None:
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from ferrymq.spark._source import _check_sink_schema
+
+    def schema(*extra: str) -> StructType:
+        fields = [StructField("value", BinaryType()), StructField("topic", StringType())]
+        return StructType(fields + [StructField(name, StringType()) for name in extra])
+
+    rocketmq = parse_sink_options({"endpoints": "h:1"})
+    with caplog.at_level("DEBUG", logger="ferrymq"):
+        # What a read gives, written back as it is: nothing to warn of.
+        _check_sink_schema(rocketmq, schema("partition", "offset", "messageId", "traceContext"))
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]
+        # A misspelt column would be lost: say so.
+        _check_sink_schema(rocketmq, schema("message_group", "offset"))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "['message_group'] are not written" in warnings[0]
+    assert "messageGroup" in warnings[0]
+
+
 def test_a_write_ahead_log_segment_of_an_earlier_version_reads_with_nulls_for_new_columns(
     tmp_path: Path,
 ) -> None:

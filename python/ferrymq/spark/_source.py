@@ -428,17 +428,21 @@ class FerryStreamReader(*_StreamBases):  # type: ignore[misc]
 # --------------------------------------------------------------------------------------------
 
 
-_SINK_COLUMNS = {
+#: The sink's columns as a reader gives them (their names are case-insensitive).
+_SINK_COLUMN_NAMES = {
     "value",
     "key",
     "topic",
     "properties",
     "headers",
     "tag",
-    "messagegroup",
-    "tracecontext",
-    "tracestate",
+    "messageGroup",
+    "traceContext",
+    "traceState",
 }
+_SINK_COLUMNS = {n.lower() for n in _SINK_COLUMN_NAMES}
+#: Columns of a read that a message does not take (lower case).
+_READ_ONLY_COLUMNS = {"partition", "offset", "timestamp", "messageid"}
 #: Property / header names a trace context travels under (in any case; RocketMQ's exactly).
 _TRACE_CARRIERS = {"traceparent", "tracestate"}
 
@@ -460,8 +464,18 @@ def _check_sink_schema(cfg: SinkConfig, schema: StructType) -> None:
             raise InvalidArgumentError(
                 f"column {refused[0]!r}: NATS JetStream messages have none; put it in 'headers'"
             )
+    # A read DataFrame written back as it is carries columns no message has (offsets, ids):
+    # those are ignored quietly; any other name is probably a misspelt one, and its values
+    # would be lost without a word.
     ignored = names - _SINK_COLUMNS
-    if ignored:
+    unknown = sorted(ignored - _READ_ONLY_COLUMNS)
+    if unknown:
+        log.warning(
+            "ferrymq sink: columns %s are not written (a message takes %s)",
+            unknown,
+            ", ".join(sorted(_SINK_COLUMN_NAMES)),
+        )
+    elif ignored:
         log.debug("columns ignored by the ferrymq sink: %s", sorted(ignored))
 
 
