@@ -108,6 +108,7 @@ class Target:
 
 
 PROTOCOLS = ["rocketmq", "remoting", "jmq", pytest.param("nats", marks=pytest.mark.nats)]
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 @pytest.fixture
@@ -149,7 +150,8 @@ def fields_for(protocol: str) -> list[str]:
 
 @pytest.mark.parametrize("target", PROTOCOLS, indirect=True)
 def test_round_trip_keeps_keys_tag_and_properties(target: Target) -> None:
-    sent = target.produce("first", "zweite ü", *fields_for(target.protocol), "--json")
+    trace = ["--trace-context", TRACEPARENT, "--trace-state", "v=1"]
+    sent = target.produce("first", "zweite ü", *fields_for(target.protocol), *trace, "--json")
     assert sent.code == 0, sent
     assert "sent 2 messages in" in sent.stderr
     receipts = sent.json_lines()
@@ -167,6 +169,8 @@ def test_round_trip_keeps_keys_tag_and_properties(target: Target) -> None:
         assert m["topic"] == target.topic
         assert m["properties"]["source"] == "cli"
         assert m["properties"]["eq"] == "a=b"
+        assert not {"traceparent", "tracestate"} & set(m["properties"])
+        assert (m["trace_context"], m["trace_state"]) == (TRACEPARENT, "v=1")
         if target.protocol == "nats":
             continue
         assert m["tag"] == "paid"
@@ -180,14 +184,16 @@ def test_round_trip_keeps_keys_tag_and_properties(target: Target) -> None:
 
 @pytest.mark.parametrize("target", ["rocketmq"], indirect=True)
 def test_readable_output_shows_metadata_and_body(target: Target) -> None:
-    assert target.produce("hello", *fields_for("rocketmq")).code == 0
+    trace = ["--trace-context", TRACEPARENT]
+    assert target.produce("hello", *fields_for("rocketmq"), *trace).code == 0
     got = target.consume("--count", "1", "--timeout", "30")
     assert got.code == 0, got
-    header, meta, props, body = got.stdout.splitlines()
+    header, meta, props, traced, body = got.stdout.splitlines()
     assert header.startswith(f"--- {target.topic} ")
     assert "attempt 1" in header
     assert meta == "keys: k1, k2  tag: paid"
     assert props == "properties: eq=a=b, source=cli"
+    assert traced == f"trace: {TRACEPARENT}"
     assert body == "hello"
 
 
@@ -357,6 +363,9 @@ def test_nats_refuses_what_it_cannot_carry(target: Target, option: list[str]) ->
         (["--lines", "x"], "--lines"),
         (["--file", "/nonexistent/ferrymq-input"], "--file"),
         (["--access-key", "ak", "x"], "--secret-key"),
+        (["--trace-context", "nope", "x"], "--trace-context"),
+        (["--trace-context", TRACEPARENT, "--trace-state", " ", "x"], "--trace-state"),
+        (["--trace-state", "v=1", "x"], "--trace-state"),
     ],
 )
 def test_produce_bad_usage(broker: EmbeddedBroker, args: list[str], says: str) -> None:

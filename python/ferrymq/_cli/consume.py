@@ -44,9 +44,10 @@ message), jmq://host:port (JMQ4: the group is the app, give --token) or nats://h
 (JetStream: the group is a durable pull consumer, created on first use).
 
 Each message is printed as a header line (topic, message id, queue, offset, delivery attempt),
-its keys, tag, message group and properties when it has them, then its body (as text when it is
-UTF-8, else as a Python bytes literal). --json prints one JSON object per message instead, with
-"body" as text and "body_encoding": "utf-8", or base64 and "body_encoding": "base64".
+its keys, tag, message group, properties and W3C trace context when it has them, then its body
+(as text when it is UTF-8, else as a Python bytes literal). --json prints one JSON object per
+message instead, with "body" as text and "body_encoding": "utf-8", or base64 and
+"body_encoding": "base64".
 
 With --no-ack nothing is acknowledged: the messages come back after their invisible duration
 (--invisible; remoting://: to the next run, as the group's offsets stay where they were).
@@ -143,6 +144,8 @@ def message_json(m: ferrymq.MessageView) -> dict[str, Any]:
         "tag": m.tag,
         "message_group": m.message_group,
         "properties": m.properties,
+        "trace_context": m.trace_context,
+        "trace_state": m.trace_state,
         "queue_id": m.queue_id,
         "offset": m.offset,
         "delivery_attempt": m.delivery_attempt,
@@ -172,6 +175,9 @@ def message_text(m: ferrymq.MessageView) -> str:
         lines.append(
             "properties: " + ", ".join(f"{k}={v}" for k, v in sorted(m.properties.items()))
         )
+    if m.trace_context is not None:
+        state = f" (tracestate {m.trace_state})" if m.trace_state is not None else ""
+        lines.append(f"trace: {m.trace_context}{state}")
     try:
         lines.append(m.body.decode())
     except UnicodeDecodeError:

@@ -145,6 +145,14 @@ def add_parser(sub: Any) -> None:
         help="deliver this long after sending (RocketMQ DELAY topics)",
     )
     p.add_argument(
+        "--trace-context",
+        metavar="TRACEPARENT",
+        help="a W3C traceparent to propagate with every message (any protocol)",
+    )
+    p.add_argument(
+        "--trace-state", metavar="TRACESTATE", help="the W3C tracestate that goes with it"
+    )
+    p.add_argument(
         "--rate", type=float, metavar="N", help="send at most N messages per second (a limit)"
     )
     p.add_argument(
@@ -277,10 +285,29 @@ def _check_fields(args: argparse.Namespace, protocol: str) -> None:
         raise ferrymq.InvalidArgumentError(
             "--key: a JMQ4 message carries one key (its business id), not several"
         )
+    _check_trace(args)
     if args.rate is not None and not args.rate > 0:
         raise ferrymq.InvalidArgumentError(f"--rate: {args.rate} must be above zero")
     if args.lines and not args.file:
         raise ferrymq.InvalidArgumentError("--lines: applies to --file (stdin is read by lines)")
+
+
+def _check_trace(args: argparse.Namespace) -> None:
+    """Refuse a bad --trace-context / --trace-state before anything is sent, naming the
+    option."""
+    if args.trace_context is None:
+        if args.trace_state is not None:
+            raise ferrymq.InvalidArgumentError("--trace-state: goes with a --trace-context")
+        return
+    try:
+        ferrymq.Message("t", b"", trace_context=args.trace_context, trace_state=args.trace_state)
+    except ferrymq.InvalidArgumentError as e:
+        text = str(e)
+        for name in ("trace_context", "trace_state"):
+            if text.startswith(f"{name}: "):
+                option = "--" + name.replace("_", "-")
+                raise ferrymq.InvalidArgumentError(option + text[len(name) :]) from None
+        raise
 
 
 def _message_factory(args: argparse.Namespace) -> Callable[[bytes], ferrymq.Message]:
@@ -298,6 +325,8 @@ def _message_factory(args: argparse.Namespace) -> Callable[[bytes], ferrymq.Mess
             properties=properties,
             message_group=args.message_group,
             delivery_time=delay,
+            trace_context=args.trace_context,
+            trace_state=args.trace_state,
         )
 
     return make
